@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// console writes worker output and scavctl's notes, and keeps a status line:
+// redrawn in place at the bottom of a terminal, or printed as a plain line
+// every tick when stderr is not a terminal.
+type console struct {
+	mu       sync.Mutex
+	out, err io.Writer
+	tty      bool
+	status   string
+	shown    bool
+	tick     time.Duration
+	last     time.Time
+}
+
+func newConsole(out, errw io.Writer, tick time.Duration) *console {
+	tty := false
+	if f, ok := errw.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	return &console{out: out, err: errw, tty: tty, tick: tick, last: time.Now()}
+}
+
+// workerLine prints one line of a worker's output, prefixed by its rank.
+func (c *console) workerLine(rank int, stderr bool, line string) {
+	w := c.out
+	if stderr {
+		w = c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+	fmt.Fprintf(w, "[%d] %s\n", rank, line)
+	c.draw()
+}
+
+// notef prints a note from scavctl itself.
+func (c *console) notef(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+	fmt.Fprintf(c.err, "scavctl: "+format+"\n", args...)
+	c.draw()
+}
+
+// setStatus replaces the status line.
+func (c *console) setStatus(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.status = s
+	if c.tty {
+		c.clear()
+		c.draw()
+		return
+	}
+	if c.tick > 0 && time.Since(c.last) >= c.tick && s != "" {
+		c.last = time.Now()
+		fmt.Fprintf(c.err, "scavctl: %s\n", s)
+	}
+}
+
+// close removes the status line from a terminal.
+func (c *console) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+}
+
+func (c *console) clear() {
+	if c.tty && c.shown {
+		fmt.Fprint(c.err, "\r\x1b[K")
+		c.shown = false
+	}
+}
+
+func (c *console) draw() {
+	if c.tty && c.status != "" {
+		fmt.Fprint(c.err, c.status)
+		c.shown = true
+	}
+}
+
+// stepStatus follows a job's step records for the status line.
+type stepStatus struct {
+	mu      sync.Mutex
+	cfg     plugins.Config
+	start   time.Time
+	step    int64
+	world   int
+	batch   int
+	records int64
+	window  []point // rank 0's recent steps
+}
+
+type point struct {
+	t       float64
+	samples int
+}
+
+const rateWindow = 20
+
+func newStepStatus(cfg plugins.Config) *stepStatus {
+	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch}
+}
+
+func (s *stepStatus) observe(r telemetry.StepRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.records++
+	if r.Step > s.step {
+		s.step = r.Step
+	}
+	s.world = r.World
+	if r.GlobalBatch > 0 {
+		s.batch = r.GlobalBatch
+	}
+	if r.Rank != 0 {
+		return
+	}
+	samples := r.GlobalBatch
+	if samples == 0 {
+		samples = r.Samples * r.World
+	}
+	s.window = append(s.window, point{r.Time, samples})
+	if len(s.window) > rateWindow {
+		s.window = s.window[1:]
+	}
+}
+
+// rate is the samples per second over the recent window (0 when unknown).
+func (s *stepStatus) rate() float64 {
+	if len(s.window) < 2 {
+		return 0
+	}
+	first, last := s.window[0], s.window[len(s.window)-1]
+	n := 0
+	for _, p := range s.window[1:] {
+		n += p.samples
+	}
+	if dt := last.t - first.t; dt > 0 {
+		return float64(n) / dt
+	}
+	return 0
+}
+
+func (s *stepStatus) line() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parts := []string{fmt.Sprintf("step %d", s.step)}
+	if r := s.rate(); r > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f samples/s", r))
+	}
+	parts = append(parts, fmt.Sprintf("%d workers", s.world))
+	if s.batch > 0 {
+		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
+	}
+	parts = append(parts, time.Since(s.start).Truncate(time.Second).String())
+	return strings.Join(parts, " · ")
+}
+
+func (s *stepStatus) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("%d steps, %d step records, %s", s.step, s.records, time.Since(s.start).Truncate(100*time.Millisecond))
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+var errFinished = errors.New("job finished")
+
+func newLogsCmd(a *app) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs JOB",
+		Short: "Print a job's worker output, prefixed by rank",
+		Long:  "logs prints what the job's workers wrote. With -f it keeps printing until the job ends.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+				if _, err := c.Job(ctx, args[0]); err != nil {
+					return err
+				}
+				con := newConsole(a.stdout, a.stderr, 0)
+				err := c.Output(ctx, args[0], follow, func(l *telemetry.LogLine, e *telemetry.Event) error {
+					if l != nil {
+						con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
+					} else if follow && e.Kind == telemetry.EventFinished {
+						return errFinished
+					}
+					return nil
+				})
+				if errors.Is(err, errFinished) {
+					return nil
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the job ends")
+	return cmd
+}
+
+func newStepsCmd(a *app) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "steps JOB",
+		Short: "Print a job's step records",
+		Long: `steps prints the step telemetry of every worker: step time, samples, compute and
+synchronisation seconds, loss, and the squared gradient norms (local, before
+all-reduce; averaged, after it) that feed the gradient noise scale. With -o json
+it prints one JSON record per line, as the workers sent them.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+				if _, err := c.Job(ctx, args[0]); err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+				if !asJSON {
+					fmt.Fprintln(tw, "STEP\tRANK\tWORLD\tDT_S\tSAMPLES\tCOMPUTE_S\tSYNC_S\tLOSS\tLOCAL_SQR\tAVG_SQR\t")
+				}
+				enc := json.NewEncoder(a.stdout)
+				err := c.Steps(ctx, args[0], follow, func(r telemetry.StepRecord) error {
+					if asJSON {
+						return enc.Encode(r)
+					}
+					fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Step, r.Rank, r.World, r.Seconds, r.Samples,
+						num(r.ComputeSeconds, "%.4f"), num(r.SyncSeconds, "%.4f"), num(r.Loss, "%.4f"), num(r.LocalSqr, "%.4g"), num(r.AvgSqr, "%.4g"))
+					if follow {
+						return tw.Flush()
+					}
+					return nil
+				})
+				if ferr := tw.Flush(); err == nil {
+					err = ferr
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records (Ctrl-C to stop)")
+	addOutputFlag(a, cmd)
+	return cmd
+}
+
+func num(p *float64, format string) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format, *p)
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+)
+
+// app holds what every command shares: global flags, the logger and the
+// streams it writes to.
+type app struct {
+	natsURL  string
+	stateDir string
+	logLevel string
+	output   string
+
+	stdout, stderr io.Writer
+	log            *zap.Logger
+}
+
+// exitError carries a process exit code through cobra (the job's, for run).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "scavctl",
+		Short: "Run and watch distributed training jobs that Scavenger makes cheaper and faster",
+		Long: `scavctl wraps a training command, launches its workers through the node daemon
+(scavd), and shows what every step costs.
+
+With no scavd running, scavctl starts one inside itself for the length of the
+command (standalone mode), so the first command works on a fresh machine:
+
+  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
+
+scavctl finds a daemon in this order: --nats, $SCAV_NATS, the discovery file a
+running scavd writes in its state directory, then nats://` + daemon.DefaultListen + `.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			lvl, err := zapcore.ParseLevel(a.logLevel)
+			if err != nil {
+				return fmt.Errorf("--log-level %q: use debug, info, warn or error", a.logLevel)
+			}
+			a.log = newLogger(a.stderr, lvl)
+			return nil
+		},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
+	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
+	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
+	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newVersionCmd(a))
+	return root
+}
+
+// addOutputFlag adds -o to a command whose output is data.
+func addOutputFlag(a *app, cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+}
+
+func (a *app) json() (bool, error) {
+	switch a.output {
+	case "", "table":
+		return false, nil
+	case "json":
+		return true, nil
+	}
+	return false, fmt.Errorf("-o %q: use table or json", a.output)
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// connect finds a daemon, or with standalone starts one in this process.
+// The returned function releases the connection and stops such a daemon.
+func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, func(), error) {
+	const probe = 750 * time.Millisecond
+	if a.natsURL != "" {
+		c, err := daemon.Dial(ctx, a.natsURL, 3*time.Second)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w; start one with `scavd --listen ...`, or drop --nats/$SCAV_NATS to let scavctl start its own", err)
+		}
+		return c, c.Close, nil
+	}
+	var urls []string
+	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
+		if info, err := daemon.ReadDiscovery(dir); err == nil {
+			urls = append(urls, info.NATS)
+		}
+	}
+	urls = append(urls, "nats://"+daemon.DefaultListen)
+	for _, u := range urls {
+		if c, err := daemon.Dial(ctx, u, probe); err == nil {
+			a.log.Debug("using daemon", zap.String("nats", u))
+			return c, c.Close, nil
+		}
+	}
+	if !standalone {
+		return nil, nil, fmt.Errorf("%w (tried %v)", daemon.ErrNoDaemon, urls)
+	}
+	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true}, a.log.Named("scavd"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
+	}
+	c, err := daemon.Dial(ctx, d.URL(), 5*time.Second)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("connect to in-process scavd: %w", err)
+	}
+	return c, func() {
+		c.Close()
+		if n := len(d.Active()); n > 0 {
+			fmt.Fprintf(a.stderr, "scavctl: waiting for %d other job(s) on this in-process scavd to end (Ctrl-C stops them)\n", n)
+			_ = d.Wait(ctx)
+		}
+		if err := d.Close(); err != nil {
+			a.log.Warn("stop in-process scavd", zap.Error(err))
+		}
+	}, nil
+}
+
+// withClient runs f against a daemon found or, failing that, started in process.
+// Ctrl-C or SIGTERM cancels f's context.
+func (a *app) withClient(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, release, err := a.connect(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return f(ctx, c)
+}
+
+func newLogger(w io.Writer, lvl zapcore.Level) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.TimeKey = ""
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), lvl)
+	return zap.New(core)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

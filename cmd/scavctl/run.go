@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+type runFlags struct {
+	workers    int
+	batch      int
+	name       string
+	checkpoint string
+	env        []string
+	grace      time.Duration
+	mode       string
+	statusTick time.Duration
+}
+
+func newRunCmd(a *app) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a training command under Scavenger and stream its output",
+		Long: `run launches CMD as a data-parallel job: one process per worker with the
+torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) and Scavenger's (SCAV_JOB_ID, SCAV_SOCKET,
+SCAV_GLOBAL_BATCH, SCAV_LOCAL_BATCH, SCAV_CHECKPOINT_DIR, ...). The python
+package "scavenger" is on the workers' PYTHONPATH; scripts that use it report
+every step, and scripts that do not run unchanged.
+
+Arguments may use {workers}, {batch_size} and {local_batch_size}; they are
+replaced by the job's configuration. Commands that are launchers themselves
+(torchrun, python -m torch.distributed.run) are started once, not per worker.
+
+Output lines are prefixed with the worker's rank. On a terminal a status line
+shows the step, samples/s, workers and global batch. Ctrl-C or SIGTERM stops
+the job: SIGTERM to the workers, SIGKILL after --grace. scavctl exits with the
+job's exit code.`,
+		Example: `  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
+  scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py
+  scavctl run --workers 4 --mode self -- torchrun --nproc_per_node={workers} train.py --bs={local_batch_size}`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("no command: give it after --, e.g. scavctl run -- python train.py")
+			}
+			if cmd.ArgsLenAtDash() != 0 {
+				return fmt.Errorf("unexpected argument %q before --: put the training command after --", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runJob(cmd.Context(), f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&f.workers, "workers", "w", 1, "number of data-parallel workers")
+	fl.IntVarP(&f.batch, "batch-size", "b", 0, "global batch size, split evenly over the workers (0: the script's own)")
+	fl.StringVar(&f.name, "name", "", "job name; the id is the name plus a random suffix (default: the script's name)")
+	fl.StringVar(&f.checkpoint, "checkpoint-dir", "", "directory for the job's checkpoints (default: <state-dir>/checkpoints/<job>)")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "extra environment for the workers, KEY=VALUE (repeatable)")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the job is stopped")
+	fl.StringVar(&f.mode, "mode", "auto", "how CMD becomes processes: ranks (one per worker), self (CMD launches the workers), auto")
+	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
+	return cmd
+}
+
+// runJob submits the job, streams its output until it finishes and returns
+// its exit code as an exitError.
+func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
+	req, err := buildRunRequest(f, args)
+	if err != nil {
+		return err
+	}
+	// Signals stop the job, not scavctl: install the handler before anything starts.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	c, release, err := a.connect(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	job, err := c.Run(ctx, req)
+	if err != nil {
+		return fmt.Errorf("submit job: %w", err)
+	}
+	con := newConsole(a.stdout, a.stderr, f.statusTick)
+	defer con.close()
+	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
+
+	st := newStepStatus(job.Config)
+	sub, err := c.NC.Subscribe(telemetry.StepSubject(job.ID), func(m *nats.Msg) {
+		recs, _ := telemetry.DecodeBatch(m.Data)
+		for _, r := range recs {
+			st.observe(r)
+		}
+		con.setStatus(st.line())
+	})
+	if err != nil {
+		return fmt.Errorf("follow steps of %s: %w", job.ID, err)
+	}
+	defer sub.Unsubscribe()
+
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // owned here; ends when the job's output is done (cancel or finish)
+		defer close(done)
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case s := <-sigs:
+				con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s)", s, job.ID, f.grace)
+				if _, err := c.Stop(watchCtx, job.ID, f.grace); err != nil && watchCtx.Err() == nil {
+					con.notef("stop %s: %v", job.ID, err)
+				}
+			}
+		}
+	}()
+
+	var final *telemetry.Event
+	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+		if l != nil {
+			con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
+			return nil
+		}
+		if e.Kind == telemetry.EventFinished {
+			final = e
+			return errFinished
+		}
+		if e.Kind == telemetry.EventStopping {
+			con.notef("%s", e.Message)
+		}
+		return nil
+	})
+	cancel()
+	<-done
+	if !errors.Is(err, errFinished) {
+		return fmt.Errorf("follow output of %s: %w", job.ID, err)
+	}
+	con.setStatus(st.line())
+	code := 0
+	if final.ExitCode != nil {
+		code = *final.ExitCode
+	}
+	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// buildRunRequest turns flags and the command into the daemon's request.
+func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
+	var errs []error
+	dir, err := os.Getwd()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("read working directory: %w", err))
+	}
+	env := os.Environ()
+	for _, kv := range f.env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--env %q: use KEY=VALUE", kv))
+			continue
+		}
+		env = append(env, kv)
+	}
+	ckpt := f.checkpoint
+	if ckpt != "" {
+		if ckpt, err = filepath.Abs(ckpt); err != nil {
+			errs = append(errs, fmt.Errorf("--checkpoint-dir %q: %w", f.checkpoint, err))
+		}
+	}
+	if f.grace < 0 {
+		errs = append(errs, fmt.Errorf("--grace %s: must not be negative", f.grace))
+	}
+	req := daemon.RunRequest{
+		Name: f.name, Command: args, Dir: dir, Env: env,
+		Config:        plugins.Config{Workers: f.workers, GlobalBatch: f.batch},
+		Mode:          plugins.LaunchMode(f.mode),
+		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace),
+	}
+	if err := req.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return req, errors.Join(errs...)
+}
+
+func batchText(b int) string {
+	if b == 0 {
+		return "(script's own)"
+	}
+	return fmt.Sprint(b)
+}

@@ -1,0 +1,84 @@
+// Command scavd is Scavenger's node daemon: it runs the NATS server (or joins
+// one), supervises the training jobs launched on this node, ingests their step
+// telemetry and serves scavctl.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "scavd:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses the command line and serves until SIGINT or SIGTERM.
+func run(ctx context.Context, args []string) error {
+	var cfg daemon.Config
+	var level, format string
+	cmd := &cobra.Command{
+		Use:   "scavd",
+		Short: "Scavenger's node daemon",
+		Long: `scavd supervises training jobs on this node for scavctl. It embeds a NATS
+server with JetStream (listening on --listen, its store under --state-dir) or,
+given --nats, joins an existing NATS server. Workers write step telemetry to the
+unix socket --socket (only this user can write to it).
+
+SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
+		Example:       "  scavd\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       daemon.Version,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(level, format)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
+	f.StringVar(&cfg.NATSURL, "nats", "", "join this NATS server instead of embedding one")
+	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
+	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
+	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
+	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
+	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&format, "log-format", "console", "log format: console or json")
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
+}
+
+func newLogger(level, format string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	case "console":
+		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	default:
+		return nil, fmt.Errorf("--log-format %q: use console or json", format)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stderr), lvl)).Named("scavd"), nil
+}

@@ -1,0 +1,292 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// ErrNoJob is returned for a job id the daemon does not know.
+var ErrNoJob = errors.New("no such job")
+
+// supervisor owns the jobs this daemon runs: it starts their attempts through
+// the launcher, forwards their output, keeps their records and stops them.
+type supervisor struct {
+	log      *zap.Logger
+	launcher plugins.Launcher
+	pub      Publisher
+	kv       jetstream.KeyValue
+	node     string
+	socket   string
+	ckptRoot string
+	pyPath   string
+
+	mu     sync.Mutex
+	jobs   map[string]*running
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// running is a job this daemon supervises right now.
+type running struct {
+	mu   sync.Mutex
+	job  Job
+	stop chan time.Duration // a stop request with its grace; buffered 1
+	done chan struct{}
+}
+
+const defaultGrace = 10 * time.Second
+
+// submit validates req, records the job and starts its first attempt.
+func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
+	if err := req.Validate(); err != nil {
+		return Job{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	name := req.Name
+	if name == "" {
+		name = defaultName(req.Command)
+	}
+	grace := req.Grace
+	if grace == 0 {
+		grace = Duration(defaultGrace)
+	}
+	mode := req.Mode
+	if mode == "" {
+		mode = plugins.ModeAuto
+	}
+	cfg := req.Config
+	if cfg.LRScale == 0 {
+		cfg.LRScale = 1
+	}
+	id := newJobID(name)
+	ckpt := req.CheckpointDir
+	if ckpt == "" {
+		ckpt = filepath.Join(s.ckptRoot, id)
+	}
+	if err := os.MkdirAll(ckpt, 0o700); err != nil {
+		return Job{}, fmt.Errorf("%w: create checkpoint directory %s: %w", ErrBadRequest, ckpt, err)
+	}
+	j := Job{
+		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
+		CheckpointDir: ckpt, Grace: grace, Node: s.node, Launcher: s.launcher.Name(),
+		State: StateStarting, Created: time.Now().UTC(),
+	}
+	r := &running{job: j, stop: make(chan time.Duration, 1), done: make(chan struct{})}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return Job{}, errors.New("daemon is shutting down")
+	}
+	s.jobs[id] = r
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	s.save(ctx, j)
+	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Message: fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)})
+	go func() {
+		defer s.wg.Done()
+		defer close(r.done)
+		s.run(r, req.Env)
+	}()
+	return j, nil
+}
+
+// run drives one job from its first attempt to its end.
+func (s *supervisor) run(r *running, env []string) {
+	j := r.snapshot()
+	log := s.log.With(zap.String("job", j.ID))
+	j.Attempt = 1
+	spec := plugins.AttemptSpec{
+		JobID: j.ID, Attempt: j.Attempt, Command: j.Command, Dir: j.Dir,
+		Env: withPythonPath(env, s.pyPath), Config: j.Config, Mode: j.Mode,
+		Socket: s.socket, CheckpointDir: j.CheckpointDir,
+		Output: s.output(j.ID, j.Attempt),
+	}
+	// The attempt lives until it ends or is stopped, not as long as any request.
+	h, err := s.launcher.Start(context.Background(), spec)
+	if err != nil {
+		log.Warn("start failed", zap.Error(err))
+		s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
+		return
+	}
+	now := time.Now().UTC()
+	r.update(func(j *Job) { j.State, j.Attempt, j.Started = StateRunning, 1, &now })
+	s.save(context.Background(), r.snapshot())
+	s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: 1, Message: "launcher " + s.launcher.Name() + ", attempt " + h.ID()})
+	log.Info("job started", zap.Strings("command", j.Command), zap.Int("workers", j.Config.Workers))
+
+	type waited struct {
+		res plugins.Result
+		err error
+	}
+	wc := make(chan waited, 1)
+	go func() {
+		res, err := h.Wait(context.Background())
+		wc <- waited{res, err}
+	}()
+	var w waited
+	stopped := false
+	select {
+	case w = <-wc:
+	case grace := <-r.stop:
+		stopped = true
+		r.update(func(j *Job) { j.State = StateStopping })
+		s.save(context.Background(), r.snapshot())
+		s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: j.ID, Attempt: 1, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", grace)})
+		if err := h.Stop(context.Background(), grace); err != nil {
+			log.Warn("stop", zap.Error(err))
+		}
+		w = <-wc
+	}
+	if w.err != nil {
+		s.finish(r, nil, 1, fmt.Sprintf("wait: %v", w.err), StateFailed)
+		return
+	}
+	state, msg := StateSucceeded, "all workers exited 0"
+	switch {
+	case stopped || w.res.Stopped:
+		state, msg = StateStopped, "stopped on request"
+	case w.res.ExitCode != 0:
+		state = StateFailed
+		msg = fmt.Sprintf("rank %d exited with %d; the other workers were stopped", w.res.FailedRank, w.res.ExitCode)
+	}
+	s.finish(r, &w.res, w.res.ExitCode, msg, state)
+}
+
+// finish records the end of a job and publishes its final event.
+func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg string, state JobState) {
+	now := time.Now().UTC()
+	r.update(func(j *Job) {
+		j.State, j.Ended, j.ExitCode, j.Result, j.Message = state, &now, &code, res, msg
+	})
+	j := r.snapshot()
+	s.save(context.Background(), j)
+	s.event(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &code, Message: msg})
+	s.log.Info("job finished", zap.String("job", j.ID), zap.String("state", string(state)), zap.Int("exit_code", code))
+	s.mu.Lock()
+	delete(s.jobs, j.ID)
+	s.mu.Unlock()
+}
+
+// stopJob asks a running job to stop; grace 0 uses the job's own.
+func (s *supervisor) stopJob(id string, grace time.Duration) (Job, error) {
+	s.mu.Lock()
+	r, ok := s.jobs[id]
+	s.mu.Unlock()
+	if !ok {
+		return Job{}, fmt.Errorf("stop job %s: %w (or it has already ended)", id, ErrNoJob)
+	}
+	r.requestStop(grace)
+	return r.snapshot(), nil
+}
+
+// close stops every job with its own grace and waits for all to end.
+func (s *supervisor) close() {
+	s.mu.Lock()
+	s.closed = true
+	rs := make([]*running, 0, len(s.jobs))
+	for _, r := range s.jobs {
+		rs = append(rs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range rs {
+		r.requestStop(0)
+	}
+	s.wg.Wait()
+}
+
+// active lists the ids of the jobs still running here.
+func (s *supervisor) active() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.jobs))
+	for id := range s.jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// output publishes each worker line on the job's log subject.
+func (s *supervisor) output(job string, attempt int) plugins.OutputFunc {
+	subj := telemetry.LogSubject(job)
+	return func(rank int, stream plugins.Stream, line string) {
+		b, _ := json.Marshal(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
+		if err := s.pub.Publish(subj, b); err != nil {
+			s.log.Debug("publish output", zap.String("job", job), zap.Error(err))
+		}
+	}
+}
+
+func (s *supervisor) event(e telemetry.Event) {
+	e.Time = time.Now().UTC()
+	b, _ := json.Marshal(e)
+	if err := s.pub.Publish(telemetry.EventSubject(e.Job), b); err != nil {
+		s.log.Warn("publish event", zap.String("job", e.Job), zap.String("kind", string(e.Kind)), zap.Error(err))
+	}
+}
+
+// save writes the job record; a failure is logged, the job goes on.
+func (s *supervisor) save(ctx context.Context, j Job) {
+	b, _ := json.Marshal(j)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := s.kv.Put(ctx, j.ID, b); err != nil {
+		s.log.Warn("save job record", zap.String("job", j.ID), zap.Error(err))
+	}
+}
+
+func (r *running) snapshot() Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.job
+}
+
+func (r *running) update(f func(*Job)) {
+	r.mu.Lock()
+	f(&r.job)
+	r.mu.Unlock()
+}
+
+func (r *running) requestStop(grace time.Duration) {
+	if grace <= 0 {
+		grace = r.snapshot().Grace.D()
+	}
+	select {
+	case r.stop <- grace:
+	default: // a stop is already on its way
+	}
+}
+
+// withPythonPath puts dir first on PYTHONPATH in env, so that the workers
+// import the scavenger client this binary carries.
+func withPythonPath(env []string, dir string) []string {
+	if dir == "" {
+		return env
+	}
+	out := make([]string, 0, len(env)+1)
+	val := dir
+	for _, kv := range env {
+		if len(kv) > 11 && kv[:11] == "PYTHONPATH=" {
+			if rest := kv[11:]; rest != "" {
+				val = dir + string(os.PathListSeparator) + rest
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "PYTHONPATH="+val)
+}

@@ -1,0 +1,100 @@
+package price
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDefaultHoldsTraceTypes(t *testing.T) {
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		key, name string
+		gpus      int
+	}{
+		{"aws", "g4dn.12xlarge", 4},
+		{"azure", "Standard_ND40rs_v2", 8},
+		{"dgx-ext", "p4d.24xlarge", 8},
+		{"a2-highgpu-8g", "a2-highgpu-8g", 8},
+	}
+	for _, tc := range tests {
+		m, err := c.Lookup(tc.key)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.key, err)
+		}
+		if m.Name != tc.name || m.GPUs != tc.gpus || m.OnDemand == nil || m.OnDemand.AsOf == "" || m.OnDemand.Source == "" {
+			t.Errorf("%s: %+v", tc.key, m)
+		}
+		if _, err := m.Hourly(true); !errors.Is(err, ErrNoPrice) {
+			t.Errorf("%s: spot price should be unknown, err %v", tc.key, err)
+		}
+	}
+	if _, err := c.Lookup("nope"); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unknown: %v", err)
+	}
+}
+
+func TestParseValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantErr string
+	}{
+		{"ok", `{"types":[{"name":"x","on_demand":{"usd_per_hour":1,"as_of":"2025-01","source":"s"}}]}`, ""},
+		{"unknown field", `{"types":[{"name":"x","colour":"red"}]}`, "unknown field"},
+		{"no price", `{"types":[{"name":"x"}]}`, "no price"},
+		{"negative price", `{"types":[{"name":"x","on_demand":{"usd_per_hour":-1,"as_of":"d","source":"s"}}]}`, "on_demand price -1"},
+		{"no provenance", `{"types":[{"name":"x","spot":{"usd_per_hour":1}}]}`, "without as_of"},
+		{"duplicate and empty collected", `{"types":[{"name":"","on_demand":{"usd_per_hour":1,"as_of":"d","source":"s"}},{"name":"a","on_demand":{"usd_per_hour":1,"as_of":"d","source":"s"}},{"name":"a","on_demand":{"usd_per_hour":1,"as_of":"d","source":"s"}}]}`, "duplicate name"},
+	}
+	for _, tc := range tests {
+		_, err := Parse(strings.NewReader(tc.in), "user.json")
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "user.json") {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+func TestMergeOverrides(t *testing.T) {
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := Parse(strings.NewReader(`{"types":[
+		{"name":"g4dn.12xlarge","provider":"aws","gpus":4,"trace_types":["aws"],"on_demand":{"usd_per_hour":2.5,"as_of":"2026-01","source":"my contract"},"spot":{"usd_per_hour":1.2,"as_of":"2026-01","source":"spot history"}},
+		{"name":"lab","provider":"onprem","gpus":8,"on_demand":{"usd_per_hour":0,"as_of":"2026-01","source":"owned"}}]}`), "user.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Merge(user)
+	if len(m.Types) != len(c.Types)+1 {
+		t.Fatalf("merged %d types", len(m.Types))
+	}
+	g, _ := m.Lookup("aws")
+	if p, _ := g.Hourly(false); p != 2.5 {
+		t.Fatalf("override not applied: %g", p)
+	}
+	if p, _ := g.Hourly(true); p != 1.2 {
+		t.Fatalf("spot: %g", p)
+	}
+	if orig, _ := c.Lookup("aws"); orig.OnDemand.USDPerHour != 3.912 {
+		t.Fatal("merge modified its input")
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, m.Rows()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "g4dn.12xlarge") || !strings.Contains(buf.String(), "1.2000") {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+}

@@ -1,0 +1,144 @@
+// Package plugins holds the launcher contract that scavd and every launcher
+// share: the Launcher and Handle interfaces, the attempt specification, the
+// worker environment of DESIGN.md §3 and the errors a launcher returns. The
+// go-plugin/gRPC transport for external launchers is built on these types.
+package plugins
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// Stream names which output stream of a worker a line came from.
+type Stream string
+
+// The two output streams of a worker.
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// OutputFunc receives each line a worker writes, without its newline. It is
+// called from the launcher's reader goroutines and must not block for long.
+type OutputFunc func(rank int, stream Stream, line string)
+
+// LaunchMode says how a launcher turns a command into processes.
+type LaunchMode string
+
+// Launch modes.
+const (
+	// ModeAuto picks ModeSelf for commands that are launchers themselves
+	// (torchrun, python -m torch.distributed.run/launch) and ModeRanks otherwise.
+	ModeAuto LaunchMode = "auto"
+	// ModeRanks starts one process per worker with the torchrun-compatible environment.
+	ModeRanks LaunchMode = "ranks"
+	// ModeSelf starts one process; the command (through its template) starts the workers.
+	ModeSelf LaunchMode = "self"
+)
+
+// Config is one point of the configuration space a job can run at.
+type Config struct {
+	// Workers is the number of data-parallel workers (replicas), K.
+	Workers int `json:"workers"`
+	// GlobalBatch is the batch summed over all workers, B.
+	GlobalBatch int `json:"global_batch"`
+	// MachineType names the machine type, when the launcher chooses machines.
+	MachineType string `json:"machine_type,omitempty"`
+	// Nodes is the number of machines the workers are spread over (0: the launcher decides).
+	Nodes int `json:"nodes,omitempty"`
+	// LRScale is the learning-rate factor relative to the job's starting batch (1 when unchanged).
+	LRScale float64 `json:"lr_scale,omitempty"`
+}
+
+// LocalBatch is the per-worker batch, B/K rounded down (0 when unknown).
+func (c Config) LocalBatch() int {
+	if c.Workers <= 0 {
+		return 0
+	}
+	return c.GlobalBatch / c.Workers
+}
+
+// AttemptSpec is everything a launcher needs to start one attempt of a job.
+type AttemptSpec struct {
+	// JobID and Attempt identify the attempt; Attempt counts from 1.
+	JobID   string
+	Attempt int
+	// Command is the user's command and arguments, with {workers},
+	// {batch_size} and {local_batch_size} still to be substituted.
+	Command []string
+	// Dir is the working directory of the workers.
+	Dir string
+	// Env holds extra KEY=VALUE pairs for every worker (the user's --env and
+	// the daemon's additions such as PYTHONPATH), on top of the launcher's own environment.
+	Env []string
+	// Config is the configuration to run at.
+	Config Config
+	// Mode says how the command becomes processes.
+	Mode LaunchMode
+	// Socket is the node daemon's telemetry socket (SCAV_SOCKET).
+	Socket string
+	// CheckpointDir is where the job keeps its checkpoints (SCAV_CHECKPOINT_DIR).
+	CheckpointDir string
+	// Restore is the checkpoint to resume from, empty for a fresh start (SCAV_RESTORE).
+	Restore string
+	// Output receives the workers' output lines; nil discards them.
+	Output OutputFunc
+}
+
+// RankResult is how one worker process ended.
+type RankResult struct {
+	Rank     int    `json:"rank"`
+	PID      int    `json:"pid"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Stopped is true when the launcher stopped this rank (a peer failed, or Stop was called).
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Result is how an attempt ended.
+type Result struct {
+	// ExitCode is the attempt's exit status: 0 when every rank exited 0, else
+	// the code of the first rank that failed on its own (128+n for signal n).
+	ExitCode int `json:"exit_code"`
+	// FailedRank is the first rank that failed on its own, or -1.
+	FailedRank int `json:"failed_rank"`
+	// Stopped is true when the attempt ended because Stop was called.
+	Stopped bool `json:"stopped,omitempty"`
+	// Ranks holds each worker process's end.
+	Ranks []RankResult `json:"ranks"`
+}
+
+// Capabilities describe what a launcher can start.
+type Capabilities struct {
+	// MaxWorkers is the most workers one attempt can have (0: unbounded).
+	MaxWorkers int `json:"max_workers"`
+	// Hosts lists the hosts workers may run on.
+	Hosts []string `json:"hosts,omitempty"`
+	// MachineTypes lists the machine types the launcher can provide.
+	MachineTypes []string `json:"machine_types,omitempty"`
+}
+
+// Launcher starts job attempts. Built-in launchers implement it in process;
+// external ones are reached through the same interface over gRPC.
+type Launcher interface {
+	// Name is the launcher's registered name ("local", "slurm", ...).
+	Name() string
+	// Capabilities reports what this launcher can start.
+	Capabilities(ctx context.Context) (Capabilities, error)
+	// Start launches the attempt and returns once its processes exist.
+	Start(ctx context.Context, spec AttemptSpec) (Handle, error)
+}
+
+// Handle is a started attempt.
+type Handle interface {
+	// ID identifies the attempt to the launcher (for example a process-group id).
+	ID() string
+	// Wait blocks until every worker process has ended, or ctx is done.
+	Wait(ctx context.Context) (Result, error)
+	// Signal sends sig to every worker process.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Stop ends the attempt: SIGTERM to every worker, then SIGKILL to whatever
+	// is left after grace. It returns when all are gone; calling it twice is safe.
+	Stop(ctx context.Context, grace time.Duration) error
+}

@@ -1,0 +1,139 @@
+"""Scavenger's python client: step telemetry from training workers.
+
+Standard library only; importable without torch. Inside a Scavenger job (the
+launcher sets SCAV_SOCKET) every step() sends one JSON line to the node daemon
+from a background thread; outside, every call is a cheap no-op with no thread
+and no socket. Training never blocks on telemetry: when the daemon is absent or
+slow, records are dropped and counted (see stats()).
+
+    import scavenger
+    batch = scavenger.local_batch_size(default=32)
+    for x, y in data:
+        ...
+        optimizer.step()
+        scavenger.step(samples=len(x), loss=loss.item())
+
+For PyTorch DDP models, scavenger.torch.instrument() does the reporting itself.
+"""
+
+import atexit
+import os
+import sys
+import threading
+from typing import Any, Dict, Optional
+
+from . import _env
+from ._client import Client, NoopClient
+
+__all__ = [
+    "init", "step", "close", "stats", "enabled",
+    "world_size", "rank", "local_rank", "global_batch_size", "local_batch_size",
+    "lr_scale", "checkpoint_dir", "restore_path",
+]
+
+_client = None
+_lock = threading.Lock()
+
+
+def _start(timed: bool):
+    """Create the process's client from the environment, once."""
+    global _client
+    with _lock:
+        if _client is None:
+            _client = _make_client(_env.Config.from_env(), timed)
+            atexit.register(close)
+    return _client
+
+
+def _make_client(config: _env.Config, timed: bool):
+    """A Client when the environment names a socket and a valid job, else a NoopClient."""
+    if not config.socket:
+        return NoopClient()
+    if not _env.valid_job_id(config.job):
+        print(f"scavenger: SCAV_JOB_ID {config.job!r} is not a job id; telemetry disabled",
+              file=sys.stderr)
+        return NoopClient()
+    return Client(config, timed=timed)
+
+
+def _forget_in_child() -> None:
+    """A forked child must not report its parent's steps: silence it."""
+    global _client
+    if _client is not None:
+        _client = NoopClient()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def init() -> None:
+    """Start telemetry (idempotent). Step timing starts here; step() calls it implicitly."""
+    _start(timed=True)
+
+
+def step(samples: Optional[int] = None, loss: Any = None, **fields: Any) -> None:
+    """Report one optimizer step; returns at once, never blocks.
+
+    samples: samples this worker processed in the step; loss: the training loss
+    (any number, NaN and Inf are left out). fields: any of dt (the step's wall
+    seconds; by default the time since the previous step() or init()), micro,
+    compute_s, sync_s, local_sqr, avg_sqr, epoch, local_batch, global_batch,
+    plus JSON scalars of your own. Invalid values are left out of the record.
+    """
+    (_client or _start(timed=False)).step(samples, loss, **fields)
+
+
+def close(timeout: float = 1.0) -> None:
+    """Flush queued records, waiting at most timeout seconds. Registered atexit."""
+    if _client is not None:
+        _client.close(timeout)
+
+
+def stats() -> Dict[str, int]:
+    """Counters of this process: sent, dropped and queued records."""
+    return (_client or NoopClient()).stats()
+
+
+def enabled() -> bool:
+    """True inside a Scavenger job (SCAV_SOCKET is set)."""
+    return bool(os.environ.get("SCAV_SOCKET"))
+
+
+def world_size() -> int:
+    """Number of workers (WORLD_SIZE, default 1)."""
+    return max(1, _env.env_int("WORLD_SIZE", 1))
+
+
+def rank() -> int:
+    """This worker's global rank (RANK, default 0)."""
+    return _env.env_int("RANK", 0)
+
+
+def local_rank() -> int:
+    """This worker's rank on its node (LOCAL_RANK, default 0)."""
+    return _env.env_int("LOCAL_RANK", 0)
+
+
+def global_batch_size(default: Optional[int] = None) -> Optional[int]:
+    """The global batch: SCAV_GLOBAL_BATCH, else SCAV_LOCAL_BATCH x world size, else default."""
+    return _env.global_batch(default)
+
+
+def local_batch_size(default: Optional[int] = None) -> Optional[int]:
+    """This worker's batch: SCAV_LOCAL_BATCH, else SCAV_GLOBAL_BATCH / world size, else default."""
+    return _env.local_batch(default)
+
+
+def lr_scale() -> float:
+    """The factor to multiply the base learning rate by (SCAV_LR_SCALE, default 1.0)."""
+    return _env.env_float("SCAV_LR_SCALE", 1.0)
+
+
+def checkpoint_dir() -> Optional[str]:
+    """Where to write checkpoints (SCAV_CHECKPOINT_DIR), or None."""
+    return os.environ.get("SCAV_CHECKPOINT_DIR") or None
+
+
+def restore_path() -> Optional[str]:
+    """The checkpoint to resume from (SCAV_RESTORE), or None for a fresh start."""
+    return os.environ.get("SCAV_RESTORE") or None

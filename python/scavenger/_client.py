@@ -1,0 +1,222 @@
+"""The telemetry client: step records to the node daemon, never blocking training.
+
+step() appends a tuple to a bounded deque; one daemon thread wakes every
+flush interval, turns the tuples into newline-delimited JSON (the wire format of
+telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
+and reconnecting with exponential backoff. When the deque is full, because the
+daemon is absent or slow, new records are dropped and counted.
+"""
+
+import collections
+import json
+import math
+import socket
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from ._env import Config
+
+SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 16 << 10  # the daemon's limit, newline excluded
+
+# Validation of the optional fields; anything failing is left out of the record.
+_COUNTS = ("samples", "local_batch", "global_batch", "epoch")  # ints >= 0
+_DURATIONS = ("dt", "compute_s", "sync_s", "local_sqr", "avg_sqr")  # finite floats >= 0
+_HEADER = ("v", "job", "attempt", "rank", "world", "step", "t")  # owned by the client
+
+
+def _count(value: Any, least: int = 0) -> Optional[int]:
+    """value as an int >= least, or None (bools and non-integers are refused)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        n = value.__index__()
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return None
+    return n if n >= least else None
+
+
+def _number(value: Any, nonneg: bool) -> Optional[float]:
+    """value as a finite float (>= 0 when nonneg), or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if not math.isfinite(x) or (nonneg and x < 0):
+        return None
+    return x
+
+
+def _extra(value: Any) -> Any:
+    """A user field kept as is when it is a JSON scalar (finite), else None."""
+    if isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return None
+
+
+def build_record(header: Dict[str, Any], step: int, t: float, samples: Any, loss: Any,
+                 fields: Dict[str, Any]) -> Dict[str, Any]:
+    """The wire record of one step: header, step and t, then every valid optional field."""
+    rec = dict(header)
+    rec["step"] = step
+    rec["t"] = t
+    for key, value in fields.items():
+        if key in _HEADER or value is None:
+            continue
+        if key in _COUNTS:
+            value = _count(value)
+        elif key == "micro":
+            value = _count(value, least=1)
+        elif key in _DURATIONS:
+            value = _number(value, nonneg=True)
+        else:
+            value = _extra(value)
+        if value is not None:
+            rec[key] = value
+    n = _count(samples) if samples is not None else None
+    if n is not None:
+        rec["samples"] = n
+    x = _number(loss, nonneg=False) if loss is not None else None
+    if x is not None:
+        rec["loss"] = x
+    return rec
+
+
+def encode(rec: Dict[str, Any]) -> Optional[bytes]:
+    """One JSON line, or None when the record is too long for the daemon."""
+    line = json.dumps(rec, separators=(",", ":"), allow_nan=False).encode()
+    return line + b"\n" if len(line) <= MAX_RECORD_BYTES else None
+
+
+class NoopClient:
+    """The client outside Scavenger: every call does nothing."""
+
+    def step(self, samples: Any = None, loss: Any = None, **fields: Any) -> None:
+        """Do nothing."""
+
+    def stats(self) -> Dict[str, int]:
+        """All counters zero."""
+        return {"sent": 0, "dropped": 0, "queued": 0}
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Do nothing."""
+
+
+class Client:
+    """Sends one step record per step() to the node daemon's unix socket.
+
+    timed says whether the step clock starts now; when False the first step has
+    no dt. Counters: sent (written to the socket), dropped (queue full, write
+    failed, unencodable, or still queued at close), queued.
+    """
+
+    BACKOFF_MIN = 0.05
+    BACKOFF_MAX = 2.0
+    WRITE_TIMEOUT = 5.0
+
+    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.05,
+                 timed: bool = True):
+        self._config = config
+        self._header = {"v": SCHEMA_VERSION, "job": config.job, "attempt": config.attempt,
+                        "rank": config.rank, "world": config.world}
+        self._defaults = {"local_batch": config.local_batch, "global_batch": config.global_batch}
+        self._queue: collections.deque = collections.deque()
+        self._capacity = max(1, queue_size)
+        self._interval = flush_interval
+        self._step = config.start_step
+        self._last = time.perf_counter() if timed else None
+        self._dropped_full = 0  # written by step() only
+        self._dropped_send = 0  # written by the sender thread only
+        self._sent = 0
+        self._closed = False
+        self._sock: Optional[socket.socket] = None
+        self._backoff = self.BACKOFF_MIN
+        self._retry_at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
+        self._thread.start()
+
+    def step(self, samples: Any = None, loss: Any = None, **fields: Any) -> None:
+        """Queue the record of the step that just ended; drop it when the queue is full."""
+        now = time.perf_counter()
+        if "dt" not in fields and self._last is not None:
+            fields["dt"] = now - self._last
+        self._last = now
+        self._step += 1
+        if self._closed or len(self._queue) >= self._capacity:
+            self._dropped_full += 1
+            return
+        self._queue.append((self._step, time.time(), samples, loss, fields))
+
+    def stats(self) -> Dict[str, int]:
+        """Counters: sent, dropped, queued."""
+        return {"sent": self._sent, "dropped": self._dropped_full + self._dropped_send,
+                "queued": len(self._queue)}
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Flush what is queued, waiting at most timeout seconds; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        """The sender thread: flush every interval until closed, then flush once more."""
+        while not self._stop.wait(self._interval):
+            self._flush()
+        self._retry_at = 0.0
+        self._flush()
+        self._dropped_send += len(self._queue)
+        self._queue.clear()
+        self._disconnect()
+
+    def _flush(self) -> None:
+        """Write every queued record; keep them queued while no daemon answers."""
+        if not self._queue or (self._sock is None and not self._connect()):
+            return
+        lines = []
+        for _ in range(len(self._queue)):
+            step, t, samples, loss, fields = self._queue.popleft()
+            merged = {**self._defaults, **fields}
+            line = encode(build_record(self._header, step, t, samples, loss, merged))
+            if line is None:
+                self._dropped_send += 1
+            else:
+                lines.append(line)
+        try:
+            self._sock.sendall(b"".join(lines))
+        except OSError:
+            self._dropped_send += len(lines)
+            self._disconnect()
+            return
+        self._sent += len(lines)
+
+    def _connect(self) -> bool:
+        """Connect to the daemon unless backing off; report whether connected."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.WRITE_TIMEOUT)
+        try:
+            sock.connect(self._config.socket)
+        except OSError:
+            sock.close()
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, self.BACKOFF_MAX)
+            return False
+        self._sock = sock
+        self._backoff = self.BACKOFF_MIN
+        return True
+
+    def _disconnect(self) -> None:
+        """Close the socket, if any; the next flush reconnects."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,93 @@
+"""The worker environment contract (DESIGN.md section 3), read in one place.
+
+Every launcher sets the torchrun-compatible variables (RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the SCAV_*
+variables. Outside Scavenger the SCAV_* variables are absent and the readers
+below fall back to torchrun's variables, then to the caller's defaults.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def env_int(name: str, default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """Return the integer in environ[name], or default when unset, empty or not an integer."""
+    raw = environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        return default
+
+
+def env_float(name: str, default: float, environ: Mapping[str, str] = os.environ) -> float:
+    """Return the float in environ[name], or default when unset, empty or not a number."""
+    raw = environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        return default
+
+
+def valid_job_id(job: str) -> bool:
+    """Report whether job can be a job id: 1 to 64 characters from [A-Za-z0-9_-]."""
+    return _JOB_ID.fullmatch(job) is not None
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the telemetry client needs from the environment.
+
+    socket is SCAV_SOCKET, the node daemon's unix socket ("" outside Scavenger).
+    start_step is SCAV_START_STEP: the first step reported is start_step + 1.
+    local_batch and global_batch are None when unknown.
+    """
+
+    socket: str
+    job: str
+    attempt: int
+    rank: int
+    world: int
+    start_step: int
+    local_batch: Optional[int]
+    global_batch: Optional[int]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Config":
+        """Read the contract from environ (os.environ by default)."""
+        world = max(1, env_int("WORLD_SIZE", 1, environ))
+        return cls(
+            socket=environ.get("SCAV_SOCKET", ""),
+            job=environ.get("SCAV_JOB_ID", ""),
+            attempt=max(1, env_int("SCAV_ATTEMPT", 1, environ)),
+            rank=env_int("RANK", 0, environ),
+            world=world,
+            start_step=max(0, env_int("SCAV_START_STEP", 0, environ)),
+            local_batch=local_batch(None, environ),
+            global_batch=global_batch(None, environ),
+        )
+
+
+def local_batch(default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """SCAV_LOCAL_BATCH; else SCAV_GLOBAL_BATCH split over WORLD_SIZE; else default."""
+    value = env_int("SCAV_LOCAL_BATCH", None, environ)
+    if value is not None:
+        return value
+    total = env_int("SCAV_GLOBAL_BATCH", None, environ)
+    if total is not None:
+        return max(1, total // max(1, env_int("WORLD_SIZE", 1, environ)))
+    return default
+
+
+def global_batch(default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """SCAV_GLOBAL_BATCH; else SCAV_LOCAL_BATCH times WORLD_SIZE; else default."""
+    value = env_int("SCAV_GLOBAL_BATCH", None, environ)
+    if value is not None:
+        return value
+    per_worker = env_int("SCAV_LOCAL_BATCH", None, environ)
+    if per_worker is not None:
+        return per_worker * max(1, env_int("WORLD_SIZE", 1, environ))
+    return default

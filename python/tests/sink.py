@@ -1,0 +1,83 @@
+"""A stand-in for the node daemon's socket: a unix listener that collects lines."""
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+
+
+class Sink:
+    """Accepts connections on a fresh unix socket and keeps every line received.
+
+    With read=False it accepts but never reads, like a stalled daemon. path
+    defaults to a socket in a fresh temporary directory, removed at close().
+    """
+
+    def __init__(self, read: bool = True, path: str = ""):
+        self._own_dir = "" if path else tempfile.mkdtemp(prefix="scav-test-")
+        self.path = path or os.path.join(self._own_dir, "d.sock")
+        self._read = read
+        self._lines = []
+        self._conns = []
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen(16)
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.append(conn)
+            if self._read:
+                t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn.makefile("rb") as f:
+            try:
+                for line in f:
+                    with self._lock:
+                        self._lines.append(line)
+            except (OSError, ValueError):
+                return
+
+    def lines(self) -> list:
+        """The raw lines received so far."""
+        with self._lock:
+            return list(self._lines)
+
+    def records(self) -> list:
+        """The lines received so far, decoded."""
+        return [json.loads(line) for line in self.lines()]
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> list:
+        """Poll until at least n records arrived or timeout passed; return the records."""
+        deadline = time.monotonic() + timeout
+        while len(self.lines()) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.records()
+
+    def close(self) -> None:
+        """Stop listening, close every connection and remove the socket file."""
+        with self._lock:
+            socks = [self._listener] + self._conns
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked on it
+            except OSError:
+                pass
+            sock.close()
+        for t in list(self._threads):
+            t.join(2)
+        os.unlink(self.path)
+        if self._own_dir:
+            os.rmdir(self._own_dir)

@@ -1,0 +1,222 @@
+"""Tests of the standard-library client: no-op mode, wire records, dropping."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+import scavenger
+from scavenger import _env
+from scavenger._client import Client, MAX_RECORD_BYTES
+
+from sink import Sink
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config(socket_path: str, start_step: int = 0) -> _env.Config:
+    """A worker's configuration: rank 1 of 2, job j-1, attempt 2."""
+    return _env.Config(socket=socket_path, job="j-1", attempt=2, rank=1, world=2,
+                       start_step=start_step, local_batch=16, global_batch=32)
+
+
+def run_python(code: str, env: dict) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter with only env (plus PYTHONPATH) set."""
+    full = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, **env}
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=30, check=True)
+
+
+class NoopTest(unittest.TestCase):
+    """Outside Scavenger every call is a no-op: no thread, no socket, no record."""
+
+    def test_no_thread_no_counters(self):
+        out = run_python(
+            "import threading, time, scavenger\n"
+            "scavenger.init()\n"
+            "t = time.perf_counter()\n"
+            "for i in range(100000): scavenger.step(samples=8, loss=1.0)\n"
+            "per_call = (time.perf_counter() - t) / 100000\n"
+            "print(threading.active_count(), scavenger.enabled(), scavenger.stats(), per_call)\n",
+            env={"WORLD_SIZE": "1"})
+        threads, enabled, rest = out.stdout.split(" ", 2)
+        self.assertEqual(threads, "1")
+        self.assertEqual(enabled, "False")
+        self.assertIn("'sent': 0, 'dropped': 0", rest)
+        self.assertLess(float(rest.rsplit(" ", 1)[1]), 20e-6)
+
+    def test_invalid_job_id_disables(self):
+        out = run_python("import threading, scavenger\nscavenger.step()\n"
+                         "print(threading.active_count())",
+                         env={"SCAV_SOCKET": "/nonexistent", "SCAV_JOB_ID": "bad id!"})
+        self.assertEqual(out.stdout.strip(), "1")
+        self.assertIn("not a job id", out.stderr)
+
+
+class EnvTest(unittest.TestCase):
+    """The environment contract and its fallbacks."""
+
+    def test_defaults_outside(self):
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual((scavenger.world_size(), scavenger.rank(), scavenger.local_rank()),
+                             (1, 0, 0))
+            self.assertIsNone(scavenger.local_batch_size())
+            self.assertEqual(scavenger.local_batch_size(default=7), 7)
+            self.assertEqual(scavenger.global_batch_size(default=64), 64)
+            self.assertEqual(scavenger.lr_scale(), 1.0)
+            self.assertFalse(scavenger.enabled())
+            self.assertIsNone(scavenger.checkpoint_dir())
+            self.assertIsNone(scavenger.restore_path())
+
+    def test_scavenger_values(self):
+        env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "SCAV_GLOBAL_BATCH": "256",
+               "SCAV_LOCAL_BATCH": "64", "SCAV_LR_SCALE": "2.5", "SCAV_SOCKET": "/x",
+               "SCAV_CHECKPOINT_DIR": "/ck", "SCAV_RESTORE": "/ck/3"}
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual((scavenger.world_size(), scavenger.rank(), scavenger.local_rank()),
+                             (4, 3, 1))
+            self.assertEqual(scavenger.local_batch_size(default=1), 64)
+            self.assertEqual(scavenger.global_batch_size(default=1), 256)
+            self.assertEqual(scavenger.lr_scale(), 2.5)
+            self.assertTrue(scavenger.enabled())
+            self.assertEqual((scavenger.checkpoint_dir(), scavenger.restore_path()),
+                             ("/ck", "/ck/3"))
+
+    def test_derived_batches(self):
+        self.assertEqual(_env.local_batch(None, {"SCAV_GLOBAL_BATCH": "64", "WORLD_SIZE": "2"}), 32)
+        self.assertEqual(_env.global_batch(None, {"SCAV_LOCAL_BATCH": "16", "WORLD_SIZE": "3"}), 48)
+
+    def test_config(self):
+        c = _env.Config.from_env({"SCAV_SOCKET": "/s", "SCAV_JOB_ID": "abc", "SCAV_ATTEMPT": "3",
+                                  "RANK": "1", "WORLD_SIZE": "2", "SCAV_START_STEP": "40"})
+        self.assertEqual((c.socket, c.job, c.attempt, c.rank, c.world, c.start_step),
+                         ("/s", "abc", 3, 1, 2, 40))
+
+
+class WireTest(unittest.TestCase):
+    """Records reach a real unix-socket listener with every field right."""
+
+    def setUp(self):
+        self.sink = Sink()
+        self.addCleanup(self.sink.close)
+
+    def test_fields_and_contiguous_steps(self):
+        client = Client(config(self.sink.path, start_step=7))
+        before = time.time()
+        for i in range(5):
+            client.step(samples=16, loss=0.5 + i, micro=2, compute_s=0.01, sync_s=0.002,
+                        local_sqr=3.0, avg_sqr=1.5, epoch=1, note="x")
+        client.close()
+        recs = self.sink.wait_for(5)
+        self.assertEqual([r["step"] for r in recs], [8, 9, 10, 11, 12])
+        r = recs[-1]
+        expected = {"v": 1, "job": "j-1", "attempt": 2, "rank": 1, "world": 2, "samples": 16,
+                    "local_batch": 16, "global_batch": 32, "micro": 2, "compute_s": 0.01,
+                    "sync_s": 0.002, "loss": 4.5, "local_sqr": 3.0, "avg_sqr": 1.5, "epoch": 1,
+                    "note": "x"}
+        self.assertEqual({k: r[k] for k in expected}, expected)
+        self.assertTrue(before <= r["t"] <= time.time())
+        self.assertTrue(all(0 <= rec["dt"] < 5 for rec in recs))
+        self.assertEqual(client.stats(), {"sent": 5, "dropped": 0, "queued": 0})
+
+    def test_invalid_values_left_out(self):
+        client = Client(config(self.sink.path))
+        client.step(samples=True, loss=float("nan"), dt=float("inf"), local_sqr=-1.0,
+                    avg_sqr=float("nan"), micro=0, compute_s="fast", epoch=None, extra=float("inf"),
+                    step=99, job="other")
+        client.step(loss=float("-inf"), samples=-3)
+        client.close()
+        recs = self.sink.wait_for(2)
+        self.assertEqual(len(recs), 2)
+        for line in self.sink.lines():
+            self.assertNotIn(b"NaN", line)
+            self.assertNotIn(b"Infinity", line)
+        self.assertEqual(set(recs[0]), {"v", "job", "attempt", "rank", "world", "step", "t",
+                                        "local_batch", "global_batch"})
+        self.assertEqual((recs[0]["step"], recs[0]["job"]), (1, "j-1"))
+        self.assertNotIn("loss", recs[1])
+        self.assertNotIn("samples", recs[1])
+
+    def test_oversized_record_dropped(self):
+        client = Client(config(self.sink.path))
+        client.step(blob="x" * MAX_RECORD_BYTES)
+        client.step(samples=1)
+        client.close()
+        recs = self.sink.wait_for(1)
+        self.assertEqual([r["step"] for r in recs], [2])
+        self.assertEqual(client.stats()["dropped"], 1)
+
+    def test_daemon_appears_later(self):
+        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "late.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(path))
+        client = Client(config(path))  # no daemon yet: records wait in the queue
+        self.addCleanup(client.close)
+        client.step(samples=1)
+        client.step(samples=2)
+        time.sleep(0.3)
+        late = Sink(path=path)
+        self.addCleanup(late.close)
+        recs = late.wait_for(2, timeout=5)
+        self.assertEqual([(r["step"], r["samples"]) for r in recs], [(1, 1), (2, 2)])
+
+    def test_module_api_in_a_worker(self):
+        code = ("import scavenger\n"
+                "for i in range(10): scavenger.step(samples=32, loss=1.25)\n")
+        env = {"SCAV_SOCKET": self.sink.path, "SCAV_JOB_ID": "job_7", "SCAV_ATTEMPT": "1",
+               "RANK": "0", "WORLD_SIZE": "2", "SCAV_GLOBAL_BATCH": "64", "SCAV_LOCAL_BATCH": "32",
+               "SCAV_START_STEP": "100"}
+        run_python(code, env)  # the atexit flush delivers everything
+        recs = self.sink.wait_for(10)
+        self.assertEqual([r["step"] for r in recs], list(range(101, 111)))
+        self.assertNotIn("dt", recs[0])  # implicit init: the first step has no start
+        self.assertIn("dt", recs[1])
+        self.assertEqual({(r["job"], r["world"], r["local_batch"], r["global_batch"], r["loss"])
+                          for r in recs}, {("job_7", 2, 32, 64, 1.25)})
+
+
+class NeverBlocksTest(unittest.TestCase):
+    """An absent or stalled daemon costs records, never training time."""
+
+    def burst(self, client: Client, n: int) -> float:
+        """The slowest of n step() calls, in seconds."""
+        worst = 0.0
+        for _ in range(n):
+            t = time.perf_counter()
+            client.step(samples=32, loss=1.0, local_sqr=1.0, avg_sqr=0.5, note="y" * 100)
+            worst = max(worst, time.perf_counter() - t)
+        return worst
+
+    def test_absent_daemon(self):
+        client = Client(config("/nonexistent/scav.sock"), queue_size=100)
+        start = time.perf_counter()
+        worst = self.burst(client, 50000)
+        self.assertLess(time.perf_counter() - start, 2.0)
+        self.assertLess(worst, 0.05)
+        t = time.perf_counter()
+        client.close(timeout=1.0)
+        self.assertLess(time.perf_counter() - t, 1.5)
+        s = client.stats()
+        self.assertEqual(s["sent"], 0)
+        self.assertGreaterEqual(s["dropped"], 50000 - 100)
+
+    def test_stalled_daemon(self):
+        sink = Sink(read=False)
+        self.addCleanup(sink.close)
+        client = Client(config(sink.path), queue_size=500)
+        worst = 0.0
+        for _ in range(30):  # ~30 flushes of up to 500 records: far past the socket buffer
+            worst = max(worst, self.burst(client, 1000))
+            time.sleep(0.06)
+        self.assertLess(worst, 0.05)
+        t = time.perf_counter()
+        client.close(timeout=0.3)
+        self.assertLess(time.perf_counter() - t, 1.0)
+        self.assertGreater(client.stats()["dropped"], 0)
+        self.assertGreater(client.stats()["sent"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

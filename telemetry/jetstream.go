@@ -1,0 +1,74 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Retention bounds the history the daemon keeps. Zero fields take the defaults.
+type Retention struct {
+	// StepMaxAge and StepMaxBytes bound the step stream.
+	StepMaxAge   time.Duration
+	StepMaxBytes int64
+	// LogMaxAge and LogMaxBytes bound the worker-output stream.
+	LogMaxAge   time.Duration
+	LogMaxBytes int64
+}
+
+// DefaultRetention keeps a week of history, at most 1 GiB of steps and 256 MiB of output.
+var DefaultRetention = Retention{
+	StepMaxAge:   7 * 24 * time.Hour,
+	StepMaxBytes: 1 << 30,
+	LogMaxAge:    7 * 24 * time.Hour,
+	LogMaxBytes:  256 << 20,
+}
+
+func (r Retention) withDefaults() Retention {
+	d := DefaultRetention
+	if r.StepMaxAge > 0 {
+		d.StepMaxAge = r.StepMaxAge
+	}
+	if r.StepMaxBytes > 0 {
+		d.StepMaxBytes = r.StepMaxBytes
+	}
+	if r.LogMaxAge > 0 {
+		d.LogMaxAge = r.LogMaxAge
+	}
+	if r.LogMaxBytes > 0 {
+		d.LogMaxBytes = r.LogMaxBytes
+	}
+	return d
+}
+
+// Store is Scavenger's JetStream state: the job bucket and the two streams.
+type Store struct {
+	JS   jetstream.JetStream
+	Jobs jetstream.KeyValue
+}
+
+// OpenStore creates or updates the streams and the job bucket, so that a
+// daemon can start against a fresh server or one that already holds history.
+func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Store, error) {
+	ret = ret.withDefaults()
+	streams := []jetstream.StreamConfig{
+		{Name: StepStream, Description: "Scavenger step records", Subjects: []string{AllSteps},
+			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllEvents},
+			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+	}
+	for _, cfg := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: JobBucket, Description: "Scavenger job records", History: 1, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create key-value bucket %s: %w", JobBucket, err)
+	}
+	return &Store{JS: js, Jobs: kv}, nil
+}

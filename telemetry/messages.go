@@ -1,0 +1,44 @@
+package telemetry
+
+import "time"
+
+// LogLine is one line of a worker's output, as published on LogSubject.
+type LogLine struct {
+	// Attempt is the attempt whose worker wrote the line.
+	Attempt int `json:"attempt"`
+	// Rank is the worker's rank (the launcher's process index in self-launching mode).
+	Rank int `json:"rank"`
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream"`
+	// Line is the text, without its newline.
+	Line string `json:"line"`
+	// Time is when the daemon read the line.
+	Time time.Time `json:"t"`
+}
+
+// EventKind names a job lifecycle event.
+type EventKind string
+
+// Job lifecycle events, in the order a job meets them.
+const (
+	// EventSubmitted: the daemon accepted the job.
+	EventSubmitted EventKind = "submitted"
+	// EventStarted: an attempt's processes exist.
+	EventStarted EventKind = "started"
+	// EventStopping: a stop was requested; workers got SIGTERM.
+	EventStopping EventKind = "stopping"
+	// EventFinished: the job ended; ExitCode is final. Nothing follows it.
+	EventFinished EventKind = "finished"
+)
+
+// Event is a job lifecycle event, as published on EventSubject.
+type Event struct {
+	Kind    EventKind `json:"kind"`
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt,omitempty"`
+	Time    time.Time `json:"t"`
+	// ExitCode is set on EventFinished.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Message says what happened in words (why a job failed, who stopped it).
+	Message string `json:"message,omitempty"`
+}

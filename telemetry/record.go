@@ -1,0 +1,149 @@
+// Package telemetry owns Scavenger's wire messages and where they travel: the
+// versioned step record that workers write to the node daemon's unix socket,
+// the NATS subjects built from job and node names, and the JetStream stream and
+// key-value bucket that hold their history. It knows messages and NATS, not
+// jobs' lifecycles.
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// SchemaVersion is the version of StepRecord this build writes and accepts.
+const SchemaVersion = 1
+
+// MaxRecordBytes is the longest step-record line accepted, newline excluded.
+// A real record is a few hundred bytes; anything longer is dropped as oversized.
+const MaxRecordBytes = 16 << 10
+
+// StepRecord is one optimizer step of one worker, as the python client sends
+// it: one JSON object per line on the node daemon's socket. Optional numbers
+// are pointers so that "absent" differs from zero. Unknown fields are ignored.
+type StepRecord struct {
+	// V is the schema version; it must equal SchemaVersion.
+	V int `json:"v"`
+	// Job is the job id (SCAV_JOB_ID).
+	Job string `json:"job"`
+	// Attempt counts launches of the job, from 1 (SCAV_ATTEMPT).
+	Attempt int `json:"attempt"`
+	// Rank is the worker's global rank, 0 <= Rank < World.
+	Rank int `json:"rank"`
+	// World is the number of workers in this attempt.
+	World int `json:"world"`
+	// Step is the job's global optimizer-step number, from 1, continuous across attempts.
+	Step int64 `json:"step"`
+	// Time is the wall-clock time at the end of the step, in Unix seconds.
+	Time float64 `json:"t"`
+	// Seconds is the wall time of the step (0 when unknown).
+	Seconds float64 `json:"dt,omitempty"`
+	// Samples is the number of samples this worker processed in the step.
+	Samples int `json:"samples,omitempty"`
+	// LocalBatch and GlobalBatch are the batch sizes the step ran with.
+	LocalBatch  int `json:"local_batch,omitempty"`
+	GlobalBatch int `json:"global_batch,omitempty"`
+	// Micro is the number of micro-batches accumulated into the step (>= 1).
+	Micro int `json:"micro,omitempty"`
+	// ComputeSeconds and SyncSeconds split the step: time computing and time in all-reduce.
+	ComputeSeconds *float64 `json:"compute_s,omitempty"`
+	SyncSeconds    *float64 `json:"sync_s,omitempty"`
+	// Loss is the training loss the worker saw in this step.
+	Loss *float64 `json:"loss,omitempty"`
+	// LocalSqr is the squared L2 norm of this worker's gradient before all-reduce;
+	// AvgSqr that of the averaged gradient after it. They feed the gradient noise scale.
+	LocalSqr *float64 `json:"local_sqr,omitempty"`
+	AvgSqr   *float64 `json:"avg_sqr,omitempty"`
+	// Epoch is the data epoch the step belongs to, when the script knows it.
+	Epoch *int `json:"epoch,omitempty"`
+}
+
+// DecodeError says why a step-record line was rejected. Kind is one of the
+// Drop* constants so that the ingest counters can group rejections.
+type DecodeError struct {
+	Kind   string
+	Detail string
+}
+
+// Error implements error.
+func (e *DecodeError) Error() string { return e.Kind + ": " + e.Detail }
+
+// Reasons a step-record line is dropped; they label the ingest counters.
+const (
+	DropOversized = "oversized"
+	DropMalformed = "malformed"
+	DropVersion   = "unknown_version"
+	DropInvalid   = "invalid"
+)
+
+// DecodeStep parses and validates one step-record line (without its newline).
+// It never panics; every rejection is a *DecodeError.
+func DecodeStep(line []byte) (StepRecord, error) {
+	var r StepRecord
+	if len(line) > MaxRecordBytes {
+		return r, &DecodeError{DropOversized, fmt.Sprintf("record of %d bytes exceeds %d", len(line), MaxRecordBytes)}
+	}
+	line = bytes.TrimSpace(line)
+	if err := json.Unmarshal(line, &r); err != nil {
+		return StepRecord{}, &DecodeError{DropMalformed, err.Error()}
+	}
+	if r.V != SchemaVersion {
+		return StepRecord{}, &DecodeError{DropVersion, fmt.Sprintf("schema version %d, this daemon reads %d", r.V, SchemaVersion)}
+	}
+	if err := r.Validate(); err != nil {
+		return StepRecord{}, &DecodeError{DropInvalid, err.Error()}
+	}
+	return r, nil
+}
+
+// Validate checks the record's fields against the schema.
+func (r *StepRecord) Validate() error {
+	switch {
+	case !ValidJobID(r.Job):
+		return fmt.Errorf("job %q is not a job id", r.Job)
+	case r.Attempt < 1:
+		return fmt.Errorf("attempt %d < 1", r.Attempt)
+	case r.World < 1:
+		return fmt.Errorf("world %d < 1", r.World)
+	case r.Rank < 0 || r.Rank >= r.World:
+		return fmt.Errorf("rank %d outside world of %d", r.Rank, r.World)
+	case r.Step < 1:
+		return fmt.Errorf("step %d < 1", r.Step)
+	case !finiteNonNeg(r.Time) || r.Time == 0:
+		return fmt.Errorf("time %v is not a positive Unix time", r.Time)
+	case !finiteNonNeg(r.Seconds):
+		return fmt.Errorf("dt %v is not a finite non-negative number", r.Seconds)
+	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0:
+		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro")
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"compute_s", r.ComputeSeconds}, {"sync_s", r.SyncSeconds}, {"local_sqr", r.LocalSqr}, {"avg_sqr", r.AvgSqr}} {
+		if f.v != nil && !finiteNonNeg(*f.v) {
+			return fmt.Errorf("%s %v is not a finite non-negative number", f.name, *f.v)
+		}
+	}
+	if r.Loss != nil && (math.IsNaN(*r.Loss) || math.IsInf(*r.Loss, 0)) {
+		return fmt.Errorf("loss %v is not finite", *r.Loss)
+	}
+	return nil
+}
+
+func finiteNonNeg(v float64) bool { return v >= 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// ValidJobID reports whether s can be a job id: 1 to 64 characters from
+// [A-Za-z0-9_-], so that it is safe inside a NATS subject and a file name.
+func ValidJobID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,91 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Replay delivers the messages of stream on subjects to fn, oldest first.
+// Without follow it returns once the messages that existed when it started
+// have been delivered; with follow it goes on until ctx is done or fn fails.
+// A subject with no messages is not an error.
+func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, follow bool, fn func(jetstream.Msg) error) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", stream, err)
+	}
+	var last uint64
+	for _, subj := range subjects {
+		m, err := s.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return fmt.Errorf("read last message of %s: %w", subj, err)
+		case m.Sequence > last:
+			last = m.Sequence
+		}
+	}
+	if last == 0 && !follow {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", stream, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", stream, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("consume %s: %w", stream, err)
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		if !follow {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("read metadata from %s: %w", stream, err)
+			}
+			if md.Sequence.Stream >= last {
+				return nil
+			}
+		}
+	}
+}
+
+// DecodeBatch splits a step message (one or more newline-separated records,
+// as the daemon publishes them) and decodes each record. Lines that do not
+// decode are skipped and counted in bad.
+func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
+	for len(payload) > 0 {
+		line := payload
+		if i := bytes.IndexByte(payload, '\n'); i >= 0 {
+			line, payload = payload[:i], payload[i+1:]
+		} else {
+			payload = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		r, err := DecodeStep(line)
+		if err != nil {
+			bad++
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, bad
+}

@@ -1,0 +1,37 @@
+package telemetry
+
+// NATS subjects, streams and buckets, built here and nowhere else.
+const (
+	// APIPrefix prefixes the request/reply API that scavd serves for scavctl.
+	APIPrefix = "scav.api."
+	// StepStream is the JetStream stream holding step records (subjects scav.job.*.step).
+	StepStream = "SCAV_STEPS"
+	// OutputStream is the JetStream stream holding worker output and job
+	// events (subjects scav.job.*.log and scav.job.*.event), in one stream so
+	// that a reader sees a job's lines and its end in the order they happened.
+	OutputStream = "SCAV_OUTPUT"
+	// JobBucket is the key-value bucket of job records, keyed by job id.
+	JobBucket = "scav_jobs"
+)
+
+// APISubject is the request subject of one API verb, e.g. "scav.api.run".
+func APISubject(verb string) string { return APIPrefix + verb }
+
+// StepSubject is where the step records of job id are published.
+func StepSubject(job string) string { return "scav.job." + job + ".step" }
+
+// LogSubject is where the output lines of job id's workers are published.
+func LogSubject(job string) string { return "scav.job." + job + ".log" }
+
+// EventSubject is where job id's lifecycle events are published.
+func EventSubject(job string) string { return "scav.job." + job + ".event" }
+
+// AllSteps, AllLogs and AllEvents match every job's subjects of that kind.
+const (
+	AllSteps  = "scav.job.*.step"
+	AllLogs   = "scav.job.*.log"
+	AllEvents = "scav.job.*.event"
+)
+
+// NodeSubject is where node samples of one kind ("gpu", "host") are published.
+func NodeSubject(node, kind string) string { return "scav.node." + node + "." + kind }
