@@ -89,8 +89,17 @@ func ListenIngest(path string, pub Publisher, log *zap.Logger) (*Ingest, error) 
 		ln.Close()
 		return nil, fmt.Errorf("restrict telemetry socket %s: %w", path, err)
 	}
+	in := newIngest(pub, log)
+	in.ln, in.path = ln, path
+	in.wg.Add(1)
+	go in.accept()
+	return in, nil
+}
+
+// newIngest makes an Ingest with its counters, not yet listening.
+func newIngest(pub Publisher, log *zap.Logger) *Ingest {
 	in := &Ingest{
-		log: log, pub: pub, ln: ln, path: path,
+		log: log, pub: pub,
 		dropped:  make(map[string]*atomic.Int64, len(dropReasons)),
 		open:     make(map[net.Conn]struct{}),
 		lastWarn: make(map[string]time.Time),
@@ -98,9 +107,7 @@ func ListenIngest(path string, pub Publisher, log *zap.Logger) (*Ingest, error) 
 	for _, r := range dropReasons {
 		in.dropped[r] = new(atomic.Int64)
 	}
-	in.wg.Add(1)
-	go in.accept()
-	return in, nil
+	return in
 }
 
 // Path is the socket's file name (what workers get as SCAV_SOCKET).

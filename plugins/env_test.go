@@ -155,7 +155,12 @@ func TestResolveMode(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	ok := AttemptSpec{JobID: "j", Attempt: 1, Command: []string{"python3", "t.py"}, Config: Config{Workers: 2, GlobalBatch: 64}}
-	with := func(f func(*AttemptSpec)) AttemptSpec { s := ok; s.Env = append([]string(nil), ok.Env...); f(&s); return s }
+	with := func(f func(*AttemptSpec)) AttemptSpec {
+		s := ok
+		s.Env = append([]string(nil), ok.Env...)
+		f(&s)
+		return s
+	}
 	tests := []struct {
 		name string
 		spec AttemptSpec

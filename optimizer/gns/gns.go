@@ -105,6 +105,16 @@ type Estimator struct {
 // difference (biased) samples back to replica samples resets the averages,
 // as AdaptDL does.
 func (e Estimator) Update(s Sample) (Estimator, error) {
+	return e.UpdateSteps(s, 1)
+}
+
+// UpdateSteps is Update for a sample that stands for steps identical steps
+// (a telemetry report that summarises several steps): the decay is
+// decay^(scale·steps).
+func (e Estimator) UpdateSteps(s Sample, steps float64) (Estimator, error) {
+	if !(steps > 0) || math.IsInf(steps, 0) {
+		return e, fmt.Errorf("estimate noise over %g steps: %w", steps, ErrBadSample)
+	}
 	sqr, vari, err := Unbiased(s)
 	if err != nil {
 		return e, err
@@ -116,7 +126,7 @@ func (e Estimator) Update(s Sample) (Estimator, error) {
 	if d == 0 {
 		d = DefaultDecay
 	}
-	theta := math.Pow(d, s.Scale)
+	theta := math.Pow(d, s.Scale*steps)
 	e.sqrB = theta*e.sqrB + (1-theta)*sqr
 	e.varB = theta*e.varB + (1-theta)*vari
 	e.unbias = theta*e.unbias + (1 - theta)

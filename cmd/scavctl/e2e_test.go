@@ -1,0 +1,302 @@
+package main
+
+// End-to-end tests: the real scavctl binary, its in-process scavd with an
+// embedded nats-server, and real PyTorch DDP workers (gloo on CPU).
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+var (
+	scavctlBin string
+	pythonBin  = envOr("SCAV_TEST_PYTHON", "/usr/bin/python3")
+	repoRoot   string
+)
+
+func TestMain(m *testing.M) {
+	wd, _ := os.Getwd()
+	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	tmp, err := os.MkdirTemp("", "scavctl-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	scavctlBin = filepath.Join(tmp, "scavctl")
+	build := exec.Command("go", "build", "-o", scavctlBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build scavctl:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(tmp)
+	os.Exit(code)
+}
+
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(pythonBin, "-c", "import torch").Run(); err != nil {
+		t.Skipf("%s cannot import torch (run `make setup` as root): %v", pythonBin, err)
+	}
+}
+
+// stateDir is a short private state directory (unix socket paths are short).
+func stateDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "scav-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// scavctl runs the binary to completion and returns its output and exit code.
+func scavctl(t *testing.T, state string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(scavctlBin, append([]string{"--state-dir", state}, args...)...)
+	cmd.Dir = repoRoot
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("scavctl %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+var jobIDRe = regexp.MustCompile(`scavctl: job ([A-Za-z0-9_-]+):`)
+
+func jobID(t *testing.T, stderr string) string {
+	t.Helper()
+	m := jobIDRe.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no job id in scavctl's output:\n%s", stderr)
+	}
+	return m[1]
+}
+
+// steps reads a job's step records back through `scavctl steps -o json`.
+func steps(t *testing.T, state, id string) []telemetry.StepRecord {
+	t.Helper()
+	out, errOut, code := scavctl(t, state, "steps", id, "-o", "json")
+	if code != 0 {
+		t.Fatalf("scavctl steps: exit %d\n%s", code, errOut)
+	}
+	var recs []telemetry.StepRecord
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var r telemetry.StepRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("decode step record %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func TestRunCNNRecordsEveryStep(t *testing.T) {
+	needTorch(t)
+	const n, workers = 30, 2
+	state := stateDir(t)
+	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--batch-size", "64", "--",
+		pythonBin, "examples/cnn.py", "--steps", strconv.Itoa(n))
+	if code != 0 {
+		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, `[0] {"event": "summary"`) {
+		t.Errorf("rank 0's summary line is missing or not prefixed:\n%s", out)
+	}
+	recs := steps(t, state, jobID(t, errOut))
+
+	seen := map[[2]int64]int{}
+	var local, avg float64
+	for _, r := range recs {
+		seen[[2]int64{int64(r.Rank), r.Step}]++
+		if r.World != workers || r.GlobalBatch != 64 || r.LocalBatch != 32 {
+			t.Fatalf("record %+v: want world 2, batch 64/32", r)
+		}
+		if r.LocalSqr == nil || r.AvgSqr == nil {
+			t.Fatalf("record of rank %d step %d has no gradient norms", r.Rank, r.Step)
+		}
+		for _, v := range []float64{*r.LocalSqr, *r.AvgSqr} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Fatalf("rank %d step %d: gradient norm %v is not finite and positive", r.Rank, r.Step, v)
+			}
+		}
+		local += *r.LocalSqr
+		avg += *r.AvgSqr
+	}
+	for rank := int64(0); rank < workers; rank++ {
+		for s := int64(1); s <= n; s++ {
+			if c := seen[[2]int64{rank, s}]; c != 1 {
+				t.Errorf("rank %d step %d recorded %d times, want once", rank, s, c)
+			}
+		}
+	}
+	if len(recs) != n*workers {
+		t.Errorf("%d step records, want %d", len(recs), n*workers)
+	}
+	// The average of two independent noisy gradients has a smaller expected
+	// squared norm than either: E|g_local|² = |G|² + tr Σ/b > |G|² + tr Σ/B.
+	if !(local > avg) {
+		t.Errorf("mean local squared norm %.4g <= mean averaged squared norm %.4g", local/float64(len(recs)), avg/float64(len(recs)))
+	}
+}
+
+func TestRunUninstrumentedScriptUnchanged(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--batch-size", "32", "--",
+		pythonBin, "examples/plain_ddp.py", "--steps", "10")
+	if code != 0 {
+		t.Fatalf("scavctl run plain_ddp.py: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, `"event": "summary"`) {
+		t.Errorf("no summary from the plain script:\n%s", out)
+	}
+	if recs := steps(t, state, jobID(t, errOut)); len(recs) != 0 {
+		t.Errorf("an uninstrumented script produced %d step records", len(recs))
+	}
+}
+
+// pids reads the PIDs the ranks of testdata/ddp_loop.py wrote.
+func pids(t *testing.T, dir string, n int) []int {
+	t.Helper()
+	var out []int
+	for r := 0; r < n; r++ {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.pid", r)))
+		if err != nil {
+			t.Fatalf("rank %d wrote no pid: %v", r, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// alive lists the pids that still exist, zombies included (a zombie means
+// that nobody reaped the process, which this machine's PID 1 never will).
+func alive(pids []int) []string {
+	var left []string
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		left = append(left, fmt.Sprintf("%d(%s)", p, f[0]))
+	}
+	return left
+}
+
+func TestRankFailureEndsJobWithItsCode(t *testing.T) {
+	needTorch(t)
+	state, pidDir := stateDir(t), t.TempDir()
+	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--grace", "3s", "--env", "PID_DIR="+pidDir, "--",
+		pythonBin, "cmd/scavctl/testdata/ddp_loop.py", "--fail-rank", "1", "--fail-after", "5", "--fail-code", "3")
+	if code != 3 {
+		t.Fatalf("scavctl exit %d, want the failing rank's 3\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "rank 1 exited with 3") {
+		t.Errorf("scavctl did not say which rank failed:\n%s", errOut)
+	}
+	if left := alive(pids(t, pidDir, 2)); len(left) > 0 {
+		t.Fatalf("worker processes left after the job ended: %v", left)
+	}
+}
+
+func TestInterruptStopsEveryWorkerWithinGrace(t *testing.T) {
+	needTorch(t)
+	const grace = 4 * time.Second
+	state, pidDir := stateDir(t), t.TempDir()
+	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--workers", "2", "--grace", grace.String(),
+		"--env", "PID_DIR="+pidDir, "--", pythonBin, "cmd/scavctl/testdata/ddp_loop.py")
+	cmd.Dir = repoRoot
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(pidDir, "rank1.pid")); err == nil {
+			if _, err := os.Stat(filepath.Join(pidDir, "rank0.pid")); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers did not start within 60s:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	workers := pids(t, pidDir, 2)
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for len(alive(workers)) > 0 {
+		if time.Since(sent) > grace+time.Second {
+			t.Fatalf("workers %v still there %s after SIGINT (grace %s)", alive(workers), time.Since(sent), grace)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gone := time.Since(sent)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("scavctl still running 10s after its workers ended:\n%s", errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "stopping job") {
+		t.Errorf("scavctl did not say it was stopping the job:\n%s", errOut.String())
+	}
+	t.Logf("workers gone %s after SIGINT", gone)
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"version"}} {
+		out, errOut, code := scavctl(t, t.TempDir(), append(c, "--help")...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("scavctl %v --help: exit %d\n%s%s", c, code, out, errOut)
+		}
+	}
+}
+
+func TestBadFlagsAreNamed(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--workers", "3", "--batch-size", "64", "--", "true"}, "batch size 64 is not divisible by 3 workers"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, `--env "NOEQUALS"`},
+		{[]string{"run"}, "no command"},
+		{[]string{"run", "oops", "--", "true"}, `unexpected argument "oops" before --`},
+		{[]string{"jobs", "-o", "yaml"}, `-o "yaml"`},
+	} {
+		_, errOut, code := scavctl(t, t.TempDir(), c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("scavctl %v: exit %d, stderr %q; want an error containing %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -1,0 +1,310 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// startDaemon runs a real daemon (embedded nats-server with JetStream on a
+// random port, state in a temporary directory) and a client connected to it.
+func startDaemon(t *testing.T) (*Daemon, *Client) {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "scavd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	if err != nil {
+		d.Close()
+		t.Fatalf("dial daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if err := d.Close(); err != nil {
+			t.Errorf("close daemon: %v", err)
+		}
+		os.RemoveAll(dir)
+	})
+	return d, c
+}
+
+func stepLine(job string, rank, world int, step int64) string {
+	return fmt.Sprintf(`{"v":1,"job":%q,"attempt":1,"rank":%d,"world":%d,"step":%d,"t":%f,"dt":0.01,"samples":8,"local_sqr":2,"avg_sqr":1}`,
+		job, rank, world, step, float64(time.Now().UnixNano())/1e9)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
+	d, c := startDaemon(t)
+	ctx := context.Background()
+
+	// A writer that sends half a line and then nothing must not stall the others.
+	stuck, err := net.Dial("unix", d.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	if _, err := stuck.Write([]byte(`{"v":1,"job":"stuck"`)); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := net.Dial("unix", d.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	lines := []string{
+		stepLine("job-a", 0, 1, 1),
+		`this is not json`,
+		`{"v":99,"job":"job-a"}`,
+		strings.Replace(stepLine("job-a", 0, 1, 2), `"rank":0`, `"rank":5`, 1),
+		`{"v":1,"pad":"` + strings.Repeat("y", 200<<10) + `"}`, // longer than the read buffer
+		"\x00\x01\x02\xff",
+		stepLine("job-a", 0, 1, 2),
+	}
+	if _, err := w.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "2 accepted records", 10*time.Second, func() bool { return d.IngestStats().Accepted == 2 })
+	eventually(t, "drop counters", 5*time.Second, func() bool {
+		s := d.IngestStats().Dropped
+		return s[telemetry.DropMalformed] == 2 && s[telemetry.DropVersion] == 1 && s[telemetry.DropInvalid] == 1 && s[telemetry.DropOversized] == 1
+	})
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("daemon stopped answering after garbage: %v", err)
+	}
+	var steps []int64
+	if err := c.Steps(ctx, "job-a", false, func(r telemetry.StepRecord) error { steps = append(steps, r.Step); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(steps) != "[1 2]" {
+		t.Fatalf("stream holds steps %v, want [1 2]", steps)
+	}
+}
+
+func TestIngestManyWritersLoseNothing(t *testing.T) {
+	d, c := startDaemon(t)
+	const writers, per = 8, 500
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("unix", d.Socket())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close()
+			var b bytes.Buffer
+			for s := int64(1); s <= per; s++ {
+				b.WriteString(stepLine("many", w, writers, s))
+				b.WriteByte('\n')
+			}
+			if _, err := conn.Write(b.Bytes()); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	eventually(t, "all records accepted", 20*time.Second, func() bool { return d.IngestStats().Accepted == writers*per })
+	seen := map[[2]int64]int{}
+	err := c.Steps(context.Background(), "many", false, func(r telemetry.StepRecord) error {
+		seen[[2]int64{int64(r.Rank), r.Step}]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != writers*per {
+		t.Fatalf("stream holds %d distinct (rank, step), want %d", len(seen), writers*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("rank %d step %d stored %d times", k[0], k[1], n)
+		}
+	}
+}
+
+// runAndWatch submits req and collects the job's output until it finishes.
+func runAndWatch(t *testing.T, c *Client, req RunRequest, during func(Job)) (Job, []telemetry.LogLine, telemetry.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j, err := c.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if during != nil {
+		during(j)
+	}
+	var lines []telemetry.LogLine
+	var final telemetry.Event
+	errDone := fmt.Errorf("done")
+	err = c.Output(ctx, j.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+		if l != nil {
+			lines = append(lines, *l)
+		} else if e.Kind == telemetry.EventFinished {
+			final = *e
+			return errDone
+		}
+		return nil
+	})
+	if err != errDone {
+		t.Fatalf("follow output: %v", err)
+	}
+	j, err = c.Job(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, lines, final
+}
+
+func TestJobLifecycle(t *testing.T) {
+	_, c := startDaemon(t)
+	dir := t.TempDir()
+
+	t.Run("success", func(t *testing.T) {
+		j, lines, final := runAndWatch(t, c, RunRequest{
+			Command: []string{"/bin/sh", "-c", `echo "rank $RANK of $WORLD_SIZE batch $SCAV_LOCAL_BATCH/{batch_size}"; echo oops >&2`},
+			Dir:     dir, Config: plugins.Config{Workers: 2, GlobalBatch: 8},
+		}, nil)
+		if j.State != StateSucceeded || *final.ExitCode != 0 || *j.ExitCode != 0 {
+			t.Fatalf("job %s state %s exit %v, event %+v", j.ID, j.State, *j.ExitCode, final)
+		}
+		got := map[string]bool{}
+		for _, l := range lines {
+			got[fmt.Sprintf("%d %s %s", l.Rank, l.Stream, l.Line)] = true
+		}
+		for _, want := range []string{"0 stdout rank 0 of 2 batch 4/8", "1 stdout rank 1 of 2 batch 4/8", "0 stderr oops", "1 stderr oops"} {
+			if !got[want] {
+				t.Errorf("missing output line %q in %v", want, got)
+			}
+		}
+	})
+
+	t.Run("rank fails", func(t *testing.T) {
+		j, _, final := runAndWatch(t, c, RunRequest{
+			Command: []string{"/bin/sh", "-c", `if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60`},
+			Dir:     dir, Config: plugins.Config{Workers: 2},
+		}, nil)
+		if j.State != StateFailed || *final.ExitCode != 3 || j.Result == nil || j.Result.FailedRank != 1 {
+			t.Fatalf("job state %s, exit %v, result %+v; want failed, 3, rank 1", j.State, *final.ExitCode, j.Result)
+		}
+		if !strings.Contains(final.Message, "rank 1 exited with 3") {
+			t.Errorf("final message %q does not name the failed rank", final.Message)
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		start := time.Now()
+		j, lines, final := runAndWatch(t, c, RunRequest{
+			Command: []string{"/bin/sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done`},
+			Dir:     dir, Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second),
+		}, func(j Job) {
+			time.Sleep(300 * time.Millisecond)
+			if _, err := c.Stop(context.Background(), j.ID, 0); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+		})
+		if j.State != StateStopped {
+			t.Fatalf("state %s (%s), want stopped", j.State, final.Message)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("stop took %s although the worker exits on TERM", time.Since(start))
+		}
+		sawTerm := false
+		for _, l := range lines {
+			sawTerm = sawTerm || l.Line == "got TERM"
+		}
+		if !sawTerm {
+			t.Errorf("the worker did not see SIGTERM: output %v", lines)
+		}
+	})
+
+	t.Run("bad requests", func(t *testing.T) {
+		for _, req := range []RunRequest{
+			{Command: nil, Config: plugins.Config{Workers: 1}},
+			{Command: []string{"true"}, Config: plugins.Config{Workers: 0}},
+			{Command: []string{"true"}, Config: plugins.Config{Workers: 3, GlobalBatch: 64}},
+			{Command: []string{"true"}, Config: plugins.Config{Workers: 1}, Name: "a.b"},
+		} {
+			if _, err := c.Run(context.Background(), req); err == nil || !strings.Contains(err.Error(), "bad request") {
+				t.Errorf("Run(%+v) = %v, want a bad-request error", req, err)
+			}
+		}
+		if _, err := c.Job(context.Background(), "nope-000000"); err == nil || !strings.Contains(err.Error(), "no such job") {
+			t.Errorf("Job(unknown) = %v, want no such job", err)
+		}
+	})
+
+	t.Run("command not found", func(t *testing.T) {
+		j, _, final := runAndWatch(t, c, RunRequest{Command: []string{"/nonexistent/train"}, Dir: dir, Config: plugins.Config{Workers: 1}}, nil)
+		if j.State != StateFailed || *final.ExitCode == 0 || !strings.Contains(final.Message, "/nonexistent/train") {
+			t.Fatalf("state %s exit %v message %q; want failed naming the command", j.State, *final.ExitCode, final.Message)
+		}
+	})
+}
+
+func TestDefaultName(t *testing.T) {
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"/usr/bin/python3", "examples/cnn.py", "--steps", "5"}, "cnn"},
+		{[]string{"python", "-u", "train.py"}, "train"},
+		{[]string{"torchrun", "--nproc_per_node={workers}", "my-train.py"}, "my-train"},
+		{[]string{"/bin/sh", "-c", "echo hi"}, "sh"},
+		{[]string{"./run.sh"}, "run"},
+		{[]string{"???"}, "job"},
+	} {
+		if got := defaultName(c.cmd); got != c.want {
+			t.Errorf("defaultName(%q) = %q, want %q", c.cmd, got, c.want)
+		}
+	}
+}
+
+func TestWithPythonPath(t *testing.T) {
+	got := withPythonPath([]string{"A=1", "PYTHONPATH=/x:/y"}, "/client")
+	if fmt.Sprint(got) != "[A=1 PYTHONPATH=/client:/x:/y]" {
+		t.Fatalf("got %v", got)
+	}
+	got = withPythonPath([]string{"A=1"}, "/client")
+	if fmt.Sprint(got) != "[A=1 PYTHONPATH=/client]" {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -1,0 +1,365 @@
+// Package policy holds the search policies that turn a job's telemetry into
+// decisions: fixed (never move), full (probe every candidate, then choose),
+// scavenger (the paper's partial search: once the noise estimate is stable,
+// probe the extreme configurations of each machine type ~20 steps each, fit,
+// choose, stop), none (reuse stored step-time models for the same job
+// signature), and adaptive (ours: few probes only when search can pay, then
+// keep re-optimising as the noise scale grows, across machine types, moving
+// only when the predicted gain beats the relaunch by a margin).
+//
+// Policies are deterministic state machines: Observe takes plain values and
+// returns a decision with its reason and predictions. They read no clocks,
+// do no I/O and start no goroutines.
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/scavenger-ml/scavenger/optimizer/gns"
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/perf"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+)
+
+// Spec describes the job and its search space.
+type Spec struct {
+	// Candidates is the search space.
+	Candidates []predict.Candidate
+	// Prices is the $/hour of one node by machine type.
+	Prices map[string]float64
+	// M0 is the base batch progress is counted in.
+	M0 float64
+	// Target is the job's total scale-invariant progress.
+	Target float64
+	// Objective is the user's goal; its deadline and budget are whole-job.
+	Objective objective.Objective
+	// RelaunchS is the seconds one configuration change costs.
+	RelaunchS float64
+	// ProbeSteps is the number of steps a probe runs (default 20).
+	ProbeSteps float64
+	// Margin is the fraction a move must gain over staying (adaptive;
+	// default 0.05).
+	Margin float64
+}
+
+func (s *Spec) validate() error {
+	if len(s.Candidates) == 0 {
+		return fmt.Errorf("%w: no candidates", ErrBadSpec)
+	}
+	if !(s.M0 > 0) || !(s.Target > 0) || s.RelaunchS < 0 {
+		return fmt.Errorf("%w: M0 %g target %g relaunch %g", ErrBadSpec, s.M0, s.Target, s.RelaunchS)
+	}
+	for _, c := range s.Candidates {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadSpec, err)
+		}
+		if _, ok := s.Prices[c.Type]; !ok {
+			return fmt.Errorf("%w: no price for type %s", ErrBadSpec, c.Type)
+		}
+	}
+	if s.ProbeSteps == 0 {
+		s.ProbeSteps = 20
+	}
+	if s.Margin == 0 {
+		s.Margin = 0.05
+	}
+	return nil
+}
+
+// Observation is one telemetry report: what the job did since the last one.
+type Observation struct {
+	// ElapsedS and SpentUSD are the job's wall time and cost so far.
+	ElapsedS, SpentUSD float64
+	// Config is the configuration that ran.
+	Config predict.Candidate
+	// Steps is the number of steps in this report.
+	Steps float64
+	// StepTime and SyncTime are their mean seconds.
+	StepTime, SyncTime float64
+	// Grad is the gradient statistics of the latest step.
+	Grad gns.Sample
+	// Progress is the job's scale-invariant progress so far.
+	Progress float64
+}
+
+// Decision is what a policy wants next.
+type Decision struct {
+	// Config is the configuration to run next (the current one to stay).
+	Config predict.Candidate `json:"config"`
+	// Reason says why.
+	Reason string `json:"reason"`
+	// WaitSteps asks for the next report after this many steps (0: the
+	// caller's default interval).
+	WaitSteps float64 `json:"wait_steps,omitempty"`
+	// Predictions are the forecasts behind a model-based choice (nil when
+	// the decision did not evaluate candidates).
+	Predictions []predict.Prediction `json:"-"`
+	// Chosen indexes the chosen candidate in Predictions (-1 if none).
+	Chosen int `json:"-"`
+}
+
+// Policy turns telemetry into decisions.
+type Policy interface {
+	// Name is the policy's name.
+	Name() string
+	// Observe takes one report and returns the next decision.
+	Observe(Observation) (Decision, error)
+}
+
+// Names lists the policies New knows.
+var Names = []string{"fixed", "full", "scavenger", "adaptive", "none"}
+
+// New builds a policy by name. stored is used by "none" only.
+func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, error) {
+	if err := spec.validate(); err != nil {
+		return nil, fmt.Errorf("new policy %s: %w", name, err)
+	}
+	t := newTracker(spec)
+	switch name {
+	case "fixed":
+		return &fixed{t: t}, nil
+	case "full":
+		return &search{t: t, name: "full", plan: allProbes}, nil
+	case "scavenger":
+		return &search{t: t, name: "scavenger", plan: extremeProbes}, nil
+	case "none":
+		if len(stored) == 0 {
+			return nil, fmt.Errorf("new policy none: %w", ErrNoStoredModel)
+		}
+		return &none{t: t, stored: stored}, nil
+	case "adaptive":
+		return &adaptive{t: t}, nil
+	}
+	return nil, fmt.Errorf("new policy %q: %w (have %v)", name, ErrUnknownPolicy, Names)
+}
+
+// measurement is the step-weighted mean telemetry of one configuration.
+type measurement struct {
+	steps, step, sync float64
+}
+
+// tracker is the state every policy shares: the noise estimate and the
+// measured step times.
+type tracker struct {
+	spec    Spec
+	est     gns.Estimator
+	meas    map[predict.Candidate]*measurement
+	phis    []float64
+	last    Observation
+	reports int
+	steps   float64
+	types   []string
+}
+
+func newTracker(spec Spec) *tracker {
+	seen := map[string]bool{}
+	var types []string
+	for _, c := range spec.Candidates {
+		if !seen[c.Type] {
+			seen[c.Type] = true
+			types = append(types, c.Type)
+		}
+	}
+	return &tracker{spec: spec, meas: map[predict.Candidate]*measurement{}, types: types}
+}
+
+func (t *tracker) observe(o Observation) error {
+	if !(o.Steps > 0) || !(o.StepTime > 0) || o.SyncTime < 0 || math.IsInf(o.StepTime, 0) {
+		return fmt.Errorf("observe %s: %w: %g steps of %g s", o.Config, ErrBadObservation, o.Steps, o.StepTime)
+	}
+	est, err := t.est.UpdateSteps(o.Grad, o.Steps)
+	if err != nil {
+		return fmt.Errorf("observe %s: %w", o.Config, err)
+	}
+	t.est = est
+	m := t.meas[o.Config]
+	if m == nil {
+		m = &measurement{}
+		t.meas[o.Config] = m
+	}
+	n := m.steps + o.Steps
+	m.step = (m.step*m.steps + o.StepTime*o.Steps) / n
+	m.sync = (m.sync*m.steps + math.Min(o.SyncTime, o.StepTime)*o.Steps) / n
+	m.steps = n
+	t.phis = append(t.phis, t.est.NoiseScale(t.spec.M0))
+	t.last = o
+	t.reports++
+	t.steps += o.Steps
+	return nil
+}
+
+// stable reports whether the noise scale changed by less than tol over each
+// of the last three reports, after at least minSteps steps.
+func (t *tracker) stable(minSteps, tol float64) bool {
+	if t.steps < minSteps || len(t.phis) < 4 {
+		return false
+	}
+	n := len(t.phis)
+	for i := n - 3; i < n; i++ {
+		a, b := t.phis[i-1], t.phis[i]
+		if math.IsInf(a, 0) || math.IsInf(b, 0) || math.Abs(b-a) > tol*math.Abs(a) {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *tracker) measured(c predict.Candidate) bool {
+	m := t.meas[c]
+	return m != nil && m.steps >= t.spec.ProbeSteps
+}
+
+// points returns the measured points of one machine type.
+func (t *tracker) points(typ string) []perf.Point {
+	var pts []perf.Point
+	for c, m := range t.meas {
+		if c.Type == typ {
+			pts = append(pts, perf.Point{Nodes: c.Nodes, Replicas: c.Workers, LocalBatch: c.Local(), StepTime: m.step, SyncTime: m.sync})
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool {
+		a, b := pts[i], pts[j]
+		if a.Replicas != b.Replicas {
+			return a.Replicas < b.Replicas
+		}
+		if a.Nodes != b.Nodes {
+			return a.Nodes < b.Nodes
+		}
+		return a.LocalBatch < b.LocalBatch
+	})
+	return pts
+}
+
+// measuredOver wraps a model so that measured configurations predict their
+// measured step time.
+type measuredOver struct {
+	base predict.StepTimer
+	at   map[[2]int]map[float64]float64
+}
+
+// StepTime implements predict.StepTimer.
+func (m measuredOver) StepTime(nodes, replicas int, local float64) float64 {
+	if v, ok := m.at[[2]int{nodes, replicas}][local]; ok {
+		return v
+	}
+	return m.base.StepTime(nodes, replicas, local)
+}
+
+// fit fits one model per machine type that has measurements.
+func (t *tracker) fit() (map[string]predict.StepTimer, map[string]*perf.Fitted, error) {
+	models := map[string]predict.StepTimer{}
+	fits := map[string]*perf.Fitted{}
+	for _, typ := range t.types {
+		pts := t.points(typ)
+		if len(pts) == 0 {
+			continue
+		}
+		f, err := perf.Fit(pts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("fit type %s: %w", typ, err)
+		}
+		fits[typ] = f
+		models[typ] = t.overlay(typ, f)
+	}
+	return models, fits, nil
+}
+
+func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer {
+	at := map[[2]int]map[float64]float64{}
+	for c, m := range t.meas {
+		if c.Type != typ {
+			continue
+		}
+		k := [2]int{c.Nodes, c.Workers}
+		if at[k] == nil {
+			at[k] = map[float64]float64{}
+		}
+		at[k][c.Local()] = m.step
+	}
+	return measuredOver{base: base, at: at}
+}
+
+// predict forecasts every candidate whose type has a model.
+func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Prediction, error) {
+	in := predict.Inputs{
+		Models:    models,
+		Prices:    t.spec.Prices,
+		M0:        t.spec.M0,
+		Sqr:       t.est.Sqr(),
+		Var:       t.est.Var(),
+		Remaining: math.Max(t.spec.Target-t.last.Progress, 0),
+		Current:   t.last.Config,
+		RelaunchS: t.spec.RelaunchS,
+	}
+	return predict.All(t.spec.Candidates, in)
+}
+
+// choose applies the objective with the deadline and budget left.
+func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
+	o := t.spec.Objective
+	if o.DeadlineS > 0 {
+		o.DeadlineS = math.Max(o.DeadlineS-t.last.ElapsedS, 1e-9)
+	}
+	if o.BudgetUSD > 0 {
+		o.BudgetUSD = math.Max(o.BudgetUSD-t.last.SpentUSD, 1e-9)
+	}
+	return objective.Choose(preds, o)
+}
+
+func (t *tracker) stay(reason string) Decision {
+	return Decision{Config: t.last.Config, Reason: reason, Chosen: -1}
+}
+
+// decide fits, predicts and chooses.
+func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) {
+	preds, err := t.predict(models)
+	if err != nil {
+		return Decision{}, err
+	}
+	ch, err := t.choose(preds)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Predictions: preds, Chosen: ch.Index}, nil
+}
+
+// fixed never moves.
+type fixed struct{ t *tracker }
+
+func (p *fixed) Name() string { return "fixed" }
+
+func (p *fixed) Observe(o Observation) (Decision, error) {
+	if err := p.t.observe(o); err != nil {
+		return Decision{}, err
+	}
+	return p.t.stay("fixed configuration"), nil
+}
+
+// ModelSource is implemented by policies that fit step-time models, so that
+// a later job with the same signature can reuse them (the none policy).
+type ModelSource interface {
+	// Models returns the fitted step-time model per machine type.
+	Models() map[string]predict.StepTimer
+}
+
+// Models implements ModelSource.
+func (p *search) Models() map[string]predict.StepTimer { return p.t.baseModels() }
+
+// Models implements ModelSource.
+func (p *adaptive) Models() map[string]predict.StepTimer { return p.t.baseModels() }
+
+// baseModels fits every type with measurements, ignoring errors of single
+// types (they are simply left out).
+func (t *tracker) baseModels() map[string]predict.StepTimer {
+	out := map[string]predict.StepTimer{}
+	for _, typ := range t.types {
+		if pts := t.points(typ); len(pts) > 0 {
+			if f, err := perf.Fit(pts); err == nil {
+				out[typ] = f
+			}
+		}
+	}
+	return out
+}

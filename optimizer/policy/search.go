@@ -1,0 +1,194 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+)
+
+// Warm-up: the noise estimate is stable when φ moved by less than stableTol
+// over three consecutive reports after stableMinSteps steps; searches start
+// after warmMaxSteps steps regardless (the paper waits 2K–10K iterations).
+const (
+	stableMinSteps = 100
+	stableTol      = 0.05
+	warmMaxSteps   = 2000
+)
+
+type phase int
+
+const (
+	phaseWarm phase = iota
+	phaseProbe
+	phaseDone
+)
+
+// search is the probe-then-choose policy shared by full and scavenger.
+type search struct {
+	t      *tracker
+	name   string
+	plan   func(cands []predict.Candidate, current predict.Candidate) []predict.Candidate
+	phase  phase
+	probes []predict.Candidate
+	final  Decision
+}
+
+func (p *search) Name() string { return p.name }
+
+func (p *search) Observe(o Observation) (Decision, error) {
+	t := p.t
+	if err := t.observe(o); err != nil {
+		return Decision{}, err
+	}
+	switch p.phase {
+	case phaseWarm:
+		if !t.stable(stableMinSteps, stableTol) && t.steps < warmMaxSteps {
+			return t.stay(fmt.Sprintf("waiting for the noise estimate to stabilise (φ = %.4g after %.0f steps)", t.phis[len(t.phis)-1], t.steps)), nil
+		}
+		p.probes = p.plan(t.spec.Candidates, o.Config)
+		p.phase = phaseProbe
+		fallthrough
+	case phaseProbe:
+		if m := t.meas[o.Config]; m != nil && !t.measured(o.Config) && contains(p.probes, o.Config) {
+			d := t.stay(fmt.Sprintf("probing %s", o.Config))
+			d.WaitSteps = t.spec.ProbeSteps - m.steps
+			return d, nil
+		}
+		done := 0
+		for _, c := range p.probes {
+			if t.measured(c) {
+				done++
+			}
+		}
+		for _, c := range p.probes {
+			if !t.measured(c) {
+				return Decision{Config: c, Reason: fmt.Sprintf("%s search: probe %d of %d", p.name, done+1, len(p.probes)), WaitSteps: t.spec.ProbeSteps, Chosen: -1}, nil
+			}
+		}
+		models, _, err := t.fit()
+		if err != nil {
+			return Decision{}, fmt.Errorf("%s policy: %w", p.name, err)
+		}
+		d, err := t.decide(models)
+		if err != nil {
+			return Decision{}, fmt.Errorf("%s policy: %w", p.name, err)
+		}
+		d.Reason = fmt.Sprintf("%s search over %d probes: %s", p.name, len(p.probes), d.Reason)
+		p.final = d
+		p.phase = phaseDone
+		return d, nil
+	default:
+		return t.stay("search finished; staying (" + p.final.Reason + ")"), nil
+	}
+}
+
+func contains(cs []predict.Candidate, c predict.Candidate) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// typeOrder returns the types of cands, the current one first.
+func typeOrder(cands []predict.Candidate, current predict.Candidate) []string {
+	seen := map[string]bool{current.Type: true}
+	out := []string{current.Type}
+	for _, c := range cands {
+		if !seen[c.Type] {
+			seen[c.Type] = true
+			out = append(out, c.Type)
+		}
+	}
+	return out
+}
+
+// allProbes is full search: every candidate, current type first.
+func allProbes(cands []predict.Candidate, current predict.Candidate) []predict.Candidate {
+	var out []predict.Candidate
+	for _, typ := range typeOrder(cands, current) {
+		for _, c := range cands {
+			if c.Type == typ {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// extremeProbes is Scavenger's partial search generalised to machine types:
+// for each type, the smallest and largest K, each at its smallest and
+// largest feasible B.
+func extremeProbes(cands []predict.Candidate, current predict.Candidate) []predict.Candidate {
+	var out []predict.Candidate
+	for _, typ := range typeOrder(cands, current) {
+		var of []predict.Candidate
+		for _, c := range cands {
+			if c.Type == typ {
+				of = append(of, c)
+			}
+		}
+		sort.Slice(of, func(i, j int) bool {
+			if of[i].Workers != of[j].Workers {
+				return of[i].Workers < of[j].Workers
+			}
+			return of[i].Batch < of[j].Batch
+		})
+		kmin, kmax := of[0].Workers, of[len(of)-1].Workers
+		for _, k := range []int{kmin, kmax} {
+			var lo, hi *predict.Candidate
+			for i := range of {
+				if of[i].Workers != k {
+					continue
+				}
+				if lo == nil {
+					lo = &of[i]
+				}
+				hi = &of[i]
+			}
+			for _, c := range []*predict.Candidate{lo, hi} {
+				if c != nil && !contains(out, *c) {
+					out = append(out, *c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// none reuses stored step-time models: once the noise estimate is stable it
+// predicts, chooses and stops, without probing.
+type none struct {
+	t      *tracker
+	stored map[string]predict.StepTimer
+	done   bool
+	final  Decision
+}
+
+func (p *none) Name() string { return "none" }
+
+func (p *none) Observe(o Observation) (Decision, error) {
+	t := p.t
+	if err := t.observe(o); err != nil {
+		return Decision{}, err
+	}
+	if p.done {
+		return t.stay("stored-model choice made; staying (" + p.final.Reason + ")"), nil
+	}
+	if !t.stable(stableMinSteps, stableTol) && t.steps < warmMaxSteps {
+		return t.stay("waiting for the noise estimate to stabilise"), nil
+	}
+	models := map[string]predict.StepTimer{}
+	for typ, m := range p.stored {
+		models[typ] = t.overlay(typ, m)
+	}
+	d, err := t.decide(models)
+	if err != nil {
+		return Decision{}, fmt.Errorf("none policy: %w", err)
+	}
+	d.Reason = "stored model: " + d.Reason
+	p.done, p.final = true, d
+	return d, nil
+}

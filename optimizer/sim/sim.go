@@ -1,0 +1,419 @@
+// Package sim is the trace-driven simulator. It replays an application's
+// measured traces (shared/traces) as a live job that emits the telemetry the
+// python client would — step and sync times of the configuration it runs, and
+// the gradient statistics of the current point of training — drives a policy
+// with it, and scores the outcome against the oracle (the best fixed
+// candidate, knowing every trace) and the median fixed candidate.
+//
+// Semantics (issue 3):
+//   - Candidates: per machine type, worker counts K from packed placements
+//     (one node: 1..GPUs per node; more nodes: full nodes, from placements
+//     or scalability rows); global batch B from the validated batch sizes
+//     with B/K inside the measured local-batch range of that (type, N, K).
+//     Step time interpolates linearly in local batch.
+//   - Progress: in segment i of validation-<B>.csv (the first row with
+//     progress_i above the current progress) a step adds
+//     (progress_i − progress_{i−1})/(iteration_i − iteration_{i−1}); the job is
+//     done at the smallest final progress among the validation files.
+//   - A configuration change costs the relaunch penalty, billed at the new
+//     configuration's nodes, with no progress; probe steps count as progress.
+//   - Cost = nodes × $/h × hours (whole nodes), relaunches included.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/optimizer/gns"
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/trace"
+)
+
+// Options configures one simulation (the flags of `scavctl sim`).
+type Options struct {
+	// TraceDir is the application's trace directory (e.g.
+	// shared/traces/cifar10). Ignored when FS is set.
+	TraceDir string
+	// FS and App locate the traces inside a file system instead.
+	FS  fs.FS
+	App string
+	// Types are the trace machine types to use (default aws, azure, dgx-ext).
+	Types []string
+	// Objective is the user's goal (whole-job deadline and budget).
+	Objective objective.Objective
+	// Policy names the policy (see policy.Names).
+	Policy string
+	// Start is TYPE:K:B; empty means the first type, its smallest K, the
+	// smallest B.
+	Start string
+	// RelaunchPenalty is the cost of a configuration change (default 30 s).
+	RelaunchPenalty time.Duration
+	// Catalog prices the types (nil: price.Default()).
+	Catalog *price.Catalog
+	// ReportInterval is the simulated seconds between telemetry reports
+	// when the policy asks for no particular step count (default 30 s).
+	ReportInterval time.Duration
+	// Stored are the step-time models the none policy reuses; nil makes the
+	// simulator first run a scavenger job on the same traces and store its
+	// models, as a previous job with the same signature would have.
+	Stored map[string]predict.StepTimer
+}
+
+// DefaultTypes are the cloud machine types of the traces.
+var DefaultTypes = []string{"aws", "azure", "dgx-ext"}
+
+// Segment is one configuration the job ran in.
+type Segment struct {
+	Type    string  `json:"type"`
+	Nodes   int     `json:"nodes"`
+	Workers int     `json:"workers"`
+	Batch   int     `json:"batch"`
+	StartS  float64 `json:"start_s"`
+	Steps   float64 `json:"steps"`
+}
+
+// Outcome is a fixed candidate's whole-job result.
+type Outcome struct {
+	Type    string  `json:"type"`
+	Nodes   int     `json:"nodes"`
+	Workers int     `json:"workers"`
+	Batch   int     `json:"batch"`
+	JCTS    float64 `json:"jct_s"`
+	CostUSD float64 `json:"cost_usd"`
+}
+
+// FixedStats summarises every fixed candidate.
+type FixedStats struct {
+	MedianJCTS    float64 `json:"median_jct_s"`
+	MedianCostUSD float64 `json:"median_cost_usd"`
+	Count         int     `json:"count"`
+}
+
+// ErrorStats summarises relative step-time prediction errors in percent.
+type ErrorStats struct {
+	MedianPct float64 `json:"median_pct"`
+	P90Pct    float64 `json:"p90_pct"`
+	N         int     `json:"n"`
+}
+
+// Report is the result of one simulation (`scavctl sim -o json`).
+type Report struct {
+	App        string  `json:"app"`
+	Policy     string  `json:"policy"`
+	Objective  string  `json:"objective"`
+	RelaunchS  float64 `json:"relaunch_penalty_s"`
+	Candidates int     `json:"candidates"`
+
+	JCTS       float64   `json:"jct_s"`
+	CostUSD    float64   `json:"cost_usd"`
+	Relaunches int       `json:"relaunches"`
+	History    []Segment `json:"history"`
+
+	// PredictedJCTS and PredictedCostUSD are the whole-job figures the
+	// policy predicted at its last decision that set the configuration
+	// (elapsed and spent then, plus the predicted remainder); 0 when the
+	// policy never predicted.
+	PredictedJCTS    float64 `json:"predicted_jct_s"`
+	PredictedCostUSD float64 `json:"predicted_cost_usd"`
+	DecisionS        float64 `json:"decision_s"`
+	Reason           string  `json:"reason"`
+
+	Oracle        Outcome    `json:"oracle"`
+	Fixed         FixedStats `json:"fixed"`
+	StepTimeError ErrorStats `json:"step_time_error"`
+
+	// Front holds every fixed candidate's outcome (for plots).
+	Front []Outcome `json:"-"`
+}
+
+func (o *Options) defaults() error {
+	if len(o.Types) == 0 {
+		o.Types = DefaultTypes
+	}
+	if o.RelaunchPenalty == 0 {
+		o.RelaunchPenalty = 30 * time.Second
+	}
+	if o.RelaunchPenalty < 0 {
+		return fmt.Errorf("%w: negative relaunch penalty", ErrBadOptions)
+	}
+	if o.ReportInterval == 0 {
+		o.ReportInterval = 30 * time.Second
+	}
+	if o.Objective.Kind == "" {
+		o.Objective.Kind = objective.Time
+	}
+	if o.Policy == "" {
+		o.Policy = "adaptive"
+	}
+	if o.FS == nil {
+		if o.TraceDir == "" {
+			return fmt.Errorf("%w: no trace directory", ErrBadOptions)
+		}
+		abs, err := filepath.Abs(o.TraceDir)
+		if err != nil {
+			return fmt.Errorf("trace dir %s: %w", o.TraceDir, err)
+		}
+		o.FS, o.App = os.DirFS(filepath.Dir(abs)), filepath.Base(abs)
+	}
+	if o.Catalog == nil {
+		c, err := price.Default()
+		if err != nil {
+			return err
+		}
+		o.Catalog = c
+	}
+	return nil
+}
+
+func load(opts *Options) (*world, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	app, err := trace.LoadApp(opts.FS, opts.App, opts.Types)
+	if err != nil {
+		return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
+	}
+	w, err := newWorld(app, opts.Types, opts.Catalog)
+	if err != nil {
+		return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
+	}
+	return w, nil
+}
+
+// Run simulates one job under opts.Policy and scores it.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	w, err := load(&opts)
+	if err != nil {
+		return nil, err
+	}
+	return runWorld(ctx, w, opts)
+}
+
+func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
+	start, err := w.start(opts.Start)
+	if err != nil {
+		return nil, fmt.Errorf("simulate %s: %w", w.app.Name, err)
+	}
+	spec := policy.Spec{
+		Candidates: w.cands,
+		Prices:     w.prices,
+		M0:         w.m0,
+		Target:     w.target,
+		Objective:  opts.Objective,
+		RelaunchS:  opts.RelaunchPenalty.Seconds(),
+	}
+	stored := opts.Stored
+	if opts.Policy == "none" && stored == nil {
+		prior := opts
+		prior.Policy = "scavenger"
+		pol, err := policy.New("scavenger", spec, nil)
+		if err != nil {
+			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
+		}
+		if _, err := w.simulate(ctx, pol, start, prior); err != nil {
+			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
+		}
+		if ms, ok := pol.(policy.ModelSource); ok {
+			stored = ms.Models()
+		}
+	}
+	pol, err := policy.New(opts.Policy, spec, stored)
+	if err != nil {
+		return nil, fmt.Errorf("simulate %s: %w", w.app.Name, err)
+	}
+	rep, err := w.simulate(ctx, pol, start, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.score(rep, opts.Objective); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// start parses TYPE:K:B or picks the default start.
+func (w *world) start(s string) (predict.Candidate, error) {
+	if s == "" {
+		best := predict.Candidate{}
+		for _, c := range w.cands {
+			if c.Type != w.types[0] {
+				continue
+			}
+			if best.Type == "" || c.Workers < best.Workers || (c.Workers == best.Workers && c.Batch < best.Batch) {
+				best = c
+			}
+		}
+		if best.Type == "" {
+			return best, fmt.Errorf("%w: type %s has no candidates", ErrBadStart, w.types[0])
+		}
+		return best, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return predict.Candidate{}, fmt.Errorf("%w: %q is not TYPE:K:B", ErrBadStart, s)
+	}
+	k, err1 := strconv.Atoi(parts[1])
+	b, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil {
+		return predict.Candidate{}, fmt.Errorf("%w: %q is not TYPE:K:B", ErrBadStart, s)
+	}
+	for _, c := range w.cands {
+		if c.Type == parts[0] && c.Workers == k && c.Batch == b {
+			return c, nil
+		}
+	}
+	return predict.Candidate{}, fmt.Errorf("%w: %s", ErrBadStart, s)
+}
+
+// simulate runs the job loop.
+func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.Candidate, opts Options) (*Report, error) {
+	rep := &Report{
+		App: w.app.Name, Policy: pol.Name(), Objective: string(opts.Objective.Kind),
+		RelaunchS: opts.RelaunchPenalty.Seconds(), Candidates: len(w.cands),
+	}
+	valid := map[predict.Candidate]bool{}
+	for _, c := range w.cands {
+		valid[c] = true
+	}
+	relaunch := opts.RelaunchPenalty.Seconds()
+	cur := start
+	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
+	var (
+		now, spent, progress float64
+		wait                 float64
+		lastPreds            []predict.Prediction
+		recorded             bool
+	)
+	for iter := 0; progress < w.target*(1-1e-12); iter++ {
+		if iter%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("simulate %s: %w", w.app.Name, err)
+			}
+		}
+		if iter > 50_000_000 {
+			return nil, fmt.Errorf("simulate %s: %w after %d reports", w.app.Name, ErrStuck, iter)
+		}
+		st, sync := w.stepTime(cur)
+		n := wait
+		if n <= 0 {
+			n = math.Max(opts.ReportInterval.Seconds()/st, 1)
+		}
+		steps, secs, gained := w.run(cur, progress, n)
+		if steps <= 0 {
+			return nil, fmt.Errorf("simulate %s in %s at progress %g: %w", w.app.Name, cur, progress, ErrStuck)
+		}
+		now += secs
+		spent += secs * float64(cur.Nodes) * w.prices[cur.Type] / 3600
+		progress += gained
+		rep.History[len(rep.History)-1].Steps += steps
+		if progress >= w.target*(1-1e-12) {
+			break
+		}
+		_, _, row := w.segment(cur.Batch, progress)
+		obs := policy.Observation{
+			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: steps,
+			StepTime: st, SyncTime: sync,
+			Grad:     gns.Expected(row.GradSqr, row.GradVar, w.m0, cur.Local(), cur.Workers),
+			Progress: progress,
+		}
+		d, err := pol.Observe(obs)
+		if err != nil {
+			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
+		}
+		if d.Predictions != nil {
+			lastPreds = d.Predictions
+		}
+		if d.Chosen >= 0 && d.Chosen < len(d.Predictions) && d.Predictions[d.Chosen].Candidate == d.Config && (!recorded || d.Config != cur) {
+			ch := d.Predictions[d.Chosen]
+			rep.PredictedJCTS, rep.PredictedCostUSD = now+ch.TotalS, spent+ch.TotalUSD
+			rep.DecisionS, rep.Reason, recorded = now, d.Reason, true
+		}
+		wait = d.WaitSteps
+		if d.Config != cur {
+			if !valid[d.Config] {
+				return nil, fmt.Errorf("simulate %s: %w: %s", w.app.Name, ErrBadDecision, d.Config)
+			}
+			cur = d.Config
+			rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch, StartS: now})
+			now += relaunch
+			spent += relaunch * float64(cur.Nodes) * w.prices[cur.Type] / 3600
+			rep.Relaunches++
+		}
+	}
+	rep.JCTS, rep.CostUSD = now, spent
+	rep.StepTimeError = w.stepErrors(lastPreds, rep.History)
+	return rep, nil
+}
+
+// stepErrors compares predicted step times with the traces on candidates
+// the job never ran.
+func (w *world) stepErrors(preds []predict.Prediction, hist []Segment) ErrorStats {
+	ran := map[predict.Candidate]bool{}
+	for _, s := range hist {
+		ran[predict.Candidate{Type: s.Type, Nodes: s.Nodes, Workers: s.Workers, Batch: s.Batch}] = true
+	}
+	var errs []float64
+	for _, p := range preds {
+		if ran[p.Candidate] {
+			continue
+		}
+		truth, _ := w.stepTime(p.Candidate)
+		errs = append(errs, 100*math.Abs(p.StepTime-truth)/truth)
+	}
+	if len(errs) == 0 {
+		return ErrorStats{}
+	}
+	sort.Float64s(errs)
+	return ErrorStats{MedianPct: quantile(errs, 0.5), P90Pct: quantile(errs, 0.9), N: len(errs)}
+}
+
+// quantile interpolates linearly between order statistics of sorted xs.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	pos := q * float64(len(xs)-1)
+	i := int(pos)
+	if i >= len(xs)-1 {
+		return xs[len(xs)-1]
+	}
+	f := pos - float64(i)
+	return xs[i] + f*(xs[i+1]-xs[i])
+}
+
+// score fills the oracle and fixed-median figures.
+func (w *world) score(rep *Report, o objective.Objective) error {
+	preds := make([]predict.Prediction, 0, len(w.cands))
+	var jcts, costs []float64
+	for _, c := range w.cands {
+		jct, cost := w.fixedOutcome(c)
+		if math.IsInf(jct, 0) {
+			continue
+		}
+		preds = append(preds, predict.Prediction{Candidate: c, TotalS: jct, TotalUSD: cost})
+		jcts = append(jcts, jct)
+		costs = append(costs, cost)
+		rep.Front = append(rep.Front, Outcome{Type: c.Type, Nodes: c.Nodes, Workers: c.Workers, Batch: c.Batch, JCTS: jct, CostUSD: cost})
+	}
+	ch, err := objective.Choose(preds, o)
+	if err != nil {
+		return fmt.Errorf("score %s: oracle: %w", w.app.Name, err)
+	}
+	best := preds[ch.Index]
+	rep.Oracle = Outcome{Type: best.Type, Nodes: best.Nodes, Workers: best.Workers, Batch: best.Batch, JCTS: best.TotalS, CostUSD: best.TotalUSD}
+	sort.Float64s(jcts)
+	sort.Float64s(costs)
+	rep.Fixed = FixedStats{MedianJCTS: quantile(jcts, 0.5), MedianCostUSD: quantile(costs, 0.5), Count: len(jcts)}
+	return nil
+}

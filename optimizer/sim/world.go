@@ -1,0 +1,216 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/trace"
+)
+
+// world is the ground truth of one application, built from its traces. Only
+// the simulator reads it; policies see telemetry.
+type world struct {
+	app    *trace.App
+	types  []string
+	gpus   map[string]int
+	rows   map[nk][]sample
+	cands  []predict.Candidate
+	vals   map[int]trace.Validation
+	m0     float64
+	target float64
+	prices map[string]float64
+}
+
+type nk struct {
+	typ  string
+	n, k int
+}
+
+type sample struct{ local, step, sync float64 }
+
+// newWorld builds the candidates and the ground truth for types.
+func newWorld(app *trace.App, types []string, cat *price.Catalog) (*world, error) {
+	w := &world{
+		app: app, types: types,
+		gpus:   map[string]int{},
+		rows:   map[nk][]sample{},
+		vals:   map[int]trace.Validation{},
+		m0:     float64(app.Validations[0].Batch),
+		target: app.TargetProgress(),
+		prices: map[string]float64{},
+	}
+	for _, v := range app.Validations {
+		w.vals[v.Batch] = v
+	}
+	for _, typ := range types {
+		mt, err := cat.Lookup(typ)
+		if err != nil {
+			return nil, fmt.Errorf("price type %s: %w", typ, err)
+		}
+		p, err := mt.Hourly(false)
+		if err != nil {
+			return nil, fmt.Errorf("price type %s: %w", typ, err)
+		}
+		w.prices[typ] = p
+		g := 0
+		for _, r := range app.Placements[typ] {
+			for _, c := range r.Placement {
+				g = max(g, int(c-'0'))
+			}
+		}
+		if g == 0 {
+			g = mt.GPUs
+		}
+		if g == 0 {
+			return nil, fmt.Errorf("type %s: %w: GPUs per node unknown", typ, ErrNoCandidates)
+		}
+		w.gpus[typ] = g
+		fromPlacement := map[nk]bool{}
+		add := func(r trace.StepRow, placement bool) {
+			key := nk{typ, r.Nodes, r.Replicas}
+			if !r.Packed(g) {
+				return
+			}
+			if r.Nodes > 1 && strings.Trim(r.Placement, fmt.Sprint(g)) != "" {
+				return
+			}
+			if !placement && fromPlacement[key] {
+				return
+			}
+			if placement {
+				fromPlacement[key] = true
+			}
+			w.rows[key] = append(w.rows[key], sample{r.LocalBatch, r.StepTime, r.SyncTime})
+		}
+		for _, r := range app.Placements[typ] {
+			add(r, true)
+		}
+		for _, r := range app.Scalability[typ] {
+			add(r, false)
+		}
+	}
+	for key, rs := range w.rows {
+		w.rows[key] = dedupe(rs)
+	}
+	keys := make([]nk, 0, len(w.rows))
+	for key := range w.rows {
+		keys = append(keys, key)
+	}
+	order := map[string]int{}
+	for i, t := range types {
+		order[t] = i
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.typ != b.typ {
+			return order[a.typ] < order[b.typ]
+		}
+		return a.k < b.k
+	})
+	for _, key := range keys {
+		rs := w.rows[key]
+		lo, hi := rs[0].local, rs[len(rs)-1].local
+		for _, v := range app.Validations {
+			l := float64(v.Batch) / float64(key.k)
+			if v.Batch >= key.k && l >= lo*(1-1e-9) && l <= hi*(1+1e-9) {
+				w.cands = append(w.cands, predict.Candidate{Type: key.typ, Nodes: key.n, Workers: key.k, Batch: v.Batch})
+			}
+		}
+	}
+	if len(w.cands) == 0 {
+		return nil, fmt.Errorf("app %s types %v: %w", app.Name, types, ErrNoCandidates)
+	}
+	return w, nil
+}
+
+// dedupe sorts samples by local batch and averages equal local batches.
+func dedupe(rs []sample) []sample {
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].local < rs[j].local })
+	var out []sample
+	for i := 0; i < len(rs); {
+		j, s := i, sample{local: rs[i].local}
+		for ; j < len(rs) && rs[j].local == rs[i].local; j++ {
+			s.step += rs[j].step
+			s.sync += rs[j].sync
+		}
+		n := float64(j - i)
+		s.step /= n
+		s.sync /= n
+		out = append(out, s)
+		i = j
+	}
+	return out
+}
+
+// stepTime is the measured step and sync time of c, linearly interpolated in
+// local batch.
+func (w *world) stepTime(c predict.Candidate) (step, sync float64) {
+	rs := w.rows[nk{c.Type, c.Nodes, c.Workers}]
+	l := c.Local()
+	if len(rs) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	if l <= rs[0].local {
+		return rs[0].step, rs[0].sync
+	}
+	for i := 1; i < len(rs); i++ {
+		if l <= rs[i].local {
+			a, b := rs[i-1], rs[i]
+			f := (l - a.local) / (b.local - a.local)
+			return a.step + f*(b.step-a.step), a.sync + f*(b.sync-a.sync)
+		}
+	}
+	last := rs[len(rs)-1]
+	return last.step, last.sync
+}
+
+// segment returns, for batch b at progress p, the progress per step, the end
+// of the current segment and the validation row that closes it.
+func (w *world) segment(b int, p float64) (rate, end float64, row trace.ValidationRow) {
+	v := w.vals[b]
+	prevP, prevI := 0.0, 0.0
+	for _, r := range v.Rows {
+		if r.Progress > p {
+			return (r.Progress - prevP) / (r.Iteration - prevI), r.Progress, r
+		}
+		prevP, prevI = r.Progress, r.Iteration
+	}
+	last := v.Rows[len(v.Rows)-1]
+	return 0, last.Progress, last
+}
+
+// run advances a job in configuration c from progress p for at most maxSteps
+// steps (or until the target), returning steps taken, seconds and progress
+// gained. Steps are fractional at the very end.
+func (w *world) run(c predict.Candidate, p, maxSteps float64) (steps, secs, gained float64) {
+	st, _ := w.stepTime(c)
+	for steps < maxSteps && p+gained < w.target {
+		rate, end, _ := w.segment(c.Batch, p+gained)
+		if rate <= 0 {
+			break
+		}
+		goal := math.Min(end, w.target)
+		need := (goal - (p + gained)) / rate
+		take := math.Min(need, maxSteps-steps)
+		steps += take
+		if take == need {
+			gained = goal - p
+		} else {
+			gained += take * rate
+		}
+	}
+	return steps, steps * st, gained
+}
+
+// fixedOutcome is the whole job run in c from the start.
+func (w *world) fixedOutcome(c predict.Candidate) (jct, cost float64) {
+	_, secs, gained := w.run(c, 0, math.Inf(1))
+	if gained < w.target*(1-1e-9) {
+		return math.Inf(1), math.Inf(1)
+	}
+	return secs, secs * float64(c.Nodes) * w.prices[c.Type] / 3600
+}
