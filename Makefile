@@ -30,11 +30,11 @@ build:
 demo: setup build
 	@rm -rf $(DEMO_DIR); mkdir -p $(DEMO_DIR)
 	$(BIN)/scavctl --state-dir $(DEMO_DIR) run --name demo --workers 2 --batch-size 64 -- $(PYTHON) examples/cnn.py --steps 60
-	@echo; echo "== telemetry summary =="
+	@echo; echo "== jobs =="
 	@$(BIN)/scavctl --state-dir $(DEMO_DIR) jobs
-	@echo
+	@echo; echo "== telemetry summary =="
 	@id=$$($(BIN)/scavctl --state-dir $(DEMO_DIR) jobs -o json | $(PYTHON) -c 'import json,sys; print([j["id"] for j in json.load(sys.stdin) if j["name"]=="demo"][-1])'); \
-	$(BIN)/scavctl --state-dir $(DEMO_DIR) steps $$id -o json | $(PYTHON) examples/summarize_steps.py
+	$(BIN)/scavctl --state-dir $(DEMO_DIR) steps $$id --summary
 	@rm -rf $(DEMO_DIR)
 
 ## test: install, build, vet, then every Go and python test

@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (d *Daemon, err err
 	launcher := cfg.Launcher
 	if launcher == nil {
 		// Workers' orphans are re-parented to us and reaped, since PID 1 may not reap them.
-		if d.reaper, err = local.StartReaper(context.WithoutCancel(ctx), log.Named("reaper")); err != nil {
+		if d.reaper, err = local.StartReaper(context.WithoutCancel(ctx), log); err != nil {
 			return nil, err
 		}
 		launcher = local.New(local.Options{Logger: log, KillOnParentDeath: cfg.Standalone, Reaper: d.reaper})

@@ -49,14 +49,16 @@ func newLogsCmd(a *app) *cobra.Command {
 }
 
 func newStepsCmd(a *app) *cobra.Command {
-	var follow bool
+	var follow, summary bool
 	cmd := &cobra.Command{
 		Use:   "steps JOB",
 		Short: "Print a job's step records",
 		Long: `steps prints the step telemetry of every worker: step time, samples, compute and
 synchronisation seconds, loss, and the squared gradient norms (local, before
 all-reduce; averaged, after it) that feed the gradient noise scale. With -o json
-it prints one JSON record per line, as the workers sent them.`,
+it prints one JSON record per line, as the workers sent them. With --summary it
+prints what they add up to: median step time, samples/s, the compute/all-reduce
+split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
@@ -66,6 +68,16 @@ it prints one JSON record per line, as the workers sent them.`,
 			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
 				if _, err := c.Job(ctx, args[0]); err != nil {
 					return err
+				}
+				if summary {
+					var recs []telemetry.StepRecord
+					if err := c.Steps(ctx, args[0], false, func(r telemetry.StepRecord) error { recs = append(recs, r); return nil }); err != nil {
+						return err
+					}
+					if asJSON {
+						return a.printJSON(summarize(recs))
+					}
+					return summarize(recs).print(a.stdout)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 				if !asJSON {
@@ -91,6 +103,7 @@ it prints one JSON record per line, as the workers sent them.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records (Ctrl-C to stop)")
+	cmd.Flags().BoolVar(&summary, "summary", false, "print a summary instead: throughput, time split, loss, gradient noise")
 	addOutputFlag(a, cmd)
 	return cmd
 }

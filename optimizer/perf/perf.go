@@ -208,6 +208,40 @@ func FitScavenger(points []Point) (Scavenger, error) {
 	return Scavenger{AlphaC: ac, BetaC: bc, AlphaS: as, BetaS: bs}, nil
 }
 
+// Line fits y = a + b·x by ordinary least squares (gonum
+// stat.LinearRegression); with fewer than two distinct x it returns the mean
+// of y and slope 0.
+func Line(x, y []float64) (a, b float64) { return line(x, y) }
+
+// Transferred is a reference model's shape scaled to another machine type:
+// StepTime = Factor · Ref.StepTime. It stands in for a type measured at too
+// few configurations to fit on its own.
+type Transferred struct {
+	Ref    Model
+	Factor float64
+}
+
+// Form implements Model.
+func (t Transferred) Form() Form { return t.Ref.Form() + "-transferred" }
+
+// StepTime implements Model.
+func (t Transferred) StepTime(nodes, replicas int, local float64) float64 {
+	return t.Factor * t.Ref.StepTime(nodes, replicas, local)
+}
+
+// Scaled returns ref scaled by the geometric mean ratio of measured to
+// reference step times over points (factor 1 without points).
+func Scaled(ref Model, points []Point) Transferred {
+	if len(points) == 0 {
+		return Transferred{Ref: ref, Factor: 1}
+	}
+	var s float64
+	for _, p := range points {
+		s += math.Log(p.StepTime / ref.StepTime(p.Nodes, p.Replicas, p.LocalBatch))
+	}
+	return Transferred{Ref: ref, Factor: math.Exp(s / float64(len(points)))}
+}
+
 // line fits y = a + b·x by ordinary least squares (gonum stat.LinearRegression).
 func line(x, y []float64) (a, b float64) {
 	if distinct(x) < 2 {

@@ -11,103 +11,81 @@ import (
 
 // Adaptive tuning.
 const (
-	// adaptiveMinSteps and adaptiveTol gate the first decision (looser than
-	// the paper's: the estimate keeps being refined afterwards).
-	adaptiveMinSteps = 50
-	adaptiveTol      = 0.10
+	// adaptiveWarmReports is the number of reports before the first
+	// decision; the estimate keeps being refined afterwards.
+	adaptiveWarmReports = 2
 	// payoffFactor: no search when the job will finish within this many
-	// relaunches anyway.
+	// relaunches in its current configuration.
 	payoffFactor = 20.0
-	// probeBudget: probing may cost at most this fraction of the predicted
-	// remaining time in relaunches.
-	probeBudget = 0.04
+	// probeBudget: the relaunches of probes may cost at most this fraction
+	// of the best predicted remaining time.
+	probeBudget = 0.06
+	// probesPerType bounds the planned probes of one machine type.
+	probesPerType = 3
 )
 
-// adaptive probes a few configurations per type while that can pay, then
-// re-optimises at every report.
+// adaptive probes a few configurations, chosen by a prior on the objective
+// and only while their relaunches fit a budget relative to the best
+// predicted remaining time; then it re-optimises at every report with a
+// forecast of the noise scale's growth, moving only when the gain beats the
+// relaunch by the margin.
 type adaptive struct {
 	t        *tracker
-	phase    phase
-	probes   []predict.Candidate
-	models   map[string]predict.StepTimer
-	fitted   int // number of measured configurations behind models
-	last     Decision
+	planned  bool
 	noSearch bool
+	probes   []predict.Candidate
+	probed   int
+	models   map[string]predict.StepTimer
+	fitted   int // measured configurations behind models
 }
 
 func (p *adaptive) Name() string { return "adaptive" }
 
 func (p *adaptive) Observe(o Observation) (Decision, error) {
 	t := p.t
+	t.forecast, t.transfer = true, true
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	if p.phase == phaseWarm {
-		if !t.stable(adaptiveMinSteps, adaptiveTol) && t.steps < warmMaxSteps {
-			return t.stay("waiting for a first noise estimate"), nil
-		}
-		m := t.meas[o.Config]
-		gain := t.est.Gain(float64(o.Config.Batch) / t.spec.M0)
-		remS := math.Max(t.spec.Target-o.Progress, 0) / gain * m.step
-		if remS < payoffFactor*t.spec.RelaunchS {
-			p.phase, p.noSearch = phaseDone, true
-			return t.stay(fmt.Sprintf("search does not pay: %.0f s left, relaunch %.0f s", remS, t.spec.RelaunchS)), nil
-		}
-		n := int(probeBudget * remS / (t.spec.RelaunchS + t.spec.ProbeSteps*m.step))
-		p.probes = adaptiveProbes(t.spec.Candidates, o.Config, n)
-		p.phase = phaseProbe
-	}
-	if p.phase == phaseProbe {
-		if m := t.meas[o.Config]; !t.measured(o.Config) {
-			d := t.stay(fmt.Sprintf("measuring %s", o.Config))
-			d.WaitSteps = t.spec.ProbeSteps - m.steps
-			return d, nil
-		}
-		for i, c := range p.probes {
-			if !t.measured(c) {
-				return Decision{Config: c, Reason: fmt.Sprintf("adaptive probe %d of %d", i+1, len(p.probes)), WaitSteps: t.spec.ProbeSteps, Chosen: -1}, nil
-			}
-		}
-		p.phase = phaseDone
+	if t.reports < adaptiveWarmReports {
+		return t.stay("waiting for a first noise estimate"), nil
 	}
 	if p.noSearch {
 		return t.stay("search does not pay; staying"), nil
 	}
-	return p.reoptimise(o)
-}
-
-// reoptimise refits when new configurations were measured, predicts every
-// candidate and moves when the gain beats the relaunch by the margin.
-func (p *adaptive) reoptimise(o Observation) (Decision, error) {
-	t := p.t
 	if !t.measured(o.Config) {
 		d := t.stay(fmt.Sprintf("measuring %s", o.Config))
 		d.WaitSteps = t.spec.ProbeSteps - t.meas[o.Config].steps
 		return d, nil
 	}
-	n := 0
-	for c := range t.meas {
-		if t.measured(c) {
-			n++
+	if !p.planned {
+		p.planned = true
+		m := t.meas[o.Config]
+		gain := t.est.Gain(float64(o.Config.Batch) / t.spec.M0)
+		remS := math.Max(t.spec.Target-o.Progress, 0) / gain * m.step
+		if remS < payoffFactor*t.spec.RelaunchS {
+			p.noSearch = true
+			return t.stay(fmt.Sprintf("search does not pay: %.0f s left here, relaunch %.0f s", remS, t.spec.RelaunchS)), nil
 		}
+		p.probes = priorProbes(t.spec, o.Config)
 	}
-	if p.models == nil || n != p.fitted {
-		models, _, err := t.fit()
-		if err != nil {
-			return Decision{}, fmt.Errorf("adaptive policy: %w", err)
-		}
-		p.models, p.fitted = models, n
-	} else {
-		// Refresh the overlay of the current configuration's measurement.
-		for typ, m := range p.models {
-			if typ == o.Config.Type {
-				p.models[typ] = t.overlay(typ, m.(measuredOver).base)
-			}
-		}
+	if err := p.refit(o); err != nil {
+		return Decision{}, err
 	}
 	d, err := t.decide(p.models)
 	if err != nil {
 		return Decision{}, fmt.Errorf("adaptive policy: %w", err)
+	}
+	best := d.Predictions[d.Chosen]
+	for _, c := range p.probes {
+		if t.measured(c) || c == o.Config {
+			continue
+		}
+		if float64(p.probed+1)*t.spec.RelaunchS > probeBudget*best.RemainingS {
+			break
+		}
+		p.probed++
+		return Decision{Config: c, Reason: fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate), WaitSteps: t.spec.ProbeSteps, Predictions: d.Predictions, Chosen: -1}, nil
 	}
 	cur := -1
 	for i, pr := range d.Predictions {
@@ -117,19 +95,40 @@ func (p *adaptive) reoptimise(o Observation) (Decision, error) {
 	}
 	if d.Config == o.Config || cur < 0 {
 		d.Reason = "stay: " + d.Reason
-		p.last = d
 		return d, nil
 	}
-	if !p.worthMoving(d.Predictions[cur], d.Predictions[d.Chosen]) {
-		stay := t.stay(fmt.Sprintf("stay: %s does not beat %s by %.0f%% after the relaunch", d.Predictions[d.Chosen].Candidate, o.Config, 100*t.spec.Margin))
+	if !p.worthMoving(d.Predictions[cur], best) {
+		stay := t.stay(fmt.Sprintf("stay: %s does not beat %s by %.0f%% after the relaunch", best.Candidate, o.Config, 100*t.spec.Margin))
 		stay.Predictions, stay.Chosen = d.Predictions, cur
-		p.last = stay
 		return stay, nil
 	}
 	d.Reason = "move: " + d.Reason
 	d.WaitSteps = t.spec.ProbeSteps
-	p.last = d
 	return d, nil
+}
+
+// refit refits the models when a new configuration has been measured, and
+// refreshes the measured overlay otherwise.
+func (p *adaptive) refit(o Observation) error {
+	t := p.t
+	n := 0
+	for c := range t.meas {
+		if t.measured(c) {
+			n++
+		}
+	}
+	if p.models != nil && n == p.fitted {
+		if m, ok := p.models[o.Config.Type].(measuredOver); ok {
+			p.models[o.Config.Type] = t.overlay(o.Config.Type, m.base)
+		}
+		return nil
+	}
+	models, _, err := t.fit()
+	if err != nil {
+		return fmt.Errorf("adaptive policy: %w", err)
+	}
+	p.models, p.fitted = models, n
+	return nil
 }
 
 // worthMoving applies the hysteresis: the candidate must beat staying by the
@@ -163,74 +162,79 @@ func (p *adaptive) worthMoving(cur, next predict.Prediction) bool {
 	}
 }
 
-// adaptiveProbes picks at most n probes, round-robin across types (current
-// type first), in an order that identifies the Pollux form soonest: the
-// largest configuration at its largest batch, one full node at its largest
-// and smallest batch, then two nodes.
-func adaptiveProbes(cands []predict.Candidate, current predict.Candidate, n int) []predict.Candidate {
-	if n <= 0 {
-		return nil
+// priorProbes orders probes by a prior on the objective that uses only the
+// catalog: for least time, the most expensive machine types first (price
+// tracks speed), each at its largest configuration and largest batch; for
+// least cost, the cheapest types per GPU first, each as one full node at its
+// largest batch. Further rounds add the other shape of each type and a small
+// batch, so that every type can be fitted.
+func priorProbes(spec Spec, current predict.Candidate) []predict.Candidate {
+	byType := map[string][]predict.Candidate{}
+	var types []string
+	for _, c := range spec.Candidates {
+		if byType[c.Type] == nil {
+			types = append(types, c.Type)
+		}
+		byType[c.Type] = append(byType[c.Type], c)
 	}
-	per := map[string][]predict.Candidate{}
-	types := typeOrder(cands, current)
-	for _, typ := range types {
-		var of []predict.Candidate
-		for _, c := range cands {
-			if c.Type == typ {
-				of = append(of, c)
+	perGPU := map[string]float64{}
+	for typ, cs := range byType {
+		g := 0
+		for _, c := range cs {
+			if c.Nodes == 1 {
+				g = max(g, c.Workers)
 			}
 		}
+		perGPU[typ] = spec.Prices[typ] / float64(max(g, 1))
+	}
+	cost := spec.Objective.Kind == objective.Cost
+	sort.SliceStable(types, func(i, j int) bool {
+		if cost {
+			return perGPU[types[i]] < perGPU[types[j]]
+		}
+		return spec.Prices[types[i]] > spec.Prices[types[j]]
+	})
+	per := map[string][]predict.Candidate{}
+	for _, typ := range types {
+		of := byType[typ]
 		sort.Slice(of, func(i, j int) bool {
 			if of[i].Workers != of[j].Workers {
 				return of[i].Workers < of[j].Workers
 			}
 			return of[i].Batch < of[j].Batch
 		})
+		maxK, fullNode := of[len(of)-1].Workers, 0
+		for _, c := range of {
+			if c.Nodes == 1 {
+				fullNode = max(fullNode, c.Workers)
+			}
+		}
 		// of is sorted by K then B: the first match has the smallest B.
-		atK := func(match func(predict.Candidate) bool, largestB bool) *predict.Candidate {
+		pick := func(k int, largestB bool) *predict.Candidate {
 			var got *predict.Candidate
 			for i := range of {
-				if match(of[i]) && (got == nil || largestB) {
+				if of[i].Workers == k && (got == nil || largestB) {
 					got = &of[i]
 				}
 			}
 			return got
 		}
-		maxK := of[len(of)-1].Workers
-		fullNode := 0
-		twoNode := 0
-		for _, c := range of {
-			if c.Nodes == 1 {
-				fullNode = max(fullNode, c.Workers)
-			}
-			if c.Nodes == 2 && twoNode == 0 {
-				twoNode = c.Workers
-			}
-		}
-		order := []*predict.Candidate{
-			atK(func(c predict.Candidate) bool { return c.Workers == maxK }, true),
-			atK(func(c predict.Candidate) bool { return c.Nodes == 1 && c.Workers == fullNode }, true),
-			atK(func(c predict.Candidate) bool { return c.Nodes == 1 && c.Workers == fullNode }, false),
-			atK(func(c predict.Candidate) bool { return c.Workers == twoNode }, true),
-			atK(func(c predict.Candidate) bool { return c.Workers == maxK }, false),
+		order := []*predict.Candidate{pick(maxK, true), pick(fullNode, true), pick(fullNode, false)}
+		if cost {
+			order = []*predict.Candidate{pick(fullNode, true), pick(maxK, true), pick(fullNode, false)}
 		}
 		for _, c := range order {
-			if c != nil && !contains(per[typ], *c) && *c != current {
+			if c != nil && !contains(per[typ], *c) && len(per[typ]) < probesPerType {
 				per[typ] = append(per[typ], *c)
 			}
 		}
 	}
 	var out []predict.Candidate
-	for round := 0; len(out) < n; round++ {
-		added := false
+	for round := 0; round < probesPerType; round++ {
 		for _, typ := range types {
-			if round < len(per[typ]) && len(out) < n {
+			if round < len(per[typ]) && per[typ][round] != current {
 				out = append(out, per[typ][round])
-				added = true
 			}
-		}
-		if !added {
-			break
 		}
 	}
 	return out

@@ -151,7 +151,14 @@ type tracker struct {
 	reports int
 	steps   float64
 	types   []string
+	// forecast enables the noise-growth forecast in predictions, and
+	// transfer fills types with one measured configuration from the
+	// best-measured type's shape (adaptive only).
+	forecast, transfer bool
+	growth             []phiPoint
 }
+
+type phiPoint struct{ progress, lnPhi float64 }
 
 func newTracker(spec Spec) *tracker {
 	seen := map[string]bool{}
@@ -183,7 +190,11 @@ func (t *tracker) observe(o Observation) error {
 	m.step = (m.step*m.steps + o.StepTime*o.Steps) / n
 	m.sync = (m.sync*m.steps + math.Min(o.SyncTime, o.StepTime)*o.Steps) / n
 	m.steps = n
-	t.phis = append(t.phis, t.est.NoiseScale(t.spec.M0))
+	phi := t.est.NoiseScale(t.spec.M0)
+	t.phis = append(t.phis, phi)
+	if phi > 0 && !math.IsInf(phi, 0) {
+		t.growth = append(t.growth, phiPoint{o.Progress, math.Log(phi)})
+	}
 	t.last = o
 	t.reports++
 	t.steps += o.Steps
@@ -251,6 +262,7 @@ func (m measuredOver) StepTime(nodes, replicas int, local float64) float64 {
 func (t *tracker) fit() (map[string]predict.StepTimer, map[string]*perf.Fitted, error) {
 	models := map[string]predict.StepTimer{}
 	fits := map[string]*perf.Fitted{}
+	var ref *perf.Fitted
 	for _, typ := range t.types {
 		pts := t.points(typ)
 		if len(pts) == 0 {
@@ -262,6 +274,18 @@ func (t *tracker) fit() (map[string]predict.StepTimer, map[string]*perf.Fitted, 
 		}
 		fits[typ] = f
 		models[typ] = t.overlay(typ, f)
+		if ref == nil || f.Configs > ref.Configs {
+			ref = f
+		}
+	}
+	if t.transfer && ref != nil && ref.Configs >= 3 {
+		for typ, f := range fits {
+			if f.Configs >= 3 {
+				continue
+			}
+			pts := t.points(typ)
+			models[typ] = t.overlay(typ, perf.Scaled(ref.Model, pts))
+		}
 	}
 	return models, fits, nil
 }
@@ -293,7 +317,36 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 		Current:   t.last.Config,
 		RelaunchS: t.spec.RelaunchS,
 	}
+	if t.forecast {
+		in.Growth = t.growthRate()
+	}
 	return predict.All(t.spec.Candidates, in)
+}
+
+// growthRate estimates r in φ(p) ∝ e^{r·p} by least squares of ln φ on
+// progress over the more recent half of the observed progress, clamped so
+// that φ grows at most 1000-fold over the remaining work.
+func (t *tracker) growthRate() float64 {
+	if len(t.growth) < 3 {
+		return 0
+	}
+	now := t.growth[len(t.growth)-1].progress
+	var xs, ys []float64
+	for _, g := range t.growth {
+		if g.progress >= now/2 {
+			xs = append(xs, g.progress)
+			ys = append(ys, g.lnPhi)
+		}
+	}
+	if len(xs) < 3 || xs[len(xs)-1] <= xs[0] {
+		return 0
+	}
+	_, r := perf.Line(xs, ys)
+	rem := t.spec.Target - now
+	if r <= 0 || rem <= 0 || math.IsNaN(r) {
+		return 0
+	}
+	return math.Min(r, math.Log(1000)/rem)
 }
 
 // choose applies the objective with the deadline and budget left.

@@ -62,3 +62,34 @@ func TestPredict(t *testing.T) {
 		t.Errorf("All: %d, %v", len(all), err)
 	}
 }
+
+func TestStepsGrowing(t *testing.T) {
+	tests := []struct {
+		name        string
+		R, s, u0, r float64
+		want        float64
+	}{
+		{"constant noise equals R/gain", 100, 4, 3, 0, 100 / ((3.0 + 1) / (3.0/4 + 1))},
+		{"no noise: one step per unit", 100, 4, 0, 1, 100},
+		{"scale one", 100, 1, 3, 1, 100},
+		{"huge growth tends to R/s", 100, 4, 1, 50, 100.0/4 + 0.75*(100-(5000-math.Log(2))/50)},
+	}
+	for _, tc := range tests {
+		got := StepsGrowing(tc.R, tc.s, tc.u0, tc.r)
+		if math.IsNaN(got) || math.Abs(got-tc.want) > 1e-6*math.Max(1, tc.want) {
+			t.Errorf("%s: %g, want %g", tc.name, got, tc.want)
+		}
+	}
+	// Numerical integration check.
+	R, s, u0, r := 50.0, 8.0, 0.5, 0.05
+	var num float64
+	const n = 200000
+	for i := 0; i < n; i++ {
+		x := (float64(i) + 0.5) * R / n
+		u := u0 * math.Exp(r*x)
+		num += (u/s + 1) / (u + 1) * R / n
+	}
+	if got := StepsGrowing(R, s, u0, r); math.Abs(got-num) > 1e-6*num {
+		t.Errorf("closed form %g, numeric %g", got, num)
+	}
+}

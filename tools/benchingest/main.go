@@ -1,0 +1,194 @@
+// Command benchingest measures one scavd's telemetry ingest: records per
+// second accepted from concurrent writers on its unix socket, and the daemon's
+// resident memory idle and under that load. It starts the scavd binary it is
+// given with a temporary state directory and stops it at the end.
+//
+//	go run ./tools/benchingest --scavd bin/scavd [--writers 8] [--duration 10s]
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchingest:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	scavd := flag.String("scavd", "bin/scavd", "scavd binary to measure")
+	writers := flag.Int("writers", 8, "concurrent writers, one connection each")
+	duration := flag.Duration("duration", 10*time.Second, "how long the writers write")
+	flag.Parse()
+
+	state, err := os.MkdirTemp("", "benchingest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	cmd := exec.Command(*scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", *scavd, err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	ctx := context.Background()
+	var info daemon.Info
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if info, err = daemon.ReadDiscovery(state); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("scavd did not come up: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, err := daemon.Dial(ctx, info.NATS, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	time.Sleep(2 * time.Second)
+	idle, _ := rss(cmd.Process.Pid, "VmRSS")
+
+	// Each writer replays one pre-built block of records as fast as the socket takes it.
+	var written atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var peak atomic.Int64
+	for w := 0; w < *writers; w++ {
+		conn, err := net.Dial("unix", info.Socket)
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", info.Socket, err)
+		}
+		block, n := records(w, *writers)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.Write(block); err != nil {
+					return
+				}
+				written.Add(int64(n))
+			}
+		}()
+	}
+	sampleDone := make(chan struct{})
+	go func() { // samples the daemon's memory while the load runs
+		defer close(sampleDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v, err := rss(cmd.Process.Pid, "VmRSS"); err == nil && v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	s0, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	time.Sleep(*duration)
+	s1, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	<-sampleDone
+	// Let the daemon finish what the writers handed it, then count drops.
+	var final daemon.Stats
+	for prev := int64(-1); ; prev = final.Ingest.Accepted {
+		time.Sleep(300 * time.Millisecond)
+		if final, err = c.Stats(ctx); err != nil {
+			return err
+		}
+		if final.Ingest.Accepted == prev {
+			break
+		}
+	}
+	hwm, _ := rss(cmd.Process.Pid, "VmHWM")
+	rate := float64(s1.Ingest.Accepted-s0.Ingest.Accepted) / elapsed.Seconds()
+	var dropped int64
+	for _, n := range final.Ingest.Dropped {
+		dropped += n
+	}
+
+	fmt.Printf("| measure | value |\n|---|---|\n")
+	fmt.Printf("| writers (one unix-socket connection each) | %d |\n", *writers)
+	fmt.Printf("| measured window | %s |\n", elapsed.Truncate(time.Millisecond))
+	fmt.Printf("| records accepted in the window | %d |\n", s1.Ingest.Accepted-s0.Ingest.Accepted)
+	fmt.Printf("| **ingest throughput** | **%.0f records/s** |\n", rate)
+	fmt.Printf("| records written / accepted / dropped in all | %d / %d / %d |\n", written.Load(), final.Ingest.Accepted, dropped)
+	fmt.Printf("| scavd RSS idle | %.1f MiB |\n", float64(idle)/1024)
+	fmt.Printf("| scavd RSS under load (peak sampled, VmHWM) | %.1f MiB, %.1f MiB |\n", float64(peak.Load())/1024, float64(hwm)/1024)
+	if final.Ingest.Accepted != written.Load() {
+		return fmt.Errorf("accepted %d of %d records written", final.Ingest.Accepted, written.Load())
+	}
+	return nil
+}
+
+// records builds a block of valid step records for one writer: rank w of
+// world, 1000 steps, with the fields the torch client sends.
+func records(w, world int) ([]byte, int) {
+	var b bytes.Buffer
+	const n = 1000
+	now := float64(time.Now().UnixNano()) / 1e9
+	for s := 1; s <= n; s++ {
+		fmt.Fprintf(&b, `{"v":1,"job":"bench-ingest","attempt":1,"rank":%d,"world":%d,"step":%d,"t":%.6f,"dt":0.0251,"samples":32,"local_batch":32,"global_batch":%d,"micro":1,"compute_s":0.0212,"sync_s":0.0039,"loss":2.3051,"local_sqr":0.8711,"avg_sqr":0.3145}`+"\n",
+			w, world, s, now+float64(s)*0.025, 32*world)
+	}
+	return b.Bytes(), n
+}
+
+// rss reads a memory field (kB) of /proc/<pid>/status.
+func rss(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, field+":") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				return strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no " + field)
+}
