@@ -133,7 +133,9 @@ func summarize(recs []telemetry.StepRecord) stepSummary {
 
 func (s stepSummary) print(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...) }
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
+	}
 	row("Step records", "%d from %d rank(s), steps %d..%d, %d missing, %d duplicated", s.Records, s.Ranks, s.FirstStep, s.LastStep, s.Missing, s.Duplicates)
 	row("Median step", "%.2f ms", s.MedianStepS*1e3)
 	if s.SamplesPerS > 0 {
