@@ -90,7 +90,7 @@ func DefaultStateDir() string {
 }
 
 // Start brings a daemon up. Close must be called to stop it.
-func Start(ctx context.Context, cfg Config, log *zap.Logger) (d *Daemon, err error) {
+func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir()
 	}
@@ -106,10 +106,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (d *Daemon, err err
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
 	}
-	d = &Daemon{cfg: cfg, log: log}
+	d := &Daemon{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
-			d.shutdown()
+			d.shutdown() // undo what had started
 		}
 	}()
 	if cfg.NATSURL == "" {

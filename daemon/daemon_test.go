@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -306,5 +308,56 @@ func TestWithPythonPath(t *testing.T) {
 	got = withPythonPath([]string{"A=1"}, "/client")
 	if fmt.Sprint(got) != "[A=1 PYTHONPATH=/client]" {
 		t.Fatalf("got %v", got)
+	}
+}
+
+func TestJoinsExternalNATS(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	state, err := os.MkdirTemp("", "scavd-ext-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	ctx := context.Background()
+	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL()}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatalf("start daemon on external NATS: %v", err)
+	}
+	defer d.Close()
+	if d.URL() != ns.ClientURL() {
+		t.Errorf("daemon URL %s, want the external server's %s", d.URL(), ns.ClientURL())
+	}
+	if _, err := os.Stat(filepath.Join(state, "jetstream")); err == nil {
+		t.Errorf("a daemon joining external NATS created an embedded store")
+	}
+	c, err := Dial(ctx, ns.ClientURL(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	j, lines, final := runAndWatch(t, c, RunRequest{Command: []string{"/bin/echo", "hello"}, Dir: state, Config: plugins.Config{Workers: 1}}, nil)
+	if j.State != StateSucceeded || len(lines) != 1 || lines[0].Line != "hello" || *final.ExitCode != 0 {
+		t.Fatalf("job on external NATS: state %s, lines %v, final %+v", j.State, lines, final)
+	}
+}
+
+func TestUnreachableNATSIsAClearError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = Start(context.Background(), Config{StateDir: t.TempDir(), NATSURL: url}, zap.NewNop())
+	if err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("Start with unreachable NATS = %v, want an error naming %s", err, url)
 	}
 }

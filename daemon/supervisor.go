@@ -139,18 +139,28 @@ func (s *supervisor) run(r *running, env []string) {
 	}()
 	var w waited
 	stopped := false
-	select {
-	case w = <-wc:
-	case grace := <-r.stop:
-		stopped = true
-		r.update(func(j *Job) { j.State = StateStopping })
-		s.save(context.Background(), r.snapshot())
-		s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: j.ID, Attempt: 1, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", grace)})
-		if err := h.Stop(context.Background(), grace); err != nil {
-			log.Warn("stop", zap.Error(err))
+	var stops sync.WaitGroup // Stop calls in flight; a later one may shorten the grace
+	for done := false; !done; {
+		select {
+		case w = <-wc:
+			done = true
+		case grace := <-r.stop:
+			if !stopped {
+				stopped = true
+				r.update(func(j *Job) { j.State = StateStopping })
+				s.save(context.Background(), r.snapshot())
+				s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: j.ID, Attempt: 1, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", grace)})
+			}
+			stops.Add(1)
+			go func() {
+				defer stops.Done()
+				if err := h.Stop(context.Background(), grace); err != nil {
+					log.Warn("stop", zap.Error(err))
+				}
+			}()
 		}
-		w = <-wc
 	}
+	stops.Wait()
 	if w.err != nil {
 		s.finish(r, nil, 1, fmt.Sprintf("wait: %v", w.err), StateFailed)
 		return
@@ -181,7 +191,8 @@ func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg strin
 	s.mu.Unlock()
 }
 
-// stopJob asks a running job to stop; grace 0 uses the job's own.
+// stopJob asks a running job to stop; grace 0 uses the job's own. Asking
+// again with a shorter grace brings the SIGKILL forward.
 func (s *supervisor) stopJob(id string, grace time.Duration) (Job, error) {
 	s.mu.Lock()
 	r, ok := s.jobs[id]
@@ -267,7 +278,7 @@ func (r *running) requestStop(grace time.Duration) {
 	}
 	select {
 	case r.stop <- grace:
-	default: // a stop is already on its way
+	default: // a stop is already waiting to be taken
 	}
 }
 

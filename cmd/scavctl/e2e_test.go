@@ -224,39 +224,49 @@ func TestRankFailureEndsJobWithItsCode(t *testing.T) {
 	}
 }
 
-func TestInterruptStopsEveryWorkerWithinGrace(t *testing.T) {
-	needTorch(t)
-	const grace = 4 * time.Second
+// startLoop starts `scavctl run` on testdata/ddp_loop.py with 2 workers and
+// returns once both ranks have written their pids.
+func startLoop(t *testing.T, grace time.Duration, extra ...string) (*exec.Cmd, *bytes.Buffer, []int) {
+	t.Helper()
 	state, pidDir := stateDir(t), t.TempDir()
-	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--workers", "2", "--grace", grace.String(),
-		"--env", "PID_DIR="+pidDir, "--", pythonBin, "cmd/scavctl/testdata/ddp_loop.py")
+	args := append([]string{"--state-dir", state, "run", "--workers", "2", "--grace", grace.String(),
+		"--env", "PID_DIR=" + pidDir, "--", pythonBin, "cmd/scavctl/testdata/ddp_loop.py"}, extra...)
+	cmd := exec.Command(scavctlBin, args...)
 	cmd.Dir = repoRoot
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(pidDir, "rank1.pid")); err == nil {
-			if _, err := os.Stat(filepath.Join(pidDir, "rank0.pid")); err == nil {
-				break
-			}
+		_, err0 := os.Stat(filepath.Join(pidDir, "rank0.pid"))
+		_, err1 := os.Stat(filepath.Join(pidDir, "rank1.pid"))
+		if err0 == nil && err1 == nil {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("workers did not start within 60s:\n%s", errOut.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	workers := pids(t, pidDir, 2)
+	time.Sleep(100 * time.Millisecond) // let the pid files be written whole
+	return cmd, &errOut, pids(t, pidDir, 2)
+}
+
+// waitGone waits until every worker has ended (and been reaped) and scavctl has exited.
+func waitGone(t *testing.T, cmd *exec.Cmd, errOut *bytes.Buffer, workers []int, within time.Duration) time.Duration {
+	t.Helper()
 	sent := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
 	for len(alive(workers)) > 0 {
-		if time.Since(sent) > grace+time.Second {
-			t.Fatalf("workers %v still there %s after SIGINT (grace %s)", alive(workers), time.Since(sent), grace)
+		if time.Since(sent) > within {
+			t.Fatalf("workers %v still there %s after the signal", alive(workers), time.Since(sent))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -268,10 +278,46 @@ func TestInterruptStopsEveryWorkerWithinGrace(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("scavctl still running 10s after its workers ended:\n%s", errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "stopping job") {
-		t.Errorf("scavctl did not say it was stopping the job:\n%s", errOut.String())
+	return gone
+}
+
+func TestInterruptStopsEveryWorkerWithinGrace(t *testing.T) {
+	needTorch(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			const grace = 4 * time.Second
+			cmd, errOut, workers := startLoop(t, grace)
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			gone := waitGone(t, cmd, errOut, workers, grace+time.Second)
+			if !strings.Contains(errOut.String(), "stopping job") {
+				t.Errorf("scavctl did not say it was stopping the job:\n%s", errOut.String())
+			}
+			t.Logf("workers gone %s after %s", gone, sig)
+		})
 	}
-	t.Logf("workers gone %s after SIGINT", gone)
+}
+
+func TestSecondInterruptKillsStuckWorkersNow(t *testing.T) {
+	needTorch(t)
+	const grace = 60 * time.Second
+	cmd, errOut, workers := startLoop(t, grace, "--ignore-term")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if left := alive(workers); len(left) != 2 {
+		t.Fatalf("workers that ignore SIGTERM ended before the grace: %v left", left)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	gone := waitGone(t, cmd, errOut, workers, 5*time.Second)
+	if !strings.Contains(errOut.String(), "killing job") {
+		t.Errorf("scavctl did not say it was killing the job:\n%s", errOut.String())
+	}
+	t.Logf("workers gone %s after the second SIGINT (grace was %s)", gone, grace)
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {

@@ -21,18 +21,28 @@ func newLogsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs JOB",
 		Short: "Print a job's worker output, prefixed by rank",
-		Long:  "logs prints what the job's workers wrote. With -f it keeps printing until the job ends.",
-		Args:  cobra.ExactArgs(1),
+		Long: `logs prints what the job's workers wrote, each line prefixed by the worker's
+rank (stderr lines go to stderr). With -f it keeps printing until the job ends;
+with -o json it prints one JSON object per line (attempt, rank, stream, line, t).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
 			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
 				if _, err := c.Job(ctx, args[0]); err != nil {
 					return err
 				}
 				con := newConsole(a.stdout, a.stderr, 0)
+				enc := json.NewEncoder(a.stdout)
 				err := c.Output(ctx, args[0], follow, func(l *telemetry.LogLine, e *telemetry.Event) error {
-					if l != nil {
+					switch {
+					case l != nil && asJSON:
+						return enc.Encode(l)
+					case l != nil:
 						con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
-					} else if follow && e.Kind == telemetry.EventFinished {
+					case follow && e.Kind == telemetry.EventFinished:
 						return errFinished
 					}
 					return nil
@@ -45,6 +55,7 @@ func newLogsCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the job ends")
+	addOutputFlag(a, cmd)
 	return cmd
 }
 

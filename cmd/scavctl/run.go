@@ -121,13 +121,20 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	done := make(chan struct{})
 	go func() { // owned here; ends when the job's output is done (cancel or finish)
 		defer close(done)
+		signals := 0
 		for {
 			select {
 			case <-watchCtx.Done():
 				return
 			case s := <-sigs:
-				con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s)", s, job.ID, f.grace)
-				if _, err := c.Stop(watchCtx, job.ID, f.grace); err != nil && watchCtx.Err() == nil {
+				grace := f.grace
+				if signals++; signals == 1 {
+					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, job.ID, f.grace)
+				} else {
+					grace = time.Millisecond
+					con.notef("%s: killing job %s now", s, job.ID)
+				}
+				if _, err := c.Stop(watchCtx, job.ID, grace); err != nil && watchCtx.Err() == nil {
 					con.notef("stop %s: %v", job.ID, err)
 				}
 			}

@@ -35,6 +35,7 @@ Outside Scavenger, instrument() registers nothing and returns a no-op tracker.
 
 import time
 import types
+import weakref
 from typing import Any, List, Optional
 
 import torch
@@ -89,6 +90,7 @@ class Tracker:
         self._avg: List[torch.Tensor] = []
         self._sync_start: Optional[float] = None
         self._sync_end: Optional[float] = None
+        self._callbacks: List[weakref.ref] = []  # our all-reduce callbacks not yet released
         self._last = time.perf_counter()
         self._params: List[torch.Tensor] = []
         if isinstance(model, DistributedDataParallel):
@@ -125,7 +127,9 @@ class Tracker:
         group = self._group if self._group is not None else dist.group.WORLD
         buf.div_(group.size())
         work = dist.all_reduce(buf, group=group, async_op=True)
-        return work.get_future().then(self._allreduce_done)
+        callback = self._allreduce_done  # a fresh bound method, owned by the future
+        self._callbacks.append(weakref.ref(callback))
+        return work.get_future().then(callback)
 
     def _allreduce_done(self, fut: torch.futures.Future) -> torch.Tensor:
         """Completion of one bucket: note the time and the averaged norm."""
@@ -134,8 +138,25 @@ class Tracker:
         self._avg.append(_sqr(averaged))
         return averaged
 
+    def _release_callbacks(self, timeout: float = 1.0) -> None:
+        """Wait until the process group's threads have dropped our callbacks.
+
+        A gloo thread releases a callback (taking the GIL) just after the
+        all-reduce it follows completes, which can be after DDP has moved on.
+        If the process group were destroyed by then, torch 1.13 would join that
+        thread while holding the GIL and deadlock; waiting here (usually not at
+        all) keeps every step boundary free of such pending work.
+        """
+        deadline = time.perf_counter() + timeout
+        while any(ref() is not None for ref in self._callbacks):
+            if time.perf_counter() > deadline:
+                break
+            time.sleep(0.0001)  # lets the gloo thread take the GIL
+        self._callbacks.clear()
+
     def _after_step(self) -> None:
         """Report the step that optimizer.step() just finished, then reset."""
+        self._release_callbacks()
         now = time.perf_counter()
         dt = now - self._last
         self._last = now

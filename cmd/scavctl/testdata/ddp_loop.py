@@ -3,11 +3,13 @@
 Each rank writes its PID to $PID_DIR/rank<R>.pid, then all-reduces a tensor
 every few milliseconds, forever or for --steps. With --fail-rank R --fail-after N,
 rank R exits with --fail-code after N steps while its peers wait in the
-collective: the launcher must stop them instead of letting them hang.
+collective: the launcher must stop them instead of letting them hang. With
+--ignore-term the ranks ignore SIGTERM, as a stuck worker does.
 """
 
 import argparse
 import os
+import signal
 import time
 
 import torch
@@ -20,7 +22,10 @@ def main() -> None:
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-after", type=int, default=5)
     p.add_argument("--fail-code", type=int, default=3)
+    p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (a stuck worker)")
     args = p.parse_args()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
