@@ -69,6 +69,7 @@ type Daemon struct {
 	ingest *Ingest
 	sup    *supervisor
 	reaper *local.Reaper
+	lock   *os.File
 
 	closeOnce sync.Once
 	closeErr  error
@@ -112,6 +113,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 			d.shutdown() // undo what had started
 		}
 	}()
+	if d.lock, err = lockState(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	if cfg.NATSURL == "" {
 		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, log.Named("nats")); err != nil {
 			return nil, err
@@ -212,7 +216,9 @@ func (d *Daemon) Close() error {
 
 func (d *Daemon) shutdown() error {
 	var errs []error
-	removeDiscovery(d.cfg.StateDir, os.Getpid())
+	if d.lock != nil {
+		removeDiscovery(d.cfg.StateDir, os.Getpid())
+	}
 	if d.sup != nil {
 		d.sup.close()
 	}
@@ -231,6 +237,9 @@ func (d *Daemon) shutdown() error {
 	}
 	if d.reaper != nil {
 		d.reaper.Stop()
+	}
+	if d.lock != nil {
+		d.lock.Close()
 	}
 	return errors.Join(errs...)
 }

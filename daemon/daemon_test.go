@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -359,5 +360,16 @@ func TestUnreachableNATSIsAClearError(t *testing.T) {
 	_, err = Start(context.Background(), Config{StateDir: t.TempDir(), NATSURL: url}, zap.NewNop())
 	if err == nil || !strings.Contains(err.Error(), url) {
 		t.Fatalf("Start with unreachable NATS = %v, want an error naming %s", err, url)
+	}
+}
+
+func TestOneDaemonPerStateDir(t *testing.T) {
+	d, _ := startDaemon(t)
+	_, err := Start(context.Background(), Config{StateDir: d.cfg.StateDir, Listen: "127.0.0.1:0"}, zap.NewNop())
+	if !errors.Is(err, ErrStateInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second daemon on %s: %v, want ErrStateInUse naming pid %d", d.cfg.StateDir, err, os.Getpid())
+	}
+	if _, err := os.Stat(d.Socket()); err != nil {
+		t.Fatalf("the refused daemon removed the first one's socket: %v", err)
 	}
 }

@@ -294,6 +294,9 @@ func TestInterruptStopsEveryWorkerWithinGrace(t *testing.T) {
 			if !strings.Contains(errOut.String(), "stopping job") {
 				t.Errorf("scavctl did not say it was stopping the job:\n%s", errOut.String())
 			}
+			if code := cmd.ProcessState.ExitCode(); code != 128+int(sig) {
+				t.Errorf("scavctl exit %d after %s, want %d", code, sig, 128+int(sig))
+			}
 			t.Logf("workers gone %s after %s", gone, sig)
 		})
 	}
@@ -318,6 +321,35 @@ func TestSecondInterruptKillsStuckWorkersNow(t *testing.T) {
 		t.Errorf("scavctl did not say it was killing the job:\n%s", errOut.String())
 	}
 	t.Logf("workers gone %s after the second SIGINT (grace was %s)", gone, grace)
+}
+
+func TestConcurrentRunsShareOneDaemon(t *testing.T) {
+	state := stateDir(t)
+	type res struct {
+		out, errOut string
+		code        int
+	}
+	results := make(chan res, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--workers", "2", "--", "/bin/sh", "-c", "sleep 0.5; echo rank $RANK")
+			var o, e bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &o, &e
+			_ = cmd.Run()
+			results <- res{o.String(), e.String(), cmd.ProcessState.ExitCode()}
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		r := <-results
+		if r.code != 0 || !strings.Contains(r.out, "[0] rank 0") || !strings.Contains(r.out, "[1] rank 1") {
+			t.Errorf("concurrent run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)
+		}
+	}
+	out, _, _ := scavctl(t, state, "jobs", "-o", "json")
+	var jobs []map[string]any
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil || len(jobs) != 3 {
+		t.Fatalf("jobs after 3 concurrent runs: %v (%s)", err, out)
+	}
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {

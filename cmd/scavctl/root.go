@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -102,22 +103,36 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 		return c, c.Close, nil
 	}
 	var urls []string
-	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-		if info, err := daemon.ReadDiscovery(dir); err == nil {
-			urls = append(urls, info.NATS)
+	find := func() *daemon.Client {
+		urls = urls[:0]
+		for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
+			if info, err := daemon.ReadDiscovery(dir); err == nil {
+				urls = append(urls, info.NATS)
+			}
 		}
+		urls = append(urls, "nats://"+daemon.DefaultListen)
+		for _, u := range urls {
+			if c, err := daemon.Dial(ctx, u, probe); err == nil {
+				a.log.Debug("using daemon", zap.String("nats", u))
+				return c
+			}
+		}
+		return nil
 	}
-	urls = append(urls, "nats://"+daemon.DefaultListen)
-	for _, u := range urls {
-		if c, err := daemon.Dial(ctx, u, probe); err == nil {
-			a.log.Debug("using daemon", zap.String("nats", u))
-			return c, c.Close, nil
-		}
+	if c := find(); c != nil {
+		return c, c.Close, nil
 	}
 	if !standalone {
 		return nil, nil, fmt.Errorf("%w (tried %v)", daemon.ErrNoDaemon, urls)
 	}
 	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true}, a.log.Named("scavd"))
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
+		// Another scavctl is starting a daemon on this state directory: use it once it answers.
+		time.Sleep(100 * time.Millisecond)
+		if c := find(); c != nil {
+			return c, c.Close, nil
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
 	}

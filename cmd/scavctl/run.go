@@ -118,6 +118,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var interrupted os.Signal // set by the goroutine below; read after joining it
 	done := make(chan struct{})
 	go func() { // owned here; ends when the job's output is done (cancel or finish)
 		defer close(done)
@@ -129,6 +130,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 			case s := <-sigs:
 				grace := f.grace
 				if signals++; signals == 1 {
+					interrupted = s
 					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, job.ID, f.grace)
 				} else {
 					grace = time.Millisecond
@@ -167,6 +169,9 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		code = *final.ExitCode
 	}
 	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
+	if sig, ok := interrupted.(syscall.Signal); ok && code == 0 {
+		code = 128 + int(sig) // the shell's convention for a command ended by a signal
+	}
 	if code != 0 {
 		return exitError{code}
 	}
