@@ -134,6 +134,18 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.ingest, err = ListenIngest(cfg.Socket, d.nc, log.Named("ingest")); err != nil {
 		return nil, err
 	}
+	// Control messages for any job reach the workers connected here.
+	if _, err := d.nc.Subscribe(telemetry.AllControl, func(m *nats.Msg) {
+		c, err := telemetry.DecodeControl(m.Data)
+		if err != nil {
+			log.Warn("control message", zap.String("subject", m.Subject), zap.Error(err))
+			return
+		}
+		n := d.ingest.Send(c)
+		log.Debug("control sent", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Int("workers", n))
+	}); err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", telemetry.AllControl, err)
+	}
 	pyPath, err := extractPythonClient(filepath.Join(cfg.StateDir, "python"))
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -371,5 +373,66 @@ func TestOneDaemonPerStateDir(t *testing.T) {
 	}
 	if _, err := os.Stat(d.Socket()); err != nil {
 		t.Fatalf("the refused daemon removed the first one's socket: %v", err)
+	}
+}
+
+func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
+	d, c := startDaemon(t)
+	acks := make(chan []byte, 4)
+	sub, err := c.NC.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := net.Dial("unix", d.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write([]byte(`{"v":1,"kind":"hello","job":"ctl","attempt":1,"rank":0,"world":1,"step":0,"t":1}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The hello registers the connection; publish until the worker hears it.
+	want := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: "d1", Job: "ctl", Attempt: 1, AfterStep: 7, Dir: "/ckpt"}
+	got := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(w).ReadString('\n')
+		got <- line
+	}()
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == ""; {
+		if err := c.NC.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case line = <-got:
+		case <-time.After(50 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the worker never received the control message")
+			}
+		}
+	}
+	dec, err := telemetry.DecodeControl([]byte(line))
+	if err != nil || dec.Kind != want.Kind || dec.AfterStep != 7 || dec.Dir != "/ckpt" || dec.V != telemetry.SchemaVersion {
+		t.Fatalf("worker read %q (%v), want %+v", line, err, want)
+	}
+	if _, err := w.Write([]byte(`{"v":1,"kind":"ack","id":"d1","job":"ctl","attempt":1,"rank":0,"world":1,"step":7,"t":2,"checkpoint":"/ckpt/s7.pt"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-acks:
+		r, err := telemetry.DecodeStep(a)
+		if err != nil || r.Kind != telemetry.KindAck || r.ID != "d1" || r.Checkpoint != "/ckpt/s7.pt" {
+			t.Fatalf("ack %q (%v)", a, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ack published")
+	}
+	if s := d.IngestStats(); s.Accepted != 0 || len(s.Dropped) != 0 {
+		t.Errorf("control messages counted as steps or drops: %+v", s)
 	}
 }

@@ -60,6 +60,7 @@ type Ingest struct {
 
 	mu       sync.Mutex
 	open     map[net.Conn]struct{}
+	peers    map[string]map[*peer]struct{} // connections by the job their worker announced
 	closed   bool
 	lastWarn map[string]time.Time
 
@@ -102,6 +103,7 @@ func newIngest(pub Publisher, log *zap.Logger) *Ingest {
 		log: log, pub: pub,
 		dropped:  make(map[string]*atomic.Int64, len(dropReasons)),
 		open:     make(map[net.Conn]struct{}),
+		peers:    make(map[string]map[*peer]struct{}),
 		lastWarn: make(map[string]time.Time),
 	}
 	for _, r := range dropReasons {
@@ -167,9 +169,11 @@ func (in *Ingest) accept() {
 		in.wg.Add(1)
 		go func() {
 			defer in.wg.Done()
-			in.serve(c)
+			p := &peer{conn: c}
+			in.serve(c, p)
 			in.mu.Lock()
 			delete(in.open, c)
+			in.unregister(p)
 			in.mu.Unlock()
 			in.conns.Add(-1)
 			c.Close()
@@ -177,8 +181,16 @@ func (in *Ingest) accept() {
 	}
 }
 
-// serve reads one connection until EOF or close.
-func (in *Ingest) serve(c io.Reader) {
+// peer is one worker connection; job is what its worker announced.
+type peer struct {
+	conn net.Conn
+	job  string
+	wmu  sync.Mutex // serialises control writes
+}
+
+// serve reads one connection until EOF or close. p is the connection's
+// writable side (nil when reading from a plain reader, as the fuzzer does).
+func (in *Ingest) serve(c io.Reader, p *peer) {
 	r := bufio.NewReaderSize(c, readBufBytes)
 	var b batch
 	for {
@@ -191,7 +203,7 @@ func (in *Ingest) serve(c io.Reader) {
 			continue
 		}
 		if len(line) > 0 {
-			in.handle(&b, line)
+			in.handle(&b, line, p)
 		}
 		if err != nil {
 			break
@@ -203,8 +215,9 @@ func (in *Ingest) serve(c io.Reader) {
 	in.flush(&b)
 }
 
-// handle validates one line and adds it to the batch.
-func (in *Ingest) handle(b *batch, line []byte) {
+// handle validates one line: a step joins the batch; a hello registers the
+// connection; an ack is published at once (after the steps before it).
+func (in *Ingest) handle(b *batch, line []byte, p *peer) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
@@ -218,6 +231,26 @@ func (in *Ingest) handle(b *batch, line []byte) {
 			in.drop(de.Kind, de.Detail)
 		} else {
 			in.drop(telemetry.DropMalformed, err.Error())
+		}
+		return
+	}
+	if p != nil && p.job != rec.Job {
+		in.mu.Lock()
+		in.unregister(p)
+		p.job = rec.Job
+		if in.peers[p.job] == nil {
+			in.peers[p.job] = map[*peer]struct{}{}
+		}
+		in.peers[p.job][p] = struct{}{}
+		in.mu.Unlock()
+	}
+	switch rec.Kind {
+	case telemetry.KindHello:
+		return
+	case telemetry.KindAck:
+		in.flush(b)
+		if err := in.pub.Publish(telemetry.AckSubject(rec.Job), line); err != nil {
+			in.drop(dropPublish, fmt.Sprintf("publish ack of job %s: %v", rec.Job, err))
 		}
 		return
 	}
@@ -262,6 +295,42 @@ func (in *Ingest) warn(reason, detail string) {
 		in.log.Warn("dropped telemetry", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
 			zap.Int64("dropped_total", in.dropped[reason].Load()))
 	}
+}
+
+// unregister forgets p's job; in.mu must be held.
+func (in *Ingest) unregister(p *peer) {
+	if set := in.peers[p.job]; set != nil {
+		delete(set, p)
+		if len(set) == 0 {
+			delete(in.peers, p.job)
+		}
+	}
+}
+
+// Send writes a control message to every connected worker of its job and
+// returns how many it reached. A worker that does not take the line within a
+// second is skipped (and counted out): control never stalls the daemon.
+func (in *Ingest) Send(c telemetry.Control) int {
+	in.mu.Lock()
+	peers := make([]*peer, 0, len(in.peers[c.Job]))
+	for p := range in.peers[c.Job] {
+		peers = append(peers, p)
+	}
+	in.mu.Unlock()
+	line := c.Encode()
+	n := 0
+	for _, p := range peers {
+		p.wmu.Lock()
+		_ = p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := p.conn.Write(line)
+		p.wmu.Unlock()
+		if err != nil {
+			in.log.Warn("send control", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Error(err))
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // batch collects consecutive valid records of one job.

@@ -36,7 +36,7 @@ func FuzzIngestReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		col := &collector{msgs: map[string][][]byte{}}
 		in := newIngest(col, zap.NewNop())
-		in.serve(bytes.NewReader(data))
+		in.serve(bytes.NewReader(data), nil)
 		var published int64
 		for subj, msgs := range col.msgs {
 			for _, m := range msgs {

@@ -19,12 +19,15 @@ const SchemaVersion = 1
 // A real record is a few hundred bytes; anything longer is dropped as oversized.
 const MaxRecordBytes = 16 << 10
 
-// StepRecord is one optimizer step of one worker, as the python client sends
-// it: one JSON object per line on the node daemon's socket. Optional numbers
-// are pointers so that "absent" differs from zero. Unknown fields are ignored.
+// StepRecord is one line a worker writes on the node daemon's socket: most
+// lines are steps (one optimizer step of one worker); a few are control
+// messages told apart by Kind. Optional numbers are pointers so that "absent"
+// differs from zero. Unknown fields are ignored.
 type StepRecord struct {
 	// V is the schema version; it must equal SchemaVersion.
 	V int `json:"v"`
+	// Kind is empty (or KindStep) for a step; KindHello and KindAck are control messages.
+	Kind string `json:"kind,omitempty"`
 	// Job is the job id (SCAV_JOB_ID).
 	Job string `json:"job"`
 	// Attempt counts launches of the job, from 1 (SCAV_ATTEMPT).
@@ -57,7 +60,26 @@ type StepRecord struct {
 	AvgSqr   *float64 `json:"avg_sqr,omitempty"`
 	// Epoch is the data epoch the step belongs to, when the script knows it.
 	Epoch *int `json:"epoch,omitempty"`
+	// ID is, in an ack, the id of the Control message acknowledged.
+	ID string `json:"id,omitempty"`
+	// Checkpoint is, in an ack from the rank that wrote it, the checkpoint's path.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
+
+// Kinds of worker message.
+const (
+	// KindStep is an optimizer step (also written as no kind at all).
+	KindStep = "step"
+	// KindHello announces a worker when it connects, before its first step,
+	// so that the daemon can reach it with Control messages at once.
+	KindHello = "hello"
+	// KindAck acknowledges a Control message; Step is the last step the
+	// worker completed, Checkpoint the file rank 0 wrote.
+	KindAck = "ack"
+)
+
+// IsStep reports whether the record is a step rather than a control message.
+func (r *StepRecord) IsStep() bool { return r.Kind == "" || r.Kind == KindStep }
 
 // DecodeError says why a step-record line was rejected. Kind is one of the
 // Drop* constants so that the ingest counters can group rejections.
@@ -99,6 +121,19 @@ func DecodeStep(line []byte) (StepRecord, error) {
 
 // Validate checks the record's fields against the schema.
 func (r *StepRecord) Validate() error {
+	minStep := int64(1)
+	switch r.Kind {
+	case "", KindStep:
+	case KindHello:
+		minStep = 0
+	case KindAck:
+		minStep = 0
+		if r.ID == "" {
+			return fmt.Errorf("ack without the id of the message it acknowledges")
+		}
+	default:
+		return fmt.Errorf("unknown kind %q", r.Kind)
+	}
 	switch {
 	case !ValidJobID(r.Job):
 		return fmt.Errorf("job %q is not a job id", r.Job)
@@ -108,8 +143,8 @@ func (r *StepRecord) Validate() error {
 		return fmt.Errorf("world %d < 1", r.World)
 	case r.Rank < 0 || r.Rank >= r.World:
 		return fmt.Errorf("rank %d outside world of %d", r.Rank, r.World)
-	case r.Step < 1:
-		return fmt.Errorf("step %d < 1", r.Step)
+	case r.Step < minStep:
+		return fmt.Errorf("step %d < %d", r.Step, minStep)
 	case !finiteNonNeg(r.Time) || r.Time == 0:
 		return fmt.Errorf("time %v is not a positive Unix time", r.Time)
 	case !finiteNonNeg(r.Seconds):

@@ -40,6 +40,9 @@ func TestDecodeStep(t *testing.T) {
 		{"negative samples", strings.Replace(good, `"samples":32`, `"samples":-32`, 1), DropInvalid},
 		{"huge number", strings.Replace(good, `"loss":2.3`, `"loss":1e999`, 1), DropMalformed},
 		{"oversized", `{"v":1,"pad":"` + strings.Repeat("x", MaxRecordBytes) + `"}`, DropOversized},
+		{"unknown kind", strings.Replace(good, `"v":1,`, `"v":1,"kind":"bogus",`, 1), DropInvalid},
+		{"ack without id", strings.Replace(good, `"v":1,`, `"v":1,"kind":"ack",`, 1), DropInvalid},
+		{"hello with negative step", strings.Replace(strings.Replace(good, `"v":1,`, `"v":1,"kind":"hello",`, 1), `"step":7`, `"step":-1`, 1), DropInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,6 +55,26 @@ func TestDecodeStep(t *testing.T) {
 				t.Fatalf("kind %q (%v), want %q", de.Kind, err, c.kind)
 			}
 		})
+	}
+}
+
+func TestDecodeControlKinds(t *testing.T) {
+	hello := `{"v":1,"kind":"hello","job":"j","attempt":2,"rank":0,"world":2,"step":0,"t":1}`
+	ack := `{"v":1,"kind":"ack","id":"d-1","job":"j","attempt":2,"rank":0,"world":2,"step":12,"t":1,"checkpoint":"/c/12.pt"}`
+	for line, kind := range map[string]string{hello: KindHello, ack: KindAck, good: ""} {
+		r, err := DecodeStep([]byte(line))
+		if err != nil || r.Kind != kind || r.IsStep() != (kind == "") {
+			t.Errorf("DecodeStep(%s) = %+v, %v; want kind %q", line, r, err, kind)
+		}
+	}
+	c := Control{Kind: ControlCheckpoint, ID: "d-1", Job: "j", Attempt: 2, AfterStep: 12, Dir: "/c"}
+	got, err := DecodeControl(c.Encode())
+	c.V = SchemaVersion
+	if err != nil || got != c {
+		t.Fatalf("DecodeControl(Encode(%+v)) = %+v, %v", c, got, err)
+	}
+	if _, err := DecodeControl([]byte(`{"kind":"checkpoint"}`)); err == nil {
+		t.Fatal("DecodeControl accepted a message without job, id and attempt")
 	}
 }
 

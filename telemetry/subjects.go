@@ -26,11 +26,18 @@ func LogSubject(job string) string { return "scav.job." + job + ".log" }
 // EventSubject is where job id's lifecycle events are published.
 func EventSubject(job string) string { return "scav.job." + job + ".event" }
 
-// AllSteps, AllLogs and AllEvents match every job's subjects of that kind.
+// ControlSubject is where the controller publishes Control messages for job id's workers.
+func ControlSubject(job string) string { return "scav.job." + job + ".control" }
+
+// AckSubject is where node daemons publish the workers' acks of Control messages.
+func AckSubject(job string) string { return "scav.job." + job + ".ack" }
+
+// AllSteps, AllLogs, AllEvents and AllControl match every job's subjects of that kind.
 const (
-	AllSteps  = "scav.job.*.step"
-	AllLogs   = "scav.job.*.log"
-	AllEvents = "scav.job.*.event"
+	AllSteps   = "scav.job.*.step"
+	AllLogs    = "scav.job.*.log"
+	AllEvents  = "scav.job.*.event"
+	AllControl = "scav.job.*.control"
 )
 
 // NodeSubject is where node samples of one kind ("gpu", "host") are published.

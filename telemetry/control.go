@@ -1,0 +1,47 @@
+package telemetry
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Control kinds: what the daemon asks of a job's workers.
+const (
+	// ControlCheckpoint asks the workers to finish step AfterStep, have rank 0
+	// write a checkpoint into Dir, acknowledge, and exit 0.
+	ControlCheckpoint = "checkpoint"
+)
+
+// Control is a message from the daemon to a job's workers. The controller
+// publishes it on ControlSubject; every node daemon writes it, as one JSON
+// line, on the telemetry connections of that job's workers.
+type Control struct {
+	V       int    `json:"v"`
+	Kind    string `json:"kind"`
+	ID      string `json:"id"`
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	// AfterStep is the last step to complete before acting (all ranks alike).
+	AfterStep int64 `json:"after_step,omitempty"`
+	// Dir is where to write the checkpoint.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Encode returns the control message as one JSON line.
+func (c Control) Encode() []byte {
+	c.V = SchemaVersion
+	b, _ := json.Marshal(c)
+	return append(b, '\n')
+}
+
+// DecodeControl parses a control message published on ControlSubject.
+func DecodeControl(b []byte) (Control, error) {
+	var c Control
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("decode control message: %w", err)
+	}
+	if !ValidJobID(c.Job) || c.Kind == "" || c.ID == "" || c.Attempt < 1 {
+		return c, fmt.Errorf("decode control message: incomplete %+v", c)
+	}
+	return c, nil
+}
