@@ -22,6 +22,7 @@ const (
 	EnvLRScale        = "SCAV_LR_SCALE"
 	EnvCheckpointDir  = "SCAV_CHECKPOINT_DIR"
 	EnvRestore        = "SCAV_RESTORE"
+	EnvStartStep      = "SCAV_START_STEP"
 )
 
 // contractKeys are the variables a launcher owns. AttemptSpec.Env may not set
@@ -31,7 +32,7 @@ var contractKeys = map[string]bool{
 	EnvRank: true, EnvWorldSize: true, EnvLocalRank: true, EnvLocalWorldSize: true,
 	EnvMasterAddr: true, EnvMasterPort: true,
 	EnvJobID: true, EnvAttempt: true, EnvSocket: true, EnvGlobalBatch: true,
-	EnvLocalBatch: true, EnvLRScale: true, EnvCheckpointDir: true, EnvRestore: true,
+	EnvLocalBatch: true, EnvLRScale: true, EnvCheckpointDir: true, EnvRestore: true, EnvStartStep: true,
 }
 
 // IsContractEnv reports whether key is a variable of the worker environment
@@ -71,10 +72,11 @@ func InheritEnv(environ []string) []string {
 //
 // SCAV_GLOBAL_BATCH and SCAV_LOCAL_BATCH are "0" when the batch is unknown,
 // SCAV_LR_SCALE is "1" when spec.Config.LRScale is 0, and SCAV_RESTORE is
-// empty for a fresh start. The result is deterministic: spec.Env in its
+// empty for a fresh start; SCAV_START_STEP is the last step already done
+// (0 for a fresh start), so the client numbers steps on from it. The result is deterministic: spec.Env in its
 // order (last duplicate wins), then the contract variables.
 func WorkerEnv(spec AttemptSpec, rank, localRank, localWorld int, masterAddr string, masterPort int) []string {
-	out := make([]string, 0, len(spec.Env)+14)
+	out := make([]string, 0, len(spec.Env)+len(contractKeys))
 	last := make(map[string]int, len(spec.Env))
 	for _, kv := range spec.Env {
 		k, _, ok := strings.Cut(kv, "=")
@@ -109,6 +111,7 @@ func WorkerEnv(spec AttemptSpec, rank, localRank, localWorld int, masterAddr str
 	set(EnvLRScale, strconv.FormatFloat(lr, 'g', -1, 64))
 	set(EnvCheckpointDir, spec.CheckpointDir)
 	set(EnvRestore, spec.Restore)
+	set(EnvStartStep, strconv.FormatInt(spec.StartStep, 10))
 	return out
 }
 

@@ -82,6 +82,9 @@ type AttemptSpec struct {
 	CheckpointDir string
 	// Restore is the checkpoint to resume from, empty for a fresh start (SCAV_RESTORE).
 	Restore string
+	// StartStep is the last step the job completed before this attempt, 0 for
+	// a fresh start (SCAV_START_STEP); step numbers go on from it.
+	StartStep int64
 	// Output receives the workers' output lines; nil discards them.
 	Output OutputFunc
 }

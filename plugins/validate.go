@@ -25,6 +25,9 @@ func (s AttemptSpec) Validate() error {
 	if s.Attempt < 1 {
 		add("attempt %d is less than 1", s.Attempt)
 	}
+	if s.StartStep < 0 {
+		add("start step %d is negative", s.StartStep)
+	}
 	if len(s.Command) == 0 {
 		add("command is empty")
 	} else if s.Command[0] == "" {
