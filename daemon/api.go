@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -24,7 +25,17 @@ const (
 	VerbJob   = "job"
 	VerbJobs  = "jobs"
 	VerbStats = "stats"
+	VerbMove  = "move"
 )
+
+// MoveRequest asks the daemon to relaunch a running job at another
+// configuration (the body of scav.api.move). The reply comes once the
+// workers have checkpointed and exited, or the move has failed.
+type MoveRequest struct {
+	Job    string         `json:"job"`
+	Config plugins.Config `json:"config"`
+	Reason string         `json:"reason,omitempty"`
+}
 
 // StopRequest asks the daemon to stop a job (the body of scav.api.stop).
 type StopRequest struct {
@@ -52,6 +63,14 @@ type Info struct {
 type Stats struct {
 	Info   Info        `json:"info"`
 	Ingest IngestStats `json:"ingest"`
+}
+
+// apiTimeout bounds a request's work; a move waits for the workers to checkpoint.
+func apiTimeout(verb string) time.Duration {
+	if verb == VerbMove {
+		return 10 * time.Minute
+	}
+	return 10 * time.Second
 }
 
 // reply is the envelope of every API answer.
@@ -89,12 +108,22 @@ func (d *Daemon) serveAPI(nc *nats.Conn) error {
 			return getJob(ctx, d.store.Jobs, req.Job)
 		},
 		VerbJobs: func(ctx context.Context, _ []byte) (any, error) { return listJobs(ctx, d.store.Jobs) },
+		VerbMove: func(ctx context.Context, body []byte) (any, error) {
+			var req MoveRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				return nil, fmt.Errorf("%w: decode move request: %w", ErrBadRequest, err)
+			}
+			if req.Reason == "" {
+				req.Reason = "requested"
+			}
+			return d.sup.moveJob(ctx, req.Job, req.Config, req.Reason)
+		},
 	}
 	for verb, h := range handlers {
 		h := h
 		verb := verb
 		_, err := nc.QueueSubscribe(telemetry.APISubject(verb), "scavd", func(m *nats.Msg) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), apiTimeout(verb))
 			defer cancel()
 			var rep reply
 			data, err := h(ctx, m.Data)

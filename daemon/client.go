@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -54,7 +55,7 @@ func (c *Client) call(ctx context.Context, verb string, req, out any) error {
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, apiTimeout(verb)+5*time.Second)
 		defer cancel()
 	}
 	m, err := c.NC.RequestWithContext(ctx, telemetry.APISubject(verb), body)
@@ -92,6 +93,13 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (Job, error) {
 func (c *Client) Stop(ctx context.Context, id string, grace time.Duration) (Job, error) {
 	var j Job
 	return j, c.call(ctx, VerbStop, StopRequest{Job: id, Grace: Duration(grace)}, &j)
+}
+
+// Move relaunches a running job at cfg; it returns once the workers have
+// checkpointed and exited, or the move failed (the job then goes on as it was).
+func (c *Client) Move(ctx context.Context, id string, cfg plugins.Config, reason string) (Job, error) {
+	var j Job
+	return j, c.call(ctx, VerbMove, MoveRequest{Job: id, Config: cfg, Reason: reason}, &j)
 }
 
 // Job reads one job's record.

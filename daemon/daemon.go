@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		launcher = local.New(local.Options{Logger: log, KillOnParentDeath: cfg.Standalone, Reaper: d.reaper})
 	}
 	d.sup = &supervisor{
-		log: log.Named("jobs"), launcher: launcher, pub: d.nc, kv: d.store.Jobs, node: cfg.Node,
+		log: log.Named("jobs"), launcher: launcher, pub: d.nc, nc: d.nc, kv: d.store.Jobs, node: cfg.Node,
 		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
 		jobs: map[string]*running{},
 	}

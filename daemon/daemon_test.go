@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -434,5 +435,105 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	}
 	if s := d.IngestStats(); s.Accepted != 0 || len(s.Dropped) != 0 {
 		t.Errorf("control messages counted as steps or drops: %+v", s)
+	}
+}
+
+// movableScript checkpoints on SIGUSR1 by convention (a file in
+// SCAV_CHECKPOINT_DIR) and exits; a later attempt reports and ends.
+const movableScript = `trap 'echo "world $WORLD_SIZE" > "$SCAV_CHECKPOINT_DIR/ckpt-$SCAV_ATTEMPT"; exit 0' USR1
+echo "attempt $SCAV_ATTEMPT world $WORLD_SIZE rank $RANK restore=$SCAV_RESTORE"
+if [ "$SCAV_ATTEMPT" -ge 2 ]; then exit 0; fi
+while :; do sleep 0.05; done`
+
+func TestMoveUninstrumentedJobBySignal(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		to          int
+		wantWorkers int // of the attempt that finished the job
+		wantMove    string
+	}{
+		{"to 2 workers", 2, 2, ""},
+		{"to an impossible count goes back", 3, 1, "could not start"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir, err := os.MkdirTemp("", "scavd-move-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+			d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0",
+				Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2})}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			cl, err := Dial(ctx, d.URL(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			var moveErr error
+			j, lines, final := runAndWatch(t, cl, RunRequest{
+				Command: []string{"/bin/sh", "-c", movableScript}, Dir: dir,
+				Config: plugins.Config{Workers: 1}, CheckpointSignal: "SIGUSR1", Grace: Duration(10 * time.Second),
+			}, func(j Job) {
+				time.Sleep(300 * time.Millisecond)
+				_, moveErr = cl.Move(ctx, j.ID, plugins.Config{Workers: c.to}, "test")
+			})
+			if moveErr != nil {
+				t.Fatalf("move: %v", moveErr)
+			}
+			if j.State != StateSucceeded || *final.ExitCode != 0 {
+				t.Fatalf("job %s: state %s, exit %d, %s", j.ID, j.State, *final.ExitCode, final.Message)
+			}
+			last := j.Attempts[len(j.Attempts)-1]
+			if len(j.Attempts) != 2 || last.Config.Workers != c.wantWorkers || last.Restore != j.CheckpointDir {
+				t.Fatalf("attempts %+v; want 2, the last at %d workers restoring from %s", j.Attempts, c.wantWorkers, j.CheckpointDir)
+			}
+			if j.Attempts[0].Move == nil || !strings.HasPrefix(j.Attempts[0].EndReason, "moved") {
+				t.Errorf("first attempt's end not recorded as a move: %+v", j.Attempts[0])
+			}
+			want := fmt.Sprintf("attempt %d world %d rank %d restore=%s", last.Attempt, c.wantWorkers, c.wantWorkers-1, j.CheckpointDir)
+			found := false
+			for _, l := range lines {
+				found = found || l.Line == want
+			}
+			if !found {
+				t.Errorf("no line %q in %v", want, lines)
+			}
+			if _, err := os.Stat(filepath.Join(j.CheckpointDir, "ckpt-1")); err != nil {
+				t.Errorf("the first attempt did not checkpoint: %v", err)
+			}
+			if c.wantMove != "" {
+				var msgs []string
+				_ = cl.Output(ctx, j.ID, false, func(_ *telemetry.LogLine, e *telemetry.Event) error {
+					if e != nil && e.Kind == telemetry.EventMoved {
+						msgs = append(msgs, e.Message)
+					}
+					return nil
+				})
+				if !strings.Contains(strings.Join(msgs, "\n"), c.wantMove) {
+					t.Errorf("move events %q do not say %q", msgs, c.wantMove)
+				}
+			}
+		})
+	}
+}
+
+func TestMoveRefusedWithoutAWayToCheckpoint(t *testing.T) {
+	_, c := startDaemon(t)
+	ctx := context.Background()
+	j, _, _ := runAndWatch(t, c, RunRequest{Command: []string{"/bin/sh", "-c", "sleep 1"}, Dir: os.TempDir(), Config: plugins.Config{Workers: 1}},
+		func(j Job) {
+			time.Sleep(200 * time.Millisecond)
+			_, err := c.Move(ctx, j.ID, plugins.Config{Workers: 2}, "test")
+			if err == nil || !strings.Contains(err.Error(), "--checkpoint-signal") {
+				t.Errorf("move of a job without telemetry or checkpoint signal: %v", err)
+			}
+		})
+	if j.State != StateSucceeded || len(j.Attempts) != 1 {
+		t.Fatalf("a refused move disturbed the job: %+v", j)
 	}
 }

@@ -51,8 +51,13 @@ type RunRequest struct {
 	Mode plugins.LaunchMode `json:"mode,omitempty"`
 	// CheckpointDir is where the job keeps checkpoints; empty: under the state directory.
 	CheckpointDir string `json:"checkpoint_dir,omitempty"`
-	// Grace is how long workers get between SIGTERM and SIGKILL when stopped.
+	// Grace is how long workers get between SIGTERM and SIGKILL when stopped,
+	// and how long they get to checkpoint before a move falls back to a stop.
 	Grace Duration `json:"grace,omitempty"`
+	// CheckpointSignal, for scripts that do not use the python client, is the
+	// signal (e.g. "SIGUSR1") that makes them checkpoint into
+	// SCAV_CHECKPOINT_DIR and exit, so that they can be moved.
+	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 }
 
 // Validate collects every problem with the request.
@@ -79,6 +84,11 @@ func (r *RunRequest) Validate() error {
 	if r.Grace.D() < 0 {
 		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))
 	}
+	if r.CheckpointSignal != "" {
+		if _, err := parseSignal(r.CheckpointSignal); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint signal: %w", err))
+		}
+	}
 	switch r.Mode {
 	case "", plugins.ModeAuto, plugins.ModeRanks, plugins.ModeSelf:
 	default:
@@ -97,14 +107,18 @@ type Job struct {
 	Mode          plugins.LaunchMode `json:"mode"`
 	CheckpointDir string             `json:"checkpoint_dir"`
 	Grace         Duration           `json:"grace"`
-	Node          string             `json:"node"`
-	Launcher      string             `json:"launcher"`
-	State         JobState           `json:"state"`
-	Attempt       int                `json:"attempt"`
-	Created       time.Time          `json:"created"`
-	Started       *time.Time         `json:"started,omitempty"`
-	Ended         *time.Time         `json:"ended,omitempty"`
-	ExitCode      *int               `json:"exit_code,omitempty"`
+	// CheckpointSignal is the signal that makes an uninstrumented job checkpoint.
+	CheckpointSignal string     `json:"checkpoint_signal,omitempty"`
+	Node             string     `json:"node"`
+	Launcher         string     `json:"launcher"`
+	State            JobState   `json:"state"`
+	Attempt          int        `json:"attempt"`
+	Created          time.Time  `json:"created"`
+	Started          *time.Time `json:"started,omitempty"`
+	Ended            *time.Time `json:"ended,omitempty"`
+	ExitCode         *int       `json:"exit_code,omitempty"`
+	// Attempts lists the job's launches, the latest last.
+	Attempts []Attempt `json:"attempts,omitempty"`
 	// Result is how the last attempt ended, rank by rank.
 	Result *plugins.Result `json:"result,omitempty"`
 	// Message says in words why the job is in its state, when it is not obvious.

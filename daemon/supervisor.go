@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -27,6 +28,7 @@ type supervisor struct {
 	log      *zap.Logger
 	launcher plugins.Launcher
 	pub      Publisher
+	nc       *nats.Conn // subscriptions: the jobs' steps and acks
 	kv       jetstream.KeyValue
 	node     string
 	socket   string
@@ -44,7 +46,14 @@ type running struct {
 	mu   sync.Mutex
 	job  Job
 	stop chan time.Duration // a stop request with its grace; buffered 1
+	move chan moveReq       // a move request; taken by the attempt's watcher
 	done chan struct{}
+
+	// Step tracking of the current attempt, from its step records.
+	lastStep int64
+	lastTime float64
+	stepTime float64 // smoothed seconds per step
+	stepped  bool    // the attempt has reported a step
 }
 
 const defaultGrace = 10 * time.Second
@@ -80,10 +89,10 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 	}
 	j := Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
-		CheckpointDir: ckpt, Grace: grace, Node: s.node, Launcher: s.launcher.Name(),
+		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, Node: s.node, Launcher: s.launcher.Name(),
 		State: StateStarting, Created: time.Now().UTC(),
 	}
-	r := &running{job: j, stop: make(chan time.Duration, 1), done: make(chan struct{})}
+	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
 
 	s.mu.Lock()
 	if s.closed {
@@ -102,78 +111,6 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 		s.run(r, req.Env)
 	}()
 	return j, nil
-}
-
-// run drives one job from its first attempt to its end.
-func (s *supervisor) run(r *running, env []string) {
-	j := r.snapshot()
-	log := s.log.With(zap.String("job", j.ID))
-	j.Attempt = 1
-	spec := plugins.AttemptSpec{
-		JobID: j.ID, Attempt: j.Attempt, Command: j.Command, Dir: j.Dir,
-		Env: withPythonPath(env, s.pyPath), Config: j.Config, Mode: j.Mode,
-		Socket: s.socket, CheckpointDir: j.CheckpointDir,
-		Output: s.output(j.ID, j.Attempt),
-	}
-	// The attempt lives until it ends or is stopped, not as long as any request.
-	h, err := s.launcher.Start(context.Background(), spec)
-	if err != nil {
-		log.Warn("start failed", zap.Error(err))
-		s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
-		return
-	}
-	now := time.Now().UTC()
-	r.update(func(j *Job) { j.State, j.Attempt, j.Started = StateRunning, 1, &now })
-	s.save(context.Background(), r.snapshot())
-	s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: 1, Message: "launcher " + s.launcher.Name() + ", attempt " + h.ID()})
-	log.Info("job started", zap.Strings("command", j.Command), zap.Int("workers", j.Config.Workers))
-
-	type waited struct {
-		res plugins.Result
-		err error
-	}
-	wc := make(chan waited, 1)
-	go func() {
-		res, err := h.Wait(context.Background())
-		wc <- waited{res, err}
-	}()
-	var w waited
-	stopped := false
-	var stops sync.WaitGroup // Stop calls in flight; a later one may shorten the grace
-	for done := false; !done; {
-		select {
-		case w = <-wc:
-			done = true
-		case grace := <-r.stop:
-			if !stopped {
-				stopped = true
-				r.update(func(j *Job) { j.State = StateStopping })
-				s.save(context.Background(), r.snapshot())
-				s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: j.ID, Attempt: 1, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", grace)})
-			}
-			stops.Add(1)
-			go func() {
-				defer stops.Done()
-				if err := h.Stop(context.Background(), grace); err != nil {
-					log.Warn("stop", zap.Error(err))
-				}
-			}()
-		}
-	}
-	stops.Wait()
-	if w.err != nil {
-		s.finish(r, nil, 1, fmt.Sprintf("wait: %v", w.err), StateFailed)
-		return
-	}
-	state, msg := StateSucceeded, "all workers exited 0"
-	switch {
-	case stopped || w.res.Stopped:
-		state, msg = StateStopped, "stopped on request"
-	case w.res.ExitCode != 0:
-		state = StateFailed
-		msg = fmt.Sprintf("rank %d exited with %d; the other workers were stopped", w.res.FailedRank, w.res.ExitCode)
-	}
-	s.finish(r, &w.res, w.res.ExitCode, msg, state)
 }
 
 // finish records the end of a job and publishes its final event.
@@ -270,6 +207,79 @@ func (r *running) update(f func(*Job)) {
 	r.mu.Lock()
 	f(&r.job)
 	r.mu.Unlock()
+}
+
+func (r *running) id() string { return r.snapshot().ID }
+
+// beginAttempt records a new attempt; the one before it, if it ended for a
+// move, gets the start part of that move's timing.
+func (r *running) beginAttempt(n int, cfg plugins.Config, restore string, startStep int64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k := len(r.job.Attempts); k > 0 {
+		if p := &r.job.Attempts[k-1]; p.Move != nil && p.Ended != nil {
+			p.Move.Start = now.Sub(*p.Ended).Seconds()
+		}
+	}
+	r.job.Attempts = append(r.job.Attempts, Attempt{Attempt: n, Config: cfg, Started: now, Restore: restore})
+	r.job.State, r.job.Attempt, r.job.Config = StateRunning, n, cfg
+	if r.job.Started == nil {
+		r.job.Started = &now
+	}
+	r.lastStep, r.lastTime, r.stepTime, r.stepped = startStep, 0, 0, false
+}
+
+// endAttempt closes the current attempt's record.
+func (r *running) endAttempt(reason string, move *MoveTiming) {
+	now := time.Now().UTC()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k := len(r.job.Attempts); k > 0 {
+		a := &r.job.Attempts[k-1]
+		a.Ended, a.EndReason, a.Move = &now, reason, move
+	}
+}
+
+// sawStep follows the current attempt's progress from its step records.
+func (r *running) sawStep(rec telemetry.StepRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := len(r.job.Attempts)
+	if k == 0 || rec.Attempt != r.job.Attempt {
+		return
+	}
+	a := &r.job.Attempts[k-1]
+	if a.FirstStep == 0 || rec.Step < a.FirstStep {
+		a.FirstStep = rec.Step
+		if k > 1 {
+			if p := &r.job.Attempts[k-2]; p.Move != nil && p.Move.FirstStep == 0 {
+				p.Move.FirstStep = time.Since(a.Started).Seconds()
+			}
+		}
+	}
+	if rec.Step > a.LastStep {
+		a.LastStep = rec.Step
+	}
+	r.stepped = true
+	if rec.Rank == 0 && rec.Step > r.lastStep {
+		if r.lastTime > 0 && rec.Step == r.lastStep+1 && rec.Time > r.lastTime {
+			dt := rec.Time - r.lastTime
+			if r.stepTime == 0 {
+				r.stepTime = dt
+			} else {
+				r.stepTime = 0.8*r.stepTime + 0.2*dt
+			}
+		}
+		r.lastStep, r.lastTime = rec.Step, rec.Time
+	}
+}
+
+// progress returns the last step rank 0 completed, the smoothed step time
+// (0 when unknown) and whether this attempt has reported any step.
+func (r *running) progress() (last int64, stepTime float64, stepped bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastStep, r.stepTime, r.stepped
 }
 
 func (r *running) requestStop(grace time.Duration) {

@@ -25,6 +25,9 @@ const (
 	EventSubmitted EventKind = "submitted"
 	// EventStarted: an attempt's processes exist.
 	EventStarted EventKind = "started"
+	// EventMoved: an attempt ended to relaunch the job at another
+	// configuration (or a relaunch failed and the job went back).
+	EventMoved EventKind = "moved"
 	// EventStopping: a stop was requested; workers got SIGTERM.
 	EventStopping EventKind = "stopping"
 	// EventFinished: the job ended; ExitCode is final. Nothing follows it.

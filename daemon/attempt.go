@@ -1,0 +1,387 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// A job runs as a sequence of attempts. An attempt ends when its workers do,
+// when the job is stopped, or when the job moves to another configuration:
+//
+//	running --move--> checkpointing --rank 0 acked, workers exited--> next attempt
+//	                       |  (instrumented: control message; else the checkpoint signal)
+//	                       +--no ack within the grace--> stop, next attempt from the
+//	                                                     last complete checkpoint
+//
+// A next attempt that cannot start puts the job back on the configuration it
+// came from.
+
+// Attempt is one launch of a job, as kept in its record.
+type Attempt struct {
+	Attempt int            `json:"attempt"`
+	Config  plugins.Config `json:"config"`
+	Started time.Time      `json:"started"`
+	Ended   *time.Time     `json:"ended,omitempty"`
+	// FirstStep and LastStep bound the steps this attempt completed (0: none).
+	FirstStep int64 `json:"first_step,omitempty"`
+	LastStep  int64 `json:"last_step,omitempty"`
+	// Restore is the checkpoint it started from.
+	Restore string `json:"restore,omitempty"`
+	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
+	EndReason string `json:"end_reason,omitempty"`
+	// Move breaks down the relaunch that ended this attempt, when one did.
+	Move *MoveTiming `json:"move,omitempty"`
+}
+
+// MoveTiming breaks a relaunch into its parts, in seconds.
+type MoveTiming struct {
+	// Checkpoint: from the request to rank 0's acknowledgement (the step
+	// still to run, then the checkpoint write).
+	Checkpoint float64 `json:"checkpoint_s"`
+	// Exit: from the acknowledgement to the last worker's exit.
+	Exit float64 `json:"exit_s"`
+	// Start: from the exit to the new attempt's processes existing.
+	Start float64 `json:"start_s,omitempty"`
+	// FirstStep: from the start to the new attempt's first step (restore included).
+	FirstStep float64 `json:"first_step_s,omitempty"`
+	// Fallback is set when the workers did not acknowledge and were stopped.
+	Fallback bool `json:"fallback,omitempty"`
+}
+
+// moveReq asks a running job to relaunch at another configuration.
+type moveReq struct {
+	cfg    plugins.Config
+	reason string
+	reply  chan error
+}
+
+// outcome is how one attempt ended.
+type outcome struct {
+	res     plugins.Result
+	err     error
+	stopped bool
+	// moved is set when the attempt ended for a move, with where to resume.
+	moved     *moveReq
+	restore   string
+	lastStep  int64
+	timing    MoveTiming
+	movedAt   time.Time
+	viaSignal bool // the move asked with the checkpoint signal, not the control channel
+}
+
+// moveLeadSteps is how many steps after the last one seen the workers are
+// asked to checkpoint at, at least; moveLeadTime bounds it from below in time
+// so that the message reaches every rank first.
+const (
+	moveLeadSteps = 2
+	moveLeadTime  = 300 * time.Millisecond
+)
+
+// run drives one job from its first attempt to its end.
+func (s *supervisor) run(r *running, env []string) {
+	j := r.snapshot()
+	log := s.log.With(zap.String("job", j.ID))
+	steps, err := s.nc.Subscribe(telemetry.StepSubject(j.ID), func(m *nats.Msg) {
+		recs, _ := telemetry.DecodeBatch(m.Data)
+		for _, rec := range recs {
+			r.sawStep(rec)
+		}
+	})
+	if err != nil {
+		s.finish(r, nil, 1, fmt.Sprintf("follow steps: %v", err), StateFailed)
+		return
+	}
+	defer steps.Unsubscribe()
+
+	cfg := j.Config
+	var prev *plugins.Config
+	var restore string
+	var startStep int64
+	for attempt := 1; ; attempt++ {
+		spec := plugins.AttemptSpec{
+			JobID: j.ID, Attempt: attempt, Command: j.Command, Dir: j.Dir,
+			Env: withPythonPath(env, s.pyPath), Config: cfg, Mode: j.Mode,
+			Socket: s.socket, CheckpointDir: j.CheckpointDir, Restore: restore, StartStep: startStep,
+			Output: s.output(j.ID, attempt),
+		}
+		began := time.Now()
+		// The attempt lives until it ends or is stopped, not as long as any request.
+		h, err := s.launcher.Start(context.Background(), spec)
+		if err != nil {
+			if prev != nil {
+				msg := fmt.Sprintf("attempt %d at %d workers, batch %d could not start (%v); back to %d workers, batch %d",
+					attempt, cfg.Workers, cfg.GlobalBatch, err, prev.Workers, prev.GlobalBatch)
+				log.Warn("relaunch failed; reverting", zap.Error(err))
+				s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt, Message: msg})
+				cfg, prev = *prev, nil
+				continue
+			}
+			log.Warn("start failed", zap.Error(err))
+			s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
+			return
+		}
+		r.beginAttempt(attempt, cfg, restore, startStep, time.Now().UTC())
+		s.save(context.Background(), r.snapshot())
+		s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: attempt,
+			Message: fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)", attempt, cfg.Workers, cfg.GlobalBatch, s.launcher.Name(), h.ID())})
+		log.Info("attempt started", zap.Int("attempt", attempt), zap.Int("workers", cfg.Workers), zap.Int("batch", cfg.GlobalBatch), zap.Duration("start", time.Since(began)))
+
+		out := s.watch(r, h, attempt, log)
+		if out.moved != nil && out.err == nil {
+			r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
+			s.save(context.Background(), r.snapshot())
+			s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt,
+				Message: fmt.Sprintf("moving to %d workers, global batch %d after step %d: %s", out.moved.cfg.Workers, out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason)})
+			c := cfg
+			prev = &c
+			cfg, restore, startStep = out.moved.cfg, out.restore, out.lastStep
+			continue
+		}
+		s.conclude(r, out)
+		return
+	}
+}
+
+// conclude records how the job's last attempt ended as the job's end.
+func (s *supervisor) conclude(r *running, out outcome) {
+	if out.err != nil {
+		r.endAttempt("failed: "+out.err.Error(), nil)
+		s.finish(r, nil, 1, fmt.Sprintf("wait: %v", out.err), StateFailed)
+		return
+	}
+	state, msg := StateSucceeded, "all workers exited 0"
+	switch {
+	case out.stopped || out.res.Stopped:
+		state, msg = StateStopped, "stopped on request"
+	case out.res.ExitCode != 0:
+		state = StateFailed
+		msg = fmt.Sprintf("rank %d exited with %d; the other workers were stopped", out.res.FailedRank, out.res.ExitCode)
+	}
+	r.endAttempt(string(state), nil)
+	s.finish(r, &out.res, out.res.ExitCode, msg, state)
+}
+
+// watch waits for one attempt to end, handling stop and move requests.
+func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.Logger) outcome {
+	type waited struct {
+		res plugins.Result
+		err error
+	}
+	wc := make(chan waited, 1)
+	go func() { // ends when the attempt does; Stop guarantees that
+		res, err := h.Wait(context.Background())
+		wc <- waited{res, err}
+	}()
+	var (
+		out      outcome
+		stops    sync.WaitGroup // Stop calls in flight; a later one may shorten the grace
+		acks     chan telemetry.StepRecord
+		ackSub   *nats.Subscription
+		deadline <-chan time.Time
+		acked    time.Time
+	)
+	defer func() {
+		if ackSub != nil {
+			ackSub.Unsubscribe()
+		}
+	}()
+	grace := r.snapshot().Grace.D()
+	stop := func(g time.Duration) {
+		stops.Add(1)
+		go func() {
+			defer stops.Done()
+			if err := h.Stop(context.Background(), g); err != nil {
+				log.Warn("stop", zap.Error(err))
+			}
+		}()
+	}
+	for {
+		select {
+		case w := <-wc:
+			stops.Wait()
+			out.res, out.err = w.res, w.err
+			if out.moved != nil {
+				switch {
+				case out.viaSignal || out.timing.Fallback:
+					// The script checkpointed by convention, or was stopped:
+					// resume from the newest complete checkpoint there is.
+					out.restore, out.lastStep = s.latestCheckpoint(r)
+					out.timing.Checkpoint = time.Since(out.movedAt).Seconds()
+				case out.restore == "":
+					// The workers exited without acknowledging a checkpoint: the move failed.
+					out.moved.fail(fmt.Errorf("the workers exited before checkpointing (exit %d)", w.res.ExitCode))
+					out.moved = nil
+					return out
+				default:
+					out.timing.Exit = time.Since(acked).Seconds()
+				}
+				out.res, out.err = plugins.Result{}, nil
+				out.moved.fail(nil)
+			}
+			return out
+		case g := <-r.stop:
+			if !out.stopped {
+				out.stopped = true
+				if out.moved != nil {
+					out.moved.fail(fmt.Errorf("the job is stopping"))
+					out.moved = nil
+				}
+				r.update(func(j *Job) { j.State = StateStopping })
+				s.save(context.Background(), r.snapshot())
+				s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: r.id(), Attempt: attempt, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", g)})
+			}
+			stop(g)
+		case m := <-r.move:
+			if out.moved != nil || out.stopped {
+				m.fail(fmt.Errorf("the job is already moving or stopping"))
+				continue
+			}
+			out.moved, out.movedAt = &m, time.Now()
+			var err error
+			if out.viaSignal, err = s.beginMove(r, h, attempt, &acks, &ackSub); err != nil {
+				m.fail(err)
+				out.moved = nil
+				continue
+			}
+			deadline = time.After(grace)
+		case a := <-acks:
+			if a.Rank == 0 && a.Checkpoint != "" && out.restore == "" {
+				acked = time.Now()
+				out.restore, out.lastStep = a.Checkpoint, a.Step
+				out.timing.Checkpoint = acked.Sub(out.movedAt).Seconds()
+			}
+		case <-deadline:
+			deadline = nil
+			if out.restore == "" && out.moved != nil {
+				log.Warn("no checkpoint acknowledged within the grace; stopping the attempt", zap.Duration("grace", grace))
+				out.timing.Fallback = true
+				stop(grace)
+			}
+		}
+	}
+}
+
+// beginMove asks the attempt's workers to checkpoint: over the control
+// channel when they report steps (viaSignal false), else with the job's
+// checkpoint signal.
+func (s *supervisor) beginMove(r *running, h plugins.Handle, attempt int, acks *chan telemetry.StepRecord, sub **nats.Subscription) (viaSignal bool, err error) {
+	j := r.snapshot()
+	last, stepTime, stepped := r.progress()
+	if !stepped {
+		if j.CheckpointSignal == "" {
+			return false, fmt.Errorf("job %s reports no steps and has no --checkpoint-signal: it cannot be moved without losing work", j.ID)
+		}
+		sig, err := parseSignal(j.CheckpointSignal)
+		if err != nil {
+			return false, err
+		}
+		if err := h.Signal(context.Background(), sig); err != nil {
+			return false, fmt.Errorf("send %s to job %s: %w", j.CheckpointSignal, j.ID, err)
+		}
+		return true, nil
+	}
+	ch := make(chan telemetry.StepRecord, 64)
+	sb, err := s.nc.Subscribe(telemetry.AckSubject(j.ID), func(m *nats.Msg) {
+		if a, err := telemetry.DecodeStep(m.Data); err == nil && a.Attempt == attempt {
+			select {
+			case ch <- a:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("follow acks of %s: %w", j.ID, err)
+	}
+	*acks, *sub = ch, sb
+	lead := int64(moveLeadSteps)
+	if stepTime > 0 {
+		lead = max(lead, int64(moveLeadTime.Seconds()/stepTime)+1)
+	}
+	c := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: fmt.Sprintf("%s-%d-%d", j.ID, attempt, last), Job: j.ID,
+		Attempt: attempt, AfterStep: last + lead, Dir: j.CheckpointDir}
+	if err := s.pub.Publish(telemetry.ControlSubject(j.ID), c.Encode()); err != nil {
+		return false, fmt.Errorf("send checkpoint request to %s: %w", j.ID, err)
+	}
+	return false, nil
+}
+
+// moveJob asks a running job to relaunch at cfg and waits until its workers
+// have checkpointed and exited (or the move failed).
+func (s *supervisor) moveJob(ctx context.Context, id string, cfg plugins.Config, reason string) (Job, error) {
+	s.mu.Lock()
+	r, ok := s.jobs[id]
+	s.mu.Unlock()
+	if !ok {
+		return Job{}, fmt.Errorf("move job %s: %w (or it has already ended)", id, ErrNoJob)
+	}
+	if cfg.LRScale == 0 {
+		cfg.LRScale = 1
+	}
+	spec := plugins.AttemptSpec{JobID: id, Attempt: 1, Command: r.snapshot().Command, Config: cfg}
+	if err := spec.Validate(); err != nil {
+		return Job{}, fmt.Errorf("%w: move job %s: %w", ErrBadRequest, id, err)
+	}
+	m := moveReq{cfg: cfg, reason: reason, reply: make(chan error, 1)}
+	select {
+	case r.move <- m:
+	case <-ctx.Done():
+		return Job{}, ctx.Err()
+	}
+	select {
+	case err := <-m.reply:
+		if err != nil {
+			return Job{}, fmt.Errorf("move job %s: %w", id, err)
+		}
+	case <-ctx.Done():
+		return Job{}, fmt.Errorf("move job %s: %w", id, ctx.Err())
+	}
+	return r.snapshot(), nil
+}
+
+// fail answers the requester of a move (nil: the workers are down and the
+// relaunch follows).
+func (m *moveReq) fail(err error) {
+	select {
+	case m.reply <- err:
+	default:
+	}
+}
+
+// latestCheckpoint is the newest complete checkpoint in the job's directory
+// (from its manifest) and the step it holds; without a manifest, the
+// directory itself when the script left files there (it knows their names),
+// at an unknown step (0).
+func (s *supervisor) latestCheckpoint(r *running) (string, int64) {
+	dir := r.snapshot().CheckpointDir
+	if m, err := readManifest(dir); err == nil {
+		return m.path, m.step
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return dir, 0
+	}
+	return "", 0
+}
+
+// parseSignal reads a signal name, with or without its SIG prefix.
+func parseSignal(name string) (syscall.Signal, error) {
+	n := strings.ToUpper(name)
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	if sig := unix.SignalNum(n); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q (use e.g. SIGUSR1)", name)
+}
