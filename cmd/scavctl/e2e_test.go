@@ -353,7 +353,7 @@ func TestConcurrentRunsShareOneDaemon(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"version"}} {
+	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"version"}} {
 		out, errOut, code := scavctl(t, t.TempDir(), append(c, "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("scavctl %v --help: exit %d\n%s%s", c, code, out, errOut)

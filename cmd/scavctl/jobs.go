@@ -108,6 +108,26 @@ func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSO
 	} else {
 		row("Last step", "none reported")
 	}
+	if err := tw.Flush(); err != nil || len(j.Attempts) < 2 {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "\nAttempts:")
+	tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tWORKERS\tBATCH\tSTEPS\tRAN\tENDED BY\tRELAUNCH (CKPT+EXIT+START+FIRST STEP)")
+	for _, at := range j.Attempts {
+		ran, move := "-", "-"
+		if at.Ended != nil {
+			ran = at.Ended.Sub(at.Started).Truncate(time.Millisecond).String()
+		}
+		if m := at.Move; m != nil {
+			move = fmt.Sprintf("%.2fs = %.2f+%.2f+%.2f+%.2f", m.Checkpoint+m.Exit+m.Start+m.FirstStep, m.Checkpoint, m.Exit, m.Start, m.FirstStep)
+		}
+		steps := "-"
+		if at.LastStep > 0 {
+			steps = fmt.Sprintf("%d..%d", at.FirstStep, at.LastStep)
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.Config.Workers, batchText(at.Config.GlobalBatch), steps, ran, at.EndReason, move)
+	}
 	return tw.Flush()
 }
 
@@ -132,6 +152,50 @@ func newStopCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL (default: the job's own)")
+	return cmd
+}
+
+func newMoveCmd(a *app) *cobra.Command {
+	var workers, batch int
+	cmd := &cobra.Command{
+		Use:   "move JOB --workers N [--batch-size B]",
+		Short: "Relaunch a running job at another configuration, by checkpoint and restart",
+		Long: `move asks a running job to checkpoint and relaunches it with N workers and
+global batch B. Scripts that use the python client checkpoint at a step
+boundary chosen by the daemon; others need --checkpoint-signal on scavctl run.
+It returns once the old workers have checkpointed and exited; if the new
+configuration cannot start, the job goes back to the one it had.`,
+		Example: "  scavctl move cnn-48b214 --workers 2 --batch-size 128",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, release, err := a.connect(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer release()
+			j, err := c.Job(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			cfg := j.Config
+			if cmd.Flags().Changed("workers") {
+				cfg.Workers = workers
+			}
+			if cmd.Flags().Changed("batch-size") {
+				cfg.GlobalBatch = batch
+			}
+			if cfg == j.Config {
+				return fmt.Errorf("job %s already runs with %d workers and batch %s: give --workers or --batch-size", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
+			}
+			if _, err := c.Move(cmd.Context(), j.ID, cfg, "requested by scavctl move"); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "scavctl: %s checkpointed; relaunching with %d workers, batch %s\n", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&workers, "workers", "w", 0, "workers of the new configuration")
+	cmd.Flags().IntVarP(&batch, "batch-size", "b", 0, "global batch of the new configuration")
 	return cmd
 }
 

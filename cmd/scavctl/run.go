@@ -28,6 +28,7 @@ type runFlags struct {
 	grace      time.Duration
 	mode       string
 	statusTick time.Duration
+	ckptSignal string
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -74,6 +75,7 @@ job's exit code.`,
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "extra environment for the workers, KEY=VALUE (repeatable)")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the job is stopped")
 	fl.StringVar(&f.mode, "mode", "auto", "how CMD becomes processes: ranks (one per worker), self (CMD launches the workers), auto")
+	fl.StringVar(&f.ckptSignal, "checkpoint-signal", "", "for scripts without the python client: the signal (e.g. SIGUSR1) on which they checkpoint into $SCAV_CHECKPOINT_DIR and exit, so the job can be moved; they resume from $SCAV_RESTORE")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
 }
@@ -153,8 +155,13 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 			final = e
 			return errFinished
 		}
-		if e.Kind == telemetry.EventStopping {
+		switch e.Kind {
+		case telemetry.EventStopping, telemetry.EventMoved:
 			con.notef("%s", e.Message)
+		case telemetry.EventStarted:
+			if e.Attempt > 1 {
+				con.notef("%s", e.Message)
+			}
 		}
 		return nil
 	})
@@ -207,7 +214,7 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 		Name: f.name, Command: args, Dir: dir, Env: env,
 		Config:        plugins.Config{Workers: f.workers, GlobalBatch: f.batch},
 		Mode:          plugins.LaunchMode(f.mode),
-		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace),
+		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal,
 	}
 	if err := req.Validate(); err != nil {
 		errs = append(errs, err)
