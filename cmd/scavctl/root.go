@@ -153,6 +153,16 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 	}, nil
 }
 
+// withDaemon runs f against a running daemon; it starts none.
+func (a *app) withDaemon(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+	c, release, err := a.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return f(ctx, c)
+}
+
 // withClient runs f against a daemon found or, failing that, started in process.
 // Ctrl-C or SIGTERM cancels f's context.
 func (a *app) withClient(ctx context.Context, f func(context.Context, *daemon.Client) error) error {

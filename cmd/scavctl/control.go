@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+)
+
+func newStopCmd(a *app) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop JOB",
+		Short: "Stop a running job: SIGTERM to its workers, SIGKILL after the grace period",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+				j, err := c.Stop(ctx, args[0], grace)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "scavctl: stopping %s\n", j.ID)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL (default: the job's own)")
+	return cmd
+}
+
+func newMoveCmd(a *app) *cobra.Command {
+	var workers, batch int
+	cmd := &cobra.Command{
+		Use:   "move JOB --workers N [--batch-size B]",
+		Short: "Relaunch a running job at another configuration, by checkpoint and restart",
+		Long: `move asks a running job to checkpoint and relaunches it with N workers and
+global batch B. Scripts that use the python client checkpoint at a step
+boundary chosen by the daemon; others need --checkpoint-signal on scavctl run.
+It returns once the old workers have checkpointed and exited; if the new
+configuration cannot start, the job goes back to the one it had.`,
+		Example: "  scavctl move cnn-48b214 --workers 2 --batch-size 128",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+				j, err := c.Job(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				cfg := j.Config
+				if cmd.Flags().Changed("workers") {
+					cfg.Workers = workers
+				}
+				if cmd.Flags().Changed("batch-size") {
+					cfg.GlobalBatch = batch
+				}
+				if cfg == j.Config {
+					return fmt.Errorf("job %s already runs with %d workers and batch %s: give --workers or --batch-size", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
+				}
+				if _, err := c.Move(ctx, j.ID, cfg, "requested by scavctl move"); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "scavctl: %s checkpointed; relaunching with %d workers, batch %s\n", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&workers, "workers", "w", 0, "workers of the new configuration")
+	cmd.Flags().IntVarP(&batch, "batch-size", "b", 0, "global batch of the new configuration")
+	return cmd
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+)
+
+func newStatusCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status JOB",
+		Short: "Show one job's record and its latest step",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+				return a.showStatus(ctx, c, args[0], asJSON)
+			})
+		},
+	}
+	addOutputFlag(a, cmd)
+	return cmd
+}
+
+func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSON bool) error {
+	j, err := c.Job(ctx, id)
+	if err != nil {
+		return err
+	}
+	last, ok, err := c.LastStep(ctx, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := struct {
+			Job      daemon.Job `json:"job"`
+			LastStep any        `json:"last_step"`
+		}{Job: j}
+		if ok {
+			out.LastStep = last
+		}
+		return a.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("Job", j.ID)
+	row("State", string(j.State))
+	if j.Message != "" {
+		row("Message", j.Message)
+	}
+	row("Command", strings.Join(j.Command, " "))
+	row("Directory", j.Dir)
+	row("Workers", fmt.Sprint(j.Config.Workers))
+	row("Global batch", batchText(j.Config.GlobalBatch))
+	row("Node", j.Node+" ("+j.Launcher+" launcher)")
+	row("Attempt", fmt.Sprint(j.Attempt))
+	row("Checkpoints", j.CheckpointDir)
+	row("Created", j.Created.Local().Format(time.DateTime))
+	if j.Started != nil && j.Ended != nil {
+		row("Ran for", j.Ended.Sub(*j.Started).Truncate(time.Millisecond).String())
+	}
+	row("Exit code", exitText(j.ExitCode))
+	if ok {
+		row("Last step", fmt.Sprintf("%d (rank %d of %d, %s)", last.Step, last.Rank, last.World,
+			time.Unix(0, int64(last.Time*1e9)).Local().Format(time.TimeOnly)))
+	} else {
+		row("Last step", "none reported")
+	}
+	if err := tw.Flush(); err != nil || len(j.Attempts) < 2 {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "\nAttempts:")
+	tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tWORKERS\tBATCH\tSTEPS\tRAN\tENDED BY\tRELAUNCH (CKPT+EXIT+START+FIRST STEP)")
+	for _, at := range j.Attempts {
+		ran, move := "-", "-"
+		if at.Ended != nil {
+			ran = at.Ended.Sub(at.Started).Truncate(time.Millisecond).String()
+		}
+		if m := at.Move; m != nil {
+			move = fmt.Sprintf("%.2fs = %.2f+%.2f+%.2f+%.2f", m.Checkpoint+m.Exit+m.Start+m.FirstStep, m.Checkpoint, m.Exit, m.Start, m.FirstStep)
+		}
+		steps := "-"
+		if at.LastStep > 0 {
+			steps = fmt.Sprintf("%d..%d", at.FirstStep, at.LastStep)
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.Config.Workers, batchText(at.Config.GlobalBatch), steps, ran, at.EndReason, move)
+	}
+	return tw.Flush()
+}
