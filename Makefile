@@ -8,7 +8,7 @@ DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread
 GOFLAGS_TEST ?= -timeout 20m
 
-.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest clean
+.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim clean
 
 all: build
 
@@ -54,6 +54,8 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./telemetry -run '^$$' -fuzz FuzzDecodeStep -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
+	for f in FuzzReadPlacements FuzzReadScalability FuzzReadValidation; do \
+	  $(GO) test ./optimizer/trace -run '^$$' -fuzz $$f -fuzztime $(FUZZTIME) || exit 1; done
 
 ## bench-telemetry: median step time of the instrumented vs the uninstrumented CNN
 bench-telemetry: setup build
@@ -62,6 +64,11 @@ bench-telemetry: setup build
 ## bench-ingest: records/s of one scavd from 8 concurrent writers, and its memory
 bench-ingest: build
 	$(GO) run ./tools/benchingest --scavd $(BIN)/scavd
+
+## bench-sim: score the policies on the shared GPU traces; writes docs/bench-sim.md
+bench-sim:
+	SCAV_BENCH_SIM=$(CURDIR)/docs/bench-sim.md $(GO) test ./optimizer/sim -run TestBenchTable -count=1 -v | grep -v '^=== RUN'
+	@cat docs/bench-sim.md
 
 clean:
 	rm -rf $(BIN) .cache

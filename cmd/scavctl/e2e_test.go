@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -353,7 +354,7 @@ func TestConcurrentRunsShareOneDaemon(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"version"}} {
+	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"sim"}, {"plan"}, {"prices"}, {"version"}} {
 		out, errOut, code := scavctl(t, t.TempDir(), append(c, "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("scavctl %v --help: exit %d\n%s%s", c, code, out, errOut)
@@ -376,5 +377,66 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("scavctl %v: exit %d, stderr %q; want an error containing %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestSimGolden runs `scavctl sim -o json` on one application of the shared
+// traces and compares it with testdata/sim-cifar10-cost.json (-update rewrites it).
+func TestSimGolden(t *testing.T) {
+	traces := filepath.Join(repoRoot, "..", "shared", "traces", "cifar10")
+	if _, err := os.Stat(traces); err != nil {
+		t.Skipf("no shared traces beside the repository: %v", err)
+	}
+	out, errOut, code := scavctl(t, t.TempDir(), "sim", "--trace", traces, "--objective", "cost", "--policy", "adaptive", "-o", "json")
+	if code != 0 {
+		t.Fatalf("scavctl sim: exit %d\n%s", code, errOut)
+	}
+	golden := filepath.Join("testdata", "sim-cifar10-cost.json")
+	if *update {
+		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestSimGolden -update)", err)
+	}
+	if out != string(want) {
+		t.Fatalf("scavctl sim -o json differs from %s (rerun with -update if the change is intended):\n%s", golden, out)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"jct_s", "cost_usd", "relaunches", "history", "predicted_jct_s", "predicted_cost_usd", "oracle", "fixed", "step_time_error"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("sim -o json lacks %q", k)
+		}
+	}
+}
+
+func TestPricesAndPlan(t *testing.T) {
+	out, errOut, code := scavctl(t, t.TempDir(), "prices", "-o", "json")
+	if code != 0 {
+		t.Fatalf("scavctl prices: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"g4dn.12xlarge", "Standard_ND40rs_v2", "p4d.24xlarge"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("prices lack %s", want)
+		}
+	}
+	traces := filepath.Join(repoRoot, "..", "shared", "traces", "ncf")
+	if _, err := os.Stat(traces); err != nil {
+		t.Skipf("no shared traces beside the repository: %v", err)
+	}
+	out, errOut, code = scavctl(t, t.TempDir(), "plan", "--trace", traces, "--objective", "cost", "--top", "3")
+	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 4 {
+		t.Fatalf("scavctl plan --top 3: exit %d, want a header and 3 rows:\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = scavctl(t, t.TempDir(), "sim", "--trace", traces, "--objective", "fastest")
+	if code == 0 || !strings.Contains(errOut, "--objective") {
+		t.Errorf("a bad objective: exit %d, %q", code, errOut)
 	}
 }

@@ -6,14 +6,9 @@
 package efficiency
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
-
-// ErrBadInput means an argument is negative, zero where it must be positive,
-// or not finite.
-var ErrBadInput = errors.New("bad input")
 
 // Gain is the AdaScale gain of one step at scale S = M/M0 given |G|² (sqr)
 // and tr Σ at batch M0 (vari): (vari + sqr)/(vari/S + sqr). It is the number
@@ -62,4 +57,32 @@ func Steps(remaining, gain float64) (float64, error) {
 		return 0, fmt.Errorf("steps for remaining %g at gain %g: %w", remaining, gain, ErrBadInput)
 	}
 	return remaining / gain, nil
+}
+
+// ForecastIntegral is ∫ dp/(1+u(p)) from p0 to p1 when the noise ratio
+// u = φ/M0 = tr Σ_M0/|G|² follows the power law u(p) = u0·(p/p0)^a in
+// progress p (a = 0: constant noise). The steps at scale s to go from p0 to
+// p1 are then (p1−p0)/s + (1−1/s)·ForecastIntegral (see Gain). It uses
+// composite Simpson's rule on 512 intervals in log p.
+func ForecastIntegral(p0, p1, u0, a float64) float64 {
+	if p1 <= p0 {
+		return 0
+	}
+	if a == 0 || u0 <= 0 || p0 <= 0 {
+		return (p1 - p0) / (1 + math.Max(u0, 0))
+	}
+	// Substitute p = e^t: ∫ e^t/(1+u0·e^{a(t−t0)}) dt.
+	const n = 512
+	t0, t1 := math.Log(p0), math.Log(p1)
+	h := (t1 - t0) / n
+	f := func(t float64) float64 { return math.Exp(t) / (1 + u0*math.Exp(a*(t-t0))) }
+	sum := f(t0) + f(t1)
+	for i := 1; i < n; i++ {
+		w := 2.0
+		if i%2 == 1 {
+			w = 4
+		}
+		sum += w * f(t0+float64(i)*h)
+	}
+	return sum * h / 3
 }

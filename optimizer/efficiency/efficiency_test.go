@@ -57,3 +57,22 @@ func TestSteps(t *testing.T) {
 		t.Error("Goodput")
 	}
 }
+
+func TestForecastIntegral(t *testing.T) {
+	tests := []struct {
+		name          string
+		p0, p1, u0, a float64
+		want          float64
+	}{
+		{"constant", 10, 110, 3, 0, 25},
+		{"no noise", 10, 110, 0, 2, 100},
+		{"linear growth", 10, 110, 3, 1, 10.0 / 3 * math.Log((1+3*11.0)/(1+3))},
+		{"empty", 10, 5, 3, 1, 0},
+	}
+	for _, tc := range tests {
+		got := ForecastIntegral(tc.p0, tc.p1, tc.u0, tc.a)
+		if math.Abs(got-tc.want) > 1e-6*math.Max(1, tc.want) {
+			t.Errorf("%s: %g, want %g", tc.name, got, tc.want)
+		}
+	}
+}

@@ -193,3 +193,45 @@ func KneeIndex(xs, ys []float64) int {
 	}
 	return best
 }
+
+// Rank returns the indices of preds ordered for kind: by total time, by total
+// cost, or (knee) by the Kneedle distance x_n + y_n of the min–max
+// normalised (time, cost) points, nearest the knee first. Ties keep input
+// order. It is the order of `scavctl plan`.
+func Rank(preds []predict.Prediction, kind Kind) ([]int, error) {
+	if _, err := ParseKind(string(kind)); err != nil {
+		return nil, err
+	}
+	idx := make([]int, len(preds))
+	for i := range idx {
+		idx[i] = i
+	}
+	key := make([]float64, len(preds))
+	switch kind {
+	case Time:
+		for i, p := range preds {
+			key[i] = p.TotalS
+		}
+	case Cost:
+		for i, p := range preds {
+			key[i] = p.TotalUSD
+		}
+	default:
+		minX, maxX, minY, maxY := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+		for _, p := range preds {
+			minX, maxX = math.Min(minX, p.TotalS), math.Max(maxX, p.TotalS)
+			minY, maxY = math.Min(minY, p.TotalUSD), math.Max(maxY, p.TotalUSD)
+		}
+		norm := func(v, lo, hi float64) float64 {
+			if hi <= lo {
+				return 0
+			}
+			return (v - lo) / (hi - lo)
+		}
+		for i, p := range preds {
+			key[i] = norm(p.TotalS, minX, maxX) + norm(p.TotalUSD, minY, maxY)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return key[idx[a]] < key[idx[b]] })
+	return idx, nil
+}

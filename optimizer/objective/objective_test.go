@@ -105,3 +105,30 @@ func TestKneeKnownCurves(t *testing.T) {
 		t.Error("single point")
 	}
 }
+
+func TestRank(t *testing.T) {
+	preds := []predict.Prediction{pred(1, 32, 1000, 1.0), pred(2, 64, 520, 1.1), pred(8, 256, 250, 4.0)}
+	tests := []struct {
+		kind Kind
+		want []int
+	}{
+		{Time, []int{2, 1, 0}},
+		{Cost, []int{0, 1, 2}},
+		{Knee, []int{1, 0, 2}},
+	}
+	for _, tc := range tests {
+		got, err := Rank(preds, tc.kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range tc.want {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: %v, want %v", tc.kind, got, tc.want)
+				break
+			}
+		}
+	}
+	if _, err := Rank(preds, "x"); !errors.Is(err, ErrUnknownKind) {
+		t.Errorf("unknown kind: %v", err)
+	}
+}

@@ -13,4 +13,6 @@ var (
 	ErrBadQuery = errors.New("bad query")
 	// ErrFit means the optimiser failed to fit the model.
 	ErrFit = errors.New("fit failed")
+	// ErrUnknownForm means a stored model names a form this package lacks.
+	ErrUnknownForm = errors.New("unknown model form")
 )

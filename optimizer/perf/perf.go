@@ -102,7 +102,8 @@ func (f *Fitted) Confidence(nodes, replicas int, local float64) string {
 
 // Fit validates points and fits the richest form they identify: Pollux's
 // when there are at least four distinct configurations with two local
-// batch sizes and two replica counts, Scavenger's otherwise.
+// batch sizes and two replica counts, Scavenger's with two or three, and
+// Measured (that configuration only) with one.
 func Fit(points []Point) (*Fitted, error) {
 	if err := validate(points); err != nil {
 		return nil, err
@@ -112,9 +113,12 @@ func Fit(points []Point) (*Fitted, error) {
 		m   Model
 		err error
 	)
-	if s.configs >= 4 && s.locals >= 2 && s.replicaCounts >= 2 {
+	switch {
+	case s.configs == 1:
+		m = onePoint(points)
+	case s.configs >= 4 && s.locals >= 2 && s.replicaCounts >= 2:
 		m, err = FitPollux(points)
-	} else {
+	default:
 		m, err = FitScavenger(points)
 	}
 	if err != nil {
@@ -171,6 +175,38 @@ func summarise(points []Point) summary {
 		r.MultiNode = r.MultiNode || p.Nodes > 1
 	}
 	return summary{configs: len(cfg), locals: len(ms), replicaCounts: len(ks), rng: r}
+}
+
+// FormMeasured names the one-configuration model.
+const FormMeasured Form = "measured"
+
+// Measured is the model of a type measured at a single configuration: it
+// predicts that configuration's mean step time and declines (returns +Inf
+// for) every other one, since one point identifies no trend.
+type Measured struct {
+	Nodes, Replicas int
+	LocalBatch      float64
+	Step            float64
+}
+
+// Form implements Model.
+func (Measured) Form() Form { return FormMeasured }
+
+// StepTime implements Model.
+func (m Measured) StepTime(nodes, replicas int, local float64) float64 {
+	if nodes == m.Nodes && replicas == m.Replicas && math.Abs(local-m.LocalBatch) <= 1e-9*m.LocalBatch {
+		return m.Step
+	}
+	return math.Inf(1)
+}
+
+func onePoint(points []Point) Measured {
+	var sum float64
+	for _, p := range points {
+		sum += p.StepTime
+	}
+	p := points[0]
+	return Measured{Nodes: p.Nodes, Replicas: p.Replicas, LocalBatch: p.LocalBatch, Step: sum / float64(len(points))}
 }
 
 // Scavenger is the paper's linear form: compute α_c + β_c·m plus sync

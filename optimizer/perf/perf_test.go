@@ -104,6 +104,13 @@ func TestFitPolluxRecovers(t *testing.T) {
 }
 
 func TestFitChoosesForm(t *testing.T) {
+	one, err := Fit([]Point{{2, 8, 32, 0.5, 0.1}, {2, 8, 32, 0.7, 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Form() != FormMeasured || math.Abs(one.StepTime(2, 8, 32)-0.6) > 1e-12 || !math.IsInf(one.StepTime(2, 8, 64), 1) || !math.IsInf(one.StepTime(1, 8, 32), 1) {
+		t.Fatalf("one config: %+v", one.Model)
+	}
 	two := []Point{{1, 1, 32, 0.5, 0}, {1, 1, 256, 1.5, 0}}
 	f, err := Fit(two)
 	if err != nil {

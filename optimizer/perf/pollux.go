@@ -22,13 +22,21 @@ type Pollux struct {
 	AlphaR, BetaR float64
 	AlphaN, BetaN float64
 	Gamma         float64
+	// Delta is our extension: T_grad = α_c + β_c·m^δ with δ ∈ [0.5, 1.5]
+	// (0 means 1, AdaptDL's linear compute).
+	Delta float64
 }
 
 // Form implements Model.
 func (Pollux) Form() Form { return FormPollux }
 
 // Grad returns the compute time of one step at local batch m.
-func (p Pollux) Grad(local float64) float64 { return p.AlphaC + p.BetaC*local }
+func (p Pollux) Grad(local float64) float64 {
+	if p.Delta == 0 || p.Delta == 1 {
+		return p.AlphaC + p.BetaC*local
+	}
+	return p.AlphaC + p.BetaC*math.Pow(local, p.Delta)
+}
 
 // Sync returns the synchronisation time at (nodes, replicas).
 func (p Pollux) Sync(nodes, replicas int) float64 {
@@ -93,7 +101,7 @@ func FitPollux(points []Point) (Pollux, error) {
 	}
 	ac := math.Max(init.AlphaC, 1e-4)
 	bc := math.Max(init.BetaC, 1e-6)
-	x0 := []float64{math.Log(ac), math.Log(bc), math.Log(ar), math.Log(ar * 0.01), math.Log(an), math.Log(an * 0.01), 0}
+	x0 := []float64{math.Log(ac), math.Log(bc), math.Log(ar), math.Log(ar * 0.01), math.Log(an), math.Log(an * 0.01), 0, 0}
 
 	decode := func(x []float64) Pollux {
 		p := Pollux{
@@ -101,6 +109,9 @@ func FitPollux(points []Point) (Pollux, error) {
 			AlphaR: math.Exp(x[2]), BetaR: math.Exp(x[3]),
 			AlphaN: math.Exp(x[4]), BetaN: math.Exp(x[5]),
 			Gamma: 1 + 9/(1+math.Exp(-x[6]+math.Log(9*1000))), // γ(0) ≈ 1.001
+		}
+		if s.locals >= 3 {
+			p.Delta = 0.5 + 1/(1+math.Exp(-x[7])) // δ(0) = 1
 		}
 		if !s.rng.MultiNode {
 			p.AlphaN, p.BetaN = 1.1*p.AlphaR, 1.1*p.BetaR

@@ -13,15 +13,25 @@ import (
 const (
 	// adaptiveWarmReports is the number of reports before the first
 	// decision; the estimate keeps being refined afterwards.
-	adaptiveWarmReports = 2
+	adaptiveWarmReports = 3
 	// payoffFactor: no search when the job will finish within this many
 	// relaunches in its current configuration.
 	payoffFactor = 20.0
 	// probeBudget: the relaunches of probes may cost at most this fraction
 	// of the best predicted remaining time.
-	probeBudget = 0.06
+	probeBudget = 0.02
+	// adaptiveDecay is the EMA factor per M0-sized batch of the noise
+	// estimate.
+	adaptiveDecay = 0.99
+	// competitive: later probe rounds skip a type whose best measured
+	// configuration scores worse than this multiple of the best.
+	competitive = 1.1
+	// dwellFactor: after a move, stay at least this many relaunches' worth
+	// of time before the next move, so that noisy telemetry cannot make the
+	// job oscillate.
+	dwellFactor = 10.0
 	// probesPerType bounds the planned probes of one machine type.
-	probesPerType = 3
+	probesPerType = 2
 )
 
 // adaptive probes a few configurations, chosen by a prior on the objective
@@ -35,28 +45,41 @@ type adaptive struct {
 	noSearch bool
 	probes   []predict.Candidate
 	probed   int
-	models   map[string]predict.StepTimer
-	fitted   int // measured configurations behind models
+	// arrived is when the job entered its current configuration; moved
+	// says whether a model-based move has happened (moves, unlike probes,
+	// must dwell).
+	arrived float64
+	moved   bool
+	// optimistic bounds the remaining time from below at the first
+	// decision, assuming speed proportional to price.
+	optimistic float64
+	models     map[string]predict.StepTimer
+	fitted     int // measured configurations behind models
 }
 
+// Name implements Policy.
 func (p *adaptive) Name() string { return "adaptive" }
 
+// Observe implements Policy.
 func (p *adaptive) Observe(o Observation) (Decision, error) {
 	t := p.t
 	t.forecast, t.transfer = true, true
+	if o.Config != t.last.Config || t.reports == 0 {
+		p.arrived = o.ElapsedS - o.Steps*o.StepTime
+	}
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
 	if t.reports < adaptiveWarmReports {
-		return t.stay("waiting for a first noise estimate"), nil
+		d := t.stay("waiting for a first noise estimate")
+		d.WaitSteps = t.spec.ProbeSteps
+		return d, nil
 	}
 	if p.noSearch {
 		return t.stay("search does not pay; staying"), nil
 	}
 	if !t.measured(o.Config) {
-		d := t.stay(fmt.Sprintf("measuring %s", o.Config))
-		d.WaitSteps = t.spec.ProbeSteps - t.meas[o.Config].steps
-		return d, nil
+		return t.waitToMeasure(fmt.Sprintf("measuring %s", o.Config)), nil
 	}
 	if !p.planned {
 		p.planned = true
@@ -67,7 +90,8 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 			p.noSearch = true
 			return t.stay(fmt.Sprintf("search does not pay: %.0f s left here, relaunch %.0f s", remS, t.spec.RelaunchS)), nil
 		}
-		p.probes = priorProbes(t.spec, o.Config)
+		p.probes, _ = priorProbes(t.spec, o.Config)
+		p.optimistic = remS * t.spec.Prices[o.Config.Type] * float64(o.Config.Nodes) / maxHourly(t.spec)
 	}
 	if err := p.refit(o); err != nil {
 		return Decision{}, err
@@ -77,12 +101,37 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 		return Decision{}, fmt.Errorf("adaptive policy: %w", err)
 	}
 	best := d.Predictions[d.Chosen]
+	// Probes are budgeted: the first (the prior's favourite) always runs;
+	// each further one only while all their relaunches stay within
+	// probeBudget of an estimate of the remaining time — the smaller of the
+	// best measured configuration's prediction and an optimistic bound
+	// (speed proportional to price) — and only for types whose best measured
+	// configuration is competitive.
+	bestMeasured := math.Inf(1)
+	bestScore, typeScore := math.Inf(1), map[string]float64{}
+	for _, pr := range d.Predictions {
+		if !t.measured(pr.Candidate) {
+			continue
+		}
+		bestMeasured = math.Min(bestMeasured, pr.RemainingS)
+		sc := p.score(pr)
+		bestScore = math.Min(bestScore, sc)
+		if v, ok := typeScore[pr.Type]; !ok || sc < v {
+			typeScore[pr.Type] = sc
+		}
+	}
+	horizon := math.Min(bestMeasured, p.optimistic)
 	for _, c := range p.probes {
 		if t.measured(c) || c == o.Config {
 			continue
 		}
-		if float64(p.probed+1)*t.spec.RelaunchS > probeBudget*best.RemainingS {
-			break
+		if p.probed > 0 {
+			if float64(p.probed)*t.spec.RelaunchS > probeBudget*horizon {
+				break
+			}
+			if v, ok := typeScore[c.Type]; ok && v > competitive*bestScore {
+				continue
+			}
 		}
 		p.probed++
 		return Decision{Config: c, Reason: fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate), WaitSteps: t.spec.ProbeSteps, Predictions: d.Predictions, Chosen: -1}, nil
@@ -97,6 +146,11 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 		d.Reason = "stay: " + d.Reason
 		return d, nil
 	}
+	if dwell := o.ElapsedS - p.arrived; dwell < dwellFactor*t.spec.RelaunchS && p.moved {
+		stay := t.stay(fmt.Sprintf("stay: %.0f s in %s, less than %.0f relaunches' worth since the last move", dwell, o.Config, dwellFactor))
+		stay.Predictions, stay.Chosen = d.Predictions, cur
+		return stay, nil
+	}
 	if !p.worthMoving(d.Predictions[cur], best) {
 		stay := t.stay(fmt.Sprintf("stay: %s does not beat %s by %.0f%% after the relaunch", best.Candidate, o.Config, 100*t.spec.Margin))
 		stay.Predictions, stay.Chosen = d.Predictions, cur
@@ -104,7 +158,29 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 	}
 	d.Reason = "move: " + d.Reason
 	d.WaitSteps = t.spec.ProbeSteps
+	p.moved = true
 	return d, nil
+}
+
+// maxHourly is the highest $/hour of any candidate (nodes × price).
+func maxHourly(spec Spec) float64 {
+	m := 0.0
+	for _, c := range spec.Candidates {
+		m = math.Max(m, float64(c.Nodes)*spec.Prices[c.Type])
+	}
+	return m
+}
+
+// score is the objective's measure of a prediction (knee: time × cost).
+func (p *adaptive) score(pr predict.Prediction) float64 {
+	switch p.t.spec.Objective.Kind {
+	case objective.Time:
+		return pr.RemainingS
+	case objective.Cost:
+		return pr.RemainingUSD
+	default:
+		return pr.RemainingS * pr.RemainingUSD
+	}
 }
 
 // refit refits the models when a new configuration has been measured, and
@@ -163,12 +239,12 @@ func (p *adaptive) worthMoving(cur, next predict.Prediction) bool {
 }
 
 // priorProbes orders probes by a prior on the objective that uses only the
-// catalog: for least time, the most expensive machine types first (price
-// tracks speed), each at its largest configuration and largest batch; for
-// least cost, the cheapest types per GPU first, each as one full node at its
-// largest batch. Further rounds add the other shape of each type and a small
+// catalog: for least time (and the knee), the most expensive machine types
+// first (price tracks speed), each at its largest configuration and largest
+// batch; for least cost or under a budget, the cheapest types per GPU first,
+// each as one full node at its largest batch. Further rounds add the other shape of each type and a small
 // batch, so that every type can be fitted.
-func priorProbes(spec Spec, current predict.Candidate) []predict.Candidate {
+func priorProbes(spec Spec, current predict.Candidate) ([]predict.Candidate, int) {
 	byType := map[string][]predict.Candidate{}
 	var types []string
 	for _, c := range spec.Candidates {
@@ -187,7 +263,8 @@ func priorProbes(spec Spec, current predict.Candidate) []predict.Candidate {
 		}
 		perGPU[typ] = spec.Prices[typ] / float64(max(g, 1))
 	}
-	cost := spec.Objective.Kind == objective.Cost
+	// Least cost, and least time under a budget, start from cheap types.
+	cost := spec.Objective.Kind == objective.Cost || spec.Objective.BudgetUSD > 0
 	sort.SliceStable(types, func(i, j int) bool {
 		if cost {
 			return perGPU[types[i]] < perGPU[types[j]]
@@ -230,12 +307,16 @@ func priorProbes(spec Spec, current predict.Candidate) []predict.Candidate {
 		}
 	}
 	var out []predict.Candidate
+	first := 0
 	for round := 0; round < probesPerType; round++ {
 		for _, typ := range types {
 			if round < len(per[typ]) && per[typ][round] != current {
 				out = append(out, per[typ][round])
 			}
 		}
+		if round == 0 {
+			first = len(out)
+		}
 	}
-	return out
+	return out, first
 }

@@ -17,6 +17,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/scavenger-ml/scavenger/optimizer/efficiency"
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
@@ -130,6 +131,9 @@ func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, e
 		}
 		return &none{t: t, stored: stored}, nil
 	case "adaptive":
+		// A shorter memory than AdaptDL's 0.999 per M0-batch: the forecast
+		// needs the current noise scale, not last epoch's.
+		t.est.Decay = adaptiveDecay
 		return &adaptive{t: t}, nil
 	}
 	return nil, fmt.Errorf("new policy %q: %w (have %v)", name, ErrUnknownPolicy, Names)
@@ -157,6 +161,9 @@ type tracker struct {
 	forecast, transfer bool
 	growth             []phiPoint
 }
+
+// maxGrowthExponent bounds the power-law exponent of the noise forecast.
+const maxGrowthExponent = 3
 
 type phiPoint struct{ progress, lnPhi float64 }
 
@@ -219,7 +226,7 @@ func (t *tracker) stable(minSteps, tol float64) bool {
 
 func (t *tracker) measured(c predict.Candidate) bool {
 	m := t.meas[c]
-	return m != nil && m.steps >= t.spec.ProbeSteps
+	return m != nil && m.steps >= t.spec.ProbeSteps-1e-6
 }
 
 // points returns the measured points of one machine type.
@@ -318,35 +325,46 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 		RelaunchS: t.spec.RelaunchS,
 	}
 	if t.forecast {
-		in.Growth = t.growthRate()
+		in.NoiseIntegral = t.noiseIntegral()
 	}
 	return predict.All(t.spec.Candidates, in)
 }
 
-// growthRate estimates r in φ(p) ∝ e^{r·p} by least squares of ln φ on
-// progress over the more recent half of the observed progress, clamped so
-// that φ grows at most 1000-fold over the remaining work.
-func (t *tracker) growthRate() float64 {
+// noiseIntegral forecasts the noise ratio u = φ/M0 over the rest of the job
+// with a power law in progress, u(p) = u_now·(p/p_now)^a, a fitted by least
+// squares of ln φ on ln p (over the recent half of progress once there are
+// eight reports) and clamped to [0, maxGrowthExponent], and returns
+// ∫ dp/(1+u(p)) over the remaining work (0 without a usable fit). The traces'
+// noise scales grow roughly as p^0.2 (bert) to p^2 (deepspeech2, ncf).
+func (t *tracker) noiseIntegral() float64 {
 	if len(t.growth) < 3 {
 		return 0
 	}
 	now := t.growth[len(t.growth)-1].progress
+	from := 0.0
+	if len(t.growth) >= 8 {
+		from = now / 2
+	}
 	var xs, ys []float64
 	for _, g := range t.growth {
-		if g.progress >= now/2 {
-			xs = append(xs, g.progress)
+		if g.progress > 0 && g.progress >= from {
+			xs = append(xs, math.Log(g.progress))
 			ys = append(ys, g.lnPhi)
 		}
 	}
 	if len(xs) < 3 || xs[len(xs)-1] <= xs[0] {
 		return 0
 	}
-	_, r := perf.Line(xs, ys)
-	rem := t.spec.Target - now
-	if r <= 0 || rem <= 0 || math.IsNaN(r) {
+	_, a := perf.Line(xs, ys)
+	if math.IsNaN(a) || a <= 0 {
 		return 0
 	}
-	return math.Min(r, math.Log(1000)/rem)
+	// Over less than a quadrupling of progress the fit says little: shrink
+	// the exponent toward constant noise in proportion.
+	a *= math.Min(1, (xs[len(xs)-1]-xs[0])/math.Log(4))
+	a = math.Min(a, maxGrowthExponent)
+	u0 := t.est.Var() / math.Max(t.est.Sqr(), 1e-300)
+	return efficiency.ForecastIntegral(now, math.Max(t.spec.Target, now), u0, a)
 }
 
 // choose applies the objective with the deadline and budget left.
@@ -365,6 +383,17 @@ func (t *tracker) stay(reason string) Decision {
 	return Decision{Config: t.last.Config, Reason: reason, Chosen: -1}
 }
 
+// waitToMeasure asks for the rest of a probe's steps on the current config.
+func (t *tracker) waitToMeasure(reason string) Decision {
+	d := t.stay(reason)
+	have := 0.0
+	if m := t.meas[t.last.Config]; m != nil {
+		have = m.steps
+	}
+	d.WaitSteps = math.Max(t.spec.ProbeSteps-have, 1)
+	return d
+}
+
 // decide fits, predicts and chooses.
 func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) {
 	preds, err := t.predict(models)
@@ -381,8 +410,10 @@ func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) 
 // fixed never moves.
 type fixed struct{ t *tracker }
 
+// Name implements Policy.
 func (p *fixed) Name() string { return "fixed" }
 
+// Observe implements Policy.
 func (p *fixed) Observe(o Observation) (Decision, error) {
 	if err := p.t.observe(o); err != nil {
 		return Decision{}, err

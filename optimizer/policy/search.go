@@ -34,8 +34,10 @@ type search struct {
 	final  Decision
 }
 
+// Name implements Policy.
 func (p *search) Name() string { return p.name }
 
+// Observe implements Policy.
 func (p *search) Observe(o Observation) (Decision, error) {
 	t := p.t
 	if err := t.observe(o); err != nil {
@@ -50,10 +52,8 @@ func (p *search) Observe(o Observation) (Decision, error) {
 		p.phase = phaseProbe
 		fallthrough
 	case phaseProbe:
-		if m := t.meas[o.Config]; m != nil && !t.measured(o.Config) && contains(p.probes, o.Config) {
-			d := t.stay(fmt.Sprintf("probing %s", o.Config))
-			d.WaitSteps = t.spec.ProbeSteps - m.steps
-			return d, nil
+		if !t.measured(o.Config) && contains(p.probes, o.Config) {
+			return t.waitToMeasure(fmt.Sprintf("probing %s", o.Config)), nil
 		}
 		done := 0
 		for _, c := range p.probes {
@@ -167,8 +167,10 @@ type none struct {
 	final  Decision
 }
 
+// Name implements Policy.
 func (p *none) Name() string { return "none" }
 
+// Observe implements Policy.
 func (p *none) Observe(o Observation) (Decision, error) {
 	t := p.t
 	if err := t.observe(o); err != nil {

@@ -58,9 +58,11 @@ type Inputs struct {
 	Sqr, Var float64
 	// Remaining is the scale-invariant work left.
 	Remaining float64
-	// Growth is the forecast growth rate r of the noise scale per unit of
-	// progress, φ(p) = φ_now·e^{r(p−p_now)}; 0 keeps the noise constant.
-	Growth float64
+	// NoiseIntegral, when positive, is ∫ dp/(1+u(p)) over the remaining
+	// progress under a forecast of the noise ratio u = φ/M0 (see
+	// efficiency.ForecastIntegral); steps at scale s are then
+	// R/s + (1−1/s)·NoiseIntegral. 0 keeps the current noise.
+	NoiseIntegral float64
 	// Current is the configuration the job runs in now; a different
 	// candidate pays one relaunch.
 	Current Candidate
@@ -115,8 +117,8 @@ func Predict(c Candidate, in Inputs) (Prediction, error) {
 	if err != nil {
 		return Prediction{}, fmt.Errorf("predict %s: %w", c, err)
 	}
-	if in.Growth > 0 {
-		steps = StepsGrowing(in.Remaining, float64(c.Batch)/in.M0, in.Var/math.Max(in.Sqr, 1e-300), in.Growth)
+	if s := float64(c.Batch) / in.M0; in.NoiseIntegral > 0 && s > 1 {
+		steps = in.Remaining/s + (1-1/s)*math.Min(in.NoiseIntegral, in.Remaining)
 	}
 	perS := float64(c.Nodes) * price / 3600
 	p.RemainingS = steps * st
@@ -130,12 +132,16 @@ func Predict(c Candidate, in Inputs) (Prediction, error) {
 	return p, nil
 }
 
-// All predicts every candidate, skipping those whose type has no model;
-// any other error is returned.
+// All predicts every candidate, skipping those whose type has no model and
+// those the model declines (step time +Inf); any other error is returned.
 func All(cands []Candidate, in Inputs) ([]Prediction, error) {
 	out := make([]Prediction, 0, len(cands))
 	for _, c := range cands {
-		if _, ok := in.Models[c.Type]; !ok {
+		m, ok := in.Models[c.Type]
+		if !ok || m == nil {
+			continue
+		}
+		if c.Validate() == nil && math.IsInf(m.StepTime(c.Nodes, c.Workers, c.Local()), 1) {
 			continue
 		}
 		p, err := Predict(c, in)
@@ -145,33 +151,4 @@ func All(cands []Candidate, in Inputs) ([]Prediction, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// StepsGrowing is the number of steps at scale s = B/M0 needed to cover
-// remaining progress R when the noise ratio u = tr Σ_M0/|G|² = φ/M0 grows as
-// u(x) = u0·e^{r·x} over progress x. One step at progress x gains
-// (u+1)/(u/s+1), so steps = ∫ (1/s + (1−1/s)/(1+u(x))) dx
-// = R/s + (1−1/s)·(R − ln((1+u0·e^{rR})/(1+u0))/r).
-func StepsGrowing(R, s, u0, r float64) float64 {
-	if s <= 1 {
-		return R / s
-	}
-	var in float64
-	switch {
-	case u0 <= 0:
-		in = R
-	case r <= 0:
-		in = R / (1 + u0)
-	default:
-		in = R - (log1pExp(math.Log(u0)+r*R)-math.Log1p(u0))/r
-	}
-	return R/s + (1-1/s)*in
-}
-
-// log1pExp is ln(1 + e^z) without overflow.
-func log1pExp(z float64) float64 {
-	if z > 30 {
-		return z
-	}
-	return math.Log1p(math.Exp(z))
 }

@@ -57,39 +57,39 @@ func TestPredict(t *testing.T) {
 	if _, err := Predict(cur, Inputs{Models: in.Models, Prices: in.Prices}); !errors.Is(err, ErrBadInputs) {
 		t.Errorf("M0 = 0: %v", err)
 	}
-	all, err := All([]Candidate{cur, {Type: "z", Nodes: 1, Workers: 1, Batch: 32}}, in)
+	in.Models["c"], in.Prices["c"] = constStep(math.Inf(1)), 1
+	all, err := All([]Candidate{cur, {Type: "z", Nodes: 1, Workers: 1, Batch: 32}, {Type: "c", Nodes: 1, Workers: 1, Batch: 32}}, in)
 	if err != nil || len(all) != 1 {
 		t.Errorf("All: %d, %v", len(all), err)
 	}
 }
 
-func TestStepsGrowing(t *testing.T) {
+func TestEnumerate(t *testing.T) {
 	tests := []struct {
-		name        string
-		R, s, u0, r float64
-		want        float64
+		name   string
+		shapes []Shape
+		lim    Limits
+		want   int
+		first  Candidate
+		last   Candidate
+		err    bool
 	}{
-		{"constant noise equals R/gain", 100, 4, 3, 0, 100 / ((3.0 + 1) / (3.0/4 + 1))},
-		{"no noise: one step per unit", 100, 4, 0, 1, 100},
-		{"scale one", 100, 1, 3, 1, 100},
-		{"huge growth tends to R/s", 100, 4, 1, 50, 100.0/4 + 0.75*(100-(5000-math.Log(2))/50)},
+		{name: "one type", shapes: []Shape{{"aws", 4, 3}}, want: 6 * 2, lim: Limits{},
+			first: Candidate{"aws", 1, 1, 32}, last: Candidate{"aws", 3, 12, 64}},
+		{name: "local bounds", shapes: []Shape{{"aws", 4, 3}}, lim: Limits{MinLocal: 8, MaxLocal: 32}, want: 8,
+			first: Candidate{"aws", 1, 1, 32}, last: Candidate{"aws", 2, 8, 64}},
+		{name: "bad shape", shapes: []Shape{{"aws", 0, 3}}, err: true},
 	}
 	for _, tc := range tests {
-		got := StepsGrowing(tc.R, tc.s, tc.u0, tc.r)
-		if math.IsNaN(got) || math.Abs(got-tc.want) > 1e-6*math.Max(1, tc.want) {
-			t.Errorf("%s: %g, want %g", tc.name, got, tc.want)
+		got, err := Enumerate(tc.shapes, []int{64, 32}, tc.lim)
+		if tc.err {
+			if !errors.Is(err, ErrBadCandidate) {
+				t.Errorf("%s: err = %v", tc.name, err)
+			}
+			continue
 		}
-	}
-	// Numerical integration check.
-	R, s, u0, r := 50.0, 8.0, 0.5, 0.05
-	var num float64
-	const n = 200000
-	for i := 0; i < n; i++ {
-		x := (float64(i) + 0.5) * R / n
-		u := u0 * math.Exp(r*x)
-		num += (u/s + 1) / (u + 1) * R / n
-	}
-	if got := StepsGrowing(R, s, u0, r); math.Abs(got-num) > 1e-6*num {
-		t.Errorf("closed form %g, numeric %g", got, num)
+		if err != nil || len(got) != tc.want || got[0] != tc.first || got[len(got)-1] != tc.last {
+			t.Errorf("%s: %v, %v", tc.name, got, err)
+		}
 	}
 }

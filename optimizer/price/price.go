@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 )
@@ -215,4 +216,31 @@ func WriteTable(w io.Writer, rows []Row) error {
 		return fmt.Errorf("write price table: %w", err)
 	}
 	return nil
+}
+
+// LoadFile parses the catalog file at path (a user override).
+func LoadFile(path string) (*Catalog, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open price catalog: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// WithOverride returns the default catalog merged with the user file at
+// path; an empty path returns the default alone.
+func WithOverride(path string) (*Catalog, error) {
+	c, err := Default()
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return c, nil
+	}
+	u, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return c.Merge(u), nil
 }

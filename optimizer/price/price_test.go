@@ -3,6 +3,8 @@ package price
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -96,5 +98,26 @@ func TestMergeOverrides(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "g4dn.12xlarge") || !strings.Contains(buf.String(), "1.2000") {
 		t.Fatalf("table:\n%s", buf.String())
+	}
+}
+
+func TestWithOverride(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prices.json")
+	if err := os.WriteFile(path, []byte(`{"types":[{"name":"p4d.24xlarge","gpus":8,"trace_types":["dgx-ext"],"on_demand":{"usd_per_hour":21.96,"as_of":"2026-01","source":"test"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := WithOverride(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := c.Lookup("dgx-ext")
+	if p, _ := m.Hourly(false); p != 21.96 {
+		t.Fatalf("price %g", p)
+	}
+	if _, err := WithOverride(filepath.Join(t.TempDir(), "missing.json")); err == nil || !strings.Contains(err.Error(), "open price catalog") {
+		t.Fatalf("missing file: %v", err)
+	}
+	if c, err := WithOverride(""); err != nil || len(c.Types) != 4 {
+		t.Fatalf("default: %v", err)
 	}
 }

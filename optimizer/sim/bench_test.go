@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -26,19 +27,22 @@ func TestBenchTable(t *testing.T) {
 	if out == "" {
 		t.Skip("set SCAV_BENCH_SIM=FILE to regenerate the bench table")
 	}
-	cells, err := Bench(context.Background(), os.DirFS(tracesDir(t)), BenchPolicies)
+	var b bytes.Buffer
+	if err := BenchTable(context.Background(), os.DirFS(tracesDir(t)), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s:\n%s", out, b.String())
+}
+
+func TestMeasureDecision(t *testing.T) {
+	d, n, err := MeasureDecision("knee", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := WriteBenchTable(f, cells, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteBenchTable(os.Stdout, cells, 0, 0); err != nil {
-		t.Fatal(err)
+	if n < 10000 || d <= 0 {
+		t.Fatalf("%d candidates in %v", n, d)
 	}
 }

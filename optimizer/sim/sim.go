@@ -15,6 +15,10 @@
 //     progress_i above the current progress) a step adds
 //     (progress_i − progress_{i−1})/(iteration_i − iteration_{i−1}); the job is
 //     done at the smallest final progress among the validation files.
+//   - Gradient statistics: a validation row's grad_sqr and grad_var describe
+//     its segment; the job emits them interpolated geometrically between
+//     segment midpoints, as the expected values of the python client's
+//     per-step norms (gns.Expected).
 //   - A configuration change costs the relaunch penalty, billed at the new
 //     configuration's nodes, with no progress; probe steps count as progress.
 //   - Cost = nodes × $/h × hours (whole nodes), relaunches included.
@@ -25,6 +29,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -64,6 +69,13 @@ type Options struct {
 	// ReportInterval is the simulated seconds between telemetry reports
 	// when the policy asks for no particular step count (default 30 s).
 	ReportInterval time.Duration
+	// Noise, when positive, makes the telemetry noisy (not the simulated
+	// job): each report's mean step and sync times and gradient norms are
+	// multiplied by independent factors 1 + Noise·N(0,1) (floored at 0.05),
+	// drawn from a generator seeded with Seed, so runs stay reproducible.
+	Noise float64
+	// Seed seeds the telemetry noise.
+	Seed uint64
 	// Stored are the step-time models the none policy reuses; nil makes the
 	// simulator first run a scavenger job on the same traces and store its
 	// models, as a previous job with the same signature would have.
@@ -287,6 +299,10 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		valid[c] = true
 	}
 	relaunch := opts.RelaunchPenalty.Seconds()
+	var rng *rand.Rand
+	if opts.Noise > 0 {
+		rng = rand.New(rand.NewPCG(opts.Seed, 0x5ca7))
+	}
 	cur := start
 	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
 	var (
@@ -316,16 +332,26 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		now += secs
 		spent += secs * float64(cur.Nodes) * w.prices[cur.Type] / 3600
 		progress += gained
+		if progress > w.target*(1-1e-12) {
+			progress = w.target
+		}
 		rep.History[len(rep.History)-1].Steps += steps
 		if progress >= w.target*(1-1e-12) {
 			break
 		}
-		_, _, row := w.segment(cur.Batch, progress)
+		sqr, vari := w.grad(cur.Batch, progress)
 		obs := policy.Observation{
 			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: steps,
 			StepTime: st, SyncTime: sync,
-			Grad:     gns.Expected(row.GradSqr, row.GradVar, w.m0, cur.Local(), cur.Workers),
+			Grad:     gns.Expected(sqr, vari, w.m0, cur.Local(), cur.Workers),
 			Progress: progress,
+		}
+		if rng != nil {
+			noisy := func(x float64) float64 { return x * math.Max(1+opts.Noise*rng.NormFloat64(), 0.05) }
+			obs.StepTime = noisy(obs.StepTime)
+			obs.SyncTime = math.Min(noisy(obs.SyncTime), obs.StepTime)
+			obs.Grad.LocalSqr = noisy(obs.Grad.LocalSqr)
+			obs.Grad.TotalSqr = noisy(obs.Grad.TotalSqr)
 		}
 		d, err := pol.Observe(obs)
 		if err != nil {

@@ -183,27 +183,62 @@ func (w *world) segment(b int, p float64) (rate, end float64, row trace.Validati
 	return 0, last.Progress, last
 }
 
+// grad returns |G|² and tr Σ at progress p of the run at batch b. A row's
+// statistics describe its segment (they match its progress per step), so they
+// are placed at the segment's midpoint and interpolated geometrically between
+// midpoints; before the first midpoint and after the last they are constant.
+func (w *world) grad(b int, p float64) (sqr, vari float64) {
+	rows := w.vals[b].Rows
+	mids := make([]float64, len(rows))
+	prev := 0.0
+	for i, r := range rows {
+		mids[i] = (prev + r.Progress) / 2
+		prev = r.Progress
+	}
+	if p <= mids[0] {
+		return rows[0].GradSqr, rows[0].GradVar
+	}
+	for i := 1; i < len(rows); i++ {
+		if p <= mids[i] {
+			f := (p - mids[i-1]) / (mids[i] - mids[i-1])
+			return geo(rows[i-1].GradSqr, rows[i].GradSqr, f), geo(rows[i-1].GradVar, rows[i].GradVar, f)
+		}
+	}
+	last := rows[len(rows)-1]
+	return last.GradSqr, last.GradVar
+}
+
+// geo interpolates geometrically between positive a and b (linearly if
+// either is zero).
+func geo(a, b, f float64) float64 {
+	if a <= 0 || b <= 0 {
+		return a + f*(b-a)
+	}
+	return math.Exp(math.Log(a) + f*(math.Log(b)-math.Log(a)))
+}
+
 // run advances a job in configuration c from progress p for at most maxSteps
 // steps (or until the target), returning steps taken, seconds and progress
 // gained. Steps are fractional at the very end.
 func (w *world) run(c predict.Candidate, p, maxSteps float64) (steps, secs, gained float64) {
 	st, _ := w.stepTime(c)
-	for steps < maxSteps && p+gained < w.target {
-		rate, end, _ := w.segment(c.Batch, p+gained)
+	pos := p
+	for steps < maxSteps && pos < w.target {
+		rate, end, _ := w.segment(c.Batch, pos)
 		if rate <= 0 {
 			break
 		}
 		goal := math.Min(end, w.target)
-		need := (goal - (p + gained)) / rate
-		take := math.Min(need, maxSteps-steps)
-		steps += take
-		if take == need {
-			gained = goal - p
-		} else {
-			gained += take * rate
+		need := (goal - pos) / rate
+		if left := maxSteps - steps; need > left {
+			steps += left
+			pos += left * rate
+			break
 		}
+		steps += need
+		pos = goal // exactly the segment's end, so the next lookup moves on
 	}
-	return steps, steps * st, gained
+	return steps, steps * st, pos - p
 }
 
 // fixedOutcome is the whole job run in c from the start.

@@ -224,3 +224,23 @@ func FuzzReadValidation(f *testing.F) {
 		}
 	})
 }
+
+func FuzzReadScalability(f *testing.F) {
+	f.Add("num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,4,0.9,0.3\n")
+	f.Add("local_bsz,step_time,sync_time,num_nodes,num_replicas\n36,1.3,0.5,5,40\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		rows, err := ReadScalability(strings.NewReader(in), "f.csv")
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *ParseError", err)
+			}
+			return
+		}
+		for _, r := range rows {
+			if r.Replicas < r.Nodes || r.Nodes < 1 || r.StepTime <= 0 {
+				t.Fatalf("accepted invalid row %+v", r)
+			}
+		}
+	})
+}

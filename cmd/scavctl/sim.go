@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/plot"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/sim"
+)
+
+// simFlags are the flags sim and plan share: which traces, which types,
+// which objective, at which prices.
+type simFlags struct {
+	trace     string
+	types     []string
+	objective string
+	deadline  time.Duration
+	budget    float64
+	prices    string
+	penalty   time.Duration
+}
+
+func (f *simFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "an application's trace directory, e.g. ../shared/traces/cifar10 (required)")
+	fl.StringSliceVar(&f.types, "types", []string{"aws", "azure", "dgx-ext"}, "machine types of the traces to use (the trace files' suffixes)")
+	fl.StringVar(&f.objective, "objective", "time", "what to optimise: time, cost or knee")
+	fl.DurationVar(&f.deadline, "deadline", 0, "with --objective cost: the job must finish within this time")
+	fl.Float64Var(&f.budget, "budget", 0, "with --objective time: the job must cost at most this many USD")
+	fl.StringVar(&f.prices, "prices", "", "a price file that overrides or extends the embedded catalog (see scavctl prices)")
+	fl.DurationVar(&f.penalty, "relaunch-penalty", 30*time.Second, "time one configuration change costs (billed, no progress)")
+	_ = cmd.MarkFlagRequired("trace")
+}
+
+// options turns the flags into simulator options, collecting every problem.
+func (f *simFlags) options() (sim.Options, error) {
+	var errs []error
+	kind, err := objective.ParseKind(f.objective)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--objective: %w", err))
+	}
+	if f.deadline < 0 || f.budget < 0 || f.penalty < 0 {
+		errs = append(errs, errors.New("--deadline, --budget and --relaunch-penalty must not be negative"))
+	}
+	cat, err := price.WithOverride(f.prices)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--prices: %w", err))
+	}
+	return sim.Options{
+		TraceDir:        f.trace,
+		Types:           f.types,
+		Objective:       objective.Objective{Kind: kind, DeadlineS: f.deadline.Seconds(), BudgetUSD: f.budget},
+		RelaunchPenalty: f.penalty,
+		Catalog:         cat,
+	}, errors.Join(errs...)
+}
+
+func newSimCmd(a *app) *cobra.Command {
+	var f simFlags
+	var pol, start, plotFile string
+	var noise float64
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "sim --trace DIR [flags]",
+		Short: "Replay measured GPU traces as a live job and score a policy against the oracle",
+		Long: `sim replays one application's measured traces (step times of every machine
+type, worker count and batch size; the gradient statistics along training) as
+a live job: the policy sees only the telemetry the python client would send,
+decides, and the job moves, paying the relaunch penalty. It reports the job's
+time and cost against the oracle (the best fixed configuration, knowing every
+trace) and the median fixed configuration, and how well the policy predicted.`,
+		Example: `  scavctl sim --trace ../shared/traces/cifar10 --objective cost --policy adaptive
+  scavctl sim --trace ../shared/traces/bert --objective time --budget 5 -o json
+  scavctl sim --trace ../shared/traces/deepspeech2 --policy scavenger --plot front.svg`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
+			opts, err := f.options()
+			if err != nil {
+				return err
+			}
+			opts.Policy, opts.Start, opts.Noise, opts.Seed = pol, start, noise, seed
+			rep, err := sim.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if plotFile != "" {
+				if err := plot.Front(rep, plotFile); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return a.printJSON(rep)
+			}
+			return printSim(a.stdout, rep)
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&pol, "policy", "adaptive", "policy: "+strings.Join(policy.Names, ", "))
+	cmd.Flags().StringVar(&start, "start", "", "starting configuration TYPE:K:B (default: the first type, its smallest K, the smallest batch)")
+	cmd.Flags().StringVar(&plotFile, "plot", "", "also draw the time-cost front of every candidate, the oracle and the outcome (.svg, .png or .pdf)")
+	cmd.Flags().Float64Var(&noise, "noise", 0, "relative noise on the telemetry the policy sees (e.g. 0.1)")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the telemetry noise")
+	addOutputFlag(a, cmd)
+	return cmd
+}
+
+func printSim(w io.Writer, r *sim.Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
+	}
+	row("Application", "%s, %d candidates, objective %s, policy %s", r.App, r.Candidates, r.Objective, r.Policy)
+	row("Outcome", "%s, $%.2f, %d relaunch(es) of %.0fs", hours(r.JCTS), r.CostUSD, r.Relaunches, r.RelaunchS)
+	if r.PredictedJCTS > 0 {
+		row("Predicted", "%s, $%.2f (at the last decision)", hours(r.PredictedJCTS), r.PredictedCostUSD)
+	}
+	row("Oracle", "%s:%d:%d on %d node(s): %s, $%.2f", r.Oracle.Type, r.Oracle.Workers, r.Oracle.Batch, r.Oracle.Nodes, hours(r.Oracle.JCTS), r.Oracle.CostUSD)
+	row("vs oracle", "%+.1f%% time, %+.1f%% cost", pct(r.JCTS, r.Oracle.JCTS), pct(r.CostUSD, r.Oracle.CostUSD))
+	row("Median fixed", "%s, $%.2f (over %d candidates)", hours(r.Fixed.MedianJCTS), r.Fixed.MedianCostUSD, r.Fixed.Count)
+	if r.StepTimeError.N > 0 {
+		row("Step-time error", "median %.1f%%, p90 %.1f%% over %d never-run candidates", r.StepTimeError.MedianPct, r.StepTimeError.P90Pct, r.StepTimeError.N)
+	}
+	row("Last reason", "%s", r.Reason)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nHistory:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  START\tTYPE\tNODES\tWORKERS\tBATCH\tSTEPS")
+	for _, s := range r.History {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%.0f\n", hours(s.StartS), s.Type, s.Nodes, s.Workers, s.Batch, s.Steps)
+	}
+	return tw.Flush()
+}
+
+func newPlanCmd(a *app) *cobra.Command {
+	var f simFlags
+	var top int
+	cmd := &cobra.Command{
+		Use:   "plan --trace DIR [flags]",
+		Short: "Show every candidate configuration with its predicted step time, time and cost",
+		Long: `plan lists the candidates of an application's traces — machine type, nodes,
+workers, global batch — with the step time, the time to finish the whole job
+and its cost, best first for the objective (the knee's distance for knee).`,
+		Example: "  scavctl plan --trace ../shared/traces/cifar10 --objective cost --top 10",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
+			opts, err := f.options()
+			if err != nil {
+				return err
+			}
+			rows, err := sim.Plan(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if top > 0 && len(rows) > top {
+				rows = rows[:top]
+			}
+			if asJSON {
+				return a.printJSON(rows)
+			}
+			return sim.WritePlan(a.stdout, rows)
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().IntVar(&top, "top", 0, "show only the best N (0: all)")
+	addOutputFlag(a, cmd)
+	return cmd
+}
+
+func newPricesCmd(a *app) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "prices",
+		Short: "Show the machine-type price catalog",
+		Long: `prices shows the machine types Scavenger can price: provider, GPUs, vCPUs,
+memory, on-demand and spot $/hour, region, and where and when each price was
+read. --file merges a catalog of your own (the same JSON as -o json prints)
+over the embedded one; the same file is accepted by sim and plan as --prices.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := a.json()
+			if err != nil {
+				return err
+			}
+			cat, err := price.WithOverride(file)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(cat)
+			}
+			return price.WriteTable(a.stdout, cat.Rows())
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "a catalog file to merge over the embedded one")
+	addOutputFlag(a, cmd)
+	return cmd
+}
+
+func hours(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}
+
+func pct(v, ref float64) float64 {
+	if ref == 0 {
+		return 0
+	}
+	return 100 * (v - ref) / ref
+}

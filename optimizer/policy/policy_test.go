@@ -1,0 +1,226 @@
+package policy
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/scavenger-ml/scavenger/optimizer/gns"
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/perf"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+)
+
+// Two synthetic machine types with known Pollux step times.
+var truth = map[string]perf.Pollux{
+	"slow": {AlphaC: 0.02, BetaC: 0.004, AlphaR: 0.01, BetaR: 0.002, AlphaN: 0.05, BetaN: 0.004, Gamma: 1.2},
+	"fast": {AlphaC: 0.01, BetaC: 0.001, AlphaR: 0.005, BetaR: 0.001, AlphaN: 0.03, BetaN: 0.002, Gamma: 1.2},
+}
+
+func synthSpec(kind objective.Kind, target float64) Spec {
+	var cands []predict.Candidate
+	for _, typ := range []string{"slow", "fast"} {
+		for _, nk := range [][2]int{{1, 1}, {1, 2}, {1, 4}, {2, 8}, {4, 16}} {
+			for _, b := range []int{32, 64, 128, 256, 512} {
+				if b >= nk[1]*8 && b <= nk[1]*128 {
+					cands = append(cands, predict.Candidate{Type: typ, Nodes: nk[0], Workers: nk[1], Batch: b})
+				}
+			}
+		}
+	}
+	return Spec{
+		Candidates: cands,
+		Prices:     map[string]float64{"slow": 2, "fast": 10},
+		M0:         32,
+		Target:     target,
+		Objective:  objective.Objective{Kind: kind},
+		RelaunchS:  30,
+	}
+}
+
+// drive runs a policy against the synthetic truth with a constant noise
+// scale (|G|² = 1, tr Σ = 4: φ = 128) until the target, and returns the
+// configurations it ran and its last decision.
+func drive(t *testing.T, p Policy, spec Spec) ([]predict.Candidate, Decision) {
+	t.Helper()
+	cur := spec.Candidates[0]
+	ran := []predict.Candidate{cur}
+	var now, spent, prog, wait float64
+	var last Decision
+	for i := 0; prog < spec.Target; i++ {
+		if i > 100000 {
+			t.Fatal("no progress")
+		}
+		st := truth[cur.Type].StepTime(cur.Nodes, cur.Workers, cur.Local())
+		n := wait
+		if n <= 0 {
+			n = 30 / st
+		}
+		s := float64(cur.Batch) / spec.M0
+		g := (4 + 1) / (4/s + 1)
+		if s <= 1 {
+			g = s
+		}
+		n = math.Min(n, (spec.Target-prog)/g)
+		now += n * st
+		spent += n * st * float64(cur.Nodes) * spec.Prices[cur.Type] / 3600
+		prog += n * g
+		if prog >= spec.Target*(1-1e-9) {
+			break
+		}
+		d, err := p.Observe(Observation{
+			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: n, StepTime: st,
+			SyncTime: math.Min(truth[cur.Type].Sync(cur.Nodes, cur.Workers), st),
+			Grad:     gns.Expected(1, 4, spec.M0, cur.Local(), cur.Workers), Progress: prog,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = d
+		wait = d.WaitSteps
+		if d.Config != cur {
+			cur = d.Config
+			ran = append(ran, cur)
+			now += spec.RelaunchS
+		}
+	}
+	return ran, last
+}
+
+// bestFor returns the candidate with the least remaining time or cost under
+// the truth and φ = 128.
+func bestFor(spec Spec) predict.Candidate {
+	models := map[string]predict.StepTimer{}
+	for k, v := range truth {
+		models[k] = v
+	}
+	preds, err := predict.All(spec.Candidates, predict.Inputs{Models: models, Prices: spec.Prices, M0: spec.M0, Sqr: 1, Var: 4, Remaining: spec.Target})
+	if err != nil {
+		panic(err)
+	}
+	ch, err := objective.Choose(preds, spec.Objective)
+	if err != nil {
+		panic(err)
+	}
+	return preds[ch.Index].Candidate
+}
+
+func TestPolicies(t *testing.T) {
+	tests := []struct {
+		name      string
+		policy    string
+		kind      objective.Kind
+		target    float64
+		stored    bool
+		wantFinal bool // ends on the true optimum
+		wantType  string
+		maxMoves  int
+		minMoves  int
+	}{
+		{name: "fixed never moves", policy: "fixed", kind: objective.Time, target: 1e6, maxMoves: 0},
+		// Partial search fits each type from its four corners only: it finds
+		// the right type, not always the optimum inside it.
+		{name: "scavenger time", policy: "scavenger", kind: objective.Time, target: 1e6, wantType: "fast", minMoves: 7, maxMoves: 9},
+		{name: "scavenger cost", policy: "scavenger", kind: objective.Cost, target: 1e6, wantType: "slow", minMoves: 7, maxMoves: 9},
+		{name: "full time", policy: "full", kind: objective.Time, target: 1e6, wantFinal: true, minMoves: 20, maxMoves: 100},
+		{name: "none with stored truth", policy: "none", kind: objective.Time, target: 1e6, stored: true, wantFinal: true, minMoves: 1, maxMoves: 1},
+		{name: "adaptive time", policy: "adaptive", kind: objective.Time, target: 1e6, wantFinal: true, minMoves: 1, maxMoves: 8},
+		{name: "adaptive cost", policy: "adaptive", kind: objective.Cost, target: 1e6, wantFinal: true, minMoves: 1, maxMoves: 8},
+		{name: "adaptive: short job does not search", policy: "adaptive", kind: objective.Time, target: 3000, maxMoves: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := synthSpec(tc.kind, tc.target)
+			var stored map[string]predict.StepTimer
+			if tc.stored {
+				stored = map[string]predict.StepTimer{"slow": truth["slow"], "fast": truth["fast"]}
+			}
+			p, err := New(tc.policy, spec, stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Name() != tc.policy {
+				t.Fatalf("name %s", p.Name())
+			}
+			ran, last := drive(t, p, spec)
+			moves := len(ran) - 1
+			if moves < tc.minMoves || moves > tc.maxMoves {
+				t.Errorf("%d moves (%v), want %d..%d; last: %s", moves, ran, tc.minMoves, tc.maxMoves, last.Reason)
+			}
+			if tc.wantFinal {
+				if want := bestFor(spec); ran[len(ran)-1] != want {
+					t.Errorf("ended on %s, want %s (%s)", ran[len(ran)-1], want, last.Reason)
+				}
+			}
+			if tc.wantType != "" && ran[len(ran)-1].Type != tc.wantType {
+				t.Errorf("ended on %s, want type %s", ran[len(ran)-1], tc.wantType)
+			}
+			if last.Reason == "" {
+				t.Error("decision without a reason")
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	spec := synthSpec(objective.Time, 1e6)
+	if _, err := New("greedy", spec, nil); !errors.Is(err, ErrUnknownPolicy) {
+		t.Errorf("unknown: %v", err)
+	}
+	if _, err := New("none", spec, nil); !errors.Is(err, ErrNoStoredModel) {
+		t.Errorf("none: %v", err)
+	}
+	bad := spec
+	bad.M0 = 0
+	if _, err := New("fixed", bad, nil); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("M0: %v", err)
+	}
+	bad = spec
+	bad.Prices = map[string]float64{"slow": 1}
+	if _, err := New("fixed", bad, nil); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("prices: %v", err)
+	}
+	p, _ := New("fixed", spec, nil)
+	if _, err := p.Observe(Observation{Config: spec.Candidates[0], Steps: 0, StepTime: 1}); !errors.Is(err, ErrBadObservation) {
+		t.Errorf("observation: %v", err)
+	}
+	if _, err := p.Observe(Observation{Config: spec.Candidates[0], Steps: 1, StepTime: 1, Grad: gns.Sample{Count: 1, Scale: 1}}); !errors.Is(err, gns.ErrTooFew) {
+		t.Errorf("gradient: %v", err)
+	}
+}
+
+func TestExtremeProbes(t *testing.T) {
+	spec := synthSpec(objective.Time, 1)
+	got := extremeProbes(spec.Candidates, predict.Candidate{Type: "fast", Nodes: 1, Workers: 1, Batch: 32})
+	want := []predict.Candidate{
+		{Type: "fast", Nodes: 1, Workers: 1, Batch: 32}, {Type: "fast", Nodes: 1, Workers: 1, Batch: 128},
+		{Type: "fast", Nodes: 4, Workers: 16, Batch: 128}, {Type: "fast", Nodes: 4, Workers: 16, Batch: 512},
+		{Type: "slow", Nodes: 1, Workers: 1, Batch: 32}, {Type: "slow", Nodes: 1, Workers: 1, Batch: 128},
+		{Type: "slow", Nodes: 4, Workers: 16, Batch: 128}, {Type: "slow", Nodes: 4, Workers: 16, Batch: 512},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("probes %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("probe %d = %s, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+func TestPriorProbesOrder(t *testing.T) {
+	tests := []struct {
+		kind objective.Kind
+		want predict.Candidate
+	}{
+		{objective.Time, predict.Candidate{Type: "fast", Nodes: 4, Workers: 16, Batch: 512}},
+		{objective.Cost, predict.Candidate{Type: "slow", Nodes: 1, Workers: 4, Batch: 512}},
+	}
+	for _, tc := range tests {
+		spec := synthSpec(tc.kind, 1)
+		got, first := priorProbes(spec, spec.Candidates[0])
+		if len(got) == 0 || got[0] != tc.want || first != 2 {
+			t.Errorf("%s: first probe %v, want %s", tc.kind, got, tc.want)
+		}
+	}
+}
