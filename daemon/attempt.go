@@ -93,10 +93,21 @@ const (
 func (s *supervisor) run(r *running, env []string) {
 	j := r.snapshot()
 	log := s.log.With(zap.String("job", j.ID))
+	var ctl *controller
+	if j.Optimize.Active() {
+		var err error
+		if ctl, err = s.newController(r); err != nil {
+			s.finish(r, nil, 1, fmt.Sprintf("optimizer: %v", err), StateFailed)
+			return
+		}
+	}
 	steps, err := s.nc.Subscribe(telemetry.StepSubject(j.ID), func(m *nats.Msg) {
 		recs, _ := telemetry.DecodeBatch(m.Data)
 		for _, rec := range recs {
 			r.sawStep(rec)
+			if ctl != nil {
+				ctl.offer(rec)
+			}
 		}
 	})
 	if err != nil {
@@ -104,6 +115,13 @@ func (s *supervisor) run(r *running, env []string) {
 		return
 	}
 	defer steps.Unsubscribe()
+	// The controller must be gone before the job's final record is written.
+	stopCtl := func() {}
+	if ctl != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		go ctl.run(ctx)
+		stopCtl = func() { cancel(); ctl.join() }
+	}
 
 	cfg := j.Config
 	var prev *plugins.Config
@@ -129,6 +147,7 @@ func (s *supervisor) run(r *running, env []string) {
 				continue
 			}
 			log.Warn("start failed", zap.Error(err))
+			stopCtl()
 			s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
 			return
 		}
@@ -149,6 +168,7 @@ func (s *supervisor) run(r *running, env []string) {
 			cfg, restore, startStep = out.moved.cfg, out.restore, out.lastStep
 			continue
 		}
+		stopCtl()
 		s.conclude(r, out)
 		return
 	}

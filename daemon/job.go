@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -58,6 +59,9 @@ type RunRequest struct {
 	// signal (e.g. "SIGUSR1") that makes them checkpoint into
 	// SCAV_CHECKPOINT_DIR and exit, so that they can be moved.
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// Optimize, when its policy moves, lets the daemon move the job to the
+	// configuration that best meets its objective.
+	Optimize Optimize `json:"optimize,omitempty"`
 }
 
 // Validate collects every problem with the request.
@@ -83,6 +87,15 @@ func (r *RunRequest) Validate() error {
 	}
 	if r.Grace.D() < 0 {
 		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))
+	}
+	if r.Optimize.Active() {
+		spec, _, err := policySpec(r.Optimize, r.Config, 0)
+		if err == nil {
+			_, err = policy.New(r.Optimize.Policy, spec, nil)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if r.CheckpointSignal != "" {
 		if _, err := parseSignal(r.CheckpointSignal); err != nil {
@@ -117,6 +130,11 @@ type Job struct {
 	Started          *time.Time `json:"started,omitempty"`
 	Ended            *time.Time `json:"ended,omitempty"`
 	ExitCode         *int       `json:"exit_code,omitempty"`
+	// Optimize is what the job asked of the optimizer; Phase is where its
+	// policy is (warm-up, probing, optimised) and Decisions what it decided.
+	Optimize  Optimize   `json:"optimize,omitempty"`
+	Phase     string     `json:"phase,omitempty"`
+	Decisions []Decision `json:"decisions,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// Result is how the last attempt ended, rank by rank.

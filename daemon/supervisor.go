@@ -90,7 +90,8 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 	j := Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, Node: s.node, Launcher: s.launcher.Name(),
-		State: StateStarting, Created: time.Now().UTC(),
+		Optimize: req.Optimize,
+		State:    StateStarting, Created: time.Now().UTC(),
 	}
 	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
 
@@ -105,10 +106,14 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 
 	s.save(ctx, j)
 	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Message: fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)})
+	env := req.Env
+	if req.Optimize.TargetSamples > 0 {
+		env = append(env[:len(env):len(env)], fmt.Sprintf("SCAV_TARGET_SAMPLES=%d", req.Optimize.TargetSamples))
+	}
 	go func() {
 		defer s.wg.Done()
 		defer close(r.done)
-		s.run(r, req.Env)
+		s.run(r, env)
 	}()
 	return j, nil
 }
@@ -280,6 +285,14 @@ func (r *running) progress() (last int64, stepTime float64, stepped bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastStep, r.stepTime, r.stepped
+}
+
+// decided records a decision of the job's policy.
+func (r *running) decided(d Decision) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.job.Decisions = append(r.job.Decisions, d)
+	r.job.Phase = d.Phase
 }
 
 func (r *running) requestStop(grace time.Duration) {

@@ -28,6 +28,8 @@ const (
 	// EventMoved: an attempt ended to relaunch the job at another
 	// configuration (or a relaunch failed and the job went back).
 	EventMoved EventKind = "moved"
+	// EventDecided: the job's policy decided (Phase and the predictions say more).
+	EventDecided EventKind = "decided"
 	// EventStopping: a stop was requested; workers got SIGTERM.
 	EventStopping EventKind = "stopping"
 	// EventFinished: the job ended; ExitCode is final. Nothing follows it.
@@ -44,4 +46,9 @@ type Event struct {
 	ExitCode *int `json:"exit_code,omitempty"`
 	// Message says what happened in words (why a job failed, who stopped it).
 	Message string `json:"message,omitempty"`
+	// Phase, PredictedS and PredictedUSD come with EventDecided: the policy's
+	// phase and its forecast of the time and cost to finish.
+	Phase        string  `json:"phase,omitempty"`
+	PredictedS   float64 `json:"predicted_s,omitempty"`
+	PredictedUSD float64 `json:"predicted_usd,omitempty"`
 }

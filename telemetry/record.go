@@ -58,6 +58,11 @@ type StepRecord struct {
 	// AvgSqr that of the averaged gradient after it. They feed the gradient noise scale.
 	LocalSqr *float64 `json:"local_sqr,omitempty"`
 	AvgSqr   *float64 `json:"avg_sqr,omitempty"`
+	// Count is the number of independent gradients averaged into AvgSqr
+	// (default World); Biased marks norms from the single-worker difference
+	// estimator (two consecutive steps' gradients, taken at different weights).
+	Count  int  `json:"count,omitempty"`
+	Biased bool `json:"biased,omitempty"`
 	// Epoch is the data epoch the step belongs to, when the script knows it.
 	Epoch *int `json:"epoch,omitempty"`
 	// ID is, in an ack, the id of the Control message acknowledged.
@@ -149,8 +154,8 @@ func (r *StepRecord) Validate() error {
 		return fmt.Errorf("time %v is not a positive Unix time", r.Time)
 	case !finiteNonNeg(r.Seconds):
 		return fmt.Errorf("dt %v is not a finite non-negative number", r.Seconds)
-	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0:
-		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro")
+	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0 || r.Count < 0:
+		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro/count")
 	}
 	for _, f := range []struct {
 		name string

@@ -104,6 +104,11 @@ type stepStatus struct {
 	batch   int
 	records int64
 	window  []point // rank 0's recent steps
+	// The policy's view, from its decisions: phase and forecast to finish.
+	phase        string
+	predictedS   float64
+	predictedUSD float64
+	plannedAt    time.Time
 }
 
 type point struct {
@@ -115,6 +120,13 @@ const rateWindow = 20
 
 func newStepStatus(cfg plugins.Config) *stepStatus {
 	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch}
+}
+
+// plan notes the policy's latest phase and forecast.
+func (s *stepStatus) plan(phase string, predictedS, predictedUSD float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase, s.predictedS, s.predictedUSD, s.plannedAt = phase, predictedS, predictedUSD, time.Now()
 }
 
 func (s *stepStatus) observe(r telemetry.StepRecord) {
@@ -160,7 +172,11 @@ func (s *stepStatus) rate() float64 {
 func (s *stepStatus) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	parts := []string{fmt.Sprintf("step %d", s.step)}
+	var parts []string
+	if s.phase != "" {
+		parts = append(parts, s.phase)
+	}
+	parts = append(parts, fmt.Sprintf("step %d", s.step))
 	if r := s.rate(); r > 0 {
 		parts = append(parts, fmt.Sprintf("%.0f samples/s", r))
 	}
@@ -169,6 +185,10 @@ func (s *stepStatus) line() string {
 		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
 	}
 	parts = append(parts, time.Since(s.start).Truncate(time.Second).String())
+	if s.predictedS > 0 {
+		left := time.Duration(s.predictedS*float64(time.Second)) - time.Since(s.plannedAt)
+		parts = append(parts, fmt.Sprintf("~%s left, ~$%.2f", max(left, 0).Round(time.Second), s.predictedUSD))
+	}
 	return strings.Join(parts, " · ")
 }
 

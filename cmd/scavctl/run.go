@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,8 +21,8 @@ import (
 )
 
 type runFlags struct {
-	workers    int
-	batch      int
+	workers    string
+	batch      string
 	name       string
 	checkpoint string
 	env        []string
@@ -29,6 +30,16 @@ type runFlags struct {
 	mode       string
 	statusTick time.Duration
 	ckptSignal string
+
+	policy        string
+	objective     string
+	deadline      time.Duration
+	budget        float64
+	targetSteps   int64
+	targetSamples int64
+	targetEpochs  float64
+	datasetSize   int64
+	price         float64
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -68,14 +79,23 @@ job's exit code.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVarP(&f.workers, "workers", "w", 1, "number of data-parallel workers")
-	fl.IntVarP(&f.batch, "batch-size", "b", 0, "global batch size, split evenly over the workers (0: the script's own)")
+	fl.StringVarP(&f.workers, "workers", "w", "1", "data-parallel workers: N, or MIN:MAX for the optimizer to choose from (starting at MIN)")
+	fl.StringVarP(&f.batch, "batch-size", "b", "0", "global batch, split evenly over the workers: B, or MIN:MAX (starting at MIN); 0: the script's own")
 	fl.StringVar(&f.name, "name", "", "job name; the id is the name plus a random suffix (default: the script's name)")
 	fl.StringVar(&f.checkpoint, "checkpoint-dir", "", "directory for the job's checkpoints (default: <state-dir>/checkpoints/<job>)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "extra environment for the workers, KEY=VALUE (repeatable)")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the job is stopped")
 	fl.StringVar(&f.mode, "mode", "auto", "how CMD becomes processes: ranks (one per worker), self (CMD launches the workers), auto")
 	fl.StringVar(&f.ckptSignal, "checkpoint-signal", "", "for scripts without the python client: the signal (e.g. SIGUSR1) on which they checkpoint into $SCAV_CHECKPOINT_DIR and exit, so the job can be moved; they resume from $SCAV_RESTORE")
+	fl.StringVar(&f.policy, "policy", "fixed", "how the job is moved: fixed (never), scavenger (the paper's partial search), adaptive (keeps re-optimising), full")
+	fl.StringVar(&f.objective, "objective", "time", "what the policy optimises: time, cost or knee")
+	fl.DurationVar(&f.deadline, "deadline", 0, "with --objective cost: finish within this time")
+	fl.Float64Var(&f.budget, "budget", 0, "with --objective time: spend at most this many USD")
+	fl.Int64Var(&f.targetSteps, "target-steps", 0, "the job's work: this many steps at the starting batch (the script gets SCAV_TARGET_SAMPLES)")
+	fl.Int64Var(&f.targetSamples, "target-samples", 0, "the job's work in samples")
+	fl.Float64Var(&f.targetEpochs, "target-epochs", 0, "the job's work in epochs of --dataset-size samples")
+	fl.Int64Var(&f.datasetSize, "dataset-size", 0, "samples in one epoch (for --target-epochs)")
+	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for cost objectives (default 1)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
 }
@@ -156,6 +176,9 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 			return errFinished
 		}
 		switch e.Kind {
+		case telemetry.EventDecided:
+			st.plan(e.Phase, e.PredictedS, e.PredictedUSD)
+			con.notef("%s: %s", e.Phase, e.Message)
 		case telemetry.EventStopping, telemetry.EventMoved:
 			con.notef("%s", e.Message)
 		case telemetry.EventStarted:
@@ -210,9 +233,22 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 	if f.grace < 0 {
 		errs = append(errs, fmt.Errorf("--grace %s: must not be negative", f.grace))
 	}
+	minW, maxW, err := parseRange("--workers", f.workers)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	minB, maxB, err := parseRange("--batch-size", f.batch)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	opt, err := f.optimize(minW, maxW, minB, maxB)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	req := daemon.RunRequest{
 		Name: f.name, Command: args, Dir: dir, Env: env,
-		Config:        plugins.Config{Workers: f.workers, GlobalBatch: f.batch},
+		Config:        plugins.Config{Workers: minW, GlobalBatch: minB},
+		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal,
 	}
@@ -220,6 +256,51 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 		errs = append(errs, err)
 	}
 	return req, errors.Join(errs...)
+}
+
+// parseRange reads N or MIN:MAX.
+func parseRange(flag, v string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(v, ":")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := lo, error(nil)
+	if isRange {
+		hi, err2 = strconv.Atoi(strings.TrimSpace(b))
+	}
+	if err1 != nil || err2 != nil || lo < 0 || hi < lo {
+		return 0, 0, fmt.Errorf("%s %q: use N or MIN:MAX with 0 <= MIN <= MAX", flag, v)
+	}
+	return lo, hi, nil
+}
+
+// optimize turns the optimizer flags into the request's part, checking that
+// they fit together.
+func (f runFlags) optimize(minW, maxW, minB, maxB int) (daemon.Optimize, error) {
+	o := daemon.Optimize{
+		Policy: f.policy, Objective: f.objective, Deadline: daemon.Duration(f.deadline), BudgetUSD: f.budget,
+		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
+	}
+	targets := 0
+	for _, set := range []bool{f.targetSteps > 0, f.targetSamples > 0, f.targetEpochs > 0} {
+		if set {
+			targets++
+		}
+	}
+	switch {
+	case targets > 1:
+		return o, errors.New("give one of --target-steps, --target-samples, --target-epochs")
+	case f.targetSteps > 0:
+		o.TargetSamples = f.targetSteps * int64(max(minB, 1))
+	case f.targetSamples > 0:
+		o.TargetSamples = f.targetSamples
+	case f.targetEpochs > 0 && f.datasetSize <= 0:
+		return o, errors.New("--target-epochs needs --dataset-size")
+	case f.targetEpochs > 0:
+		o.TargetSamples = int64(f.targetEpochs * float64(f.datasetSize))
+	}
+	if !o.Active() && (minW != maxW || minB != maxB) {
+		return o, fmt.Errorf("ranges of workers or batch need a moving --policy (scavenger, adaptive or full), not %q", f.policy)
+	}
+	return o, nil
 }
 
 func batchText(b int) string {
