@@ -158,6 +158,7 @@ func (s *supervisor) run(r *running, env []string) {
 		log.Info("attempt started", zap.Int("attempt", attempt), zap.Int("workers", cfg.Workers), zap.Int("batch", cfg.GlobalBatch), zap.Duration("start", time.Since(began)))
 
 		out := s.watch(r, h, attempt, log)
+		telemetry.Drain(s.nc, steps) // the attempt's last steps count in its record
 		if out.moved != nil && out.err == nil {
 			r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
 			s.save(context.Background(), r.snapshot())

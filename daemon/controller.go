@@ -338,14 +338,15 @@ func (c *controller) run(ctx context.Context) {
 // decision turns the policy's verdict into the job record's form.
 func (c *controller) decision(j Job, step int64, o policy.Observation, d policy.Decision) Decision {
 	dec := Decision{
-		Time: time.Now().UTC(), Step: step, From: j.Config, Reason: d.Reason, Phase: "optimised",
+		Time: time.Now().UTC(), Step: step, From: j.Config, Reason: d.Reason, Phase: "warm-up",
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: j.Config.LRScale},
 		Alternatives: len(d.Predictions),
 	}
-	if strings.Contains(d.Reason, "probe") {
+	switch {
+	case strings.Contains(d.Reason, "probe"):
 		dec.Phase = "probing"
-	}
-	if d.Chosen >= 0 && d.Chosen < len(d.Predictions) {
+	case d.Chosen >= 0 && d.Chosen < len(d.Predictions):
+		dec.Phase = "optimised"
 		p := d.Predictions[d.Chosen]
 		dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
 	}

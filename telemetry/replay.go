@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -88,4 +90,17 @@ func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
 		recs = append(recs, r)
 	}
 	return recs, bad
+}
+
+// Drain waits (a second at most) until sub has handled every message the
+// server had sent it when Drain was called.
+func Drain(nc *nats.Conn, sub *nats.Subscription) {
+	if err := nc.FlushTimeout(time.Second); err != nil {
+		return
+	}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n, _, err := sub.Pending(); err != nil || n == 0 {
+			return
+		}
+	}
 }

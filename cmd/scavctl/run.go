@@ -193,6 +193,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	if !errors.Is(err, errFinished) {
 		return fmt.Errorf("follow output of %s: %w", job.ID, err)
 	}
+	telemetry.Drain(c.NC, sub)
 	con.setStatus(st.line())
 	code := 0
 	if final.ExitCode != nil {

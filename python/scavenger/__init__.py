@@ -28,7 +28,8 @@ from ._client import Client, NoopClient
 __all__ = [
     "init", "step", "close", "stats", "enabled",
     "world_size", "rank", "local_rank", "global_batch_size", "local_batch_size",
-    "lr_scale", "checkpoint_dir", "restore_path",
+    "lr_scale", "checkpoint_dir", "restore_path", "start_step",
+    "should_checkpoint", "checkpoint_request", "acknowledge", "target_samples",
 ]
 
 _client = None
@@ -137,3 +138,35 @@ def checkpoint_dir() -> Optional[str]:
 def restore_path() -> Optional[str]:
     """The checkpoint to resume from (SCAV_RESTORE), or None for a fresh start."""
     return os.environ.get("SCAV_RESTORE") or None
+
+
+def start_step() -> int:
+    """The last step done before this attempt (SCAV_START_STEP, 0 for a fresh start)."""
+    return max(0, _env.env_int("SCAV_START_STEP", 0) or 0)
+
+
+def target_samples() -> Optional[int]:
+    """The job's work in samples (SCAV_TARGET_SAMPLES), when the user gave a target."""
+    return _env.env_int("SCAV_TARGET_SAMPLES", None)
+
+
+def should_checkpoint() -> bool:
+    """True when Scavenger asked this job to checkpoint and the step it named is done.
+
+    Check it after each optimizer step (after step() or the tracker reported
+    it). Every rank sees it at the same step. When True: write the checkpoint
+    (scavenger.checkpoint.checkpoint() on every rank; rank 0 writes), call
+    acknowledge(path) on every rank, and exit 0; Scavenger relaunches the job
+    at its new configuration with SCAV_RESTORE pointing at the checkpoint.
+    """
+    return (_client or _start(timed=False)).should_checkpoint()
+
+
+def checkpoint_request() -> Optional[Dict[str, Any]]:
+    """The pending checkpoint request (id, after_step, dir), or None."""
+    return (_client or _start(timed=False)).checkpoint_request()
+
+
+def acknowledge(checkpoint: Optional[str] = None) -> None:
+    """Tell Scavenger that this worker has checkpointed; rank 0 passes the file's path."""
+    (_client or _start(timed=False)).acknowledge(checkpoint)

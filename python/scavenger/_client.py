@@ -4,17 +4,22 @@ step() appends a tuple to a bounded deque; one daemon thread wakes every
 flush interval, turns the tuples into newline-delimited JSON (the wire format of
 telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
 and reconnecting with exponential backoff. When the deque is full, because the
-daemon is absent or slow, new records are dropped and counted.
+daemon is absent or slow, new records are dropped and counted. Each new
+connection starts with a hello line; the thread also reads the daemon's
+requests from the same connection (see _control.py) and sends the worker's
+acknowledgements.
 """
 
 import collections
 import json
 import math
+import select
 import socket
 import threading
 import time
 from typing import Any, Dict, Optional
 
+from ._control import ControlState
 from ._env import Config
 
 SCHEMA_VERSION = 1
@@ -106,6 +111,17 @@ class NoopClient:
     def close(self, timeout: float = 1.0) -> None:
         """Do nothing."""
 
+    def should_checkpoint(self) -> bool:
+        """Never: nobody asks outside Scavenger."""
+        return False
+
+    def checkpoint_request(self) -> Optional[Dict[str, Any]]:
+        """None: nobody asks outside Scavenger."""
+        return None
+
+    def acknowledge(self, checkpoint: Optional[str] = None) -> None:
+        """Do nothing."""
+
 
 class Client:
     """Sends one step record per step() to the node daemon's unix socket.
@@ -137,6 +153,8 @@ class Client:
         self._sock: Optional[socket.socket] = None
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
+        self._acks: collections.deque = collections.deque()
+        self.control = ControlState(config.attempt)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
         self._thread.start()
@@ -153,6 +171,26 @@ class Client:
             return
         self._queue.append((self._step, time.time(), samples, loss, fields))
 
+    def should_checkpoint(self) -> bool:
+        """True when the daemon asked for a checkpoint and the step it named is done."""
+        return self.control.due(self._step)
+
+    def checkpoint_request(self) -> Optional[Dict[str, Any]]:
+        """The daemon's pending checkpoint request (id, after_step, dir), or None."""
+        return self.control.request()
+
+    def acknowledge(self, checkpoint: Optional[str] = None) -> None:
+        """Tell the daemon this worker has done what it asked (rank 0 names the checkpoint)."""
+        req = self.control.clear()
+        if req is None:
+            return
+        rec = dict(self._header, kind="ack", id=req["id"], step=self._step, t=time.time())
+        if checkpoint:
+            rec["checkpoint"] = str(checkpoint)
+        line = encode(rec)
+        if line is not None:
+            self._acks.append(line)
+
     def stats(self) -> Dict[str, int]:
         """Counters: sent, dropped, queued."""
         return {"sent": self._sent, "dropped": self._dropped_full + self._dropped_send,
@@ -167,9 +205,10 @@ class Client:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        """The sender thread: flush every interval until closed, then flush once more."""
+        """The sender thread: every interval, flush and read the daemon's requests; at close, flush once more."""
         while not self._stop.wait(self._interval):
             self._flush()
+            self._poll()
         self._retry_at = 0.0
         self._flush()
         self._dropped_send += len(self._queue)
@@ -178,9 +217,11 @@ class Client:
 
     def _flush(self) -> None:
         """Write every queued record; keep them queued while no daemon answers."""
-        if not self._queue or (self._sock is None and not self._connect()):
+        if self._sock is None and not self._connect():
             return
         lines = []
+        while self._acks:
+            lines.append(self._acks.popleft())
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
             merged = {**self._defaults, **fields}
@@ -189,6 +230,8 @@ class Client:
                 self._dropped_send += 1
             else:
                 lines.append(line)
+        if not lines:
+            return
         try:
             self._sock.sendall(b"".join(lines))
         except OSError:
@@ -211,9 +254,37 @@ class Client:
             self._retry_at = now + self._backoff
             self._backoff = min(self._backoff * 2, self.BACKOFF_MAX)
             return False
+        try:  # announce this worker, so that requests reach it before its first step
+            sock.sendall(self._hello())
+        except OSError:
+            sock.close()
+            return False
         self._sock = sock
         self._backoff = self.BACKOFF_MIN
         return True
+
+    def _hello(self) -> bytes:
+        """The line that introduces this worker on a new connection."""
+        return encode(dict(self._header, kind="hello", step=self._step, t=time.time()))
+
+    def _poll(self) -> None:
+        """Read whatever the daemon wrote, without waiting (the socket's timeout
+        would make a plain recv wait, so readiness is asked first)."""
+        while self._sock is not None:
+            try:
+                ready, _, _ = select.select([self._sock], [], [], 0)
+                if not ready:
+                    return
+                data = self._sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._disconnect()
+                return
+            if not data:  # the daemon closed the connection
+                self._disconnect()
+                return
+            self.control.feed(data)
 
     def _disconnect(self) -> None:
         """Close the socket, if any; the next flush reconnects."""

@@ -8,38 +8,45 @@
         tracker.loss(loss)      # optional
         optimizer.step()        # reports the step
 
-instrument() registers a DDP communication hook (the default all-reduce, timed
+instrument() registers a DDP communication hook (DDP's default all-reduce, timed
 and measured), a forward pre-hook on the model (counts micro-batches and
 samples) and wraps optimizer.step (torch 1.13 has no step hooks). Each
 optimizer step then reports:
 
 - dt: wall seconds since the previous optimizer step (or since instrument());
-- sync_s: from the launch of the first bucket's all-reduce to the completion of
-  the last one (it overlaps the backward pass);
+- sync_s: from the launch of the first bucket's all-reduce to the end of the
+  last one, as seen at the end of the backward pass (the all-reduces overlap
+  the backward pass; on CUDA the end is when the host stops waiting, not when
+  the device finishes);
 - compute_s: dt - sync_s, the rest of the step;
 - local_sqr: squared L2 norm of this worker's gradient before the all-reduce,
-  summed over buckets; avg_sqr: that of the averaged gradient after it. These
-  are the inputs of the gradient noise scale. With accumulation under no_sync()
-  both are norms of the accumulated gradient, as DDP holds it;
+  summed over buckets; avg_sqr: that of the averaged gradient after it, read
+  from the all-reduced buckets at the end of the backward pass. These are the
+  inputs of the gradient noise scale. With accumulation under no_sync() both
+  are norms of the accumulated gradient, as DDP holds it;
 - micro: forward passes with autograd enabled in training mode since the
   previous step, i.e. micro-batches; samples: the sum of their batch sizes
   (size of the first tensor argument's first dimension);
 - loss: the last tensor given to tracker.loss(), if any.
 
-The tensors are combined and read with one .tolist() per step. With several
-backward passes that each synchronise (no no_sync()), the norms are those of
-the last one. A model that is not DDP is supported in a world of one: both norms
-are then the squared norm of the parameters' gradients at optimizer.step().
-Outside Scavenger, instrument() registers nothing and returns a no-op tracker.
+Costs per step: one dot product per bucket before and after the all-reduce,
+and reading the numbers (on a GPU with one .tolist(), a single synchronisation). No python runs on the
+process group's threads. With several backward passes that each synchronise
+(no no_sync()), the norms are those of the last one. A model built with
+static_graph=True is all-reduced bucket by bucket, without overlap (its first
+backward pass calls the hook too late for the overlapped path). A model that is
+not DDP is supported in a world of one: both norms are then the squared norm of
+the parameters' gradients at optimizer.step(). Outside Scavenger, instrument()
+registers nothing and returns a no-op tracker.
 """
 
 import time
 import types
-import weakref
 from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
+from torch.autograd import Variable
 from torch.nn.parallel import DistributedDataParallel
 
 import scavenger
@@ -48,21 +55,20 @@ __all__ = ["instrument", "Tracker", "NoopTracker"]
 
 
 def instrument(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-               process_group: Optional[Any] = None, client: Optional[Any] = None):
+               client: Optional[Any] = None):
     """Report every optimizer.step() of a DDP model; return the tracker.
 
-    process_group is the group DDP all-reduces over (the default group when
-    None). client is the scavenger client to report to (the process's own by
-    default; tests pass theirs). Outside Scavenger, returns a NoopTracker and
-    changes nothing. DDP accepts one communication hook: instrument a model once,
-    and not one with a hook of its own.
+    client is where steps go: any object with a step(**fields) method taking
+    the fields of scavenger.step(); the scavenger module itself by default. Outside Scavenger, returns a NoopTracker and changes
+    nothing. DDP accepts one communication hook: instrument a model once, and
+    not one with a hook of its own.
     """
     if client is None:
         if not scavenger.enabled():
             return NoopTracker()
         scavenger.init()
         client = scavenger
-    return Tracker(model, optimizer, client, process_group)
+    return Tracker(model, optimizer, client)
 
 
 class NoopTracker:
@@ -78,23 +84,23 @@ class NoopTracker:
 class Tracker:
     """Measures each optimizer step of one model and reports it to a client."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, client: Any,
-                 process_group: Optional[Any] = None):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, client: Any):
         self._client = client
-        self._group = process_group
         self._loss: Any = None
         self._fields: dict = {}
         self._micro = 0
         self._samples = 0
-        self._local: List[torch.Tensor] = []
-        self._avg: List[torch.Tensor] = []
+        self._local: List[torch.Tensor] = []  # squared norm of each bucket before all-reduce
+        self._avg: List[torch.Tensor] = []  # squared norm of each bucket after it
         self._sync_start: Optional[float] = None
         self._sync_end: Optional[float] = None
-        self._callbacks: List[weakref.ref] = []  # our all-reduce callbacks not yet released
+        self._pending: List[tuple] = []  # (work, bucket, future for DDP) of the running sync
         self._last = time.perf_counter()
         self._params: List[torch.Tensor] = []
         if isinstance(model, DistributedDataParallel):
-            model.register_comm_hook(None, self._allreduce_hook)
+            self._ddp = model
+            self._world = model.process_group.size()
+            model.register_comm_hook(model.process_group, self._allreduce_hook)
         else:
             self._params = [p for g in optimizer.param_groups for p in g["params"]]
         model.register_forward_pre_hook(self._forward_pre_hook)
@@ -115,48 +121,48 @@ class Tracker:
             if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() > 0:
                 self._samples += inputs[0].shape[0]
 
-    def _allreduce_hook(self, _state: Any,
+    def _allreduce_hook(self, group: dist.ProcessGroup,
                         bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """DDP's default all-reduce (divide, then sum), measuring the bucket before and after."""
+        """DDP's default all-reduce (divide, then sum), measuring the bucket before it.
+
+        The all-reduce is launched at once; the future handed to DDP is completed
+        by _finish_sync at the end of the backward pass, on this thread, so that no
+        python runs on the process group's threads (a callback there costs a GIL
+        hand-off per bucket, and can deadlock torch 1.13 at process-group teardown).
+        """
         buf = bucket.buffer()
         if bucket.index() == 0:  # DDP launches buckets in index order: a new sync begins
             self._local.clear()
             self._avg.clear()
             self._sync_start = time.perf_counter()
         self._local.append(_sqr(buf))
-        group = self._group if self._group is not None else dist.group.WORLD
-        buf.div_(group.size())
-        work = dist.all_reduce(buf, group=group, async_op=True)
-        callback = self._allreduce_done  # a fresh bound method, owned by the future
-        self._callbacks.append(weakref.ref(callback))
-        return work.get_future().then(callback)
+        buf.div_(self._world)
+        work = group.allreduce([buf])
+        result = torch.futures.Future()
+        if self._ddp.static_graph:  # its first backward calls hooks after the final callbacks
+            work.wait()
+            self._sync_end = time.perf_counter()
+            self._avg.append(_sqr(buf))
+            result.set_result(buf)
+            return result
+        self._pending.append((work, buf, result))
+        if bucket.is_last():  # queued before DDP's finaliser, which waits on our futures
+            Variable._execution_engine.queue_callback(self._finish_sync)
+        return result
 
-    def _allreduce_done(self, fut: torch.futures.Future) -> torch.Tensor:
-        """Completion of one bucket: note the time and the averaged norm."""
+    def _finish_sync(self) -> None:
+        """End of the backward pass: wait for the all-reduces, measure the averaged
+        buckets (still in cache) and hand them to DDP."""
+        for work, _, _ in self._pending:
+            work.wait()
         self._sync_end = time.perf_counter()
-        averaged = fut.value()[0]
-        self._avg.append(_sqr(averaged))
-        return averaged
-
-    def _release_callbacks(self, timeout: float = 1.0) -> None:
-        """Wait until the process group's threads have dropped our callbacks.
-
-        A gloo thread releases a callback (taking the GIL) just after the
-        all-reduce it follows completes, which can be after DDP has moved on.
-        If the process group were destroyed by then, torch 1.13 would join that
-        thread while holding the GIL and deadlock; waiting here (usually not at
-        all) keeps every step boundary free of such pending work.
-        """
-        deadline = time.perf_counter() + timeout
-        while any(ref() is not None for ref in self._callbacks):
-            if time.perf_counter() > deadline:
-                break
-            time.sleep(0.0001)  # lets the gloo thread take the GIL
-        self._callbacks.clear()
+        for _, buf, result in self._pending:
+            self._avg.append(_sqr(buf))
+            result.set_result(buf)
+        self._pending.clear()
 
     def _after_step(self) -> None:
         """Report the step that optimizer.step() just finished, then reset."""
-        self._release_callbacks()
         now = time.perf_counter()
         dt = now - self._last
         self._last = now
@@ -173,30 +179,32 @@ class Tracker:
         self._reset()
 
     def _read_tensors(self) -> dict:
-        """local_sqr, avg_sqr and loss as floats, with a single .tolist()."""
-        local, avg = self._norms()
-        names, values = [], []
-        if local is not None:
-            names += ["local_sqr", "avg_sqr"]
-            values += [local, avg]
-        if isinstance(self._loss, torch.Tensor) and self._loss.numel() == 1:
-            names.append("loss")
-            values.append(self._loss.reshape(()).to(torch.float64))
-        out = dict(zip(names, torch.stack(values).tolist())) if values else {}
-        if self._loss is not None and not isinstance(self._loss, torch.Tensor):
-            out["loss"] = self._loss
+        """local_sqr, avg_sqr and loss as floats."""
+        local, avg = self._squares()
+        loss = self._loss
+        tensors = local + avg
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            tensors.append(loss.reshape(()))
+        values = _floats(tensors)
+        out = {}
+        if local:
+            out["local_sqr"] = sum(values[:len(local)])
+            out["avg_sqr"] = sum(values[len(local):len(local) + len(avg)])
+        if len(values) > len(local) + len(avg):
+            out["loss"] = values[-1]
+        elif loss is not None and not isinstance(loss, torch.Tensor):
+            out["loss"] = loss
         return out
 
-    def _norms(self):
-        """The summed local and averaged squared norms of this step (None when unknown)."""
+    def _squares(self) -> tuple:
+        """This step's squared norms per bucket, local and averaged ([] and [] when unknown)."""
         if self._local and len(self._avg) == len(self._local):
-            return (torch.stack(self._local).sum().to(torch.float64),
-                    torch.stack(self._avg).sum().to(torch.float64))
+            return list(self._local), list(self._avg)
         grads = [p.grad for p in self._params if p.grad is not None]
         if not grads or scavenger.world_size() != 1:
-            return None, None
-        total = torch.stack([_sqr(g.reshape(-1)) for g in grads]).sum().to(torch.float64)
-        return total, total
+            return [], []
+        squares = [_sqr(g.reshape(-1)) for g in grads]
+        return squares, list(squares)
 
     def _reset(self) -> None:
         """Forget the step just reported."""
@@ -214,6 +222,16 @@ def _sqr(t: torch.Tensor) -> torch.Tensor:
     if t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()
     return torch.dot(t, t)
+
+
+def _floats(tensors: List[torch.Tensor]) -> List[float]:
+    """The values of 0-d tensors: .item() each on the CPU (cheapest there), else one
+    .tolist() of their stack, so that a device is synchronised once per step."""
+    if not tensors or all(t.device.type == "cpu" for t in tensors):
+        return [t.item() for t in tensors]
+    if len({(t.dtype, t.device) for t in tensors}) > 1:
+        tensors = [t.to(tensors[0].device, torch.float64) for t in tensors]
+    return torch.stack(tensors).tolist()
 
 
 def _wrap_step(optimizer: torch.optim.Optimizer, after: Any) -> None:

@@ -55,16 +55,39 @@ class Sink:
         with self._lock:
             return list(self._lines)
 
-    def records(self) -> list:
-        """The lines received so far, decoded."""
+    def messages(self) -> list:
+        """Every line received so far, decoded: steps, hellos and acks."""
         return [json.loads(line) for line in self.lines()]
 
-    def wait_for(self, n: int, timeout: float = 10.0) -> list:
-        """Poll until at least n records arrived or timeout passed; return the records."""
+    def records(self) -> list:
+        """The step records received so far (hello and ack lines left out)."""
+        return [m for m in self.messages() if m.get("kind", "step") == "step"]
+
+    def of_kind(self, kind: str) -> list:
+        """The control messages of one kind (hello, ack) received so far."""
+        return [m for m in self.messages() if m.get("kind") == kind]
+
+    def wait_for(self, n: int, timeout: float = 10.0, kind: str = "step") -> list:
+        """Poll until at least n messages of kind arrived or timeout passed; return them."""
         deadline = time.monotonic() + timeout
-        while len(self.lines()) < n and time.monotonic() < deadline:
+        get = self.records if kind == "step" else (lambda: self.of_kind(kind))
+        while len(get()) < n and time.monotonic() < deadline:
             time.sleep(0.01)
-        return self.records()
+        return get()
+
+    def send(self, obj: dict) -> int:
+        """Write obj as one JSON line to every open connection, as the daemon writes requests."""
+        line = (json.dumps(obj) + "\n").encode()
+        with self._lock:
+            conns = list(self._conns)
+        sent = 0
+        for c in conns:
+            try:
+                c.sendall(line)
+                sent += 1
+            except OSError:
+                pass
+        return sent
 
     def close(self) -> None:
         """Stop listening, close every connection and remove the socket file."""

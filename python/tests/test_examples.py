@@ -42,6 +42,7 @@ class ExamplesTest(unittest.TestCase):
                 env=env, stdout=subprocess.PIPE, text=True))
         outs = []
         for p in procs:
+            self.addCleanup(p.wait)
             self.addCleanup(p.kill)
             out, _ = p.communicate(timeout=60)
             self.assertEqual(p.returncode, 0, out)

@@ -43,6 +43,18 @@ def small_model() -> "nn.Module":
     return nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
 
 
+class WithUnused(nn.Module if HAS_TORCH else object):
+    """small_model() plus a layer that forward() never uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = small_model()
+        self.unused = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def train(model, opt, tracker, steps: int, accum: int = 1, batch: int = 8) -> None:
     """SGD steps on random data; with accum > 1, the first micro-batches under no_sync()."""
     for _ in range(steps):
@@ -99,6 +111,17 @@ class SingleProcessTest(unittest.TestCase):
             self.assertAlmostEqual(r["local_sqr"], r["avg_sqr"], delta=1e-6 * r["local_sqr"])
             self.assertAlmostEqual(r["compute_s"] + r["sync_s"], r["dt"], places=9)
             self.assertTrue(math.isfinite(r["loss"]))
+
+    def test_static_graph_and_unused_parameters(self):
+        for kwargs in ({"static_graph": True}, {"find_unused_parameters": True}):
+            with self.subTest(**kwargs):
+                model = DistributedDataParallel(WithUnused(), **kwargs)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                tracker = scavenger.torch.instrument(model, opt, client=self.client)
+                train(model, opt, tracker, steps=3)
+        for r in self.records(6):
+            self.assertGreater(r["local_sqr"], 0)
+            self.assertIn("sync_s", r)
 
     def test_norms_match_gradients(self):
         model = DistributedDataParallel(small_model())
@@ -181,6 +204,7 @@ class TwoProcessTest(unittest.TestCase):
                 [sys.executable, os.path.join(HERE, "ddp_worker.py"), str(steps), str(accum)],
                 env=env))
         for p in procs:
+            self.addCleanup(p.wait)
             self.addCleanup(p.kill)
             self.assertEqual(p.wait(timeout=60), 0)
         return sink.wait_for(2 * steps)

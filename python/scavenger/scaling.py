@@ -1,0 +1,182 @@
+"""Learning-rate scaling when a job's global batch changes (standard library only).
+
+A learning rate is tuned at a base global batch B0. When Scavenger relaunches a
+job at batch B, the rate is multiplied by a factor of scale = B / B0:
+
+- "linear":   scale                                  (Goyal et al.)
+- "sqrt":     sqrt(scale)                             (Krizhevsky; AdaptDL's SqrtScale)
+- "adascale": gain(scale) = (var + sqr) / (var / scale + sqr)   (AdaScale, AdaptDL)
+- "none":     1
+
+where sqr estimates |G|^2, the squared norm of the true gradient, and var
+estimates tr(Sigma) / B0, the variance of a gradient over a batch of B0
+(research/paper.md section 10). gain() lies between 1 (no noise: a bigger batch
+does not help) and scale (pure noise: it helps linearly), both ways of scale = 1.
+
+SCAV_LR_SCALE, when the launcher sets it, is the factor chosen by Scavenger's
+optimizer and overrides the rule (lr_factor()).
+
+    factor = scaling.lr_factor("sqrt", batch=256, base_batch=64)   # 2.0
+    scaling.apply_lr_factor(optimizer, factor)                      # lr *= 2, once
+"""
+
+import math
+import os
+from typing import Any, Mapping, Optional, Tuple
+
+from . import _env
+
+__all__ = ["RULES", "gain", "grad_stats", "scale_factor", "lr_factor", "apply_lr_factor",
+           "GradientStats"]
+
+RULES = ("linear", "sqrt", "adascale", "none")
+
+# AdaptDL's floors for the read-out of the estimates (sqr >= 0, var >= 1e-6).
+_MIN_VAR = 1e-6
+
+
+def gain(scale: float, sqr: float, var: float) -> float:
+    """AdaScale's gain at scale = B / B0: (var + sqr) / (var / scale + sqr).
+
+    sqr is |G|^2 and var the gradient variance at batch B0. sqr is floored at 0
+    and var at 1e-6, as AdaptDL reads them, so the gain is always defined.
+    """
+    _check_scale(scale)
+    sqr, var = max(sqr, 0.0), max(var, _MIN_VAR)
+    return (var + sqr) / (var / scale + sqr)
+
+
+def grad_stats(local_sqr: float, avg_sqr: float, count: int, scale: float) -> Tuple[float, float]:
+    """Unbiased (sqr, var) from one step's squared gradient norms.
+
+    local_sqr is the mean over the count workers (or micro-batches) of the
+    squared norm of each one's own gradient, avg_sqr the squared norm of their
+    average, and scale = B / B0 for the global batch B they were measured at.
+    Returns sqr = (K*avg - local) / (K - 1) and var = (local - avg) * scale / (K - 1)
+    with K = count, unclamped (single steps are noisy; smooth with GradientStats).
+    A single worker's local_sqr is an unbiased stand-in for the mean.
+    """
+    if count < 2:
+        raise ValueError(f"grad_stats needs count >= 2 gradients, got {count}")
+    _check_scale(scale)
+    sqr = (count * avg_sqr - local_sqr) / (count - 1)
+    var = (local_sqr - avg_sqr) * scale / (count - 1)
+    return sqr, var
+
+
+def scale_factor(rule: str, scale: float, sqr: Optional[float] = None,
+                 var: Optional[float] = None) -> float:
+    """The learning-rate factor of rule ("linear", "sqrt", "adascale", "none") at scale = B / B0.
+
+    "adascale" needs the gradient statistics sqr and var (see gain()); without
+    them it returns 1, AdaptDL's value before any statistics exist.
+    """
+    _check_scale(scale)
+    if rule == "linear":
+        return scale
+    if rule == "sqrt":
+        return math.sqrt(scale)
+    if rule == "adascale":
+        return 1.0 if sqr is None or var is None else gain(scale, sqr, var)
+    if rule == "none":
+        return 1.0
+    raise ValueError(f"unknown LR scaling rule {rule!r}; want one of {', '.join(RULES)}")
+
+
+def lr_factor(rule: str, batch: int, base_batch: int, *, sqr: Optional[float] = None,
+              var: Optional[float] = None, environ: Mapping[str, str] = os.environ) -> float:
+    """The factor for a global batch of batch when the LR was tuned at base_batch.
+
+    SCAV_LR_SCALE in environ wins when it is set to a positive number;
+    otherwise scale_factor(rule, batch / base_batch, sqr, var).
+    """
+    chosen = _env.env_float("SCAV_LR_SCALE", 0.0, environ)
+    if chosen > 0:
+        return chosen
+    if base_batch <= 0:
+        raise ValueError(f"base batch must be positive, got {base_batch}")
+    return scale_factor(rule, batch / base_batch, sqr, var)
+
+
+def apply_lr_factor(optimizer: Any, factor: float, scheduler: Any = None) -> None:
+    """Set every param group's learning rate to factor times its unscaled rate; idempotent.
+
+    The factor in force is kept in each group as "scav_lr_factor" (1 when
+    absent), so applying factor f multiplies lr by f / previous: calling twice
+    with the same factor changes nothing, and the unscaled rate - the base LR
+    as an LR scheduler has moved it - is kept. The key travels in
+    optimizer.state_dict(), so after a restore the new attempt's factor
+    replaces the old one instead of compounding. Chainable schedulers (StepLR,
+    ExponentialLR, ...) then keep scaling the scaled rate; for schedulers that
+    recompute the rate from their base_lrs (LambdaLR, OneCycleLR, ...) pass the
+    scheduler, whose base_lrs (and the groups' "initial_lr") are rescaled too.
+    """
+    if not factor > 0 or math.isinf(factor):
+        raise ValueError(f"LR factor must be a positive number, got {factor}")
+    groups = optimizer.param_groups
+    ratios = [factor / group.get("scav_lr_factor", 1.0) for group in groups]
+    for group, ratio in zip(groups, ratios):
+        group["lr"] *= ratio
+        if "initial_lr" in group:
+            group["initial_lr"] *= ratio
+        group["scav_lr_factor"] = factor
+    if scheduler is not None:
+        scheduler.base_lrs = [lr * ratio for lr, ratio in zip(scheduler.base_lrs, ratios)]
+
+
+class GradientStats:
+    """Smoothed gradient statistics (sqr, var) for the "adascale" rule, as AdaptDL keeps them.
+
+    Feed update() each step's norms (see grad_stats()); read sqr, var, or
+    gain(scale). Exponential averages with decay 0.999 ** scale per step (per B0
+    worth of samples) and Adam-style bias correction; before the first update
+    sqr and var are None and the gain is 1. state_dict() is plain floats for a
+    checkpoint's extra state.
+    """
+
+    def __init__(self, decay: float = 0.999) -> None:
+        self.decay = decay
+        self._sqr = self._var = self._weight = 0.0
+
+    def update(self, local_sqr: float, avg_sqr: float, count: int, scale: float) -> None:
+        """Add one step's norms measured over count gradients at scale = B / B0.
+
+        With count < 2 (one worker, no accumulation) the step carries no
+        estimate and is skipped.
+        """
+        if count < 2 or not all(map(math.isfinite, (local_sqr, avg_sqr))):
+            return
+        sqr, var = grad_stats(local_sqr, avg_sqr, count, scale)
+        theta = self.decay ** scale
+        self._sqr = theta * self._sqr + (1 - theta) * sqr
+        self._var = theta * self._var + (1 - theta) * var
+        self._weight = theta * self._weight + (1 - theta)
+
+    @property
+    def sqr(self) -> Optional[float]:
+        """The smoothed |G|^2, floored at 0 (None before any update)."""
+        return max(self._sqr / self._weight, 0.0) if self._weight else None
+
+    @property
+    def var(self) -> Optional[float]:
+        """The smoothed variance at batch B0, floored at 1e-6 (None before any update)."""
+        return max(self._var / self._weight, _MIN_VAR) if self._weight else None
+
+    def gain(self, scale: float) -> float:
+        """AdaScale's gain at scale from the smoothed statistics (1 before any update)."""
+        return scale_factor("adascale", scale, self.sqr, self.var)
+
+    def state_dict(self) -> dict:
+        """The running averages, as plain floats."""
+        return {"decay": self.decay, "sqr": self._sqr, "var": self._var, "weight": self._weight}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Restore what state_dict() returned."""
+        self.decay = float(state["decay"])
+        self._sqr, self._var, self._weight = (float(state[k]) for k in ("sqr", "var", "weight"))
+
+
+def _check_scale(scale: float) -> None:
+    """Reject a scale that is not a positive finite number."""
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"batch scale must be a positive finite number, got {scale}")

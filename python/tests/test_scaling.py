@@ -1,0 +1,167 @@
+"""Tests of scavenger.scaling: the LR rules, the gradient statistics, applying a factor."""
+
+import importlib.util
+import math
+import unittest
+
+from scavenger import scaling
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+if HAS_TORCH:
+    import torch
+
+
+class FakeOptimizer:
+    """Just what apply_lr_factor() touches: param_groups."""
+
+    def __init__(self, *lrs: float) -> None:
+        self.param_groups = [{"lr": lr} for lr in lrs]
+
+
+class RulesTest(unittest.TestCase):
+    """scale_factor(), gain(), lr_factor()."""
+
+    def test_table(self):
+        # (rule, scale, sqr, var, factor)
+        table = [
+            ("linear", 4.0, None, None, 4.0),
+            ("linear", 0.25, None, None, 0.25),
+            ("sqrt", 4.0, None, None, 2.0),
+            ("sqrt", 0.25, None, None, 0.5),
+            ("none", 8.0, None, None, 1.0),
+            ("adascale", 4.0, 1.0, 1.0, 2.0 / 1.25),
+            ("adascale", 4.0, 0.0, 3.0, 4.0),      # pure noise: linear
+            ("adascale", 4.0, 2.0, 0.0, 1.0),      # no noise (var floored at 1e-6): ~1
+            ("adascale", 0.5, 1.0, 1.0, 2.0 / 3.0),  # smaller batch: between scale and 1
+            ("adascale", 1.0, 5.0, 7.0, 1.0),
+            ("adascale", 4.0, None, None, 1.0),    # no statistics yet
+        ]
+        for rule, scale, sqr, var, want in table:
+            with self.subTest(rule=rule, scale=scale, sqr=sqr, var=var):
+                self.assertAlmostEqual(scaling.scale_factor(rule, scale, sqr, var), want, places=5)
+
+    def test_gain_between_one_and_scale(self):
+        for scale in (0.25, 0.5, 2.0, 16.0):
+            for sqr, var in ((1.0, 0.1), (0.1, 1.0), (3.0, 3.0)):
+                g = scaling.gain(scale, sqr, var)
+                self.assertLessEqual(min(1.0, scale), g)
+                self.assertLessEqual(g, max(1.0, scale))
+
+    def test_negative_sqr_is_floored(self):
+        self.assertAlmostEqual(scaling.gain(4.0, -1.0, 2.0), 4.0)
+
+    def test_lr_factor(self):
+        self.assertAlmostEqual(scaling.lr_factor("linear", 256, 64, environ={}), 4.0)
+        self.assertAlmostEqual(scaling.lr_factor("sqrt", 256, 64, environ={}), 2.0)
+        self.assertAlmostEqual(
+            scaling.lr_factor("adascale", 256, 64, sqr=1.0, var=1.0, environ={}), 1.6)
+
+    def test_env_overrides_rule(self):
+        env = {"SCAV_LR_SCALE": "1.5"}
+        for rule in scaling.RULES:
+            self.assertEqual(scaling.lr_factor(rule, 256, 64, environ=env), 1.5)
+
+    def test_invalid_env_is_ignored(self):
+        for raw in ("", "abc", "0", "-2"):
+            with self.subTest(raw=raw):
+                got = scaling.lr_factor("linear", 128, 64, environ={"SCAV_LR_SCALE": raw})
+                self.assertEqual(got, 2.0)
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, "unknown LR scaling rule 'cubic'"):
+            scaling.scale_factor("cubic", 2.0)
+        with self.assertRaisesRegex(ValueError, "base batch"):
+            scaling.lr_factor("linear", 64, 0, environ={})
+        for scale in (0.0, -1.0, math.inf, math.nan):
+            with self.assertRaises(ValueError):
+                scaling.scale_factor("linear", scale)
+
+
+class StatsTest(unittest.TestCase):
+    """grad_stats() and GradientStats."""
+
+    @staticmethod
+    def expected_norms(sqr: float, var: float, count: int, scale: float) -> tuple:
+        """E[local_sqr], E[avg_sqr] for |G|^2 = sqr and B0-variance var (paper section 10)."""
+        return sqr + var * count / scale, sqr + var / scale
+
+    def test_grad_stats_recovers_the_truth(self):
+        for sqr, var, count, scale in ((2.0, 3.0, 2, 1.0), (0.5, 8.0, 4, 4.0), (1.0, 0.1, 8, 0.5)):
+            with self.subTest(count=count, scale=scale):
+                local, avg = self.expected_norms(sqr, var, count, scale)
+                got = scaling.grad_stats(local, avg, count, scale)
+                self.assertAlmostEqual(got[0], sqr)
+                self.assertAlmostEqual(got[1], var)
+
+    def test_grad_stats_needs_two(self):
+        with self.assertRaisesRegex(ValueError, "count >= 2"):
+            scaling.grad_stats(1.0, 1.0, 1, 1.0)
+
+    def test_smoothed(self):
+        stats = scaling.GradientStats()
+        self.assertEqual((stats.sqr, stats.var, stats.gain(4.0)), (None, None, 1.0))
+        stats.update(5.0, 5.0, 1, 1.0)  # one worker: no estimate
+        stats.update(math.nan, 1.0, 2, 1.0)
+        self.assertEqual(stats.gain(4.0), 1.0)
+        local, avg = self.expected_norms(2.0, 6.0, 2, 2.0)
+        for _ in range(5):
+            stats.update(local, avg, 2, 2.0)
+        self.assertAlmostEqual(stats.sqr, 2.0)  # bias correction: exact from the first update
+        self.assertAlmostEqual(stats.var, 6.0)
+        self.assertAlmostEqual(stats.gain(4.0), scaling.gain(4.0, 2.0, 6.0))
+        copy = scaling.GradientStats()
+        copy.load_state_dict(stats.state_dict())
+        self.assertEqual((copy.sqr, copy.var), (stats.sqr, stats.var))
+
+
+class ApplyTest(unittest.TestCase):
+    """apply_lr_factor() on param groups."""
+
+    def test_relative_and_idempotent(self):
+        opt = FakeOptimizer(0.1, 0.01)
+        for factor, want in ((2.0, (0.2, 0.02)), (2.0, (0.2, 0.02)), (0.5, (0.05, 0.005)),
+                             (1.0, (0.1, 0.01))):
+            scaling.apply_lr_factor(opt, factor)
+            self.assertEqual([round(g["lr"], 12) for g in opt.param_groups], list(want))
+
+    def test_keeps_a_decayed_rate(self):
+        opt = FakeOptimizer(0.1)
+        scaling.apply_lr_factor(opt, 4.0)
+        opt.param_groups[0]["lr"] *= 0.1  # a scheduler's decay
+        scaling.apply_lr_factor(opt, 2.0)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 0.1 * 2.0)
+
+    def test_rejects_bad_factor(self):
+        for factor in (0.0, -1.0, math.inf, math.nan):
+            with self.assertRaises(ValueError):
+                scaling.apply_lr_factor(FakeOptimizer(0.1), factor)
+
+    @unittest.skipUnless(HAS_TORCH, "torch missing")
+    def test_survives_a_checkpoint(self):
+        params = [torch.nn.Parameter(torch.zeros(2))]
+        opt = torch.optim.SGD(params, lr=0.1)
+        scaling.apply_lr_factor(opt, 2.0)
+        fresh = torch.optim.SGD(params, lr=0.1)
+        fresh.load_state_dict(opt.state_dict())
+        scaling.apply_lr_factor(fresh, 4.0)  # replaces the saved factor, does not compound
+        self.assertAlmostEqual(fresh.param_groups[0]["lr"], 0.4)
+
+    @unittest.skipUnless(HAS_TORCH, "torch missing")
+    def test_schedulers(self):
+        params = [torch.nn.Parameter(torch.zeros(2))]
+        opt = torch.optim.SGD(params, lr=0.1)
+        step = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        scaling.apply_lr_factor(opt, 2.0)
+        opt.step()
+        step.step()
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 2.0 * 0.5)
+        opt = torch.optim.SGD(params, lr=0.1)
+        lam = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0 / (epoch + 1))
+        scaling.apply_lr_factor(opt, 2.0, lam)
+        opt.step()
+        lam.step()
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 2.0 / 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
