@@ -19,14 +19,22 @@ var ErrBadRequest = errors.New("bad request")
 
 // API verbs served on scav.api.<verb>.
 const (
-	VerbPing  = "ping"
-	VerbRun   = "run"
-	VerbStop  = "stop"
-	VerbJob   = "job"
-	VerbJobs  = "jobs"
-	VerbStats = "stats"
-	VerbMove  = "move"
+	VerbPing   = "ping"
+	VerbRun    = "run"
+	VerbStop   = "stop"
+	VerbJob    = "job"
+	VerbJobs   = "jobs"
+	VerbStats  = "stats"
+	VerbMove   = "move"
+	VerbResume = "resume"
 )
+
+// ResumeRequest asks the daemon to continue a stopped job from its last
+// checkpoint (the body of scav.api.resume); Env is the workers' environment.
+type ResumeRequest struct {
+	Job string   `json:"job"`
+	Env []string `json:"env,omitempty"`
+}
 
 // MoveRequest asks the daemon to relaunch a running job at another
 // configuration (the body of scav.api.move). The reply comes once the
@@ -108,6 +116,13 @@ func (d *Daemon) serveAPI(nc *nats.Conn) error {
 			return getJob(ctx, d.store.Jobs, req.Job)
 		},
 		VerbJobs: func(ctx context.Context, _ []byte) (any, error) { return listJobs(ctx, d.store.Jobs) },
+		VerbResume: func(ctx context.Context, body []byte) (any, error) {
+			var req ResumeRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				return nil, fmt.Errorf("%w: decode resume request: %w", ErrBadRequest, err)
+			}
+			return d.sup.resume(ctx, req.Job, req.Env)
+		},
 		VerbMove: func(ctx context.Context, body []byte) (any, error) {
 			var req MoveRequest
 			if err := json.Unmarshal(body, &req); err != nil {

@@ -89,8 +89,15 @@ const (
 	moveLeadTime  = 300 * time.Millisecond
 )
 
-// run drives one job from its first attempt to its end.
-func (s *supervisor) run(r *running, env []string) {
+// resumePoint is where a job's next attempt starts.
+type resumePoint struct {
+	attempt int
+	restore string
+	step    int64
+}
+
+// run drives one job from the attempt at from to its end.
+func (s *supervisor) run(r *running, env []string, from resumePoint) {
 	j := r.snapshot()
 	log := s.log.With(zap.String("job", j.ID))
 	var ctl *controller
@@ -125,9 +132,8 @@ func (s *supervisor) run(r *running, env []string) {
 
 	cfg := j.Config
 	var prev *plugins.Config
-	var restore string
-	var startStep int64
-	for attempt := 1; ; attempt++ {
+	restore, startStep := from.restore, from.step
+	for attempt := max(from.attempt, 1); ; attempt++ {
 		spec := plugins.AttemptSpec{
 			JobID: j.ID, Attempt: attempt, Command: j.Command, Dir: j.Dir,
 			Env: withPythonPath(env, s.pyPath), Config: cfg, Mode: j.Mode,
@@ -184,6 +190,10 @@ func (s *supervisor) conclude(r *running, out outcome) {
 	}
 	state, msg := StateSucceeded, "all workers exited 0"
 	switch {
+	case (out.stopped || out.res.Stopped) && out.restore != "":
+		state = StateStopped
+		msg = fmt.Sprintf("stopped on request after checkpointing step %d; continue with: scavctl run --resume %s", out.lastStep, r.id())
+		r.update(func(j *Job) { j.Resume = &ResumePoint{Checkpoint: out.restore, Step: out.lastStep} })
 	case out.stopped || out.res.Stopped:
 		state, msg = StateStopped, "stopped on request"
 	case out.res.ExitCode != 0:
@@ -233,6 +243,9 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 		case w := <-wc:
 			stops.Wait()
 			out.res, out.err = w.res, w.err
+			if out.stopped && out.restore == "" && (out.viaSignal || ackSub != nil) {
+				out.restore, out.lastStep = s.latestCheckpoint(r)
+			}
 			if out.moved != nil {
 				switch {
 				case out.viaSignal || out.timing.Fallback:
@@ -253,17 +266,32 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 			}
 			return out
 		case g := <-r.stop:
-			if !out.stopped {
-				out.stopped = true
-				if out.moved != nil {
-					out.moved.fail(fmt.Errorf("the job is stopping"))
-					out.moved = nil
-				}
-				r.update(func(j *Job) { j.State = StateStopping })
-				s.save(context.Background(), r.snapshot())
-				s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: r.id(), Attempt: attempt, Message: fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", g)})
+			if out.stopped {
+				stop(g) // asked again: a shorter grace kills sooner
+				continue
 			}
-			stop(g)
+			out.stopped = true
+			if out.moved != nil {
+				// A checkpoint is already on its way: it serves the stop as well.
+				out.moved.fail(fmt.Errorf("the job is stopping"))
+				out.moved = nil
+			}
+			r.update(func(j *Job) { j.State = StateStopping })
+			s.save(context.Background(), r.snapshot())
+			msg := fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", g)
+			if ackSub == nil {
+				viaSignal, err := s.beginCheckpoint(r, h, attempt, &acks, &ackSub)
+				if err == nil {
+					out.viaSignal = viaSignal
+					msg = fmt.Sprintf("asked the workers to checkpoint and exit; SIGKILL after %s", g)
+				}
+			}
+			s.event(telemetry.Event{Kind: telemetry.EventStopping, Job: r.id(), Attempt: attempt, Message: msg})
+			if ackSub != nil || out.viaSignal {
+				deadline = time.After(g) // the grace is for checkpointing; then kill
+			} else {
+				stop(g)
+			}
 		case m := <-r.move:
 			if out.moved != nil || out.stopped {
 				m.fail(fmt.Errorf("the job is already moving or stopping"))
@@ -271,7 +299,7 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 			}
 			out.moved, out.movedAt = &m, time.Now()
 			var err error
-			if out.viaSignal, err = s.beginMove(r, h, attempt, &acks, &ackSub); err != nil {
+			if out.viaSignal, err = s.beginCheckpoint(r, h, attempt, &acks, &ackSub); err != nil {
 				m.fail(err)
 				out.moved = nil
 				continue
@@ -285,6 +313,11 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 			}
 		case <-deadline:
 			deadline = nil
+			if out.stopped {
+				log.Warn("workers still running when the grace ended; killing them", zap.Duration("grace", grace))
+				stop(time.Millisecond)
+				continue
+			}
 			if out.restore == "" && out.moved != nil {
 				log.Warn("no checkpoint acknowledged within the grace; stopping the attempt", zap.Duration("grace", grace))
 				out.timing.Fallback = true
@@ -294,10 +327,10 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 	}
 }
 
-// beginMove asks the attempt's workers to checkpoint: over the control
-// channel when they report steps (viaSignal false), else with the job's
-// checkpoint signal.
-func (s *supervisor) beginMove(r *running, h plugins.Handle, attempt int, acks *chan telemetry.StepRecord, sub **nats.Subscription) (viaSignal bool, err error) {
+// beginCheckpoint asks the attempt's workers to checkpoint and exit: over the
+// control channel when they report steps (viaSignal false), else with the
+// job's checkpoint signal.
+func (s *supervisor) beginCheckpoint(r *running, h plugins.Handle, attempt int, acks *chan telemetry.StepRecord, sub **nats.Subscription) (viaSignal bool, err error) {
 	j := r.snapshot()
 	last, stepTime, stepped := r.progress()
 	if !stepped {

@@ -102,6 +102,12 @@ func (c *Client) Move(ctx context.Context, id string, cfg plugins.Config, reason
 	return j, c.call(ctx, VerbMove, MoveRequest{Job: id, Config: cfg, Reason: reason}, &j)
 }
 
+// Resume continues a stopped job from its last checkpoint.
+func (c *Client) Resume(ctx context.Context, id string, env []string) (Job, error) {
+	var j Job
+	return j, c.call(ctx, VerbResume, ResumeRequest{Job: id, Env: env}, &j)
+}
+
 // Job reads one job's record.
 func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	var j Job

@@ -137,10 +137,18 @@ type Job struct {
 	Decisions []Decision `json:"decisions,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Resume is where a stopped job can continue (scavctl run --resume).
+	Resume *ResumePoint `json:"resume,omitempty"`
 	// Result is how the last attempt ended, rank by rank.
 	Result *plugins.Result `json:"result,omitempty"`
 	// Message says in words why the job is in its state, when it is not obvious.
 	Message string `json:"message,omitempty"`
+}
+
+// ResumePoint is a checkpoint a job can continue from.
+type ResumePoint struct {
+	Checkpoint string `json:"checkpoint"`
+	Step       int64  `json:"step"`
 }
 
 // newJobID derives a job id from a name and six random hex digits.

@@ -106,16 +106,64 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 
 	s.save(ctx, j)
 	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Message: fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)})
-	env := req.Env
-	if req.Optimize.TargetSamples > 0 {
-		env = append(env[:len(env):len(env)], fmt.Sprintf("SCAV_TARGET_SAMPLES=%d", req.Optimize.TargetSamples))
-	}
+	env := withTarget(req.Env, req.Optimize)
 	go func() {
 		defer s.wg.Done()
 		defer close(r.done)
-		s.run(r, env)
+		s.run(r, env, resumePoint{attempt: 1})
 	}()
 	return j, nil
+}
+
+// resume continues a stopped job from its checkpoint as a new attempt.
+func (s *supervisor) resume(ctx context.Context, id string, env []string) (Job, error) {
+	j, err := getJob(ctx, s.kv, id)
+	if err != nil {
+		return Job{}, err
+	}
+	s.mu.Lock()
+	_, busy := s.jobs[id]
+	s.mu.Unlock()
+	switch {
+	case busy || !j.State.Done():
+		return Job{}, fmt.Errorf("%w: job %s is %s, not stopped", ErrBadRequest, id, j.State)
+	case j.State == StateSucceeded:
+		return Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", ErrBadRequest, id)
+	}
+	from := resumePoint{attempt: j.Attempt + 1}
+	if j.Resume != nil {
+		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
+	} else if m, err := readManifest(j.CheckpointDir); err == nil {
+		from.restore, from.step = m.path, m.step
+	} else {
+		return Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", ErrBadRequest, id, j.CheckpointDir)
+	}
+	j.State, j.Ended, j.ExitCode, j.Result, j.Message, j.Resume = StateStarting, nil, nil, nil, "", nil
+	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return Job{}, errors.New("daemon is shutting down")
+	}
+	s.jobs[id] = r
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.save(ctx, j)
+	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Attempt: from.attempt, Message: fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)})
+	go func() {
+		defer s.wg.Done()
+		defer close(r.done)
+		s.run(r, withTarget(env, j.Optimize), from)
+	}()
+	return j, nil
+}
+
+// withTarget adds the job's target to the workers' environment.
+func withTarget(env []string, o Optimize) []string {
+	if o.TargetSamples <= 0 {
+		return env
+	}
+	return append(env[:len(env):len(env)], fmt.Sprintf("SCAV_TARGET_SAMPLES=%d", o.TargetSamples))
 }
 
 // finish records the end of a job and publishes its final event.

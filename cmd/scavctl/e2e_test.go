@@ -354,7 +354,7 @@ func TestConcurrentRunsShareOneDaemon(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"sim"}, {"plan"}, {"prices"}, {"version"}} {
+	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"report"}, {"sim"}, {"plan"}, {"prices"}, {"version"}} {
 		out, errOut, code := scavctl(t, t.TempDir(), append(c, "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("scavctl %v --help: exit %d\n%s%s", c, code, out, errOut)

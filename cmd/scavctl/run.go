@@ -30,6 +30,7 @@ type runFlags struct {
 	mode       string
 	statusTick time.Duration
 	ckptSignal string
+	resume     string
 
 	policy        string
 	objective     string
@@ -66,6 +67,12 @@ job's exit code.`,
   scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py
   scavctl run --workers 4 --mode self -- torchrun --nproc_per_node={workers} train.py --bs={local_batch_size}`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if resume, _ := cmd.Flags().GetString("resume"); resume != "" {
+				if len(args) > 0 {
+					return errors.New("--resume continues a job's own command: give no command")
+				}
+				return nil
+			}
 			if len(args) == 0 {
 				return errors.New("no command: give it after --, e.g. scavctl run -- python train.py")
 			}
@@ -96,6 +103,7 @@ job's exit code.`,
 	fl.Float64Var(&f.targetEpochs, "target-epochs", 0, "the job's work in epochs of --dataset-size samples")
 	fl.Int64Var(&f.datasetSize, "dataset-size", 0, "samples in one epoch (for --target-epochs)")
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for cost objectives (default 1)")
+	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
 }
@@ -103,9 +111,12 @@ job's exit code.`,
 // runJob submits the job, streams its output until it finishes and returns
 // its exit code as an exitError.
 func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
-	req, err := buildRunRequest(f, args)
-	if err != nil {
-		return err
+	var req daemon.RunRequest
+	if f.resume == "" {
+		var err error
+		if req, err = buildRunRequest(f, args); err != nil {
+			return err
+		}
 	}
 	// Signals stop the job, not scavctl: install the handler before anything starts.
 	sigs := make(chan os.Signal, 2)
@@ -117,8 +128,18 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	defer release()
-	job, err := c.Run(ctx, req)
-	if err != nil {
+	var job daemon.Job
+	first := 1 // the first attempt whose output is this command's
+	if f.resume != "" {
+		env, err := workerEnv(f.env)
+		if err != nil {
+			return err
+		}
+		if job, err = c.Resume(ctx, f.resume, env); err != nil {
+			return fmt.Errorf("resume job: %w", err)
+		}
+		first = job.Attempt + 1
+	} else if job, err = c.Run(ctx, req); err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
 	con := newConsole(a.stdout, a.stderr, f.statusTick)
@@ -167,6 +188,9 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 
 	var final *telemetry.Event
 	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+		if l != nil && l.Attempt < first || e != nil && e.Attempt < first && e.Kind != telemetry.EventSubmitted {
+			return nil // the output of a run before this one (--resume)
+		}
 		if l != nil {
 			con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
 			return nil
@@ -216,14 +240,9 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("read working directory: %w", err))
 	}
-	env := os.Environ()
-	for _, kv := range f.env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			errs = append(errs, fmt.Errorf("--env %q: use KEY=VALUE", kv))
-			continue
-		}
-		env = append(env, kv)
+	env, err := workerEnv(f.env)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	ckpt := f.checkpoint
 	if ckpt != "" {
@@ -257,6 +276,20 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 		errs = append(errs, err)
 	}
 	return req, errors.Join(errs...)
+}
+
+// workerEnv is this process's environment with the --env pairs on top.
+func workerEnv(pairs []string) ([]string, error) {
+	env := os.Environ()
+	var errs []error
+	for _, kv := range pairs {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--env %q: use KEY=VALUE", kv))
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env, errors.Join(errs...)
 }
 
 // parseRange reads N or MIN:MAX.
