@@ -291,7 +291,7 @@ func (c *controller) offer(rec telemetry.StepRecord) {
 func (c *controller) run(ctx context.Context) {
 	defer close(c.done)
 	c.r.update(func(j *Job) { j.Phase = "warm-up" })
-	attempt := 0
+	attempt, movedFrom := 0, 0
 	var last Decision
 	for {
 		var rec telemetry.StepRecord
@@ -301,6 +301,9 @@ func (c *controller) run(ctx context.Context) {
 		case rec = <-c.recs:
 		}
 		j := c.r.snapshot()
+		if j.Attempt == movedFrom {
+			continue // the attempt being left: its last steps do not count
+		}
 		if j.Attempt != attempt {
 			attempt = j.Attempt
 			c.obs.attemptStarted(attempt, j.Config)
@@ -328,7 +331,9 @@ func (c *controller) run(ctx context.Context) {
 			continue
 		}
 		c.log.Info("moving", zap.Int("workers", dec.To.Workers), zap.Int("batch", dec.To.GlobalBatch), zap.String("reason", dec.Reason))
-		if _, err := c.s.moveJob(ctx, j.ID, dec.To, dec.Reason); err != nil && ctx.Err() == nil {
+		if _, err := c.s.moveJob(ctx, j.ID, dec.To, dec.Reason); err == nil {
+			movedFrom = attempt
+		} else if ctx.Err() == nil {
 			c.log.Warn("move", zap.Error(err))
 			c.s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt, Message: fmt.Sprintf("move to %d workers, batch %d failed: %v", dec.To.Workers, dec.To.GlobalBatch, err)})
 		}

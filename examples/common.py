@@ -38,7 +38,10 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of the model and the data")
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the step-time median")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.steps < 1:
+        p.error("--steps must be at least 1")
+    return args
 
 
 def init_distributed() -> tuple:

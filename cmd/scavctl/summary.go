@@ -90,8 +90,18 @@ func summarize(recs []telemetry.StepRecord) stepSummary {
 		}
 	}
 	s.Ranks = len(ranks)
-	for rank := range ranks {
-		for step := s.FirstStep; step <= s.LastStep; step++ {
+	// Every step should have one record from each rank of the world it ran in
+	// (a job that moved between worker counts has steps of several worlds).
+	worlds := map[int64]int{}
+	for _, r := range recs {
+		worlds[r.Step] = max(worlds[r.Step], r.World)
+	}
+	for step := s.FirstStep; step <= s.LastStep; step++ {
+		w := worlds[step]
+		if w == 0 {
+			w = 1 // no record of this step at all: at least rank 0's is missing
+		}
+		for rank := 0; rank < w; rank++ {
 			switch n := seen[[2]int64{int64(rank), step}]; {
 			case n == 0:
 				s.Missing++

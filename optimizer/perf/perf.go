@@ -101,9 +101,13 @@ func (f *Fitted) Confidence(nodes, replicas int, local float64) string {
 }
 
 // Fit validates points and fits the richest form they identify: Pollux's
-// when there are at least four distinct configurations with two local
-// batch sizes and two replica counts, Scavenger's with two or three, and
-// Measured (that configuration only) with one.
+// when there are at least three distinct configurations with two local
+// batch sizes and two replica counts (with AdaptDL's ties between the
+// intra- and inter-node sync terms and its regularisers, two local batches
+// identify compute and one multi-replica configuration a sync level; on
+// the traces this generalises better than the linear form), Scavenger's
+// otherwise with two or more, and Measured (that configuration only) with
+// one.
 func Fit(points []Point) (*Fitted, error) {
 	if err := validate(points); err != nil {
 		return nil, err
@@ -116,7 +120,7 @@ func Fit(points []Point) (*Fitted, error) {
 	switch {
 	case s.configs == 1:
 		m = onePoint(points)
-	case s.configs >= 4 && s.locals >= 2 && s.replicaCounts >= 2:
+	case s.configs >= 3 && s.locals >= 2 && s.replicaCounts >= 2:
 		m, err = FitPollux(points)
 	default:
 		m, err = FitScavenger(points)

@@ -119,6 +119,23 @@ func TestFitChoosesForm(t *testing.T) {
 	if f.Form() != FormScavenger || f.Configs != 2 {
 		t.Fatalf("form %s configs %d", f.Form(), f.Configs)
 	}
+	tests := []struct {
+		name string
+		pts  []Point
+		want Form
+	}{
+		{"three configs, one replica count", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 64, 0.8, 0}, {1, 1, 256, 1.5, 0}}, FormScavenger},
+		{"three configs, two batches and two replica counts", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 256, 1.5, 0}, {1, 4, 64, 0.9, 0.2}}, FormPollux},
+	}
+	for _, tc := range tests {
+		f, err := Fit(tc.pts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Form() != tc.want {
+			t.Errorf("%s: form %s, want %s", tc.name, f.Form(), tc.want)
+		}
+	}
 }
 
 func TestConfidence(t *testing.T) {

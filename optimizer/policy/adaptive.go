@@ -30,6 +30,15 @@ const (
 	// of time before the next move, so that noisy telemetry cannot make the
 	// job oscillate.
 	dwellFactor = 10.0
+	// commitReports and commitTol: the plan is committed once the noise
+	// forecast is mature and the whole-job prediction of the chosen
+	// configuration has stayed within commitTol over commitReports reports.
+	commitReports = 5
+	commitTol     = 0.02
+	// kneeBudget: for the knee, the first type's second shape (a front
+	// needs two points) is probed while one relaunch stays within this
+	// fraction of the remaining-time estimate.
+	kneeBudget = 0.1
 	// probesPerType bounds the planned probes of one machine type.
 	probesPerType = 2
 )
@@ -55,13 +64,64 @@ type adaptive struct {
 	optimistic float64
 	models     map[string]predict.StepTimer
 	fitted     int // measured configurations behind models
+	// committed says whether the plan has been confirmed once the noise
+	// forecast matured (see Observe).
+	committed bool
+	// jcts are the whole-job predictions of the current plan, one per
+	// report since it was last changed.
+	jcts []float64
+}
+
+// settled reports whether the last n values stay within tol of the
+// latest.
+func settled(xs []float64, n int, tol float64) bool {
+	if len(xs) < n {
+		return false
+	}
+	last := xs[len(xs)-1]
+	for _, x := range xs[len(xs)-n:] {
+		if math.Abs(x-last) > tol*last {
+			return false
+		}
+	}
+	return true
 }
 
 // Name implements Policy.
 func (p *adaptive) Name() string { return "adaptive" }
 
-// Observe implements Policy.
+// Observe implements Policy. The first model-based decision taken once the
+// noise forecast is mature (its progress has quadrupled) and its whole-job
+// prediction has settled (see commitReports) is marked Commit: it
+// re-predicts the job with the forecast the early decisions lacked, and its
+// predictions are the plan's. A later move replaces the plan, which is
+// committed again once its prediction settles.
 func (p *adaptive) Observe(o Observation) (Decision, error) {
+	d, err := p.observe(o)
+	if err != nil || !p.planned || p.noSearch {
+		return d, err
+	}
+	if d.Config != o.Config {
+		// A move (or probe) replaces the plan: commit it again once settled.
+		p.committed, p.jcts = false, p.jcts[:0]
+		return d, nil
+	}
+	if p.committed {
+		return d, nil
+	}
+	if d.Chosen < 0 || d.Chosen >= len(d.Predictions) || d.Predictions[d.Chosen].Candidate != d.Config {
+		p.jcts = p.jcts[:0]
+		return d, nil
+	}
+	p.jcts = append(p.jcts, o.ElapsedS+d.Predictions[d.Chosen].TotalS)
+	if p.t.forecastMature() && settled(p.jcts, commitReports, commitTol) {
+		d.Commit, p.committed = true, true
+		d.Reason = "commit (noise forecast mature and settled): " + d.Reason
+	}
+	return d, nil
+}
+
+func (p *adaptive) observe(o Observation) (Decision, error) {
 	t := p.t
 	t.forecast, t.transfer = true, true
 	if o.Config != t.last.Config || t.reports == 0 {
@@ -125,7 +185,11 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 		if t.measured(c) || c == o.Config {
 			continue
 		}
-		if p.probed > 0 {
+		// The knee needs a front, so the first type's second shape gets a
+		// larger budget (kneeBudget instead of probeBudget).
+		kneeSecond := t.spec.Objective.Kind == objective.Knee && p.probed == 1 && len(p.probes) > 1 && c == p.probes[1] &&
+			p.probes[0].Type == c.Type && t.spec.RelaunchS <= kneeBudget*horizon
+		if p.probed > 0 && !kneeSecond {
 			if float64(p.probed)*t.spec.RelaunchS > probeBudget*horizon {
 				break
 			}
@@ -241,9 +305,10 @@ func (p *adaptive) worthMoving(cur, next predict.Prediction) bool {
 // priorProbes orders probes by a prior on the objective that uses only the
 // catalog: for least time (and the knee), the most expensive machine types
 // first (price tracks speed), each at its largest configuration and largest
-// batch; for least cost or under a budget, the cheapest types per GPU first,
-// each as one full node at its largest batch. Further rounds add the other shape of each type and a small
-// batch, so that every type can be fitted.
+// batch (for the knee, that type's full node at its largest batch comes
+// second); for least cost or under a budget, the cheapest types per GPU first,
+// each as one full node. Further rounds add the other shape of each type and
+// a small batch, so that every type can be fitted.
 func priorProbes(spec Spec, current predict.Candidate) ([]predict.Candidate, int) {
 	byType := map[string][]predict.Candidate{}
 	var types []string
@@ -316,6 +381,17 @@ func priorProbes(spec Spec, current predict.Candidate) ([]predict.Candidate, int
 		}
 		if round == 0 {
 			first = len(out)
+		}
+	}
+	// The knee needs a front: the first type's second shape comes second.
+	if spec.Objective.Kind == objective.Knee && len(types) > 0 && len(per[types[0]]) > 1 {
+		second := per[types[0]][1]
+		for i := 1; i < len(out); i++ {
+			if out[i] == second {
+				copy(out[2:i+1], out[1:i])
+				out[1] = second
+				break
+			}
 		}
 	}
 	return out, first

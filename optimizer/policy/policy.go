@@ -1,11 +1,28 @@
 // Package policy holds the search policies that turn a job's telemetry into
 // decisions: fixed (never move), full (probe every candidate, then choose),
-// scavenger (the paper's partial search: once the noise estimate is stable,
-// probe the extreme configurations of each machine type ~20 steps each, fit,
-// choose, stop), none (reuse stored step-time models for the same job
-// signature), and adaptive (ours: few probes only when search can pay, then
-// keep re-optimising as the noise scale grows, across machine types, moving
-// only when the predicted gain beats the relaunch by a margin).
+// scavenger, none (reuse stored step-time models for the same job
+// signature), and adaptive.
+//
+// scavenger is the paper's partial search (Tyagi & Sharma: once the noise
+// estimate is stable, probe the extreme configurations ~20 steps each, fit,
+// choose, stop), made sensible across machine types. Probing the extremes
+// of every type costs a relaunch each (9–12 per job with three types), so
+// the extremes of (K, B) are probed on the start type only; the fitted
+// shape, a function of (nodes, K, local batch), is transferred to each other
+// type, whose candidates carry their own node counts from the catalog's GPUs
+// per node, leaving one unknown speed factor; one probe per other type, at
+// its best configuration under the shape, measures it. The search is skipped
+// when its relaunches cannot pay (more than half the time left in the
+// current configuration), and another type is probed only while its
+// relaunch stays within a tenth of the best predicted remainder. Like the
+// paper, it predicts with the current noise scale and decides once.
+//
+// adaptive is ours: a few probes chosen by a catalog prior and only when
+// search can pay, then re-optimising at every report with a forecast of the
+// noise scale's growth, across machine types, moving only when the predicted
+// gain beats the relaunch by a margin; once the forecast is mature and its
+// whole-job prediction has settled it commits the plan (Decision.Commit),
+// so that the reported prediction is made with the data the forecast needs.
 //
 // Policies are deterministic state machines: Observe takes plain values and
 // returns a decision with its reason and predictions. They read no clocks,
@@ -99,6 +116,11 @@ type Decision struct {
 	Predictions []predict.Prediction `json:"-"`
 	// Chosen indexes the chosen candidate in Predictions (-1 if none).
 	Chosen int `json:"-"`
+	// Commit marks a decision that re-evaluated every candidate and
+	// confirms the configuration it returns as the job's plan, so that its
+	// predictions are the ones to report even though the configuration
+	// does not change (adaptive: once the noise forecast is mature).
+	Commit bool `json:"commit,omitempty"`
 }
 
 // Policy turns telemetry into decisions.
@@ -124,7 +146,7 @@ func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, e
 	case "full":
 		return &search{t: t, name: "full", plan: allProbes}, nil
 	case "scavenger":
-		return &search{t: t, name: "scavenger", plan: extremeProbes}, nil
+		return &partial{t: t}, nil
 	case "none":
 		if len(stored) == 0 {
 			return nil, fmt.Errorf("new policy none: %w", ErrNoStoredModel)
@@ -337,24 +359,11 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 // ∫ dp/(1+u(p)) over the remaining work (0 without a usable fit). The traces'
 // noise scales grow roughly as p^0.2 (bert) to p^2 (deepspeech2, ncf).
 func (t *tracker) noiseIntegral() float64 {
-	if len(t.growth) < 3 {
-		return 0
-	}
-	now := t.growth[len(t.growth)-1].progress
-	from := 0.0
-	if len(t.growth) >= 8 {
-		from = now / 2
-	}
-	var xs, ys []float64
-	for _, g := range t.growth {
-		if g.progress > 0 && g.progress >= from {
-			xs = append(xs, math.Log(g.progress))
-			ys = append(ys, g.lnPhi)
-		}
-	}
+	xs, ys := t.growthWindow()
 	if len(xs) < 3 || xs[len(xs)-1] <= xs[0] {
 		return 0
 	}
+	now := t.growth[len(t.growth)-1].progress
 	_, a := perf.Line(xs, ys)
 	if math.IsNaN(a) || a <= 0 {
 		return 0
@@ -365,6 +374,43 @@ func (t *tracker) noiseIntegral() float64 {
 	a = math.Min(a, maxGrowthExponent)
 	u0 := t.est.Var() / math.Max(t.est.Sqr(), 1e-300)
 	return efficiency.ForecastIntegral(now, math.Max(t.spec.Target, now), u0, a)
+}
+
+// growthWindow returns ln progress and ln φ of the reports the noise
+// forecast fits: all of them, or the recent half of progress once there are
+// eight.
+func (t *tracker) growthWindow() (xs, ys []float64) {
+	if len(t.growth) < 3 {
+		return nil, nil
+	}
+	from := 0.0
+	if len(t.growth) >= 8 {
+		from = t.growth[len(t.growth)-1].progress / 2
+	}
+	for _, g := range t.growth {
+		if g.progress > 0 && g.progress >= from {
+			xs = append(xs, math.Log(g.progress))
+			ys = append(ys, g.lnPhi)
+		}
+	}
+	return xs, ys
+}
+
+// forecastMature reports whether the noise forecast has data over at least
+// a quadrupling of progress (below that, noiseIntegral shrinks the fitted
+// growth toward none).
+func (t *tracker) forecastMature() bool {
+	if xs, _ := t.growthWindow(); len(xs) < 3 {
+		return false
+	}
+	first := 0.0
+	for _, g := range t.growth {
+		if g.progress > 0 {
+			first = g.progress
+			break
+		}
+	}
+	return first > 0 && t.growth[len(t.growth)-1].progress >= 4*first
 }
 
 // choose applies the objective with the deadline and budget left.

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
@@ -24,7 +23,8 @@ const (
 	phaseDone
 )
 
-// search is the probe-then-choose policy shared by full and scavenger.
+// search is the probe-then-choose policy of full (scavenger's partial
+// search is partial.go).
 type search struct {
 	t      *tracker
 	name   string
@@ -112,46 +112,6 @@ func allProbes(cands []predict.Candidate, current predict.Candidate) []predict.C
 		for _, c := range cands {
 			if c.Type == typ {
 				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
-// extremeProbes is Scavenger's partial search generalised to machine types:
-// for each type, the smallest and largest K, each at its smallest and
-// largest feasible B.
-func extremeProbes(cands []predict.Candidate, current predict.Candidate) []predict.Candidate {
-	var out []predict.Candidate
-	for _, typ := range typeOrder(cands, current) {
-		var of []predict.Candidate
-		for _, c := range cands {
-			if c.Type == typ {
-				of = append(of, c)
-			}
-		}
-		sort.Slice(of, func(i, j int) bool {
-			if of[i].Workers != of[j].Workers {
-				return of[i].Workers < of[j].Workers
-			}
-			return of[i].Batch < of[j].Batch
-		})
-		kmin, kmax := of[0].Workers, of[len(of)-1].Workers
-		for _, k := range []int{kmin, kmax} {
-			var lo, hi *predict.Candidate
-			for i := range of {
-				if of[i].Workers != k {
-					continue
-				}
-				if lo == nil {
-					lo = &of[i]
-				}
-				hi = &of[i]
-			}
-			for _, c := range []*predict.Candidate{lo, hi} {
-				if c != nil && !contains(out, *c) {
-					out = append(out, *c)
-				}
 			}
 		}
 	}

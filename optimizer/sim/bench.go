@@ -54,8 +54,8 @@ func pct(a, b float64) float64 { return 100 * (a/b - 1) }
 // issue 3 and the decision latency (measured by the caller, 0 to omit).
 func WriteBenchTable(w io.Writer, cells []BenchCell, decision time.Duration, decisionCands int) error {
 	var b strings.Builder
-	b.WriteString("| app | objective | policy | oracle (type K B) | oracle JCT h | oracle $ | JCT h | $ | overhead vs oracle % | vs fixed median | relaunches | pred. JCT err % | pred. cost err % | step-time err median/p90 % (n) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| app | objective | policy | oracle (type K B) | oracle JCT h | oracle $ | JCT h | $ | overhead vs oracle % | vs fixed median | relaunches | pred. JCT err % | pred. cost err % | prediction made at % of JCT | step-time err median/p90 % (n) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cells {
 		r := c.Report
 		var over, vsFixed string
@@ -73,18 +73,19 @@ func WriteBenchTable(w io.Writer, cells []BenchCell, decision time.Duration, dec
 				vsFixed = fmt.Sprintf("%.2f× slower", r.JCTS/r.Fixed.MedianJCTS)
 			}
 		}
-		predJ, predC := "-", "-"
+		predJ, predC, predAt := "-", "-", "-"
 		if r.PredictedJCTS > 0 {
 			predJ = fmt.Sprintf("%+.1f", pct(r.PredictedJCTS, r.JCTS))
 			predC = fmt.Sprintf("%+.1f", pct(r.PredictedCostUSD, r.CostUSD))
+			predAt = fmt.Sprintf("%.0f", 100*r.DecisionS/r.JCTS)
 		}
 		ste := "-"
 		if r.StepTimeError.N > 0 {
 			ste = fmt.Sprintf("%.1f/%.1f (%d)", r.StepTimeError.MedianPct, r.StepTimeError.P90Pct, r.StepTimeError.N)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s %d %d | %.2f | %.2f | %.2f | %.2f | %s | %s | %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s %d %d | %.2f | %.2f | %.2f | %.2f | %s | %s | %d | %s | %s | %s | %s |\n",
 			c.App, c.Objective, r.Policy, r.Oracle.Type, r.Oracle.Workers, r.Oracle.Batch,
-			r.Oracle.JCTS/3600, r.Oracle.CostUSD, r.JCTS/3600, r.CostUSD, over, vsFixed, r.Relaunches, predJ, predC, ste)
+			r.Oracle.JCTS/3600, r.Oracle.CostUSD, r.JCTS/3600, r.CostUSD, over, vsFixed, r.Relaunches, predJ, predC, predAt, ste)
 	}
 	if decision > 0 {
 		fmt.Fprintf(&b, "\nOne decision (predict every candidate + choose; worst of time, cost, knee; median of 21) over %d candidates: %.2f ms.\n", decisionCands, float64(decision.Microseconds())/1000)
@@ -154,8 +155,10 @@ func BenchTable(ctx context.Context, traces fs.FS, w io.Writer) error {
 	b.WriteString("azure (ND40rs_v2) and dgx-ext (priced as p4d.24xlarge) at the embedded catalog's on-demand prices,\n")
 	b.WriteString("30 s relaunch penalty, default start (aws, K=1, smallest batch). Overhead is against the oracle (best\n")
 	b.WriteString("fixed candidate knowing every trace); \"vs fixed median\" against the median fixed candidate. Predicted\n")
-	b.WriteString("JCT/cost errors compare the prediction at the last decision that set the configuration with the\n")
-	b.WriteString("simulated outcome; step-time errors are over candidates the job never ran.\n\n")
+	b.WriteString("JCT/cost errors compare the prediction at the last decision that set (or, for adaptive, committed:\n")
+	b.WriteString("once its noise forecast is mature and its prediction has settled) the configuration with the simulated\n")
+	b.WriteString("outcome, and say when in the run that prediction was made; step-time errors are over candidates the\n")
+	b.WriteString("job never ran, predicted by the last models the policy fitted.\n\n")
 	if err := WriteBenchTable(&b, cells, worst, n); err != nil {
 		return err
 	}

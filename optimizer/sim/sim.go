@@ -133,9 +133,10 @@ type Report struct {
 	History    []Segment `json:"history"`
 
 	// PredictedJCTS and PredictedCostUSD are the whole-job figures the
-	// policy predicted at its last decision that set the configuration
-	// (elapsed and spent then, plus the predicted remainder); 0 when the
-	// policy never predicted.
+	// policy predicted at its last decision that set the configuration, or
+	// that committed it (policy.Decision.Commit), elapsed and spent then
+	// plus the predicted remainder; 0 when the policy never predicted.
+	// DecisionS says when that decision was made.
 	PredictedJCTS    float64 `json:"predicted_jct_s"`
 	PredictedCostUSD float64 `json:"predicted_cost_usd"`
 	DecisionS        float64 `json:"decision_s"`
@@ -360,7 +361,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		if d.Predictions != nil {
 			lastPreds = d.Predictions
 		}
-		if d.Chosen >= 0 && d.Chosen < len(d.Predictions) && d.Predictions[d.Chosen].Candidate == d.Config && (!recorded || d.Config != cur) {
+		if d.Chosen >= 0 && d.Chosen < len(d.Predictions) && d.Predictions[d.Chosen].Candidate == d.Config && (!recorded || d.Config != cur || d.Commit) {
 			ch := d.Predictions[d.Chosen]
 			rep.PredictedJCTS, rep.PredictedCostUSD = now+ch.TotalS, spent+ch.TotalUSD
 			rep.DecisionS, rep.Reason, recorded = now, d.Reason, true

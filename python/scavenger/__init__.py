@@ -32,18 +32,18 @@ __all__ = [
     "should_checkpoint", "checkpoint_request", "acknowledge", "target_samples",
 ]
 
-_client = None
+_instance = None
 _lock = threading.Lock()
 
 
 def _start(timed: bool):
     """Create the process's client from the environment, once."""
-    global _client
+    global _instance
     with _lock:
-        if _client is None:
-            _client = _make_client(_env.Config.from_env(), timed)
+        if _instance is None:
+            _instance = _make_client(_env.Config.from_env(), timed)
             atexit.register(close)
-    return _client
+    return _instance
 
 
 def _make_client(config: _env.Config, timed: bool):
@@ -59,9 +59,9 @@ def _make_client(config: _env.Config, timed: bool):
 
 def _forget_in_child() -> None:
     """A forked child must not report its parent's steps: silence it."""
-    global _client
-    if _client is not None:
-        _client = NoopClient()
+    global _instance
+    if _instance is not None:
+        _instance = NoopClient()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -81,18 +81,18 @@ def step(samples: Optional[int] = None, loss: Any = None, **fields: Any) -> None
     compute_s, sync_s, local_sqr, avg_sqr, epoch, local_batch, global_batch,
     plus JSON scalars of your own. Invalid values are left out of the record.
     """
-    (_client or _start(timed=False)).step(samples, loss, **fields)
+    (_instance or _start(timed=False)).step(samples, loss, **fields)
 
 
 def close(timeout: float = 1.0) -> None:
     """Flush queued records, waiting at most timeout seconds. Registered atexit."""
-    if _client is not None:
-        _client.close(timeout)
+    if _instance is not None:
+        _instance.close(timeout)
 
 
 def stats() -> Dict[str, int]:
     """Counters of this process: sent, dropped and queued records."""
-    return (_client or NoopClient()).stats()
+    return (_instance or NoopClient()).stats()
 
 
 def enabled() -> bool:
@@ -159,14 +159,14 @@ def should_checkpoint() -> bool:
     acknowledge(path) on every rank, and exit 0; Scavenger relaunches the job
     at its new configuration with SCAV_RESTORE pointing at the checkpoint.
     """
-    return (_client or _start(timed=False)).should_checkpoint()
+    return (_instance or _start(timed=False)).should_checkpoint()
 
 
 def checkpoint_request() -> Optional[Dict[str, Any]]:
     """The pending checkpoint request (id, after_step, dir), or None."""
-    return (_client or _start(timed=False)).checkpoint_request()
+    return (_instance or _start(timed=False)).checkpoint_request()
 
 
 def acknowledge(checkpoint: Optional[str] = None) -> None:
     """Tell Scavenger that this worker has checkpointed; rank 0 passes the file's path."""
-    (_client or _start(timed=False)).acknowledge(checkpoint)
+    (_instance or _start(timed=False)).acknowledge(checkpoint)

@@ -29,6 +29,12 @@ optimizer step then reports:
   (size of the first tensor argument's first dimension);
 - loss: the last tensor given to tracker.loss(), if any.
 
+In a world of one there is no second gradient to compare with, so the norms
+come from AdaptDL's difference estimator over two consecutive steps: with p
+and c the previous and the current gradient, local_sqr = (|p|² + |c|²)/2 and
+avg_sqr = |(p + c)/2|², sent with count = 2 and biased = true (the two were
+taken at different weights). It keeps one copy of the gradient.
+
 Costs per step: one dot product per bucket before and after the all-reduce,
 and reading the numbers (on a GPU with one .tolist(), a single synchronisation). No python runs on the
 process group's threads. With several backward passes that each synchronise
@@ -95,8 +101,12 @@ class Tracker:
         self._sync_start: Optional[float] = None
         self._sync_end: Optional[float] = None
         self._pending: List[tuple] = []  # (work, bucket, future for DDP) of the running sync
+        self._bufs: List[torch.Tensor] = []  # this step's averaged buckets
+        self._prev: Optional[List[torch.Tensor]] = None  # the previous step's gradient (world 1)
+        self._prev_ok = False
         self._last = time.perf_counter()
         self._params: List[torch.Tensor] = []
+        self._world = scavenger.world_size()
         if isinstance(model, DistributedDataParallel):
             self._ddp = model
             self._world = model.process_group.size()
@@ -134,6 +144,7 @@ class Tracker:
         if bucket.index() == 0:  # DDP launches buckets in index order: a new sync begins
             self._local.clear()
             self._avg.clear()
+            self._bufs = []
             self._sync_start = time.perf_counter()
         self._local.append(_sqr(buf))
         buf.div_(self._world)
@@ -143,6 +154,7 @@ class Tracker:
             work.wait()
             self._sync_end = time.perf_counter()
             self._avg.append(_sqr(buf))
+            self._bufs.append(buf)
             result.set_result(buf)
             return result
         self._pending.append((work, buf, result))
@@ -158,6 +170,7 @@ class Tracker:
         self._sync_end = time.perf_counter()
         for _, buf, result in self._pending:
             self._avg.append(_sqr(buf))
+            self._bufs.append(buf)
             result.set_result(buf)
         self._pending.clear()
 
@@ -179,8 +192,11 @@ class Tracker:
         self._reset()
 
     def _read_tensors(self) -> dict:
-        """local_sqr, avg_sqr and loss as floats."""
+        """local_sqr, avg_sqr (and count, biased) and loss as floats."""
         local, avg = self._squares()
+        diff = self._world == 1 and local
+        if diff:
+            local, avg = self._difference(local)
         loss = self._loss
         tensors = local + avg
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
@@ -190,11 +206,28 @@ class Tracker:
         if local:
             out["local_sqr"] = sum(values[:len(local)])
             out["avg_sqr"] = sum(values[len(local):len(local) + len(avg)])
+            if diff and self._prev_ok:
+                out["count"], out["biased"] = 2, True
         if len(values) > len(local) + len(avg):
             out["loss"] = values[-1]
         elif loss is not None and not isinstance(loss, torch.Tensor):
             out["loss"] = loss
         return out
+
+    def _difference(self, squares: List[torch.Tensor]) -> tuple:
+        """World of one: the difference estimator's ([local], [avg]) from this
+        step's gradient and the previous one's; this step's own squares when
+        there is no previous gradient of the same shape."""
+        cur = self._bufs if self._bufs else [p.grad.reshape(-1) for p in self._params if p.grad is not None]
+        prev, self._prev = self._prev, [t.detach().clone() for t in cur]
+        self._prev_ok = prev is not None and len(prev) == len(cur) and all(
+            a.shape == b.shape for a, b in zip(prev, cur))
+        if not self._prev_ok:
+            return squares, list(squares)
+        pp = torch.stack([_sqr(t) for t in prev]).sum()
+        cc = torch.stack(squares).sum()
+        pc = torch.stack([torch.dot(a.float(), b.float()) for a, b in zip(prev, cur)]).sum()
+        return [(pp + cc) / 2], [(pp + 2 * pc + cc) / 4]
 
     def _squares(self) -> tuple:
         """This step's squared norms per bucket, local and averaged ([] and [] when unknown)."""
@@ -214,6 +247,7 @@ class Tracker:
         self._samples = 0
         self._local.clear()
         self._avg.clear()
+        self._bufs = []
         self._sync_start = self._sync_end = None
 
 

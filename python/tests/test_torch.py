@@ -43,6 +43,18 @@ def small_model() -> "nn.Module":
     return nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
 
 
+def assert_difference_estimator(test: unittest.TestCase, recs: list) -> None:
+    """World of one: the first step reports its own norm twice; later steps the
+    difference estimator over two steps (count 2, biased), where the average of
+    two gradients is never larger than their mean squared norm."""
+    first, later = recs[0], recs[1:]
+    test.assertAlmostEqual(first["local_sqr"], first["avg_sqr"], delta=1e-6 * first["local_sqr"])
+    test.assertNotIn("count", first)
+    for r in later:
+        test.assertEqual((r["count"], r["biased"]), (2, True))
+        test.assertLessEqual(r["avg_sqr"], r["local_sqr"] * (1 + 1e-6))
+
+
 class WithUnused(nn.Module if HAS_TORCH else object):
     """small_model() plus a layer that forward() never uses."""
 
@@ -104,13 +116,14 @@ class SingleProcessTest(unittest.TestCase):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         tracker = scavenger.torch.instrument(model, opt, client=self.client)
         train(model, opt, tracker, steps=4)
-        for r in self.records(4):
+        recs = self.records(4)
+        for r in recs:
             self.assertTrue(STEP_FIELDS <= set(r), r)
             self.assertEqual((r["micro"], r["samples"]), (1, 8))
             self.assertGreater(r["local_sqr"], 0)
-            self.assertAlmostEqual(r["local_sqr"], r["avg_sqr"], delta=1e-6 * r["local_sqr"])
             self.assertAlmostEqual(r["compute_s"] + r["sync_s"], r["dt"], places=9)
             self.assertTrue(math.isfinite(r["loss"]))
+        assert_difference_estimator(self, recs)
 
     def test_static_graph_and_unused_parameters(self):
         for kwargs in ({"static_graph": True}, {"find_unused_parameters": True}):
@@ -168,10 +181,26 @@ class SingleProcessTest(unittest.TestCase):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         tracker = scavenger.torch.instrument(model, opt, client=self.client)
         train(model, opt, tracker, steps=2)
-        for r in self.records(2):
+        recs = self.records(2)
+        for r in recs:
             self.assertNotIn("sync_s", r)
             self.assertGreater(r["local_sqr"], 0)
-            self.assertEqual(r["local_sqr"], r["avg_sqr"])
+        assert_difference_estimator(self, recs)
+
+    def test_difference_estimator_values(self):
+        model = small_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the same weights: p and c comparable
+        tracker = scavenger.torch.instrument(model, opt, client=self.client)
+        grads = []
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.randn(8, 10)).pow(2).mean().backward()
+            grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+            opt.step()
+        p, c = grads
+        r = self.records(2)[1]
+        self.assertAlmostEqual(r["local_sqr"], float((p.dot(p) + c.dot(c)) / 2), places=5)
+        self.assertAlmostEqual(r["avg_sqr"], float(((p + c) / 2).pow(2).sum()), places=5)
 
     def test_noop_outside_scavenger(self):
         model = DistributedDataParallel(small_model())
