@@ -254,10 +254,16 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 					out.restore, out.lastStep = s.latestCheckpoint(r)
 					out.timing.Checkpoint = time.Since(out.movedAt).Seconds()
 				case out.restore == "":
-					// The workers exited without acknowledging a checkpoint: the move failed.
-					out.moved.fail(fmt.Errorf("the workers exited before checkpointing (exit %d)", w.res.ExitCode))
-					out.moved = nil
-					return out
+					// The workers exited without acknowledging a checkpoint (one
+					// died writing it?): go on from the last complete one, if any.
+					if out.restore, out.lastStep = s.latestCheckpoint(r); out.restore == "" {
+						out.moved.fail(fmt.Errorf("the workers exited before checkpointing (exit %d) and left no checkpoint", w.res.ExitCode))
+						out.moved = nil
+						return out
+					}
+					log.Warn("the workers exited without acknowledging the checkpoint; going on from the last complete one",
+						zap.String("checkpoint", out.restore), zap.Int64("step", out.lastStep), zap.Int("exit_code", w.res.ExitCode))
+					out.timing.Fallback = true
 				default:
 					out.timing.Exit = time.Since(acked).Seconds()
 				}

@@ -107,6 +107,8 @@ def parse_args() -> argparse.Namespace:
                    help="LR scaling for other batch sizes (SCAV_LR_SCALE overrides it)")
     p.add_argument("--dataset-size", type=int, default=4096, help="samples per epoch")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and order")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="also checkpoint every N steps (0: only at the end or when asked)")
     p.add_argument("--log-indices", metavar="DIR", default="",
                    help="write each rank's consumed sample indices under DIR")
     return p.parse_args()
@@ -158,6 +160,9 @@ def main() -> None:
         sampler.advance()  # scavenger
         step, seen = step + 1, seen + sampler.global_batch
         losses.append(loss.detach())
+        if args.checkpoint_every and step % args.checkpoint_every == 0 and scavenger.checkpoint_dir():
+            checkpoint(scavenger.checkpoint_dir(), model=model, optimizer=optimizer, step=step,
+                       samples_seen=seen, sampler=sampler, extra={"grad_stats": stats.state_dict()})
     log.close()
     summary["eval_loss_end"] = evaluate(model, probe)
     saved = None

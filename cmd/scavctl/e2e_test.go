@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -438,5 +439,165 @@ func TestPricesAndPlan(t *testing.T) {
 	_, errOut, code = scavctl(t, t.TempDir(), "sim", "--trace", traces, "--objective", "fastest")
 	if code == 0 || !strings.Contains(errOut, "--objective") {
 		t.Errorf("a bad objective: exit %d, %q", code, errOut)
+	}
+}
+
+// logLines reads a job's output through `scavctl logs -o json`.
+func logLines(t *testing.T, state, id string) []telemetry.LogLine {
+	t.Helper()
+	out, errOut, code := scavctl(t, state, "logs", id, "-o", "json")
+	if code != 0 {
+		t.Fatalf("scavctl logs: exit %d\n%s", code, errOut)
+	}
+	var lines []telemetry.LogLine
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var l telemetry.LogLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// events returns the JSON events rank 0 of examples/resumable_cnn.py printed, by attempt.
+func events(lines []telemetry.LogLine, kind string) map[int]map[string]any {
+	out := map[int]map[string]any{}
+	for _, l := range lines {
+		var ev map[string]any
+		if l.Rank == 0 && json.Unmarshal([]byte(l.Line), &ev) == nil && ev["event"] == kind {
+			out[l.Attempt] = ev
+		}
+	}
+	return out
+}
+
+// checkEveryStepOnce checks that every step 1..last has one record from each
+// rank of the world it ran in, and returns last.
+func checkEveryStepOnce(t *testing.T, recs []telemetry.StepRecord) int64 {
+	t.Helper()
+	seen := map[[2]int64]int{}
+	world := map[int64]int{}
+	var last int64
+	for _, r := range recs {
+		seen[[2]int64{int64(r.Rank), r.Step}]++
+		world[r.Step] = r.World
+		last = max(last, r.Step)
+	}
+	for s := int64(1); s <= last; s++ {
+		if world[s] == 0 {
+			t.Errorf("step %d: no record", s)
+			continue
+		}
+		for rank := 0; rank < world[s]; rank++ {
+			if n := seen[[2]int64{int64(rank), s}]; n != 1 {
+				t.Errorf("step %d rank %d (world %d): %d records, want 1", s, rank, world[s], n)
+			}
+		}
+	}
+	return last
+}
+
+func TestClosedLoopMovesWithoutLosingOrRepeatingSteps(t *testing.T) {
+	needTorch(t)
+	const target = 2500 // steps at the starting batch: enough for the noise estimate to settle
+	state := stateDir(t)
+	out, errOut, code := scavctl(t, state, "run", "--workers", "1:2", "--batch-size", "32:256", "--policy", "scavenger",
+		"--target-steps", strconv.Itoa(target), "--", pythonBin, "examples/resumable_cnn.py")
+	if code != 0 {
+		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	id := jobID(t, errOut)
+	var rep jobReport
+	rout, _, _ := scavctl(t, state, "report", id, "-o", "json")
+	if err := json.Unmarshal([]byte(rout), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, rout)
+	}
+	if len(rep.Timeline) < 3 || rep.Decisions == 0 {
+		t.Fatalf("the policy relaunched the job %d times with %d decisions, want at least 2:\n%s\n%s", len(rep.Timeline)-1, rep.Decisions, rout, errOut)
+	}
+	recs := steps(t, state, id)
+	last := checkEveryStepOnce(t, recs)
+	var samples int64
+	for _, r := range recs {
+		if r.Rank == 0 {
+			samples += int64(r.GlobalBatch)
+		}
+	}
+	if samples < target*32 || samples >= target*32+256 {
+		t.Errorf("%d samples in %d steps, want the target %d (within one batch)", samples, last, target*32)
+	}
+	// The loss on a fixed probe batch right after each restore equals the one
+	// right before its checkpoint: the model and optimizer came back whole.
+	lines := logLines(t, state, id)
+	sums := events(lines, "summary")
+	for _, a := range rep.Timeline[1:] {
+		before, after := sums[a.Attempt.Attempt-1], sums[a.Attempt.Attempt]
+		if before == nil || after == nil {
+			t.Fatalf("attempt %d or the one before printed no summary", a.Attempt.Attempt)
+		}
+		b, c := before["eval_loss_end"].(float64), after["eval_loss_start"].(float64)
+		if math.Abs(b-c) > 1e-4*math.Max(1, math.Abs(b)) {
+			t.Errorf("attempt %d: loss %.6f after the restore, %.6f before the checkpoint", a.Attempt.Attempt, c, b)
+		}
+	}
+	t.Logf("%d attempts, last step %d; report:\n%s", len(rep.Timeline), last, rout)
+}
+
+func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "killed", "--workers", "2", "--batch-size", "32",
+		"--", pythonBin, "cmd/scavctl/testdata/dies_in_checkpoint.py", "--steps", "120", "--checkpoint-every", "20")
+	cmd.Dir = repoRoot
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	// Wait for the first periodic checkpoint (step 20), then move the job:
+	// rank 0 dies writing the checkpoint the move asks for.
+	deadline := time.Now().Add(60 * time.Second)
+	var id string
+	for id == "" || len(steps(t, state, id)) < 2*30 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not reach step 30:\n%s", errOut.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
+			id = m[1]
+		}
+	}
+	if _, e, code := scavctl(t, state, "move", id, "--workers", "1"); code != 0 {
+		t.Fatalf("scavctl move: exit %d\n%s", code, e)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scavctl run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	resumed := events(logLines(t, state, id), "resumed")
+	ev := resumed[2]
+	if ev == nil {
+		t.Fatalf("attempt 2 did not resume\n%s", errOut.String())
+	}
+	if from := int(ev["from_step"].(float64)); from < 20 || from%20 != 0 {
+		t.Fatalf("attempt 2 resumed from step %d, want a periodic checkpoint's (a multiple of 20)\n%s", from, errOut.String())
+	}
+	var j struct {
+		Job daemon.Job `json:"job"`
+	}
+	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(sout), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Job.State != daemon.StateSucceeded || len(j.Job.Attempts) != 2 || j.Job.Attempts[1].Config.Workers != 1 ||
+		j.Job.Attempts[0].Move == nil || !j.Job.Attempts[0].Move.Fallback {
+		t.Fatalf("job record %+v: want succeeded after 2 attempts, the second at 1 worker after a fallback", j.Job)
 	}
 }
