@@ -8,7 +8,7 @@ DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread
 GOFLAGS_TEST ?= -timeout 20m
 
-.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim clean
+.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop clean
 
 all: build
 
@@ -64,6 +64,10 @@ bench-telemetry: setup build
 ## bench-ingest: records/s of one scavd from 8 concurrent writers, and its memory
 bench-ingest: build
 	$(GO) run ./tools/benchingest --scavd $(BIN)/scavd
+
+## bench-loop: the closed loop against every fixed candidate, relaunch overhead, online prediction
+bench-loop: setup build
+	$(GO) run ./tools/benchloop --scavctl $(BIN)/scavctl --python $(PYTHON)
 
 ## bench-sim: score the policies on the shared GPU traces; writes docs/bench-sim.md
 bench-sim:

@@ -130,16 +130,23 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 		stopCtl = func() { cancel(); ctl.join() }
 	}
 
+	outSteps, err := newOutputSteps(j.StepRegex, s.publishStep)
+	if err != nil {
+		stopCtl()
+		s.finish(r, nil, 1, err.Error(), StateFailed)
+		return
+	}
 	cfg := j.Config
 	var prev *plugins.Config
 	restore, startStep := from.restore, from.step
 	for attempt := max(from.attempt, 1); ; attempt++ {
 		spec := plugins.AttemptSpec{
 			JobID: j.ID, Attempt: attempt, Command: j.Command, Dir: j.Dir,
-			Env: withPythonPath(env, s.pyPath), Config: cfg, Mode: j.Mode,
+			Env: withDefault(withPythonPath(env, s.pyPath), "PYTHONUNBUFFERED", "1"), Config: cfg, Mode: j.Mode,
 			Socket: s.socket, CheckpointDir: j.CheckpointDir, Restore: restore, StartStep: startStep,
-			Output: s.output(j.ID, attempt),
+			Output: s.output(r, attempt, outSteps),
 		}
+		outSteps.attemptStarted(attempt, cfg)
 		began := time.Now()
 		// The attempt lives until it ends or is stopped, not as long as any request.
 		h, err := s.launcher.Start(context.Background(), spec)

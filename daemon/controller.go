@@ -156,7 +156,7 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 			o.est = est
 		}
 	}
-	gain := 1.0
+	gain := float64(o.cfg.GlobalBatch) / o.m0 // no gradient statistics: every sample counts
 	if o.est.Steps() > 0 {
 		gain = o.est.Gain(float64(o.cfg.GlobalBatch) / o.m0)
 	}

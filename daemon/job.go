@@ -12,6 +12,7 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/progress"
 )
 
 // JobState is where a job is in its life.
@@ -59,6 +60,9 @@ type RunRequest struct {
 	// signal (e.g. "SIGUSR1") that makes them checkpoint into
 	// SCAV_CHECKPOINT_DIR and exit, so that they can be moved.
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// StepRegex reads the progress of a script without the python client off
+	// its output (named groups step, rate, total); empty: tqdm and "step N" lines.
+	StepRegex string `json:"step_regex,omitempty"`
 	// Optimize, when its policy moves, lets the daemon move the job to the
 	// configuration that best meets its objective.
 	Optimize Optimize `json:"optimize,omitempty"`
@@ -97,6 +101,9 @@ func (r *RunRequest) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if _, err := progress.New(r.StepRegex); err != nil {
+		errs = append(errs, err)
+	}
 	if r.CheckpointSignal != "" {
 		if _, err := parseSignal(r.CheckpointSignal); err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint signal: %w", err))
@@ -121,15 +128,17 @@ type Job struct {
 	CheckpointDir string             `json:"checkpoint_dir"`
 	Grace         Duration           `json:"grace"`
 	// CheckpointSignal is the signal that makes an uninstrumented job checkpoint.
-	CheckpointSignal string     `json:"checkpoint_signal,omitempty"`
-	Node             string     `json:"node"`
-	Launcher         string     `json:"launcher"`
-	State            JobState   `json:"state"`
-	Attempt          int        `json:"attempt"`
-	Created          time.Time  `json:"created"`
-	Started          *time.Time `json:"started,omitempty"`
-	Ended            *time.Time `json:"ended,omitempty"`
-	ExitCode         *int       `json:"exit_code,omitempty"`
+	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// StepRegex reads an uninstrumented job's progress off its output.
+	StepRegex string     `json:"step_regex,omitempty"`
+	Node      string     `json:"node"`
+	Launcher  string     `json:"launcher"`
+	State     JobState   `json:"state"`
+	Attempt   int        `json:"attempt"`
+	Created   time.Time  `json:"created"`
+	Started   *time.Time `json:"started,omitempty"`
+	Ended     *time.Time `json:"ended,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
 	// Optimize is what the job asked of the optimizer; Phase is where its
 	// policy is (warm-up, probing, optimised) and Decisions what it decided.
 	Optimize  Optimize   `json:"optimize,omitempty"`

@@ -53,7 +53,9 @@ type running struct {
 	lastStep int64
 	lastTime float64
 	stepTime float64 // smoothed seconds per step
-	stepped  bool    // the attempt has reported a step
+	stepped  bool    // the attempt's workers have reported a step themselves
+	// synth numbers the steps read off the output of an uninstrumented job.
+	synth int64
 }
 
 const defaultGrace = 10 * time.Second
@@ -89,7 +91,7 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 	}
 	j := Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
-		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, Node: s.node, Launcher: s.launcher.Name(),
+		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex, Node: s.node, Launcher: s.launcher.Name(),
 		Optimize: req.Optimize,
 		State:    StateStarting, Created: time.Now().UTC(),
 	}
@@ -222,14 +224,25 @@ func (s *supervisor) active() []string {
 }
 
 // output publishes each worker line on the job's log subject.
-func (s *supervisor) output(job string, attempt int) plugins.OutputFunc {
+// output publishes each worker line on the job's log subject and lets steps
+// read the job's progress off it.
+func (s *supervisor) output(r *running, attempt int, steps *outputSteps) plugins.OutputFunc {
+	job := r.id()
 	subj := telemetry.LogSubject(job)
+	log := s.log.With(zap.String("job", job))
 	return func(rank int, stream plugins.Stream, line string) {
 		b, _ := json.Marshal(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
 		if err := s.pub.Publish(subj, b); err != nil {
-			s.log.Debug("publish output", zap.String("job", job), zap.Error(err))
+			log.Debug("publish output", zap.Error(err))
 		}
+		steps.line(r, rank, stream, line, log)
 	}
+}
+
+// publishStep publishes a step record the daemon made itself.
+func (s *supervisor) publishStep(rec telemetry.StepRecord) error {
+	b, _ := json.Marshal(rec)
+	return s.pub.Publish(telemetry.StepSubject(rec.Job), append(b, '\n'))
 }
 
 func (s *supervisor) event(e telemetry.Event) {
@@ -263,6 +276,20 @@ func (r *running) update(f func(*Job)) {
 }
 
 func (r *running) id() string { return r.snapshot().ID }
+
+// claimSteps takes n step numbers for steps read off the output and returns
+// the first, or 0 once the workers report steps themselves.
+func (r *running) claimSteps(n int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stepped {
+		return 0
+	}
+	r.synth = max(r.synth, r.lastStep)
+	first := r.synth + 1
+	r.synth += n
+	return first
+}
 
 // beginAttempt records a new attempt; the one before it, if it ended for a
 // move, gets the start part of that move's timing.
@@ -313,7 +340,9 @@ func (r *running) sawStep(rec telemetry.StepRecord) {
 	if rec.Step > a.LastStep {
 		a.LastStep = rec.Step
 	}
-	r.stepped = true
+	if rec.From == "" {
+		r.stepped = true
+	}
 	if rec.Rank == 0 && rec.Step > r.lastStep {
 		if r.lastTime > 0 && rec.Step == r.lastStep+1 && rec.Time > r.lastTime {
 			dt := rec.Time - r.lastTime
@@ -351,6 +380,18 @@ func (r *running) requestStop(grace time.Duration) {
 	case r.stop <- grace:
 	default: // a stop is already waiting to be taken
 	}
+}
+
+// withDefault sets key=value in env unless env sets key already. Workers'
+// python output is unbuffered by default, so that their lines (and progress)
+// arrive as they are written.
+func withDefault(env []string, key, value string) []string {
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return env
+		}
+	}
+	return append(env[:len(env):len(env)], key+"="+value)
 }
 
 // withPythonPath puts dir first on PYTHONPATH in env, so that the workers

@@ -65,6 +65,9 @@ type StepRecord struct {
 	Biased bool `json:"biased,omitempty"`
 	// Epoch is the data epoch the step belongs to, when the script knows it.
 	Epoch *int `json:"epoch,omitempty"`
+	// From says where a step came from: empty when the worker reported it,
+	// FromOutput when the daemon read it off the worker's progress output.
+	From string `json:"from,omitempty"`
 	// ID is, in an ack, the id of the Control message acknowledged.
 	ID string `json:"id,omitempty"`
 	// Checkpoint is, in an ack from the rank that wrote it, the checkpoint's path.
@@ -82,6 +85,10 @@ const (
 	// worker completed, Checkpoint the file rank 0 wrote.
 	KindAck = "ack"
 )
+
+// FromOutput marks steps the daemon derived from a job's output (tqdm bars,
+// "step N" lines, a --step-regex) for jobs that do not use the python client.
+const FromOutput = "output"
 
 // IsStep reports whether the record is a step rather than a control message.
 func (r *StepRecord) IsStep() bool { return r.Kind == "" || r.Kind == KindStep }

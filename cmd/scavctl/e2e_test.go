@@ -601,3 +601,62 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 		t.Fatalf("job record %+v: want succeeded after 2 attempts, the second at 1 worker after a fallback", j.Job)
 	}
 }
+
+func TestUninstrumentedJobMovesBySignal(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "plain", "--workers", "1", "--batch-size", "64",
+		"--checkpoint-signal", "SIGUSR1", "--grace", "30s", "--", pythonBin, "cmd/scavctl/testdata/uninstrumented.py", "--steps", "3000")
+	cmd.Dir = repoRoot
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	// The script prints only a tqdm-like bar; its steps are read off it.
+	var id string
+	for deadline := time.Now().Add(60 * time.Second); id == "" || len(steps(t, state, id)) < 200; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress read off the job's output within 60s:\n%s", errOut.String())
+		}
+		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
+			id = m[1]
+		}
+	}
+	if _, e, code := scavctl(t, state, "move", id, "--workers", "2"); code != 0 {
+		t.Fatalf("scavctl move: exit %d\n%s", code, e)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scavctl run: %v\nstderr:\n%s", err, errOut.String())
+	}
+	var saved []string
+	for _, l := range logLines(t, state, id) {
+		if strings.HasPrefix(l.Line, "saved step") {
+			saved = append(saved, fmt.Sprintf("attempt %d: %s", l.Attempt, l.Line))
+		}
+	}
+	if len(saved) != 2 || !strings.HasPrefix(saved[1], "attempt 2: saved step 3000 of 3000") {
+		t.Fatalf("checkpoints %q: want one at the move and the last at step 3000 in attempt 2", saved)
+	}
+	var j struct {
+		Job daemon.Job `json:"job"`
+	}
+	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(sout), &j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Job.Attempts) != 2 || j.Job.Attempts[1].Config.Workers != 2 || j.Job.Attempts[1].Restore != j.Job.CheckpointDir {
+		t.Fatalf("attempts %+v: want the second at 2 workers restoring from %s", j.Job.Attempts, j.Job.CheckpointDir)
+	}
+	for _, r := range steps(t, state, id) {
+		if r.From != telemetry.FromOutput || r.LocalSqr != nil {
+			t.Fatalf("step record %+v: want one read off the output, without gradient norms", r)
+		}
+	}
+}

@@ -30,6 +30,7 @@ type runFlags struct {
 	mode       string
 	statusTick time.Duration
 	ckptSignal string
+	stepRegex  string
 	resume     string
 
 	policy        string
@@ -103,6 +104,7 @@ job's exit code.`,
 	fl.Float64Var(&f.targetEpochs, "target-epochs", 0, "the job's work in epochs of --dataset-size samples")
 	fl.Int64Var(&f.datasetSize, "dataset-size", 0, "samples in one epoch (for --target-epochs)")
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for cost objectives (default 1)")
+	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
@@ -270,7 +272,7 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 		Config:        plugins.Config{Workers: minW, GlobalBatch: minB},
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
-		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal,
+		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
 	}
 	if err := req.Validate(); err != nil {
 		errs = append(errs, err)

@@ -97,6 +97,13 @@ func (p *adaptive) Name() string { return "adaptive" }
 // predictions are the plan's. A later move replaces the plan, which is
 // committed again once its prediction settles.
 func (p *adaptive) Observe(o Observation) (Decision, error) {
+	return p.t.label(p.commit(o))
+}
+
+// commit is Observe without the throughput-only label: it marks the
+// decision that commits the plan. A throughput-only job has no noise
+// forecast to wait for; its plan is committed once its prediction settles.
+func (p *adaptive) commit(o Observation) (Decision, error) {
 	d, err := p.observe(o)
 	if err != nil || !p.planned || p.noSearch {
 		return d, err
@@ -114,7 +121,14 @@ func (p *adaptive) Observe(o Observation) (Decision, error) {
 		return d, nil
 	}
 	p.jcts = append(p.jcts, o.ElapsedS+d.Predictions[d.Chosen].TotalS)
-	if p.t.forecastMature() && settled(p.jcts, commitReports, commitTol) {
+	if !settled(p.jcts, commitReports, commitTol) {
+		return d, nil
+	}
+	switch {
+	case p.t.throughputOnly():
+		d.Commit, p.committed = true, true
+		d.Reason = "commit (prediction settled): " + d.Reason
+	case p.t.forecastMature():
 		d.Commit, p.committed = true, true
 		d.Reason = "commit (noise forecast mature and settled): " + d.Reason
 	}
@@ -130,7 +144,7 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	if t.reports < adaptiveWarmReports {
+	if t.reports < adaptiveWarmReports && !t.throughputOnly() {
 		d := t.stay("waiting for a first noise estimate")
 		d.WaitSteps = t.spec.ProbeSteps
 		return d, nil
@@ -144,7 +158,7 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 	if !p.planned {
 		p.planned = true
 		m := t.meas[o.Config]
-		gain := t.est.Gain(float64(o.Config.Batch) / t.spec.M0)
+		gain := t.gain(float64(o.Config.Batch) / t.spec.M0)
 		remS := math.Max(t.spec.Target-o.Progress, 0) / gain * m.step
 		if remS < payoffFactor*t.spec.RelaunchS {
 			p.noSearch = true

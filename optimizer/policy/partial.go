@@ -25,7 +25,8 @@ const (
 // partial is the paper's partial search generalised to machine types
 // without probing every type's extremes:
 //
-//  1. Wait until the noise estimate is stable (as the paper does).
+//  1. Wait until the noise estimate is stable (as the paper does; not for a
+//     throughput-only job).
 //  2. If the search's relaunches (corners, one per other type, the final
 //     move) would take more than searchGain of the time the job still needs
 //     in its current configuration, searching does not pay: stay for good.
@@ -68,7 +69,9 @@ func (p *partial) Models() map[string]predict.StepTimer {
 }
 
 // Observe implements Policy.
-func (p *partial) Observe(o Observation) (Decision, error) {
+func (p *partial) Observe(o Observation) (Decision, error) { return p.t.label(p.observe(o)) }
+
+func (p *partial) observe(o Observation) (Decision, error) {
 	t := p.t
 	t.transfer = true
 	if err := t.observe(o); err != nil {
@@ -76,8 +79,8 @@ func (p *partial) Observe(o Observation) (Decision, error) {
 	}
 	switch p.phase {
 	case phaseWarm:
-		if !t.stable(stableMinSteps, stableTol) && t.steps < warmMaxSteps {
-			return t.stay(fmt.Sprintf("waiting for the noise estimate to stabilise (φ = %.4g after %.0f steps)", t.phis[len(t.phis)-1], t.steps)), nil
+		if !t.warm() {
+			return t.stay(t.warmReason()), nil
 		}
 		p.start = o.Config.Type
 		p.probes = cornerProbes(t.spec.Candidates, o.Config.Type)
@@ -150,7 +153,7 @@ func (p *partial) Observe(o Observation) (Decision, error) {
 func (p *partial) pays(o Observation, n int) (string, bool) {
 	t := p.t
 	m := t.meas[o.Config]
-	gain := t.est.Gain(float64(o.Config.Batch) / t.spec.M0)
+	gain := t.gain(float64(o.Config.Batch) / t.spec.M0)
 	remS := math.Max(t.spec.Target-o.Progress, 0) / gain * m.step
 	if float64(n)*t.spec.RelaunchS > searchGain*remS {
 		return fmt.Sprintf("search does not pay: %d relaunches of %.0f s against %.0f s left here", n, t.spec.RelaunchS, remS), false

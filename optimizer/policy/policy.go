@@ -27,6 +27,29 @@
 // Policies are deterministic state machines: Observe takes plain values and
 // returns a decision with its reason and predictions. They read no clocks,
 // do no I/O and start no goroutines.
+//
+// # Throughput-only jobs
+//
+// A job that sends no gradient statistics (an uninstrumented job, whose
+// steps come from its output: every Observation.Grad is the zero
+// gns.Sample, Count 0) is optimised for throughput alone. Until the first
+// report with gradient statistics, every policy
+//
+//   - skips the noise update (a report with Grad.Count == 0 is not an error),
+//   - does not wait for a noise estimate to stabilise (the warm-up gates of
+//     full, scavenger, none and adaptive pass at once; probes still run
+//     ProbeSteps each),
+//   - predicts as if every sample were fully useful: the gain of a step at
+//     batch B is B/M0 at every batch (statistical efficiency 1; predict
+//     gets |G|² = 0 and tr Σ = 1, an infinite noise scale, and no noise
+//     forecast), so goodput is samples/s over M0 and the objective picks the
+//     best samples/s (per dollar for cost),
+//   - and starts every Decision.Reason with ThroughputOnlyReason.
+//
+// The caller must count such a job's Observation.Progress the same way:
+// samples processed over M0 (steps × B/M0). Once a report carries gradient
+// statistics the job is no longer throughput-only and the noise gates and
+// efficiency apply from then on.
 package policy
 
 import (
@@ -96,11 +119,17 @@ type Observation struct {
 	Steps float64
 	// StepTime and SyncTime are their mean seconds.
 	StepTime, SyncTime float64
-	// Grad is the gradient statistics of the latest step.
+	// Grad is the gradient statistics of the latest step; the zero Sample
+	// (Count 0) means none (an uninstrumented job; see the package
+	// comment on throughput-only jobs).
 	Grad gns.Sample
 	// Progress is the job's scale-invariant progress so far.
 	Progress float64
 }
+
+// ThroughputOnlyReason starts the Reason of every decision taken for a job
+// that has sent no gradient statistics (see the package comment).
+const ThroughputOnlyReason = "throughput only (no gradient statistics): "
 
 // Decision is what a policy wants next.
 type Decision struct {
@@ -182,6 +211,9 @@ type tracker struct {
 	// best-measured type's shape (adaptive only).
 	forecast, transfer bool
 	growth             []phiPoint
+	// grads says whether any report has carried gradient statistics; a job
+	// without them is throughput-only.
+	grads bool
 }
 
 // maxGrowthExponent bounds the power-law exponent of the noise forecast.
@@ -205,11 +237,18 @@ func (t *tracker) observe(o Observation) error {
 	if !(o.Steps > 0) || !(o.StepTime > 0) || o.SyncTime < 0 || math.IsInf(o.StepTime, 0) {
 		return fmt.Errorf("observe %s: %w: %g steps of %g s", o.Config, ErrBadObservation, o.Steps, o.StepTime)
 	}
-	est, err := t.est.UpdateSteps(o.Grad, o.Steps)
-	if err != nil {
-		return fmt.Errorf("observe %s: %w", o.Config, err)
+	if o.Grad.Count != 0 {
+		est, err := t.est.UpdateSteps(o.Grad, o.Steps)
+		if err != nil {
+			return fmt.Errorf("observe %s: %w", o.Config, err)
+		}
+		t.est, t.grads = est, true
+		phi := t.est.NoiseScale(t.spec.M0)
+		t.phis = append(t.phis, phi)
+		if phi > 0 && !math.IsInf(phi, 0) {
+			t.growth = append(t.growth, phiPoint{o.Progress, math.Log(phi)})
+		}
 	}
-	t.est = est
 	m := t.meas[o.Config]
 	if m == nil {
 		m = &measurement{}
@@ -219,19 +258,49 @@ func (t *tracker) observe(o Observation) error {
 	m.step = (m.step*m.steps + o.StepTime*o.Steps) / n
 	m.sync = (m.sync*m.steps + math.Min(o.SyncTime, o.StepTime)*o.Steps) / n
 	m.steps = n
-	phi := t.est.NoiseScale(t.spec.M0)
-	t.phis = append(t.phis, phi)
-	if phi > 0 && !math.IsInf(phi, 0) {
-		t.growth = append(t.growth, phiPoint{o.Progress, math.Log(phi)})
-	}
 	t.last = o
 	t.reports++
 	t.steps += o.Steps
 	return nil
 }
 
+// throughputOnly reports whether no report has carried gradient statistics.
+func (t *tracker) throughputOnly() bool { return !t.grads }
+
+// warm reports whether the warm-up gate of the searching policies has
+// passed: at once for a throughput-only job, otherwise once the noise
+// estimate is stable or after warmMaxSteps steps.
+func (t *tracker) warm() bool {
+	return t.throughputOnly() || t.stable(stableMinSteps, stableTol) || t.steps >= warmMaxSteps
+}
+
+// warmReason says what the warm-up is waiting for.
+func (t *tracker) warmReason() string {
+	return fmt.Sprintf("waiting for the noise estimate to stabilise (φ = %.4g after %.0f steps)", t.phis[len(t.phis)-1], t.steps)
+}
+
+// gain is the scale-invariant progress of one step at scale (batch/M0):
+// the AdaScale gain under the noise estimate, or scale itself for a
+// throughput-only job (every sample fully useful).
+func (t *tracker) gain(scale float64) float64 {
+	if t.throughputOnly() {
+		return scale
+	}
+	return t.est.Gain(scale)
+}
+
+// label marks the decision of a throughput-only job (see
+// ThroughputOnlyReason); errors pass through.
+func (t *tracker) label(d Decision, err error) (Decision, error) {
+	if err == nil && t.throughputOnly() {
+		d.Reason = ThroughputOnlyReason + d.Reason
+	}
+	return d, err
+}
+
 // stable reports whether the noise scale changed by less than tol over each
-// of the last three reports, after at least minSteps steps.
+// of the last three reports with gradient statistics, after at least
+// minSteps steps.
 func (t *tracker) stable(minSteps, tol float64) bool {
 	if t.steps < minSteps || len(t.phis) < 4 {
 		return false
@@ -346,7 +415,12 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 		Current:   t.last.Config,
 		RelaunchS: t.spec.RelaunchS,
 	}
-	if t.forecast {
+	switch {
+	case t.throughputOnly():
+		// |G|² = 0 with tr Σ > 0 is an infinite noise scale: the gain is
+		// the scale at every batch (efficiency 1), goodput is samples/s.
+		in.Sqr, in.Var = 0, 1
+	case t.forecast:
 		in.NoiseIntegral = t.noiseIntegral()
 	}
 	return predict.All(t.spec.Candidates, in)
@@ -464,7 +538,7 @@ func (p *fixed) Observe(o Observation) (Decision, error) {
 	if err := p.t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	return p.t.stay("fixed configuration"), nil
+	return p.t.label(p.t.stay("fixed configuration"), nil)
 }
 
 // ModelSource is implemented by policies that fit step-time models, so that

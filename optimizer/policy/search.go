@@ -38,15 +38,17 @@ type search struct {
 func (p *search) Name() string { return p.name }
 
 // Observe implements Policy.
-func (p *search) Observe(o Observation) (Decision, error) {
+func (p *search) Observe(o Observation) (Decision, error) { return p.t.label(p.observe(o)) }
+
+func (p *search) observe(o Observation) (Decision, error) {
 	t := p.t
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
 	switch p.phase {
 	case phaseWarm:
-		if !t.stable(stableMinSteps, stableTol) && t.steps < warmMaxSteps {
-			return t.stay(fmt.Sprintf("waiting for the noise estimate to stabilise (φ = %.4g after %.0f steps)", t.phis[len(t.phis)-1], t.steps)), nil
+		if !t.warm() {
+			return t.stay(t.warmReason()), nil
 		}
 		p.probes = p.plan(t.spec.Candidates, o.Config)
 		p.phase = phaseProbe
@@ -131,7 +133,9 @@ type none struct {
 func (p *none) Name() string { return "none" }
 
 // Observe implements Policy.
-func (p *none) Observe(o Observation) (Decision, error) {
+func (p *none) Observe(o Observation) (Decision, error) { return p.t.label(p.observe(o)) }
+
+func (p *none) observe(o Observation) (Decision, error) {
 	t := p.t
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
@@ -139,7 +143,7 @@ func (p *none) Observe(o Observation) (Decision, error) {
 	if p.done {
 		return t.stay("stored-model choice made; staying (" + p.final.Reason + ")"), nil
 	}
-	if !t.stable(stableMinSteps, stableTol) && t.steps < warmMaxSteps {
+	if !t.warm() {
 		return t.stay("waiting for the noise estimate to stabilise"), nil
 	}
 	models := map[string]predict.StepTimer{}

@@ -29,7 +29,7 @@ from . import _env
 __all__ = ["RULES", "gain", "grad_stats", "scale_factor", "lr_factor", "apply_lr_factor",
            "GradientStats"]
 
-RULES = ("linear", "sqrt", "adascale", "none")
+RULES = ("linear", "sqrt", "adascale", "none", "env")
 
 # AdaptDL's floors for the read-out of the estimates (sqr >= 0, var >= 1e-6).
 _MIN_VAR = 1e-6
@@ -87,12 +87,14 @@ def lr_factor(rule: str, batch: int, base_batch: int, *, sqr: Optional[float] = 
               var: Optional[float] = None, environ: Mapping[str, str] = os.environ) -> float:
     """The factor for a global batch of batch when the LR was tuned at base_batch.
 
-    SCAV_LR_SCALE in environ wins when it is set to a positive number;
-    otherwise scale_factor(rule, batch / base_batch, sqr, var).
+    Rule "env" takes the factor Scavenger chose, SCAV_LR_SCALE in environ (1
+    when unset or not a positive number); every other rule is computed here:
+    scale_factor(rule, batch / base_batch, sqr, var). A script that names its
+    rule keeps it whatever the daemon advises.
     """
-    chosen = _env.env_float("SCAV_LR_SCALE", 0.0, environ)
-    if chosen > 0:
-        return chosen
+    if rule == "env":
+        chosen = _env.env_float("SCAV_LR_SCALE", 0.0, environ)
+        return chosen if chosen > 0 and math.isfinite(chosen) else 1.0
     if base_batch <= 0:
         raise ValueError(f"base batch must be positive, got {base_batch}")
     return scale_factor(rule, batch / base_batch, sqr, var)

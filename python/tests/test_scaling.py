@@ -56,16 +56,15 @@ class RulesTest(unittest.TestCase):
         self.assertAlmostEqual(
             scaling.lr_factor("adascale", 256, 64, sqr=1.0, var=1.0, environ={}), 1.6)
 
-    def test_env_overrides_rule(self):
-        env = {"SCAV_LR_SCALE": "1.5"}
-        for rule in scaling.RULES:
-            self.assertEqual(scaling.lr_factor(rule, 256, 64, environ=env), 1.5)
-
-    def test_invalid_env_is_ignored(self):
-        for raw in ("", "abc", "0", "-2"):
+    def test_env_rule_takes_the_daemons_factor(self):
+        self.assertEqual(scaling.lr_factor("env", 256, 64, environ={"SCAV_LR_SCALE": "1.5"}), 1.5)
+        for raw in ("", "abc", "0", "-2", "inf"):
             with self.subTest(raw=raw):
-                got = scaling.lr_factor("linear", 128, 64, environ={"SCAV_LR_SCALE": raw})
-                self.assertEqual(got, 2.0)
+                self.assertEqual(scaling.lr_factor("env", 256, 64, environ={"SCAV_LR_SCALE": raw}), 1.0)
+
+    def test_named_rule_ignores_the_env(self):
+        got = scaling.lr_factor("linear", 128, 64, environ={"SCAV_LR_SCALE": "1.5"})
+        self.assertEqual(got, 2.0)
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, "unknown LR scaling rule 'cubic'"):

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/progress"
+)
+
+// maxStepsPerLine caps the step records one progress line may stand for (a
+// bar that jumps ahead after a burst of buffered output).
+const maxStepsPerLine = 1000
+
+// outputSteps turns the progress an uninstrumented job prints (tqdm bars,
+// "step N" lines, or the user's --step-regex) into step records, so that
+// jobs without the python client can be measured and moved too. It reads one
+// stream only: the first (rank, stream) that shows progress. It stands down
+// as soon as the job's workers report steps themselves.
+type outputSteps struct {
+	mu      sync.Mutex
+	base    *progress.Parser
+	parsers map[[2]any]*progress.Parser
+	source  *[2]any
+	attempt int
+	cfg     plugins.Config
+	publish func(telemetry.StepRecord) error
+}
+
+// newOutputSteps builds the reader from the job's --step-regex ("" for the built-ins).
+func newOutputSteps(stepRegex string, publish func(telemetry.StepRecord) error) (*outputSteps, error) {
+	p, err := progress.New(stepRegex)
+	if err != nil {
+		return nil, err
+	}
+	return &outputSteps{base: p, parsers: map[[2]any]*progress.Parser{}, publish: publish}, nil
+}
+
+// attemptStarted forgets the streams of the attempt before.
+func (o *outputSteps) attemptStarted(attempt int, cfg plugins.Config) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.attempt, o.cfg, o.source = attempt, cfg, nil
+	o.parsers = map[[2]any]*progress.Parser{}
+}
+
+// line reads one output line of rank's stream.
+func (o *outputSteps) line(r *running, rank int, stream plugins.Stream, text string, log *zap.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	key := [2]any{rank, stream}
+	if o.source != nil && *o.source != key {
+		return
+	}
+	p := o.parsers[key]
+	if p == nil {
+		p = o.base.Fresh()
+		o.parsers[key] = p
+	}
+	st, ok := p.Parse(text, time.Now())
+	if !ok || st.Delta <= 0 {
+		return
+	}
+	if o.source == nil {
+		o.source = &key
+	}
+	n := min(st.Delta, maxStepsPerLine)
+	first := r.claimSteps(n)
+	if first == 0 {
+		return // the workers report steps themselves
+	}
+	per := st.StepSeconds()
+	for i := int64(0); i < n; i++ {
+		t := st.Time.Add(-time.Duration(float64(n-1-i) * per * float64(time.Second)))
+		rec := telemetry.StepRecord{
+			V: telemetry.SchemaVersion, Job: r.id(), Attempt: o.attempt, Rank: 0, World: o.cfg.Workers,
+			Step: first + i, Time: float64(t.UnixNano()) / 1e9, Seconds: per,
+			Samples: o.cfg.LocalBatch(), LocalBatch: o.cfg.LocalBatch(), GlobalBatch: o.cfg.GlobalBatch,
+			From: telemetry.FromOutput,
+		}
+		if err := o.publish(rec); err != nil {
+			log.Debug("publish output step", zap.Error(err))
+			return
+		}
+	}
+}
