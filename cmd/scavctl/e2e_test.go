@@ -660,3 +660,51 @@ func TestUninstrumentedJobMovesBySignal(t *testing.T) {
 		}
 	}
 }
+
+func TestStopCheckpointsAndResumeContinues(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "pausable", "--workers", "2", "--batch-size", "32",
+		"--target-steps", "400", "--", pythonBin, "examples/resumable_cnn.py")
+	cmd.Dir = repoRoot
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	var id string
+	for deadline := time.Now().Add(60 * time.Second); id == "" || len(steps(t, state, id)) < 2*50; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not reach step 50:\n%s", errOut.String())
+		}
+		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
+			id = m[1]
+		}
+	}
+	// SIGTERM, as a pre-emption or a shutdown sends it: the job checkpoints and stops.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) || !strings.Contains(errOut.String(), "--resume "+id) {
+		t.Fatalf("scavctl exit %d after SIGTERM, want 143 and a hint to resume:\n%s", code, errOut.String())
+	}
+	stoppedAt := len(steps(t, state, id)) / 2
+	out, e, code := scavctl(t, state, "run", "--resume", id)
+	if code != 0 {
+		t.Fatalf("scavctl run --resume: exit %d\n%s%s", code, out, e)
+	}
+	if !strings.Contains(out, fmt.Sprintf(`"from_step": %d`, stoppedAt)) {
+		t.Errorf("the resumed attempt did not start from step %d:\n%s", stoppedAt, out)
+	}
+	last := checkEveryStepOnce(t, steps(t, state, id))
+	if last <= int64(stoppedAt) {
+		t.Fatalf("the job ended at step %d, not past the stop at %d", last, stoppedAt)
+	}
+}

@@ -75,8 +75,21 @@ func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSO
 	} else {
 		row("Last step", "none reported")
 	}
-	if err := tw.Flush(); err != nil || len(j.Attempts) < 2 {
+	if j.Phase != "" {
+		row("Phase", j.Phase)
+	}
+	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if n := len(j.Decisions); n > 0 {
+		fmt.Fprintln(a.stdout, "\nDecisions (latest last):")
+		for _, d := range j.Decisions[max(0, n-5):] {
+			fmt.Fprintf(a.stdout, "  step %d, %s: %d workers, batch %s -> %d workers, batch %s: %s\n", d.Step, d.Phase,
+				d.From.Workers, batchText(d.From.GlobalBatch), d.To.Workers, batchText(d.To.GlobalBatch), d.Reason)
+		}
+	}
+	if len(j.Attempts) < 2 {
+		return nil
 	}
 	fmt.Fprintln(a.stdout, "\nAttempts:")
 	tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
