@@ -95,25 +95,10 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 		Optimize: req.Optimize,
 		State:    StateStarting, Created: time.Now().UTC(),
 	}
-	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
-
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return Job{}, errors.New("daemon is shutting down")
+	msg := fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)
+	if err := s.launch(ctx, j, req.Env, resumePoint{attempt: 1}, msg); err != nil {
+		return Job{}, err
 	}
-	s.jobs[id] = r
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	s.save(ctx, j)
-	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Message: fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)})
-	env := withTarget(req.Env, req.Optimize)
-	go func() {
-		defer s.wg.Done()
-		defer close(r.done)
-		s.run(r, env, resumePoint{attempt: 1})
-	}()
 	return j, nil
 }
 
@@ -141,23 +126,32 @@ func (s *supervisor) resume(ctx context.Context, id string, env []string) (Job, 
 		return Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", ErrBadRequest, id, j.CheckpointDir)
 	}
 	j.State, j.Ended, j.ExitCode, j.Result, j.Message, j.Resume = StateStarting, nil, nil, nil, "", nil
+	if err := s.launch(ctx, j, env, from, fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// launch records the job and runs it from from in its own goroutine, owned
+// by the supervisor (joined by close).
+func (s *supervisor) launch(ctx context.Context, j Job, env []string, from resumePoint, msg string) error {
 	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return Job{}, errors.New("daemon is shutting down")
+		return errors.New("daemon is shutting down")
 	}
-	s.jobs[id] = r
+	s.jobs[j.ID] = r
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.save(ctx, j)
-	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: id, Attempt: from.attempt, Message: fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)})
+	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: j.ID, Attempt: from.attempt, Message: msg})
 	go func() {
 		defer s.wg.Done()
 		defer close(r.done)
 		s.run(r, withTarget(env, j.Optimize), from)
 	}()
-	return j, nil
+	return nil
 }
 
 // withTarget adds the job's target to the workers' environment.

@@ -442,6 +442,42 @@ func TestPricesAndPlan(t *testing.T) {
 	}
 }
 
+// startJob starts `scavctl run` with args in the background; the test's
+// cleanup kills it if the test did not wait for it.
+func startJob(t *testing.T, state string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(scavctlBin, append([]string{"--state-dir", state, "run"}, args...)...)
+	cmd.Dir = repoRoot
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, &out, &errOut
+}
+
+// waitForRecords waits until the job started by startJob has n step records
+// and returns its id.
+func waitForRecords(t *testing.T, state string, errOut *bytes.Buffer, n int) string {
+	t.Helper()
+	var id string
+	for deadline := time.Now().Add(60 * time.Second); id == "" || len(steps(t, state, id)) < n; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not have %d step records within 60s:\n%s", n, errOut.String())
+		}
+		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
+			id = m[1]
+		}
+	}
+	return id
+}
+
 // logLines reads a job's output through `scavctl logs -o json`.
 func logLines(t *testing.T, state, id string) []telemetry.LogLine {
 	t.Helper()
@@ -548,38 +584,16 @@ func TestClosedLoopMovesWithoutLosingOrRepeatingSteps(t *testing.T) {
 func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "killed", "--workers", "2", "--batch-size", "32",
+	cmd, out, errOut := startJob(t, state, "--name", "killed", "--workers", "2", "--batch-size", "32",
 		"--", pythonBin, "cmd/scavctl/testdata/dies_in_checkpoint.py", "--steps", "120", "--checkpoint-every", "20")
-	cmd.Dir = repoRoot
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
 	// Wait for the first periodic checkpoint (step 20), then move the job:
 	// rank 0 dies writing the checkpoint the move asks for.
-	deadline := time.Now().Add(60 * time.Second)
-	var id string
-	for id == "" || len(steps(t, state, id)) < 2*30 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not reach step 30:\n%s", errOut.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
-			id = m[1]
-		}
-	}
+	id := waitForRecords(t, state, errOut, 2*30)
 	if _, e, code := scavctl(t, state, "move", id, "--workers", "1"); code != 0 {
 		t.Fatalf("scavctl move: exit %d\n%s", code, e)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("scavctl run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		t.Fatalf("scavctl run: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
 	resumed := events(logLines(t, state, id), "resumed")
 	ev := resumed[2]
@@ -605,30 +619,10 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 func TestUninstrumentedJobMovesBySignal(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "plain", "--workers", "1", "--batch-size", "64",
+	cmd, _, errOut := startJob(t, state, "--name", "plain", "--workers", "1", "--batch-size", "64",
 		"--checkpoint-signal", "SIGUSR1", "--grace", "30s", "--", pythonBin, "cmd/scavctl/testdata/uninstrumented.py", "--steps", "3000")
-	cmd.Dir = repoRoot
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
 	// The script prints only a tqdm-like bar; its steps are read off it.
-	var id string
-	for deadline := time.Now().Add(60 * time.Second); id == "" || len(steps(t, state, id)) < 200; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress read off the job's output within 60s:\n%s", errOut.String())
-		}
-		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
-			id = m[1]
-		}
-	}
+	id := waitForRecords(t, state, errOut, 200)
 	if _, e, code := scavctl(t, state, "move", id, "--workers", "2"); code != 0 {
 		t.Fatalf("scavctl move: exit %d\n%s", code, e)
 	}
@@ -664,29 +658,9 @@ func TestUninstrumentedJobMovesBySignal(t *testing.T) {
 func TestStopCheckpointsAndResumeContinues(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	cmd := exec.Command(scavctlBin, "--state-dir", state, "run", "--name", "pausable", "--workers", "2", "--batch-size", "32",
+	cmd, _, errOut := startJob(t, state, "--name", "pausable", "--workers", "2", "--batch-size", "32",
 		"--target-steps", "400", "--", pythonBin, "examples/resumable_cnn.py")
-	cmd.Dir = repoRoot
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	var id string
-	for deadline := time.Now().Add(60 * time.Second); id == "" || len(steps(t, state, id)) < 2*50; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not reach step 50:\n%s", errOut.String())
-		}
-		if m := jobIDRe.FindStringSubmatch(errOut.String()); m != nil {
-			id = m[1]
-		}
-	}
+	id := waitForRecords(t, state, errOut, 2*50)
 	// SIGTERM, as a pre-emption or a shutdown sends it: the job checkpoints and stops.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
