@@ -347,13 +347,12 @@ func (c *controller) decision(j Job, step int64, o policy.Observation, d policy.
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: j.Config.LRScale},
 		Alternatives: len(d.Predictions),
 	}
-	switch {
-	case strings.Contains(d.Reason, "probe"):
-		dec.Phase = "probing"
-	case d.Chosen >= 0 && d.Chosen < len(d.Predictions):
-		dec.Phase = "optimised"
+	if d.Chosen >= 0 && d.Chosen < len(d.Predictions) {
 		p := d.Predictions[d.Chosen]
 		dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+		dec.Phase = "optimised"
+	} else if strings.Contains(d.Reason, "probe") {
+		dec.Phase = "probing"
 	}
 	return dec
 }
