@@ -347,12 +347,17 @@ func (c *controller) decision(j Job, step int64, o policy.Observation, d policy.
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: j.Config.LRScale},
 		Alternatives: len(d.Predictions),
 	}
-	if d.Chosen >= 0 && d.Chosen < len(d.Predictions) {
+	switch {
+	case d.Chosen >= 0 && d.Chosen < len(d.Predictions):
 		p := d.Predictions[d.Chosen]
 		dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
 		dec.Phase = "optimised"
-	} else if strings.Contains(d.Reason, "probe") {
+	case strings.Contains(d.Reason, "waiting"):
+		dec.Phase = "warm-up"
+	case strings.Contains(d.Reason, "probe ") && d.Config != o.Config:
 		dec.Phase = "probing"
+	default: // staying for good: the search finished or does not pay
+		dec.Phase = "optimised"
 	}
 	return dec
 }
