@@ -318,6 +318,7 @@ func (c *controller) run(ctx context.Context) {
 			continue
 		}
 		c.obs.setWait(d.WaitSteps)
+		c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
 		dec := c.decision(j, rec.Step, o, d)
 		if dec.To == last.To && dec.Phase == last.Phase && dec.To == j.Config {
 			continue // the same verdict again: nothing to record

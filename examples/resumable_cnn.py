@@ -31,7 +31,7 @@ import scavenger
 import scavenger.torch
 from scavenger import scaling
 from scavenger.checkpoint import checkpoint, restore
-from scavenger.distributed import ResumableDistributedSampler, any_rank, setup, shutdown
+from scavenger.distributed import ResumableDistributedSampler, any_rank, finish, setup
 
 
 class SyntheticImages(Dataset):
@@ -177,7 +177,7 @@ def main() -> None:
                "lr": optimizer.param_groups[0]["lr"], "lr_factor": factor,
                "epoch": sampler.epoch, "position": sampler.position, "samples_seen": seen,
                "checkpoint": saved})
-    shutdown()
+    finish()  # scavenger: leave the group and exit without torch's teardown
 
 
 def resume(model, optimizer, sampler, stats, rank: int, world: int) -> tuple:

@@ -14,6 +14,7 @@ script joins the process group and wraps its model once at start-up:
 
 import os
 import socket
+import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
@@ -53,6 +54,18 @@ def shutdown() -> None:
     """Leave the default process group, if joined (at the end of an attempt)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def finish(code: int = 0) -> None:
+    """End the attempt's process now: leave the process group, flush the
+    telemetry and the output, and exit with code without running the
+    interpreter's teardown, where torch 1.13 with gloo sometimes aborts
+    ("terminate called without an active exception") after all work is done."""
+    shutdown()
+    scavenger.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def any_rank(flag: bool) -> bool:
