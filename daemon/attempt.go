@@ -180,6 +180,14 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 			c := cfg
 			prev = &c
 			cfg, restore, startStep = out.moved.cfg, out.restore, out.lastStep
+			select {
+			case <-r.stop: // stopped between two attempts: keep the checkpoint for --resume
+				stopCtl()
+				r.update(func(j *Job) { j.Resume = &ResumePoint{Checkpoint: restore, Step: startStep} })
+				s.finish(r, nil, 0, fmt.Sprintf("stopped on request between two attempts, at the checkpoint of step %d; continue with: scavctl run --resume %s", startStep, j.ID), StateStopped)
+				return
+			default:
+			}
 			continue
 		}
 		stopCtl()
