@@ -15,4 +15,18 @@ var (
 	ErrStopped = errors.New("attempt stopped")
 	// ErrFinished reports an operation on an attempt whose processes have all ended.
 	ErrFinished = errors.New("attempt finished")
+
+	// Errors of the plugin transport and the catalog follow.
+
+	// ErrUnknownHandle reports a handle id the plugin does not know (it was
+	// never started there, or the plugin restarted).
+	ErrUnknownHandle = errors.New("unknown attempt handle")
+	// ErrPluginUnavailable reports that a launcher plugin cannot be reached:
+	// its process exited or was closed.
+	ErrPluginUnavailable = errors.New("launcher plugin unavailable")
+	// ErrPluginChecksum reports a plugin binary whose sha256 is not the one
+	// given to Load; the binary is not started.
+	ErrPluginChecksum = errors.New("launcher plugin checksum mismatch")
+	// ErrUnknownLauncher reports a launcher name that no catalog entry has.
+	ErrUnknownLauncher = errors.New("unknown launcher")
 )

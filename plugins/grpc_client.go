@@ -1,0 +1,279 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	pb "github.com/scavenger-ml/scavenger/plugins/proto"
+)
+
+// nameTimeout bounds the Name call made when a plugin is dispensed.
+const nameTimeout = 10 * time.Second
+
+// grpcLauncher is a Launcher served by a plugin: the host side of the
+// transport. Every call goes to the plugin; errors come back through
+// fromStatus, so they wrap the contract's sentinels.
+type grpcLauncher struct {
+	client pb.LauncherClient
+	name   string
+	logger *zap.Logger
+
+	// ctx is the client's lifetime: it ends when the plugin exits or close
+	// is called, and with it every attempt's streams and waiters.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// mu guards closed and the adding of goroutines to wg, which joins
+	// the goroutines of every handle.
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ Launcher = (*grpcLauncher)(nil)
+
+// newGRPCLauncher asks the plugin its name and returns the launcher. ctx is
+// the lifetime of the connection (go-plugin ends it when the plugin exits).
+func newGRPCLauncher(ctx context.Context, conn grpc.ClientConnInterface, logger *zap.Logger) (*grpcLauncher, error) {
+	c := pb.NewLauncherClient(conn)
+	nctx, cancel := context.WithTimeout(ctx, nameTimeout)
+	defer cancel()
+	resp, err := c.Name(nctx, &pb.NameRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("launcher plugin name: %w", fromStatus(err))
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	return &grpcLauncher{
+		client: c, name: resp.GetName(), logger: logger.Named(resp.GetName()),
+		ctx: lctx, cancel: lcancel,
+	}, nil
+}
+
+// close ends every attempt's streams and waiters (not the attempts: they
+// belong to the plugin) and joins their goroutines.
+func (c *grpcLauncher) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// Name returns the plugin's launcher name.
+func (c *grpcLauncher) Name() string { return c.name }
+
+// Capabilities asks the plugin.
+func (c *grpcLauncher) Capabilities(ctx context.Context) (Capabilities, error) {
+	resp, err := c.client.Capabilities(ctx, &pb.CapabilitiesRequest{})
+	if err != nil {
+		return Capabilities{}, fmt.Errorf("launcher plugin %s: capabilities: %w", c.name, fromStatus(err))
+	}
+	return Capabilities{MaxWorkers: int(resp.GetMaxWorkers()), Hosts: resp.GetHosts(), MachineTypes: resp.GetMachineTypes()}, nil
+}
+
+// Start starts the attempt in the plugin and returns once the plugin has
+// reported it started; ctx bounds only that. The output stream and the wait
+// for the result then run until the attempt ends or the launcher is closed.
+func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.startErr(spec, err)
+	}
+	if c.ctx.Err() != nil {
+		return nil, c.startErr(spec, ErrPluginUnavailable)
+	}
+	sctx, cancel := context.WithCancel(c.ctx)
+	stream, err := c.client.Start(sctx, &pb.StartRequest{Spec: specToProto(spec)})
+	if err != nil {
+		cancel()
+		return nil, c.startErr(spec, fromStatus(err))
+	}
+	type first struct {
+		ev  *pb.StartEvent
+		err error
+	}
+	ch := make(chan first, 1)
+	go func() {
+		ev, err := stream.Recv()
+		ch <- first{ev, err}
+	}()
+	var f first
+	select {
+	case f = <-ch:
+	case <-ctx.Done():
+		cancel() // the plugin stops an attempt it could not report
+		<-ch
+		return nil, c.startErr(spec, ctx.Err())
+	}
+	if f.err != nil {
+		cancel()
+		return nil, c.startErr(spec, c.transportErr(f.err))
+	}
+	started := f.ev.GetStarted()
+	if started == nil {
+		cancel()
+		return nil, c.startErr(spec, errors.New("protocol error: first message is not Started"))
+	}
+	h := &grpcHandle{
+		c: c, id: started.GetHandleId(), jobID: spec.JobID, attempt: spec.Attempt,
+		done: make(chan struct{}),
+	}
+	outputDone := make(chan struct{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return nil, c.startErr(spec, ErrPluginUnavailable)
+	}
+	c.wg.Go(func() {
+		defer close(outputDone)
+		h.handleOutput(stream, spec.Output)
+	})
+	c.wg.Go(func() {
+		defer cancel()
+		h.handleWait(outputDone)
+	})
+	return h, nil
+}
+
+func (c *grpcLauncher) startErr(spec AttemptSpec, err error) error {
+	return fmt.Errorf("launcher plugin %s: start job %s attempt %d: %w", c.name, spec.JobID, spec.Attempt, err)
+}
+
+// transportErr is fromStatus, except that an error caused by the end of the
+// launcher's lifetime is ErrPluginUnavailable.
+func (c *grpcLauncher) transportErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrPluginUnavailable, fromStatus(err))
+	}
+	return fromStatus(err)
+}
+
+// grpcHandle is an attempt started by a plugin. One goroutine delivers its
+// output, another waits for its result; done is closed when both are over.
+type grpcHandle struct {
+	c       *grpcLauncher
+	id      string
+	jobID   string
+	attempt int
+
+	done   chan struct{}
+	result Result // final once done is closed
+	err    error  // set instead of result when the wait failed
+}
+
+var _ Handle = (*grpcHandle)(nil)
+
+// handleOutput delivers the output lines of the Start stream until it ends.
+func (h *grpcHandle) handleOutput(stream pb.Launcher_StartClient, out OutputFunc) {
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return // io.EOF once the attempt has finished; else the wait reports it
+		}
+		if o := ev.GetOutput(); o != nil && out != nil {
+			out(int(o.GetRank()), Stream(o.GetStream()), o.GetLine())
+		}
+	}
+}
+
+// handleWait waits for the attempt's result and, once all its output has
+// been delivered, publishes it.
+func (h *grpcHandle) handleWait(outputDone <-chan struct{}) {
+	defer close(h.done)
+	resp, err := h.c.client.Wait(h.c.ctx, &pb.WaitRequest{HandleId: h.id})
+	<-outputDone
+	if err != nil {
+		h.err = fmt.Errorf("launcher plugin %s: wait for job %s attempt %d: %w", h.c.name, h.jobID, h.attempt, h.c.transportErr(err))
+		return
+	}
+	h.result = resultFromProto(resp)
+}
+
+// ID returns the plugin's id of the attempt.
+func (h *grpcHandle) ID() string { return h.id }
+
+// Wait returns the attempt's result once it has finished and all its
+// output has been delivered; every call gets the same result.
+func (h *grpcHandle) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-h.done:
+		if h.err != nil {
+			return Result{}, h.err
+		}
+		r := h.result
+		r.Ranks = slices.Clone(r.Ranks)
+		return r, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("wait for job %s attempt %d: %w", h.jobID, h.attempt, ctx.Err())
+	}
+}
+
+func (h *grpcHandle) finished() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal asks the plugin to signal the attempt's workers.
+func (h *grpcHandle) Signal(ctx context.Context, sig syscall.Signal) error {
+	op := func(err error) error {
+		return fmt.Errorf("launcher plugin %s: signal %d to job %s attempt %d: %w", h.c.name, sig, h.jobID, h.attempt, err)
+	}
+	if h.finished() {
+		return op(ErrFinished)
+	}
+	_, err := h.c.client.Signal(ctx, &pb.SignalRequest{HandleId: h.id, Signal: int64(sig)})
+	err = h.c.transportErr(err)
+	if errors.Is(err, ErrUnknownHandle) {
+		// The plugin forgot the attempt because its result was taken.
+		if err := h.awaitDone(ctx); err != nil {
+			return op(err)
+		}
+		return op(ErrFinished)
+	}
+	if err != nil {
+		return op(err)
+	}
+	return nil
+}
+
+// Stop asks the plugin to stop the attempt and returns when the attempt has
+// finished here too (its result and output delivered).
+func (h *grpcHandle) Stop(ctx context.Context, grace time.Duration) error {
+	op := func(err error) error {
+		return fmt.Errorf("launcher plugin %s: stop job %s attempt %d: %w", h.c.name, h.jobID, h.attempt, err)
+	}
+	if h.finished() {
+		return nil
+	}
+	_, err := h.c.client.Stop(ctx, &pb.StopRequest{HandleId: h.id, GraceNs: int64(grace)})
+	if err = h.c.transportErr(err); err != nil && !errors.Is(err, ErrUnknownHandle) {
+		return op(err)
+	}
+	if err := h.awaitDone(ctx); err != nil {
+		return op(err)
+	}
+	return nil
+}
+
+func (h *grpcHandle) awaitDone(ctx context.Context) error {
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,72 @@
+package plugins
+
+import pb "github.com/scavenger-ml/scavenger/plugins/proto"
+
+// Conversions between the contract's types and their proto messages.
+
+func specToProto(s AttemptSpec) *pb.AttemptSpec {
+	return &pb.AttemptSpec{
+		JobId:   s.JobID,
+		Attempt: int64(s.Attempt),
+		Command: s.Command,
+		Dir:     s.Dir,
+		Env:     s.Env,
+		Config: &pb.Config{
+			Workers:     int64(s.Config.Workers),
+			GlobalBatch: int64(s.Config.GlobalBatch),
+			MachineType: s.Config.MachineType,
+			Nodes:       int64(s.Config.Nodes),
+			LrScale:     s.Config.LRScale,
+		},
+		Mode:          string(s.Mode),
+		Socket:        s.Socket,
+		CheckpointDir: s.CheckpointDir,
+		Restore:       s.Restore,
+		StartStep:     s.StartStep,
+		WantOutput:    s.Output != nil,
+	}
+}
+
+// specFromProto returns the spec, without Output, and whether output is wanted.
+func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
+	c := p.GetConfig()
+	return AttemptSpec{
+		JobID:   p.GetJobId(),
+		Attempt: int(p.GetAttempt()),
+		Command: p.GetCommand(),
+		Dir:     p.GetDir(),
+		Env:     p.GetEnv(),
+		Config: Config{
+			Workers:     int(c.GetWorkers()),
+			GlobalBatch: int(c.GetGlobalBatch()),
+			MachineType: c.GetMachineType(),
+			Nodes:       int(c.GetNodes()),
+			LRScale:     c.GetLrScale(),
+		},
+		Mode:          LaunchMode(p.GetMode()),
+		Socket:        p.GetSocket(),
+		CheckpointDir: p.GetCheckpointDir(),
+		Restore:       p.GetRestore(),
+		StartStep:     p.GetStartStep(),
+	}, p.GetWantOutput()
+}
+
+func resultToProto(r Result) *pb.WaitResponse {
+	out := &pb.WaitResponse{ExitCode: int64(r.ExitCode), FailedRank: int64(r.FailedRank), Stopped: r.Stopped}
+	for _, rr := range r.Ranks {
+		out.Ranks = append(out.Ranks, &pb.RankResult{
+			Rank: int64(rr.Rank), Pid: int64(rr.PID), ExitCode: int64(rr.ExitCode), Signal: rr.Signal, Stopped: rr.Stopped,
+		})
+	}
+	return out
+}
+
+func resultFromProto(p *pb.WaitResponse) Result {
+	r := Result{ExitCode: int(p.GetExitCode()), FailedRank: int(p.GetFailedRank()), Stopped: p.GetStopped()}
+	for _, rr := range p.GetRanks() {
+		r.Ranks = append(r.Ranks, RankResult{
+			Rank: int(rr.GetRank()), PID: int(rr.GetPid()), ExitCode: int(rr.GetExitCode()), Signal: rr.GetSignal(), Stopped: rr.GetStopped(),
+		})
+	}
+	return r
+}

@@ -1,0 +1,185 @@
+package plugins
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/scavenger-ml/scavenger/plugins/proto"
+)
+
+// grpcServer serves a Launcher over gRPC: the plugin side of the transport.
+// It keeps the handles it started by id until a Wait has returned their
+// result (the client keeps the result from then on).
+type grpcServer struct {
+	pb.UnimplementedLauncherServer
+	impl   Launcher
+	logger *zap.Logger
+
+	mu      sync.Mutex
+	handles map[string]Handle
+}
+
+func newGRPCServer(impl Launcher, logger *zap.Logger) *grpcServer {
+	return &grpcServer{impl: impl, logger: logger, handles: map[string]Handle{}}
+}
+
+func (s *grpcServer) Name(context.Context, *pb.NameRequest) (*pb.NameResponse, error) {
+	return &pb.NameResponse{Name: s.impl.Name()}, nil
+}
+
+func (s *grpcServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.CapabilitiesResponse, error) {
+	c, err := s.impl.Capabilities(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CapabilitiesResponse{MaxWorkers: int64(c.MaxWorkers), Hosts: c.Hosts, MachineTypes: c.MachineTypes}, nil
+}
+
+// outputSender sends output lines on a Start stream. Lines that come before
+// the Started message are held until it is sent; lines after the stream
+// ended are dropped.
+type outputSender struct {
+	stream pb.Launcher_StartServer
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	pending []*pb.StartEvent
+}
+
+func (o *outputSender) output(rank int, st Stream, line string) {
+	ev := &pb.StartEvent{Event: &pb.StartEvent_Output{Output: &pb.OutputLine{Rank: int64(rank), Stream: string(st), Line: line}}}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.closed:
+	case !o.started:
+		o.pending = append(o.pending, ev)
+	default:
+		if err := o.stream.Send(ev); err != nil {
+			o.closed = true // the client went away; the attempt goes on
+		}
+	}
+}
+
+// begin sends Started and the held lines.
+func (o *outputSender) begin(id string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.started = true
+	if err := o.stream.Send(&pb.StartEvent{Event: &pb.StartEvent_Started{Started: &pb.Started{HandleId: id}}}); err != nil {
+		o.closed = true
+		return err
+	}
+	for _, ev := range o.pending {
+		if err := o.stream.Send(ev); err != nil {
+			o.closed = true
+			return err
+		}
+	}
+	o.pending = nil
+	return nil
+}
+
+// end stops sending: the stream may not be used once the handler returned.
+func (o *outputSender) end() {
+	o.mu.Lock()
+	o.closed = true
+	o.pending = nil
+	o.mu.Unlock()
+}
+
+// Start starts the attempt and streams its output until it has finished.
+// If Started cannot be delivered, the attempt is stopped at once, since no
+// client knows of it.
+func (s *grpcServer) Start(req *pb.StartRequest, stream pb.Launcher_StartServer) error {
+	ctx := stream.Context()
+	spec, wantOutput := specFromProto(req.GetSpec())
+	send := &outputSender{stream: stream}
+	defer send.end()
+	if wantOutput {
+		spec.Output = send.output
+	}
+	h, err := s.impl.Start(ctx, spec)
+	if err != nil {
+		return toStatus(err)
+	}
+	id := h.ID()
+	s.mu.Lock()
+	s.handles[id] = h
+	s.mu.Unlock()
+	if err := send.begin(id); err != nil {
+		s.logger.Warn("client left before the attempt was reported; stopping it", zap.String("handle", id), zap.Error(err))
+		s.forget(id)
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := h.Stop(stopCtx, 0); err != nil {
+			s.logger.Warn("stop unreported attempt", zap.String("handle", id), zap.Error(err))
+		}
+		return toStatus(err)
+	}
+	// Every output line has been delivered when Wait returns; if the client
+	// went away, the attempt goes on and can still be waited for.
+	_, _ = h.Wait(ctx)
+	return nil
+}
+
+func (s *grpcServer) handle(id string) (Handle, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.handles[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "handle %q: %v", id, ErrUnknownHandle)
+	}
+	return h, nil
+}
+
+func (s *grpcServer) forget(id string) {
+	s.mu.Lock()
+	delete(s.handles, id)
+	s.mu.Unlock()
+}
+
+func (s *grpcServer) Wait(ctx context.Context, req *pb.WaitRequest) (*pb.WaitResponse, error) {
+	h, err := s.handle(req.GetHandleId())
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.Wait(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.forget(req.GetHandleId())
+	return resultToProto(res), nil
+}
+
+func (s *grpcServer) Signal(ctx context.Context, req *pb.SignalRequest) (*pb.SignalResponse, error) {
+	h, err := s.handle(req.GetHandleId())
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Signal(ctx, syscall.Signal(req.GetSignal())); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SignalResponse{}, nil
+}
+
+func (s *grpcServer) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopResponse, error) {
+	h, err := s.handle(req.GetHandleId())
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Stop(ctx, time.Duration(req.GetGraceNs())); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.StopResponse{}, nil
+}
+
+// Recover is not implemented yet: the embedded UnimplementedLauncherServer
+// answers codes.Unimplemented.
