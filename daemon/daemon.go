@@ -55,7 +55,8 @@ type Config struct {
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
-	// Launcher starts the workers (default launchers/local).
+	// Launcher starts the workers (default: the built-in local launcher, with
+	// an orphan reaper).
 	Launcher plugins.Launcher
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,9 +16,19 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 func main() {
+	// Started by a launcher-plugin host (the handshake cookie is set): serve
+	// the built-in launcher named by SCAV_PLUGIN_LAUNCHER (default local).
+	if os.Getenv(plugins.Handshake.MagicCookieKey) == plugins.Handshake.MagicCookieValue {
+		if err := servePlugin(os.Getenv("SCAV_PLUGIN_LAUNCHER")); err != nil {
+			fmt.Fprintln(os.Stderr, "scavd:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "scavd:", err)
 		os.Exit(1)
@@ -27,7 +38,7 @@ func main() {
 // run parses the command line and serves until SIGINT or SIGTERM.
 func run(ctx context.Context, args []string) error {
 	var cfg daemon.Config
-	var level, format string
+	var level, format, launcher, plugin, pluginSum string
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -50,6 +61,21 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 			defer log.Sync()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			switch {
+			case plugin != "":
+				l, closePlugin, err := daemon.LoadPlugin(ctx, plugin, pluginSum, log)
+				if err != nil {
+					return err
+				}
+				defer closePlugin()
+				cfg.Launcher = l
+			case launcher != "local":
+				l, err := daemon.Builtins(false).New(launcher, log)
+				if err != nil {
+					return fmt.Errorf("--launcher: %w", err)
+				}
+				cfg.Launcher = l
+			}
 			return daemon.Run(ctx, cfg, log)
 		},
 	}
@@ -60,10 +86,26 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
+	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(false).Names(), ", "))
+	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
+	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "console", "log format: console or json")
 	cmd.SetArgs(args)
 	return cmd.ExecuteContext(ctx)
+}
+
+// servePlugin serves one built-in launcher to a plugin host until it is done.
+func servePlugin(name string) error {
+	if name == "" {
+		name = "local"
+	}
+	l, err := daemon.Builtins(true).New(name, plugins.NewPluginLogger(zapcore.InfoLevel))
+	if err != nil {
+		return fmt.Errorf("serve launcher plugin: %w", err)
+	}
+	plugins.Serve(l)
+	return nil
 }
 
 func newLogger(level, format string) (*zap.Logger, error) {
