@@ -12,11 +12,12 @@ import (
 )
 
 // Builtins is the catalog of the launchers linked into scavd; they run in
-// process. "local" starts workers on this node.
-func Builtins(standalone bool) *plugins.Catalog {
+// process. "local" starts workers on this node; with a reaper it collects
+// their orphans; killOnParentDeath ties the workers to this process.
+func Builtins(killOnParentDeath bool, reaper *local.Reaper) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
-		return local.New(local.Options{Logger: log, KillOnParentDeath: standalone}), nil
+		return local.New(local.Options{Logger: log, KillOnParentDeath: killOnParentDeath, Reaper: reaper}), nil
 	})
 	return c
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -70,7 +71,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 				defer closePlugin()
 				cfg.Launcher = l
 			case launcher != "local":
-				l, err := daemon.Builtins(false).New(launcher, log)
+				l, err := daemon.Builtins(false, nil).New(launcher, log)
 				if err != nil {
 					return fmt.Errorf("--launcher: %w", err)
 				}
@@ -86,7 +87,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
-	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(false).Names(), ", "))
+	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(false, nil).Names(), ", "))
 	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
@@ -100,7 +101,13 @@ func servePlugin(name string) error {
 	if name == "" {
 		name = "local"
 	}
-	l, err := daemon.Builtins(true).New(name, plugins.NewPluginLogger(zapcore.InfoLevel))
+	log := plugins.NewPluginLogger(zapcore.InfoLevel)
+	reaper, err := local.StartReaper(context.Background(), log)
+	if err != nil {
+		return fmt.Errorf("serve launcher plugin: %w", err)
+	}
+	defer reaper.Stop()
+	l, err := daemon.Builtins(true, reaper).New(name, log)
 	if err != nil {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}

@@ -3,6 +3,9 @@
 package main
 
 import (
+	"context"
+
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/launchers/local"
@@ -10,8 +13,13 @@ import (
 )
 
 func main() {
-	plugins.Serve(local.New(local.Options{
-		Logger:            plugins.NewPluginLogger(zapcore.DebugLevel),
-		KillOnParentDeath: true,
-	}))
+	log := plugins.NewPluginLogger(zapcore.DebugLevel)
+	// The plugin process reaps its workers' orphans itself, so that none is
+	// left a zombie when it exits.
+	reaper, err := local.StartReaper(context.Background(), log)
+	if err != nil {
+		log.Fatal("start reaper", zap.Error(err))
+	}
+	defer reaper.Stop()
+	plugins.Serve(local.New(local.Options{Logger: log, KillOnParentDeath: true, Reaper: reaper}))
 }

@@ -1,0 +1,93 @@
+package ssh
+
+import (
+	"errors"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseInventory(t *testing.T) {
+	in := `# workers
+root@10.0.0.1:2222 slots=4
+bob@gpu-b  slots=2   # comment
+gpu-c
+[::1]:2200 slots=1
+`
+	hosts, err := ParseInventory(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Host{
+		{Addr: "10.0.0.1", Port: 2222, User: "root", Slots: 4},
+		{Addr: "gpu-b", User: "bob", Slots: 2},
+		{Addr: "gpu-c", Slots: 1},
+		{Addr: "::1", Port: 2200, Slots: 1},
+	}
+	if !reflect.DeepEqual(hosts, want) {
+		t.Errorf("got %+v, want %+v", hosts, want)
+	}
+	if got := want[0].String(); got != "root@10.0.0.1:2222 slots=4" {
+		t.Errorf("String = %q", got)
+	}
+	_, err = ParseInventory(strings.NewReader("a slots=0\nb:x\nc cores=2\n@d\n"))
+	if !errors.Is(err, ErrInventory) {
+		t.Fatalf("bad inventory: %v", err)
+	}
+	for _, s := range []string{"line 1", "line 2", "line 3", "line 4"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not report %s", err, s)
+		}
+	}
+}
+
+func TestParseHosts(t *testing.T) {
+	hosts, err := ParseHosts([]string{"u@h1:23,slots=2", "h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Host{{Addr: "h1", Port: 23, User: "u", Slots: 2}, {Addr: "h2", Slots: 1}}
+	if !reflect.DeepEqual(hosts, want) {
+		t.Errorf("got %+v, want %+v", hosts, want)
+	}
+	if _, err := ParseHosts([]string{"h:99999"}); !errors.Is(err, ErrInventory) {
+		t.Errorf("bad port: %v", err)
+	}
+}
+
+func TestPlace(t *testing.T) {
+	hosts := []Host{{Addr: "a", Slots: 2}, {Addr: "b", Slots: 2}}
+	got, err := place(hosts, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []placement{{0, 0, 2}, {0, 1, 2}, {1, 0, 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("place 3 = %+v, want %+v", got, want)
+	}
+	if _, err := place(hosts, 5); err == nil {
+		t.Error("place 5 on 4 slots succeeded")
+	}
+}
+
+// TestRemoteCommandQuoting runs the remote command through a local sh, as
+// the login shell would, with arguments that would break naive quoting.
+func TestRemoteCommandQuoting(t *testing.T) {
+	args := []string{"/bin/sh", "-c", `for a in "$@"; do printf '[%s]' "$a"; done; printf '|%s' "$V"`, "sh",
+		"a b", "it's", "$HOME", "`id`", "$(id)", "; id;", `\'"`, "", "'; id; echo '"}
+	cmd := remoteCommand(t.TempDir(), []string{"V=x'y $z;`q`"}, args)
+	out, err := exec.Command("/bin/sh", "-c", cmd).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	got := string(out)
+	first, rest, _ := strings.Cut(got, "\n")
+	if !strings.HasPrefix(first, pgidMarker) {
+		t.Errorf("first line %q, want the pgid", first)
+	}
+	want := "[a b][it's][$HOME][`id`][$(id)][; id;][\\'\"][]['; id; echo ']|x'y $z;`q`"
+	if rest != want {
+		t.Errorf("got %q, want %q", rest, want)
+	}
+}

@@ -1,0 +1,60 @@
+package ssh
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// Quote returns s as one POSIX shell word: wrapped in single quotes, each
+// single quote inside written as quote, backslash, quote, quote (close the
+// quoting, an escaped quote, reopen). Nothing inside is expanded by sh.
+func Quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// pgidMarker starts the first stdout line of every remote worker: the
+// wrapper's process-group id.
+const pgidMarker = "SCAVPGID "
+
+// remoteCommand builds the command line sent in the SSH exec request for
+// one worker. The login shell only runs `exec /bin/sh -c '<script>'`; the
+// script prints "SCAVPGID <pid>" (sshd makes each session's process a
+// session and group leader, so its pid is the pgid the launcher kills),
+// changes to dir, and execs env with the worker environment and the
+// arguments, every one of them single-quoted: no argument, key or value is
+// ever parsed by a shell. The contract variables that WorkerEnv leaves out
+// in ModeSelf are unset so that a stale value in the remote login
+// environment does not leak in.
+func remoteCommand(dir string, env, argv []string) string {
+	var b strings.Builder
+	b.WriteString(`echo "` + pgidMarker + `$$" || exit 125` + "\n")
+	if dir != "" {
+		b.WriteString("cd -- " + Quote(dir) + " || exit 127\n")
+	}
+	b.WriteString("exec env")
+	for _, k := range []string{plugins.EnvRank, plugins.EnvWorldSize, plugins.EnvLocalRank, plugins.EnvLocalWorldSize} {
+		b.WriteString(" -u " + k)
+	}
+	b.WriteString(" --")
+	for _, kv := range env {
+		b.WriteString(" " + Quote(kv))
+	}
+	for _, a := range argv {
+		b.WriteString(" " + Quote(a))
+	}
+	return "exec /bin/sh -c " + Quote(b.String()) + " scav-worker"
+}
+
+// killCommand builds a command that sends sig (a name without "SIG") to
+// each process group in pgids, ignoring groups that are already gone.
+func killCommand(sig string, pgids []int) string {
+	var b strings.Builder
+	b.WriteString("for p in")
+	for _, p := range pgids {
+		b.WriteString(" " + strconv.Itoa(p))
+	}
+	b.WriteString("; do kill -s " + Quote(sig) + ` -- "-$p" 2>/dev/null; done; exit 0`)
+	return b.String()
+}

@@ -1,0 +1,322 @@
+// Package ssh is the launcher that starts a job attempt's workers on a list
+// of hosts over SSH (golang.org/x/crypto/ssh), with keys from files or the
+// SSH agent and host keys verified against known_hosts files.
+//
+// # Placement
+//
+// The K workers of an attempt fill the inventory's hosts in order, each up
+// to its Slots: with hosts a (2 slots) and b (2 slots), K=3 puts ranks 0
+// and 1 on a and rank 2 on b. MASTER_ADDR is the first host's Addr and
+// MASTER_PORT is Options.MasterPort or a port that was free on that host a
+// moment before (asked of its sshd with a remote port forward to port 0).
+// In plugins.ModeSelf one process runs on the first host.
+//
+// # Remote processes
+//
+// Each worker is one SSH session on its host's connection (one connection
+// per host and attempt). The remote command is a small sh wrapper (see
+// remoteCommand) that prints its process-group id first and then execs the
+// worker with its environment from plugins.WorkerEnv; every argument, key
+// and value is single-quoted, so nothing is interpreted by a shell. The
+// launcher signals a worker with a second exec, `kill -s SIG -- -PGID`,
+// because sshd ignores SSH signal requests for root and closing a session
+// without a PTY leaves its command running.
+//
+// # Attempt lifecycle
+//
+//	Start ──► running ──┬─ every rank exits 0 ───────────────────────────────┐
+//	                    ├─ a rank fails, or its host is lost ──► stopping ──┤
+//	                    └─ Stop(ctx, grace) ───────────────────► stopping ──┤
+//	                                                                         ▼
+//	   stopping: SIGTERM to every group, SIGKILL to every group      cleaning up:
+//	   when the grace ends and ranks remain                 SIGKILL to every group
+//	                                                        (descendants), close
+//	                                                        connections, Wait returns
+//
+// Every connection sends an OpenSSH keepalive each Options.KeepaliveInterval;
+// a host that does not answer within Options.KeepaliveTimeout is lost: its
+// connection is closed, its ranks count as failed (exit 255) and the others
+// are stopped. Wait then returns the Result together with an error wrapping
+// ErrHostUnreachable that names the host.
+package ssh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// Defaults of Options.
+const (
+	DefaultUser              = "root"
+	DefaultGrace             = 5 * time.Second
+	DefaultDialTimeout       = 10 * time.Second
+	DefaultKeepaliveInterval = 2 * time.Second
+	DefaultKeepaliveTimeout  = 5 * time.Second
+	DefaultMaxLineBytes      = 64 << 10
+)
+
+// Options configure an SSH Launcher.
+type Options struct {
+	// Logger is required; the launcher names its logger "ssh".
+	Logger *zap.Logger
+	// Hosts is the inventory, in placement order; at least one is required.
+	Hosts []Host
+	// User is the login user of hosts that name none (default DefaultUser).
+	User string
+	// KeyFiles are unencrypted private key files to authenticate with.
+	KeyFiles []string
+	// UseAgent adds the keys of the SSH agent at $SSH_AUTH_SOCK.
+	UseAgent bool
+	// KnownHosts are the known_hosts files host keys are checked against
+	// (default ~/.ssh/known_hosts). A host whose key is not there is refused.
+	KnownHosts []string
+	// MasterPort fixes MASTER_PORT; 0 picks a free port on the first host.
+	MasterPort int
+	// Grace is how long the peers of a failed rank get between SIGTERM and
+	// SIGKILL (default DefaultGrace). Stop takes its own grace.
+	Grace time.Duration
+	// DialTimeout bounds connecting and authenticating to one host.
+	DialTimeout time.Duration
+	// KeepaliveInterval and KeepaliveTimeout detect a lost host: a keepalive
+	// is sent every interval and must be answered within the timeout.
+	KeepaliveInterval time.Duration
+	KeepaliveTimeout  time.Duration
+	// MaxLineBytes is the longest output line delivered whole; longer lines
+	// are delivered in pieces (default DefaultMaxLineBytes).
+	MaxLineBytes int
+}
+
+// Launcher starts attempts over SSH. It implements plugins.Launcher.
+type Launcher struct {
+	opts      Options
+	logger    *zap.Logger
+	config    gossh.ClientConfig // User is set per host
+	agentConn net.Conn
+	closeOnce sync.Once
+}
+
+var _ plugins.Launcher = (*Launcher)(nil)
+
+// New checks opts, loads the keys and the known_hosts files and returns the
+// launcher. Close releases the agent connection.
+func New(opts Options) (*Launcher, error) {
+	if opts.Logger == nil {
+		return nil, errors.New("new ssh launcher: Options.Logger is required")
+	}
+	if len(opts.Hosts) == 0 {
+		return nil, fmt.Errorf("new ssh launcher: %w: no hosts", ErrInventory)
+	}
+	for i, h := range opts.Hosts {
+		if h.Addr == "" || h.Slots < 0 || h.Port < 0 || h.Port > 65535 {
+			return nil, fmt.Errorf("new ssh launcher: %w: host %d %+v", ErrInventory, i, h)
+		}
+	}
+	if opts.User == "" {
+		opts.User = DefaultUser
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	if opts.KeepaliveInterval <= 0 {
+		opts.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = DefaultMaxLineBytes
+	}
+	l := &Launcher{opts: opts, logger: opts.Logger.Named("ssh")}
+
+	known := opts.KnownHosts
+	if len(known) == 0 {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, fmt.Errorf("new ssh launcher: known_hosts: %w", err)
+		}
+		known = []string{filepath.Join(home, ".ssh", "known_hosts")}
+	}
+	hostKeys, err := knownhosts.New(known...)
+	if err != nil {
+		return nil, fmt.Errorf("new ssh launcher: load known_hosts %v: %w", known, err)
+	}
+
+	var auth []gossh.AuthMethod
+	var signers []gossh.Signer
+	for _, f := range opts.KeyFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("new ssh launcher: read key %s: %w", f, err)
+		}
+		s, err := gossh.ParsePrivateKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("new ssh launcher: parse key %s: %w", f, err)
+		}
+		signers = append(signers, s)
+	}
+	if len(signers) > 0 {
+		auth = append(auth, gossh.PublicKeys(signers...))
+	}
+	if opts.UseAgent {
+		sock := os.Getenv("SSH_AUTH_SOCK")
+		if sock == "" {
+			return nil, errors.New("new ssh launcher: UseAgent is set but SSH_AUTH_SOCK is empty")
+		}
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return nil, fmt.Errorf("new ssh launcher: connect to agent %s: %w", sock, err)
+		}
+		l.agentConn = c
+		auth = append(auth, gossh.PublicKeysCallback(agent.NewClient(c).Signers))
+	}
+	if len(auth) == 0 {
+		return nil, errors.New("new ssh launcher: no key files and no agent: nothing to authenticate with")
+	}
+	l.config = gossh.ClientConfig{Auth: auth, HostKeyCallback: hostKeys, Timeout: opts.DialTimeout}
+	return l, nil
+}
+
+// Close releases the agent connection; attempts already started are not
+// affected beyond that. It is safe to call twice.
+func (l *Launcher) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		if l.agentConn != nil {
+			err = l.agentConn.Close()
+		}
+	})
+	return err
+}
+
+// Name returns "ssh".
+func (l *Launcher) Name() string { return "ssh" }
+
+// Capabilities reports the inventory's addresses and total slots.
+func (l *Launcher) Capabilities(ctx context.Context) (plugins.Capabilities, error) {
+	c := plugins.Capabilities{}
+	for _, h := range l.opts.Hosts {
+		c.MaxWorkers += h.slots()
+		c.Hosts = append(c.Hosts, h.Addr)
+	}
+	return c, nil
+}
+
+// placement is where one process of an attempt runs.
+type placement struct {
+	host       int // index in Options.Hosts
+	localRank  int
+	localWorld int
+}
+
+// place fills the hosts in order; n is the number of processes.
+func place(hosts []Host, n int) ([]placement, error) {
+	var out []placement
+	for i, h := range hosts {
+		k := min(h.slots(), n-len(out))
+		for j := range k {
+			out = append(out, placement{host: i, localRank: j, localWorld: k})
+		}
+		if len(out) == n {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("%d workers above the %d slots of the inventory: %w", n, len(out), plugins.ErrUnsupported)
+}
+
+// Start validates spec, connects to the hosts it needs and starts one
+// session per process (see the package comment); it returns once every
+// remote process has reported its process group. The processes are not
+// tied to ctx, which only bounds the start. Config.Nodes above the number
+// of hosts and more workers than slots are ErrUnsupported.
+func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins.Handle, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("start job %s attempt %d: %w", spec.JobID, spec.Attempt, err)
+	}
+	fail := func(err error) (plugins.Handle, error) {
+		return nil, fmt.Errorf("start job %s attempt %d: %w", spec.JobID, spec.Attempt, err)
+	}
+	if spec.Config.Nodes > len(l.opts.Hosts) {
+		return fail(fmt.Errorf("%d nodes, %d hosts: %w", spec.Config.Nodes, len(l.opts.Hosts), plugins.ErrUnsupported))
+	}
+	n := spec.Config.Workers
+	if plugins.ResolveMode(spec.Mode, spec.Command) == plugins.ModeSelf {
+		n = 1
+	}
+	places, err := place(l.opts.Hosts, n)
+	if err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	a := newAttempt(l, spec, places)
+	if err := a.start(ctx); err != nil {
+		return fail(err)
+	}
+	go a.supervise()
+	return a, nil
+}
+
+// dial connects to h, bounded by ctx and Options.DialTimeout.
+func (l *Launcher) dial(ctx context.Context, h Host) (*gossh.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", h.dialAddr())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w: %w", h.dialAddr(), ErrHostUnreachable, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	cfg := l.config
+	cfg.User = h.User
+	if cfg.User == "" {
+		cfg.User = l.opts.User
+	}
+	c, chans, reqs, err := gossh.NewClientConn(conn, h.dialAddr(), &cfg)
+	if !stop() { // ctx ended during the handshake
+		if err == nil {
+			_ = c.Close()
+		}
+		_ = conn.Close()
+		return nil, fmt.Errorf("ssh %s: %w", h.dialAddr(), ctx.Err())
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("ssh %s: %w", h.dialAddr(), err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return gossh.NewClient(c, chans, reqs), nil
+}
+
+// freeRemotePort asks the host's sshd to bind port 0 on its loopback and
+// returns the port it got, closing the forward at once.
+func freeRemotePort(c *gossh.Client) (int, error) {
+	ln, err := c.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick master port (set Options.MasterPort when the host forbids forwarding): %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, fmt.Errorf("pick master port: close forward %d: %w", port, err)
+	}
+	return port, nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
