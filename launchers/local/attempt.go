@@ -263,33 +263,21 @@ func (a *attempt) supervise() {
 	}
 
 	var (
-		running     = n
-		failedRank  = -1
-		stopped     = make([]bool, n)
-		early       = make([]rankExit, n)
-		stopByCall  = false
-		killTimer   *time.Timer
-		killC       <-chan time.Time
-		killAt      time.Time
-		stoppingNow = false
+		running    = n
+		failedRank = -1
+		stopped    = make([]bool, n)
+		early      = make([]rankExit, n)
+		stopByCall = false
+		esc        plugins.Escalation
 	)
+	defer esc.Close()
 	beginStop := func(deadline time.Time) {
-		if !stoppingNow {
-			stoppingNow = true
+		if esc.Begin(deadline) {
 			a.mu.Lock()
 			a.stopping = true
 			a.mu.Unlock()
 			a.signalGroup(unix.SIGTERM)
 		}
-		if !killAt.IsZero() && !deadline.Before(killAt) {
-			return
-		}
-		killAt = deadline
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-		killTimer = time.NewTimer(time.Until(deadline))
-		killC = killTimer.C
 	}
 	for running > 0 {
 		select {
@@ -298,7 +286,7 @@ func (a *attempt) supervise() {
 			early[ex.rank] = ex
 			a.logger.Debug("rank exited", zap.Int("rank", ex.rank), zap.Stringer("status", waitStatusString(ex.status)), zap.Error(ex.err))
 			switch {
-			case stoppingNow:
+			case esc.Stopping():
 				stopped[ex.rank] = true
 			case ex.failed():
 				failedRank = ex.rank
@@ -317,14 +305,11 @@ func (a *attempt) supervise() {
 				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
 			}
 			beginStop(deadline)
-		case <-killC:
-			killC = nil
+		case <-esc.Due():
+			esc.Fired()
 			a.logger.Warn("grace over; killing the group")
 			a.signalGroup(unix.SIGKILL)
 		}
-	}
-	if killTimer != nil {
-		killTimer.Stop()
 	}
 
 	ranks := a.cleanup(early, stopped)

@@ -429,28 +429,16 @@ func (a *attempt) supervise() {
 		results    = make([]plugins.RankResult, n)
 		lostErr    error
 		stopByCall bool
-		stoppingAt bool
-		killTimer  *time.Timer
-		killC      <-chan time.Time
-		killAt     time.Time
+		esc        plugins.Escalation
 	)
+	defer esc.Close()
 	beginStop := func(deadline time.Time) {
-		if !stoppingAt {
-			stoppingAt = true
+		if esc.Begin(deadline) {
 			a.mu.Lock()
 			a.stopping = true
 			a.mu.Unlock()
 			a.signalRanks(unix.SIGTERM)
 		}
-		if !killAt.IsZero() && !deadline.Before(killAt) {
-			return
-		}
-		killAt = deadline
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-		killTimer = time.NewTimer(time.Until(deadline))
-		killC = killTimer.C
 	}
 	for running > 0 {
 		select {
@@ -464,7 +452,7 @@ func (a *attempt) supervise() {
 				lostErr = ex.lost
 			}
 			switch {
-			case stoppingAt && ex.lost == nil:
+			case esc.Stopping() && ex.lost == nil:
 				stopped[ex.rank] = true
 			case ex.failed() && failedRank < 0:
 				failedRank = ex.rank
@@ -483,14 +471,11 @@ func (a *attempt) supervise() {
 				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
 			}
 			beginStop(deadline)
-		case <-killC:
-			killC = nil
+		case <-esc.Due():
+			esc.Fired()
 			a.logger.Warn("grace over; killing the groups")
 			a.signalRanks(unix.SIGKILL)
 		}
-	}
-	if killTimer != nil {
-		killTimer.Stop()
 	}
 	// Kill what the ranks left behind in their groups, then let the
 	// readers drain before the connections close. (A group whose leader
