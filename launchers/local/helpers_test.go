@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
 
 // output collects the lines an attempt delivers.
@@ -68,18 +69,10 @@ func newLauncher(t *testing.T, opts Options) *Launcher {
 
 // shSpec is a spec running the shell script on every rank.
 func shSpec(t *testing.T, workers int, script string, out *output) plugins.AttemptSpec {
-	s := plugins.AttemptSpec{
-		JobID:   strings.ReplaceAll(t.Name(), "/", "-"),
-		Attempt: 1,
-		Command: []string{"/bin/sh", "-c", script},
-		Dir:     t.TempDir(),
-		Config:  plugins.Config{Workers: workers},
-		Mode:    plugins.ModeRanks,
+	if out == nil {
+		return conformance.ShellSpec(t, workers, script, nil)
 	}
-	if out != nil {
-		s.Output = out.add
-	}
-	return s
+	return conformance.ShellSpec(t, workers, script, out.add)
 }
 
 func waitResult(t *testing.T, h plugins.Handle, timeout time.Duration) plugins.Result {

@@ -61,15 +61,7 @@ func (l *lines) await(t *testing.T, rank int, text string, d time.Duration) {
 }
 
 func shSpec(t *testing.T, workers int, script string, out *lines) plugins.AttemptSpec {
-	return plugins.AttemptSpec{
-		JobID:   strings.ReplaceAll(t.Name(), "/", "-"),
-		Attempt: 1,
-		Command: []string{"/bin/sh", "-c", script},
-		Dir:     t.TempDir(),
-		Config:  plugins.Config{Workers: workers},
-		Mode:    plugins.ModeRanks,
-		Output:  out.add,
-	}
+	return conformance.ShellSpec(t, workers, script, out.add)
 }
 
 // TestSSHD runs every test that needs the real sshd against one instance.

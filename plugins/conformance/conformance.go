@@ -114,20 +114,27 @@ func (o *output) awaitCount(t *testing.T, ctx context.Context, text string, n in
 	}
 }
 
-// spec returns a valid spec running script with sh on workers workers.
-func spec(t *testing.T, workers int, script string, out *output) plugins.AttemptSpec {
-	s := plugins.AttemptSpec{
+// ShellSpec returns a valid spec, named after the test, that runs script
+// with /bin/sh on workers ranks and hands their output to out (nil: none).
+// Launchers' own tests use it too.
+func ShellSpec(t testing.TB, workers int, script string, out plugins.OutputFunc) plugins.AttemptSpec {
+	return plugins.AttemptSpec{
 		JobID:   strings.ReplaceAll(t.Name(), "/", "-"),
 		Attempt: 1,
 		Command: []string{"/bin/sh", "-c", script},
 		Dir:     t.TempDir(),
 		Config:  plugins.Config{Workers: workers},
 		Mode:    plugins.ModeRanks,
+		Output:  out,
 	}
-	if out != nil {
-		s.Output = out.add
+}
+
+// spec is ShellSpec with this suite's output collector.
+func spec(t *testing.T, workers int, script string, out *output) plugins.AttemptSpec {
+	if out == nil {
+		return ShellSpec(t, workers, script, nil)
 	}
-	return s
+	return ShellSpec(t, workers, script, out.add)
 }
 
 // start starts s and makes sure the attempt is gone when the test ends.
