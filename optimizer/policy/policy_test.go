@@ -43,10 +43,28 @@ func synthSpec(kind objective.Kind, target float64) Spec {
 // configurations it ran and its last decision.
 func drive(t *testing.T, p Policy, spec Spec) ([]predict.Candidate, Decision) {
 	t.Helper()
+	ran, ds := run(t, p, spec, noiseGain, func(float64) bool { return true })
+	return ran, ds[len(ds)-1]
+}
+
+// noiseGain is the progress of one step at scale s under φ = 128.
+func noiseGain(s float64) float64 {
+	if s <= 1 {
+		return s
+	}
+	return (4 + 1) / (4/s + 1)
+}
+
+// run drives a policy against the synthetic truth until the target: each
+// step at scale s makes gain(s) progress, and the reports carry the
+// gradient statistics of φ = 128 while grads(progress) holds. It returns
+// the configurations run and every decision.
+func run(t *testing.T, p Policy, spec Spec, gain func(float64) float64, grads func(float64) bool) ([]predict.Candidate, []Decision) {
+	t.Helper()
 	cur := spec.Candidates[0]
 	ran := []predict.Candidate{cur}
 	var now, spent, prog, wait float64
-	var last Decision
+	var ds []Decision
 	for i := 0; prog < spec.Target; i++ {
 		if i > 100000 {
 			t.Fatal("no progress")
@@ -56,11 +74,7 @@ func drive(t *testing.T, p Policy, spec Spec) ([]predict.Candidate, Decision) {
 		if n <= 0 {
 			n = 30 / st
 		}
-		s := float64(cur.Batch) / spec.M0
-		g := (4 + 1) / (4/s + 1)
-		if s <= 1 {
-			g = s
-		}
+		g := gain(float64(cur.Batch) / spec.M0)
 		n = math.Min(n, (spec.Target-prog)/g)
 		now += n * st
 		spent += n * st * float64(cur.Nodes) * spec.Prices[cur.Type] / 3600
@@ -68,15 +82,18 @@ func drive(t *testing.T, p Policy, spec Spec) ([]predict.Candidate, Decision) {
 		if prog >= spec.Target*(1-1e-9) {
 			break
 		}
-		d, err := p.Observe(Observation{
+		o := Observation{
 			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: n, StepTime: st,
-			SyncTime: math.Min(truth[cur.Type].Sync(cur.Nodes, cur.Workers), st),
-			Grad:     gns.Expected(1, 4, spec.M0, cur.Local(), cur.Workers), Progress: prog,
-		})
-		if err != nil {
-			t.Fatal(err)
+			SyncTime: math.Min(truth[cur.Type].Sync(cur.Nodes, cur.Workers), st), Progress: prog,
 		}
-		last = d
+		if grads(prog) {
+			o.Grad = gns.Expected(1, 4, spec.M0, cur.Local(), cur.Workers)
+		}
+		d, err := p.Observe(o)
+		if err != nil {
+			t.Fatalf("observe %d (%s): %v", i, cur, err)
+		}
+		ds = append(ds, d)
 		wait = d.WaitSteps
 		if d.Config != cur {
 			cur = d.Config
@@ -84,7 +101,7 @@ func drive(t *testing.T, p Policy, spec Spec) ([]predict.Candidate, Decision) {
 			now += spec.RelaunchS
 		}
 	}
-	return ran, last
+	return ran, ds
 }
 
 // bestFor returns the candidate with the least remaining time or cost under

@@ -18,47 +18,8 @@ import (
 // configurations run and every decision.
 func driveThroughput(t *testing.T, p Policy, spec Spec, gradsAt float64) ([]predict.Candidate, []Decision) {
 	t.Helper()
-	cur := spec.Candidates[0]
-	ran := []predict.Candidate{cur}
-	var now, spent, prog, wait float64
-	var ds []Decision
-	for i := 0; prog < spec.Target; i++ {
-		if i > 100000 {
-			t.Fatal("no progress")
-		}
-		st := truth[cur.Type].StepTime(cur.Nodes, cur.Workers, cur.Local())
-		n := wait
-		if n <= 0 {
-			n = 30 / st
-		}
-		s := float64(cur.Batch) / spec.M0
-		n = math.Min(n, (spec.Target-prog)/s)
-		now += n * st
-		spent += n * st * float64(cur.Nodes) * spec.Prices[cur.Type] / 3600
-		prog += n * s
-		if prog >= spec.Target*(1-1e-9) {
-			break
-		}
-		o := Observation{
-			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: n, StepTime: st,
-			SyncTime: math.Min(truth[cur.Type].Sync(cur.Nodes, cur.Workers), st), Progress: prog,
-		}
-		if gradsAt > 0 && prog >= gradsAt {
-			o.Grad = gns.Expected(1, 4, spec.M0, cur.Local(), cur.Workers)
-		}
-		d, err := p.Observe(o)
-		if err != nil {
-			t.Fatalf("observe %d (%s): %v", i, cur, err)
-		}
-		ds = append(ds, d)
-		wait = d.WaitSteps
-		if d.Config != cur {
-			cur = d.Config
-			ran = append(ran, cur)
-			now += spec.RelaunchS
-		}
-	}
-	return ran, ds
+	every := func(s float64) float64 { return s }
+	return run(t, p, spec, every, func(prog float64) bool { return gradsAt > 0 && prog >= gradsAt })
 }
 
 // throughputPredictions predicts every candidate with the synthetic truth
