@@ -4,7 +4,6 @@ package main
 // embedded nats-server, and real PyTorch DDP workers (gloo on CPU).
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -96,20 +95,26 @@ func jobID(t *testing.T, stderr string) string {
 // steps reads a job's step records back through `scavctl steps -o json`.
 func steps(t *testing.T, state, id string) []telemetry.StepRecord {
 	t.Helper()
-	out, errOut, code := scavctl(t, state, "steps", id, "-o", "json")
+	return jsonLines[telemetry.StepRecord](t, state, "steps", id, "-o", "json")
+}
+
+// jsonLines runs a scavctl command that prints one JSON object per line and decodes them.
+func jsonLines[T any](t *testing.T, state string, args ...string) []T {
+	t.Helper()
+	out, errOut, code := scavctl(t, state, args...)
 	if code != 0 {
-		t.Fatalf("scavctl steps: exit %d\n%s", code, errOut)
+		t.Fatalf("scavctl %v: exit %d\n%s", args, code, errOut)
 	}
-	var recs []telemetry.StepRecord
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		var r telemetry.StepRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("decode step record %q: %v", sc.Text(), err)
+	var vs []T
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("scavctl %v: decode: %v", args, err)
 		}
-		recs = append(recs, r)
+		vs = append(vs, v)
 	}
-	return recs
+	return vs
 }
 
 func TestRunCNNRecordsEveryStep(t *testing.T) {
@@ -481,20 +486,7 @@ func waitForRecords(t *testing.T, state string, errOut *bytes.Buffer, n int) str
 // logLines reads a job's output through `scavctl logs -o json`.
 func logLines(t *testing.T, state, id string) []telemetry.LogLine {
 	t.Helper()
-	out, errOut, code := scavctl(t, state, "logs", id, "-o", "json")
-	if code != 0 {
-		t.Fatalf("scavctl logs: exit %d\n%s", code, errOut)
-	}
-	var lines []telemetry.LogLine
-	dec := json.NewDecoder(strings.NewReader(out))
-	for dec.More() {
-		var l telemetry.LogLine
-		if err := dec.Decode(&l); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, l)
-	}
-	return lines
+	return jsonLines[telemetry.LogLine](t, state, "logs", id, "-o", "json")
 }
 
 // events returns the JSON events rank 0 of examples/resumable_cnn.py printed, by attempt.
