@@ -55,7 +55,7 @@ type Decision struct {
 	PredictedUSD float64 `json:"predicted_usd,omitempty"`
 	// Alternatives counts the candidates the choice was made among.
 	Alternatives int `json:"alternatives,omitempty"`
-	// Phase is the policy's phase after the decision: probing or optimised.
+	// Phase is the policy's phase after the decision: warm-up, probing or optimised.
 	Phase string `json:"phase"`
 }
 

@@ -49,6 +49,9 @@ func (o *outputSteps) attemptStarted(attempt int, cfg plugins.Config) {
 
 // line reads one output line of rank's stream.
 func (o *outputSteps) line(r *running, rank int, stream plugins.Stream, text string, log *zap.Logger) {
+	if _, _, reported := r.progress(); reported {
+		return // the workers report steps themselves: no need to read the output
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	key := [2]any{rank, stream}
