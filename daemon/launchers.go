@@ -11,13 +11,20 @@ import (
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
+// BuiltinOptions configure the built-in launchers; each launcher reads its own part.
+type BuiltinOptions struct {
+	// KillOnParentDeath ties local workers to this process.
+	KillOnParentDeath bool
+	// Reaper, when set, collects the orphans of local workers.
+	Reaper *local.Reaper
+}
+
 // Builtins is the catalog of the launchers linked into scavd; they run in
-// process. "local" starts workers on this node; with a reaper it collects
-// their orphans; killOnParentDeath ties the workers to this process.
-func Builtins(killOnParentDeath bool, reaper *local.Reaper) *plugins.Catalog {
+// process. "local" starts workers on this node.
+func Builtins(opts BuiltinOptions) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
-		return local.New(local.Options{Logger: log, KillOnParentDeath: killOnParentDeath, Reaper: reaper}), nil
+		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: opts.Reaper}), nil
 	})
 	return c
 }

@@ -23,6 +23,11 @@ const (
 	EnvCheckpointDir  = "SCAV_CHECKPOINT_DIR"
 	EnvRestore        = "SCAV_RESTORE"
 	EnvStartStep      = "SCAV_START_STEP"
+	// EnvPreemptSignal names the signal (e.g. "USR1") a scheduler sends the
+	// workers before it ends their allocation; a launcher that knows one
+	// sets it, and the python client turns that signal into a pre-emption
+	// notice to the node daemon, which checkpoints the job and relaunches it.
+	EnvPreemptSignal = "SCAV_PREEMPT_SIGNAL"
 )
 
 // contractKeys are the variables a launcher owns. AttemptSpec.Env may not set
@@ -33,6 +38,7 @@ var contractKeys = map[string]bool{
 	EnvMasterAddr: true, EnvMasterPort: true,
 	EnvJobID: true, EnvAttempt: true, EnvSocket: true, EnvGlobalBatch: true,
 	EnvLocalBatch: true, EnvLRScale: true, EnvCheckpointDir: true, EnvRestore: true, EnvStartStep: true,
+	EnvPreemptSignal: true,
 }
 
 // IsContractEnv reports whether key is a variable of the worker environment

@@ -52,7 +52,7 @@ func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
 }
 
 func resultToProto(r Result) *pb.WaitResponse {
-	out := &pb.WaitResponse{ExitCode: int64(r.ExitCode), FailedRank: int64(r.FailedRank), Stopped: r.Stopped}
+	out := &pb.WaitResponse{ExitCode: int64(r.ExitCode), FailedRank: int64(r.FailedRank), Stopped: r.Stopped, LostHosts: r.LostHosts}
 	for _, rr := range r.Ranks {
 		out.Ranks = append(out.Ranks, &pb.RankResult{
 			Rank: int64(rr.Rank), Pid: int64(rr.PID), ExitCode: int64(rr.ExitCode), Signal: rr.Signal, Stopped: rr.Stopped,
@@ -62,7 +62,7 @@ func resultToProto(r Result) *pb.WaitResponse {
 }
 
 func resultFromProto(p *pb.WaitResponse) Result {
-	r := Result{ExitCode: int(p.GetExitCode()), FailedRank: int(p.GetFailedRank()), Stopped: p.GetStopped()}
+	r := Result{ExitCode: int(p.GetExitCode()), FailedRank: int(p.GetFailedRank()), Stopped: p.GetStopped(), LostHosts: p.GetLostHosts()}
 	for _, rr := range p.GetRanks() {
 		r.Ranks = append(r.Ranks, RankResult{
 			Rank: int(rr.GetRank()), PID: int(rr.GetPid()), ExitCode: int(rr.GetExitCode()), Signal: rr.GetSignal(), Stopped: rr.GetStopped(),

@@ -110,6 +110,11 @@ type Result struct {
 	Stopped bool `json:"stopped,omitempty"`
 	// Ranks holds each worker process's end.
 	Ranks []RankResult `json:"ranks"`
+	// LostHosts names the hosts that were lost during the attempt (they
+	// stopped answering or their connection died); their ranks count as
+	// failed. A launcher leaves a lost host out of its Capabilities until it
+	// answers again, so the job can go on on the others.
+	LostHosts []string `json:"lost_hosts,omitempty"`
 }
 
 // Capabilities describe what a launcher can start.

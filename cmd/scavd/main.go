@@ -71,7 +71,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 				defer closePlugin()
 				cfg.Launcher = l
 			case launcher != "local":
-				l, err := daemon.Builtins(false, nil).New(launcher, log)
+				l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(launcher, log)
 				if err != nil {
 					return fmt.Errorf("--launcher: %w", err)
 				}
@@ -87,7 +87,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
-	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(false, nil).Names(), ", "))
+	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
 	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
@@ -107,7 +107,7 @@ func servePlugin(name string) error {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}
 	defer reaper.Stop()
-	l, err := daemon.Builtins(true, reaper).New(name, log)
+	l, err := daemon.Builtins(daemon.BuiltinOptions{KillOnParentDeath: true, Reaper: reaper}).New(name, log)
 	if err != nil {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}

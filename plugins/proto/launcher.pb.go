@@ -766,11 +766,13 @@ func (x *RankResult) GetStopped() bool {
 }
 
 type WaitResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExitCode      int64                  `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	FailedRank    int64                  `protobuf:"varint,2,opt,name=failed_rank,json=failedRank,proto3" json:"failed_rank,omitempty"`
-	Stopped       bool                   `protobuf:"varint,3,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	Ranks         []*RankResult          `protobuf:"bytes,4,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ExitCode   int64                  `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	FailedRank int64                  `protobuf:"varint,2,opt,name=failed_rank,json=failedRank,proto3" json:"failed_rank,omitempty"`
+	Stopped    bool                   `protobuf:"varint,3,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Ranks      []*RankResult          `protobuf:"bytes,4,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// lost_hosts names the hosts lost during the attempt.
+	LostHosts     []string `protobuf:"bytes,5,rep,name=lost_hosts,json=lostHosts,proto3" json:"lost_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -829,6 +831,13 @@ func (x *WaitResponse) GetStopped() bool {
 func (x *WaitResponse) GetRanks() []*RankResult {
 	if x != nil {
 		return x.Ranks
+	}
+	return nil
+}
+
+func (x *WaitResponse) GetLostHosts() []string {
+	if x != nil {
+		return x.LostHosts
 	}
 	return nil
 }
@@ -1149,13 +1158,15 @@ const file_launcher_proto_rawDesc = "" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x1b\n" +
 	"\texit_code\x18\x03 \x01(\x03R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x18\n" +
-	"\astopped\x18\x05 \x01(\bR\astopped\"\x9f\x01\n" +
+	"\astopped\x18\x05 \x01(\bR\astopped\"\xbe\x01\n" +
 	"\fWaitResponse\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x03R\bexitCode\x12\x1f\n" +
 	"\vfailed_rank\x18\x02 \x01(\x03R\n" +
 	"failedRank\x12\x18\n" +
 	"\astopped\x18\x03 \x01(\bR\astopped\x127\n" +
-	"\x05ranks\x18\x04 \x03(\v2!.scavenger.launcher.v1.RankResultR\x05ranks\"D\n" +
+	"\x05ranks\x18\x04 \x03(\v2!.scavenger.launcher.v1.RankResultR\x05ranks\x12\x1d\n" +
+	"\n" +
+	"lost_hosts\x18\x05 \x03(\tR\tlostHosts\"D\n" +
 	"\rSignalRequest\x12\x1b\n" +
 	"\thandle_id\x18\x01 \x01(\tR\bhandleId\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x03R\x06signal\"\x10\n" +
