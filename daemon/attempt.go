@@ -122,6 +122,16 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 		return
 	}
 	defer steps.Unsubscribe()
+	preempts, err := s.nc.Subscribe(telemetry.PreemptSubject(j.ID), func(m *nats.Msg) {
+		if rec, err := telemetry.DecodeStep(m.Data); err == nil {
+			s.preempted(r, rec, log)
+		}
+	})
+	if err != nil {
+		s.finish(r, nil, 1, fmt.Sprintf("follow pre-emption notices: %v", err), StateFailed)
+		return
+	}
+	defer preempts.Unsubscribe()
 	// The controller must be gone before the job's final record is written.
 	stopCtl := func() {}
 	if ctl != nil {
@@ -139,6 +149,7 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 	cfg := j.Config
 	var prev *plugins.Config
 	restore, startStep := from.restore, from.step
+	hostLosses := 0
 	for attempt := max(from.attempt, 1); ; attempt++ {
 		spec := plugins.AttemptSpec{
 			JobID: j.ID, Attempt: attempt, Command: j.Command, Dir: j.Dir,
@@ -190,10 +201,82 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 			}
 			continue
 		}
+		if len(out.res.LostHosts) > 0 && !out.stopped && hostLosses < maxHostLosses {
+			if next, ok := s.afterHostLoss(r, cfg, out.res.LostHosts, log); ok {
+				hostLosses++
+				restore, startStep = s.latestCheckpoint(r)
+				from := "the start (no checkpoint was written)"
+				if restore != "" {
+					from = fmt.Sprintf("the checkpoint of step %d", startStep)
+				}
+				msg := fmt.Sprintf("lost host %s; relaunching at %d workers, global batch %d from %s",
+					strings.Join(out.res.LostHosts, ", "), next.Workers, next.GlobalBatch, from)
+				r.endAttempt("failed: lost host "+strings.Join(out.res.LostHosts, ", "), nil)
+				s.save(context.Background(), r.snapshot())
+				s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt, Message: msg})
+				log.Warn("host lost; relaunching on the others", zap.Strings("lost", out.res.LostHosts), zap.Int("workers", next.Workers))
+				cfg, prev = next, nil
+				continue
+			}
+		}
 		stopCtl()
 		s.conclude(r, out)
 		return
 	}
+}
+
+// maxHostLosses bounds the relaunches after lost hosts in one run of a job,
+// so that a flapping network cannot relaunch it forever.
+const maxHostLosses = 3
+
+// afterHostLoss is the configuration to go on at after hosts were lost: the
+// same, with no more workers than the launcher can still start. ok is false
+// when the launcher cannot say or has no room left.
+func (s *supervisor) afterHostLoss(r *running, cfg plugins.Config, lost []string, log *zap.Logger) (plugins.Config, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	caps, err := s.launcher.Capabilities(ctx)
+	if err != nil {
+		log.Warn("hosts lost and the launcher cannot report what is left; the job ends", zap.Strings("lost", lost), zap.Error(err))
+		return cfg, false
+	}
+	next := cfg
+	if caps.MaxWorkers > 0 && next.Workers > caps.MaxWorkers {
+		next.Workers = caps.MaxWorkers
+	}
+	if next.Workers < 1 {
+		return cfg, false
+	}
+	if r.snapshot().Optimize.Active() && next.GlobalBatch%next.Workers != 0 {
+		next.GlobalBatch -= next.GlobalBatch % next.Workers
+	}
+	return next, next.GlobalBatch >= next.Workers || next.GlobalBatch == 0
+}
+
+// preempted turns a worker's pre-emption notice (its scheduler is about to
+// end the allocation) into a move at the same configuration: the workers
+// checkpoint, and the next attempt resumes from it. Every rank sends one;
+// the first for the current attempt acts.
+func (s *supervisor) preempted(r *running, rec telemetry.StepRecord, log *zap.Logger) {
+	r.mu.Lock()
+	current := rec.Attempt == r.job.Attempt && r.preempted != rec.Attempt && !r.job.State.Done()
+	if current {
+		r.preempted = rec.Attempt
+	}
+	cfg, id := r.job.Config, r.job.ID
+	r.mu.Unlock()
+	if !current {
+		return
+	}
+	reason := fmt.Sprintf("pre-empted: rank %d received %s from the scheduler", rec.Rank, rec.ID)
+	log.Info("pre-emption notice; checkpointing and relaunching", zap.Int("attempt", rec.Attempt), zap.Int("rank", rec.Rank), zap.String("signal", rec.ID))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if _, err := s.moveJob(context.Background(), id, cfg, reason); err != nil {
+			log.Warn("pre-empted job could not checkpoint", zap.Error(err))
+		}
+	}()
 }
 
 // conclude records how the job's last attempt ended as the job's end.
@@ -411,6 +494,8 @@ func (s *supervisor) moveJob(ctx context.Context, id string, cfg plugins.Config,
 	m := moveReq{cfg: cfg, reason: reason, reply: make(chan error, 1)}
 	select {
 	case r.move <- m:
+	case <-r.done:
+		return Job{}, fmt.Errorf("move job %s: %w (it has ended)", id, ErrNoJob)
 	case <-ctx.Done():
 		return Job{}, ctx.Err()
 	}
@@ -419,6 +504,8 @@ func (s *supervisor) moveJob(ctx context.Context, id string, cfg plugins.Config,
 		if err != nil {
 			return Job{}, fmt.Errorf("move job %s: %w", id, err)
 		}
+	case <-r.done:
+		return Job{}, fmt.Errorf("move job %s: %w (it has ended)", id, ErrNoJob)
 	case <-ctx.Done():
 		return Job{}, fmt.Errorf("move job %s: %w", id, ctx.Err())
 	}

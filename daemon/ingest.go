@@ -216,7 +216,8 @@ func (in *Ingest) serve(c io.Reader, p *peer) {
 }
 
 // handle validates one line: a step joins the batch; a hello registers the
-// connection; an ack is published at once (after the steps before it).
+// connection; an ack or a preempt notice is published at once (after the
+// steps before it).
 func (in *Ingest) handle(b *batch, line []byte, p *peer) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
@@ -247,10 +248,14 @@ func (in *Ingest) handle(b *batch, line []byte, p *peer) {
 	switch rec.Kind {
 	case telemetry.KindHello:
 		return
-	case telemetry.KindAck:
+	case telemetry.KindAck, telemetry.KindPreempt:
 		in.flush(b)
-		if err := in.pub.Publish(telemetry.AckSubject(rec.Job), line); err != nil {
-			in.drop(dropPublish, fmt.Sprintf("publish ack of job %s: %v", rec.Job, err))
+		subject := telemetry.AckSubject(rec.Job)
+		if rec.Kind == telemetry.KindPreempt {
+			subject = telemetry.PreemptSubject(rec.Job)
+		}
+		if err := in.pub.Publish(subject, line); err != nil {
+			in.drop(dropPublish, fmt.Sprintf("publish %s of job %s: %v", rec.Kind, rec.Job, err))
 		}
 		return
 	}

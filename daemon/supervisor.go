@@ -56,6 +56,8 @@ type running struct {
 	stepped  bool    // the attempt's workers have reported a step themselves
 	// synth numbers the steps read off the output of an uninstrumented job.
 	synth int64
+	// preempted is the last attempt whose pre-emption notice was acted on.
+	preempted int
 }
 
 const defaultGrace = 10 * time.Second

@@ -26,7 +26,8 @@ const MaxRecordBytes = 16 << 10
 type StepRecord struct {
 	// V is the schema version; it must equal SchemaVersion.
 	V int `json:"v"`
-	// Kind is empty (or KindStep) for a step; KindHello and KindAck are control messages.
+	// Kind is empty (or KindStep) for a step; KindHello, KindAck and
+	// KindPreempt are control messages.
 	Kind string `json:"kind,omitempty"`
 	// Job is the job id (SCAV_JOB_ID).
 	Job string `json:"job"`
@@ -68,7 +69,8 @@ type StepRecord struct {
 	// From says where a step came from: empty when the worker reported it,
 	// FromOutput when the daemon read it off the worker's progress output.
 	From string `json:"from,omitempty"`
-	// ID is, in an ack, the id of the Control message acknowledged.
+	// ID is, in an ack, the id of the Control message acknowledged; in a
+	// preempt, the name of the signal received.
 	ID string `json:"id,omitempty"`
 	// Checkpoint is, in an ack from the rank that wrote it, the checkpoint's path.
 	Checkpoint string `json:"checkpoint,omitempty"`
@@ -84,6 +86,9 @@ const (
 	// KindAck acknowledges a Control message; Step is the last step the
 	// worker completed, Checkpoint the file rank 0 wrote.
 	KindAck = "ack"
+	// KindPreempt tells that the worker received the scheduler's pre-emption
+	// signal (SCAV_PREEMPT_SIGNAL, named in ID); Step is its last step done.
+	KindPreempt = "preempt"
 )
 
 // FromOutput marks steps the daemon derived from a job's output (tqdm bars,
@@ -143,6 +148,8 @@ func (r *StepRecord) Validate() error {
 		if r.ID == "" {
 			return fmt.Errorf("ack without the id of the message it acknowledges")
 		}
+	case KindPreempt:
+		minStep = 0
 	default:
 		return fmt.Errorf("unknown kind %q", r.Kind)
 	}

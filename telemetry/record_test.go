@@ -61,7 +61,8 @@ func TestDecodeStep(t *testing.T) {
 func TestDecodeControlKinds(t *testing.T) {
 	hello := `{"v":1,"kind":"hello","job":"j","attempt":2,"rank":0,"world":2,"step":0,"t":1}`
 	ack := `{"v":1,"kind":"ack","id":"d-1","job":"j","attempt":2,"rank":0,"world":2,"step":12,"t":1,"checkpoint":"/c/12.pt"}`
-	for line, kind := range map[string]string{hello: KindHello, ack: KindAck, good: ""} {
+	preempt := `{"v":1,"kind":"preempt","id":"SIGUSR1","job":"j","attempt":2,"rank":1,"world":2,"step":0,"t":1}`
+	for line, kind := range map[string]string{hello: KindHello, ack: KindAck, preempt: KindPreempt, good: ""} {
 		r, err := DecodeStep([]byte(line))
 		if err != nil || r.Kind != kind || r.IsStep() != (kind == "") {
 			t.Errorf("DecodeStep(%s) = %+v, %v; want kind %q", line, r, err, kind)

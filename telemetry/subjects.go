@@ -32,6 +32,9 @@ func ControlSubject(job string) string { return "scav.job." + job + ".control" }
 // AckSubject is where node daemons publish the workers' acks of Control messages.
 func AckSubject(job string) string { return "scav.job." + job + ".ack" }
 
+// PreemptSubject is where node daemons publish the workers' pre-emption notices for job id.
+func PreemptSubject(job string) string { return "scav.job." + job + ".preempt" }
+
 // AllSteps, AllLogs, AllEvents and AllControl match every job's subjects of that kind.
 const (
 	AllSteps   = "scav.job.*.step"

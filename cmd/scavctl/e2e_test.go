@@ -674,3 +674,44 @@ func TestStopCheckpointsAndResumeContinues(t *testing.T) {
 		t.Fatalf("the job ended at step %d, not past the stop at %d", last, stoppedAt)
 	}
 }
+
+// TestPreemptionNoticeCheckpointsAndRelaunches sends the workers the
+// scheduler's pre-emption signal, as Slurm's --signal or `scancel
+// --signal=USR1` does: the python client turns it into a notice, the job
+// checkpoints, and the next attempt resumes from that checkpoint.
+func TestPreemptionNoticeCheckpointsAndRelaunches(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	pidDir := t.TempDir()
+	// The local launcher names no pre-emption signal; a scheduler's launcher
+	// does (SCAV_PREEMPT_SIGNAL). The wrapper sets it and records each rank's pid.
+	wrapper := `echo $$ > "$PID_DIR/rank$RANK.pid"; SCAV_PREEMPT_SIGNAL=USR1 exec "$@"`
+	cmd, _, errOut := startJob(t, state, "--name", "preempted", "--workers", "2", "--batch-size", "32",
+		"--target-steps", "300", "--env", "PID_DIR="+pidDir, "--", "/bin/sh", "-c", wrapper, "sh", pythonBin, "examples/resumable_cnn.py")
+	id := waitForRecords(t, state, errOut, 2*40)
+	for _, pid := range pids(t, pidDir, 2) {
+		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+			t.Fatalf("signal rank %d: %v", pid, err)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scavctl run: %v\nstderr:\n%s", err, errOut.String())
+	}
+	var j struct {
+		Job daemon.Job `json:"job"`
+	}
+	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(sout), &j); err != nil {
+		t.Fatal(err)
+	}
+	a := j.Job.Attempts
+	if j.Job.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "pre-empted") ||
+		a[1].Restore == "" || a[1].Config.Workers != 2 || a[0].Move == nil || a[0].Move.Fallback {
+		t.Fatalf("job record %s: want succeeded after 2 attempts, the first moved for the pre-emption with an acknowledged checkpoint", sout)
+	}
+	resumed := events(logLines(t, state, id), "resumed")
+	if ev := resumed[2]; ev == nil || int64(ev["from_step"].(float64)) != a[0].LastStep {
+		t.Fatalf("attempt 2 resumed %v, want from step %d", ev, a[0].LastStep)
+	}
+	checkEveryStepOnce(t, steps(t, state, id))
+}

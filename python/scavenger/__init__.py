@@ -136,13 +136,18 @@ def checkpoint_dir() -> Optional[str]:
 
 
 def restore_path() -> Optional[str]:
-    """The checkpoint to resume from (SCAV_RESTORE), or None for a fresh start."""
-    return os.environ.get("SCAV_RESTORE") or None
+    """The checkpoint to resume from (SCAV_RESTORE), or None for a fresh start.
+
+    After a Slurm requeue (SLURM_RESTART_COUNT > 0) it is the newest complete
+    checkpoint in checkpoint_dir() instead, when there is one.
+    """
+    return _env.resume_point()[0]
 
 
 def start_step() -> int:
-    """The last step done before this attempt (SCAV_START_STEP, 0 for a fresh start)."""
-    return max(0, _env.env_int("SCAV_START_STEP", 0) or 0)
+    """The last step done before this attempt (SCAV_START_STEP, 0 for a fresh
+    start; after a Slurm requeue, the step of restore_path())."""
+    return _env.resume_point()[1]
 
 
 def target_samples() -> Optional[int]:

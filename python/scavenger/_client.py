@@ -8,13 +8,20 @@ daemon is absent or slow, new records are dropped and counted. Each new
 connection starts with a hello line; the thread also reads the daemon's
 requests from the same connection (see _control.py) and sends the worker's
 acknowledgements.
+
+When the launcher names a pre-emption signal (SCAV_PREEMPT_SIGNAL, e.g. USR1
+under Slurm's --signal), the client handles that signal, unless the script
+handles it itself: the handler queues a "preempt" line, and the daemon answers
+with a checkpoint request, as for any move, then relaunches the job.
 """
 
 import collections
 import json
 import math
 import select
+import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -156,8 +163,32 @@ class Client:
         self._acks: collections.deque = collections.deque()
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
+        self.preempted = 0  # pre-emption signals received
+        self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
         self._thread.start()
+
+    def _install_preempt(self, name: str) -> None:
+        """Handle the scheduler's pre-emption signal, unless the script already does."""
+        if not name:
+            return
+        full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+        try:
+            sig = signal.Signals[full]
+            if signal.getsignal(sig) not in (signal.SIG_DFL, None):
+                return
+            signal.signal(sig, self._on_preempt)
+        except (KeyError, ValueError, OSError) as e:  # unknown name; not the main thread
+            print(f"scavenger: cannot handle SCAV_PREEMPT_SIGNAL={name!r} ({e}); "
+                  "a pre-emption will end this job without a checkpoint", file=sys.stderr)
+
+    def _on_preempt(self, signum: int, _frame: Any) -> None:
+        """Queue the notice; the sender thread writes it within a flush interval."""
+        self.preempted += 1
+        line = encode(dict(self._header, kind="preempt", step=self._step, t=time.time(),
+                           id=signal.Signals(signum).name))
+        if line is not None:
+            self._acks.append(line)
 
     def step(self, samples: Any = None, loss: Any = None, **fields: Any) -> None:
         """Queue the record of the step that just ended; drop it when the queue is full."""

@@ -6,10 +6,11 @@ variables. Outside Scavenger the SCAV_* variables are absent and the readers
 below fall back to torchrun's variables, then to the caller's defaults.
 """
 
+import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -42,8 +43,10 @@ class Config:
     """What the telemetry client needs from the environment.
 
     socket is SCAV_SOCKET, the node daemon's unix socket ("" outside Scavenger).
-    start_step is SCAV_START_STEP: the first step reported is start_step + 1.
-    local_batch and global_batch are None when unknown.
+    start_step is SCAV_START_STEP (see resume_point): the first step reported is
+    start_step + 1. local_batch and global_batch are None when unknown.
+    preempt_signal is SCAV_PREEMPT_SIGNAL, the signal a scheduler sends before
+    it ends the allocation ("" when the launcher names none).
     """
 
     socket: str
@@ -54,6 +57,7 @@ class Config:
     start_step: int
     local_batch: Optional[int]
     global_batch: Optional[int]
+    preempt_signal: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Config":
@@ -65,10 +69,44 @@ class Config:
             attempt=max(1, env_int("SCAV_ATTEMPT", 1, environ)),
             rank=env_int("RANK", 0, environ),
             world=world,
-            start_step=max(0, env_int("SCAV_START_STEP", 0, environ)),
+            start_step=resume_point(environ)[1],
             local_batch=local_batch(None, environ),
             global_batch=global_batch(None, environ),
+            preempt_signal=environ.get("SCAV_PREEMPT_SIGNAL", "").strip(),
         )
+
+
+def resume_point(environ: Mapping[str, str] = os.environ) -> Tuple[Optional[str], int]:
+    """The checkpoint to resume from and the last step it holds.
+
+    Normally SCAV_RESTORE and SCAV_START_STEP. When Slurm has requeued the job
+    (SLURM_RESTART_COUNT > 0) the batch script runs again with the environment
+    of its first run, so the newest complete checkpoint that SCAV_CHECKPOINT_DIR's
+    manifest names is used instead, when there is one.
+    """
+    restore = environ.get("SCAV_RESTORE") or None
+    step = max(0, env_int("SCAV_START_STEP", 0, environ) or 0)
+    directory = environ.get("SCAV_CHECKPOINT_DIR", "")
+    if (env_int("SLURM_RESTART_COUNT", 0, environ) or 0) > 0 and directory:
+        newest = _manifest_entry(directory)
+        if newest is not None:
+            return newest
+    return restore, step
+
+
+def _manifest_entry(directory: str) -> Optional[Tuple[str, int]]:
+    """(path, step) of the checkpoint directory's manifest, or None when it has
+    none usable (checkpoint.latest() says why; resuming must not fail here)."""
+    try:
+        with open(os.path.join(directory, "latest.json"), encoding="utf-8") as f:
+            entry = json.load(f)
+        path = os.path.join(directory, os.path.basename(str(entry["checkpoint"])))
+        step = int(entry.get("step", 0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not os.path.isfile(path):
+        return None
+    return path, max(0, step)
 
 
 def local_batch(default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:

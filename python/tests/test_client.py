@@ -1,6 +1,7 @@
 """Tests of the standard-library client: no-op mode, wire records, dropping."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,28 @@ class EnvTest(unittest.TestCase):
                          ("/s", "abc", 3, 1, 2, 40))
 
 
+    def test_resume_after_slurm_requeue(self):
+        """A requeued batch script keeps its first environment: the newest checkpoint wins."""
+        d = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, d)
+        base = {"SCAV_CHECKPOINT_DIR": d, "SCAV_RESTORE": "", "SCAV_START_STEP": "0"}
+        self.assertEqual(_env.resume_point({**base, "SLURM_RESTART_COUNT": "1"}), (None, 0))
+        with open(os.path.join(d, "ckpt-0000000040.pt"), "wb") as f:
+            f.write(b"x")
+        with open(os.path.join(d, "latest.json"), "w", encoding="utf-8") as f:
+            f.write('{"format": "scavenger.manifest/1", "checkpoint": "ckpt-0000000040.pt", "step": 40}')
+        self.assertEqual(_env.resume_point(base), (None, 0))  # not requeued: the launcher's values
+        requeued = {**base, "SLURM_RESTART_COUNT": "2"}
+        self.assertEqual(_env.resume_point(requeued), (os.path.join(d, "ckpt-0000000040.pt"), 40))
+        self.assertEqual(_env.Config.from_env(requeued).start_step, 40)
+        with mock.patch.dict(os.environ, requeued, clear=True):
+            self.assertEqual((scavenger.restore_path(), scavenger.start_step()),
+                             (os.path.join(d, "ckpt-0000000040.pt"), 40))
+        with open(os.path.join(d, "latest.json"), "w", encoding="utf-8") as f:
+            f.write("{damaged")
+        self.assertEqual(_env.resume_point(requeued), (None, 0))
+
+
 class WireTest(unittest.TestCase):
     """Records reach a real unix-socket listener with every field right."""
 
@@ -175,6 +198,37 @@ class WireTest(unittest.TestCase):
         self.assertIn("dt", recs[1])
         self.assertEqual({(r["job"], r["world"], r["local_batch"], r["global_batch"], r["loss"])
                           for r in recs}, {("job_7", 2, 32, 64, 1.25)})
+
+
+    def test_preempt_signal_becomes_a_notice(self):
+        """SCAV_PREEMPT_SIGNAL=USR1: the signal no longer kills the worker; a preempt line goes out."""
+        code = ("import os, signal, time, scavenger\n"
+                "for i in range(3): scavenger.step(samples=1)\n"
+                "os.kill(os.getpid(), signal.SIGUSR1)\n"
+                "time.sleep(0.2)\n"
+                "scavenger.step(samples=1)\n"
+                "print('alive')\n")
+        env = {"SCAV_SOCKET": self.sink.path, "SCAV_JOB_ID": "job_8", "SCAV_ATTEMPT": "1",
+               "RANK": "0", "WORLD_SIZE": "1", "SCAV_PREEMPT_SIGNAL": "USR1"}
+        out = run_python(code, env)
+        self.assertEqual(out.stdout.strip(), "alive")
+        msgs = self.sink.wait_for(4)
+        notices = self.sink.wait_for(1, kind="preempt")
+        self.assertEqual(len(notices), 1, self.sink.messages())
+        self.assertEqual((notices[0]["job"], notices[0]["step"], notices[0]["id"]), ("job_8", 3, "SIGUSR1"))
+        self.assertEqual([m["step"] for m in msgs], [1, 2, 3, 4])
+
+    def test_preempt_signal_left_to_the_script(self):
+        """A script that handles the signal itself keeps its handler."""
+        code = ("import os, signal, scavenger\n"
+                "signal.signal(signal.SIGUSR1, lambda *a: print('mine'))\n"
+                "scavenger.step(samples=1)\n"
+                "os.kill(os.getpid(), signal.SIGUSR1)\n")
+        env = {"SCAV_SOCKET": self.sink.path, "SCAV_JOB_ID": "job_9", "SCAV_ATTEMPT": "1",
+               "RANK": "0", "WORLD_SIZE": "1", "SCAV_PREEMPT_SIGNAL": "SIGUSR1"}
+        self.assertEqual(run_python(code, env).stdout.strip(), "mine")
+        self.sink.wait_for(1)
+        self.assertEqual(self.sink.wait_for(1, timeout=0.3, kind="preempt"), [])
 
 
 class NeverBlocksTest(unittest.TestCase):
