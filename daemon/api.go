@@ -27,6 +27,10 @@ const (
 	VerbStats  = "stats"
 	VerbMove   = "move"
 	VerbResume = "resume"
+	// VerbAllocation reports a scheduler allocation's begin or end (prolog/epilog hooks).
+	VerbAllocation = "allocation"
+	// VerbAllocations lists the allocations the hooks reported.
+	VerbAllocations = "allocations"
 )
 
 // ResumeRequest asks the daemon to continue a stopped job from its last
@@ -123,6 +127,17 @@ func (d *Daemon) serveAPI(nc *nats.Conn) error {
 			}
 			return d.sup.resume(ctx, req.Job, req.Env)
 		},
+		VerbAllocation: func(ctx context.Context, body []byte) (any, error) {
+			var ev AllocationEvent
+			if err := json.Unmarshal(body, &ev); err != nil {
+				return nil, fmt.Errorf("%w: decode allocation event: %w", ErrBadRequest, err)
+			}
+			if ev.Event != AllocationBegin && ev.Event != AllocationEnd {
+				return nil, fmt.Errorf("%w: allocation event %q: use %q or %q", ErrBadRequest, ev.Event, AllocationBegin, AllocationEnd)
+			}
+			return d.allocs.report(ctx, ev)
+		},
+		VerbAllocations: func(ctx context.Context, _ []byte) (any, error) { return d.allocs.list(ctx) },
 		VerbMove: func(ctx context.Context, body []byte) (any, error) {
 			var req MoveRequest
 			if err := json.Unmarshal(body, &req); err != nil {

@@ -120,6 +120,19 @@ func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
 	return js, c.call(ctx, VerbJobs, struct{}{}, &js)
 }
 
+// ReportAllocation tells the daemon that a scheduler allocation began or
+// ended on its node, and returns its record.
+func (c *Client) ReportAllocation(ctx context.Context, ev AllocationEvent) (Allocation, error) {
+	var a Allocation
+	return a, c.call(ctx, VerbAllocation, ev, &a)
+}
+
+// Allocations lists the scheduler allocations the hooks reported, newest first.
+func (c *Client) Allocations(ctx context.Context) ([]Allocation, error) {
+	var as []Allocation
+	return as, c.call(ctx, VerbAllocations, struct{}{}, &as)
+}
+
 // Stats reads the daemon's counters.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	var s Stats

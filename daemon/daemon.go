@@ -69,6 +69,7 @@ type Daemon struct {
 	store  *telemetry.Store
 	ingest *Ingest
 	sup    *supervisor
+	allocs *allocations
 	reaper *local.Reaper
 	lock   *os.File
 
@@ -164,6 +165,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
 		jobs: map[string]*running{},
 	}
+	d.allocs = &allocations{kv: d.store.Allocations, node: cfg.Node, stop: func(id string) { _, _ = d.sup.stopJob(id, 0) }}
+	d.sup.allocs = d.allocs
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
 	}

@@ -66,6 +66,9 @@ type RunRequest struct {
 	// Optimize, when its policy moves, lets the daemon move the job to the
 	// configuration that best meets its objective.
 	Optimize Optimize `json:"optimize,omitempty"`
+	// Allocation is the scheduler allocation the job runs in, as
+	// "<scheduler>.<id>" (scavctl run sets "slurm.$SLURM_JOB_ID").
+	Allocation string `json:"allocation,omitempty"`
 }
 
 // Validate collects every problem with the request.
@@ -104,6 +107,9 @@ func (r *RunRequest) Validate() error {
 	if _, err := progress.New(r.StepRegex); err != nil {
 		errs = append(errs, err)
 	}
+	if r.Allocation != "" && !ValidAllocationKey(r.Allocation) {
+		errs = append(errs, fmt.Errorf("allocation %q: want <scheduler>.<id>, e.g. slurm.4711", r.Allocation))
+	}
 	if r.CheckpointSignal != "" {
 		if _, err := parseSignal(r.CheckpointSignal); err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint signal: %w", err))
@@ -130,15 +136,17 @@ type Job struct {
 	// CheckpointSignal is the signal that makes an uninstrumented job checkpoint.
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 	// StepRegex reads an uninstrumented job's progress off its output.
-	StepRegex string     `json:"step_regex,omitempty"`
-	Node      string     `json:"node"`
-	Launcher  string     `json:"launcher"`
-	State     JobState   `json:"state"`
-	Attempt   int        `json:"attempt"`
-	Created   time.Time  `json:"created"`
-	Started   *time.Time `json:"started,omitempty"`
-	Ended     *time.Time `json:"ended,omitempty"`
-	ExitCode  *int       `json:"exit_code,omitempty"`
+	StepRegex string `json:"step_regex,omitempty"`
+	Node      string `json:"node"`
+	Launcher  string `json:"launcher"`
+	// Allocation is the scheduler allocation the job runs in ("slurm.4711").
+	Allocation string     `json:"allocation,omitempty"`
+	State      JobState   `json:"state"`
+	Attempt    int        `json:"attempt"`
+	Created    time.Time  `json:"created"`
+	Started    *time.Time `json:"started,omitempty"`
+	Ended      *time.Time `json:"ended,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
 	// Optimize is what the job asked of the optimizer; Phase is where its
 	// policy is (warm-up, probing, optimised) and Decisions what it decided.
 	Optimize  Optimize   `json:"optimize,omitempty"`

@@ -34,6 +34,8 @@ type supervisor struct {
 	socket   string
 	ckptRoot string
 	pyPath   string
+	// allocs ties jobs to the scheduler allocation they run in.
+	allocs *allocations
 
 	mu     sync.Mutex
 	jobs   map[string]*running
@@ -94,8 +96,13 @@ func (s *supervisor) submit(ctx context.Context, req RunRequest) (Job, error) {
 	j := Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex, Node: s.node, Launcher: s.launcher.Name(),
-		Optimize: req.Optimize,
-		State:    StateStarting, Created: time.Now().UTC(),
+		Optimize: req.Optimize, Allocation: req.Allocation,
+		State: StateStarting, Created: time.Now().UTC(),
+	}
+	if req.Allocation != "" {
+		if err := s.allocs.attach(ctx, req.Allocation, id); err != nil {
+			s.log.Warn("tie job to its allocation", zap.String("job", id), zap.String("allocation", req.Allocation), zap.Error(err))
+		}
 	}
 	msg := fmt.Sprintf("%d workers, global batch %d", cfg.Workers, cfg.GlobalBatch)
 	if err := s.launch(ctx, j, req.Env, resumePoint{attempt: 1}, msg); err != nil {

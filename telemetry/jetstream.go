@@ -43,10 +43,11 @@ func (r Retention) withDefaults() Retention {
 	return d
 }
 
-// Store is Scavenger's JetStream state: the job bucket and the two streams.
+// Store is Scavenger's JetStream state: the job and allocation buckets and the streams.
 type Store struct {
-	JS   jetstream.JetStream
-	Jobs jetstream.KeyValue
+	JS          jetstream.JetStream
+	Jobs        jetstream.KeyValue
+	Allocations jetstream.KeyValue
 }
 
 // OpenStore creates or updates the streams and the job bucket, so that a
@@ -64,11 +65,23 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 			return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: JobBucket, Description: "Scavenger job records", History: 1, Storage: jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create key-value bucket %s: %w", JobBucket, err)
+	st := &Store{JS: js}
+	for _, b := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+		desc string
+		ttl  time.Duration
+	}{
+		{&st.Jobs, JobBucket, "Scavenger job records", 0},
+		{&st.Allocations, AllocationBucket, "Scheduler allocations seen by prolog/epilog hooks", ret.LogMaxAge},
+	} {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: b.name, Description: b.desc, History: 1, TTL: b.ttl, Storage: jetstream.FileStorage,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create key-value bucket %s: %w", b.name, err)
+		}
+		*b.kv = kv
 	}
-	return &Store{JS: js, Jobs: kv}, nil
+	return st, nil
 }

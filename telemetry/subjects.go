@@ -12,6 +12,9 @@ const (
 	OutputStream = "SCAV_OUTPUT"
 	// JobBucket is the key-value bucket of job records, keyed by job id.
 	JobBucket = "scav_jobs"
+	// AllocationBucket is the key-value bucket of scheduler allocations (Slurm
+	// jobs) that prolog/epilog hooks reported, keyed by scheduler and id.
+	AllocationBucket = "scav_allocations"
 )
 
 // APISubject is the request subject of one API verb, e.g. "scav.api.run".

@@ -69,8 +69,15 @@ func stateDir(t *testing.T) string {
 // scavctl runs the binary to completion and returns its output and exit code.
 func scavctl(t *testing.T, state string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return scavctlEnv(t, state, nil, args...)
+}
+
+// scavctlEnv is scavctl with env added to the test's environment.
+func scavctlEnv(t *testing.T, state string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(scavctlBin, append([]string{"--state-dir", state}, args...)...)
 	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

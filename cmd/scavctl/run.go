@@ -274,6 +274,9 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
 	}
+	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
+		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
+	}
 	if err := req.Validate(); err != nil {
 		errs = append(errs, err)
 	}
