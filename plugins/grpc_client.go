@@ -37,7 +37,10 @@ type grpcLauncher struct {
 	wg     sync.WaitGroup
 }
 
-var _ Launcher = (*grpcLauncher)(nil)
+var (
+	_ Launcher  = (*grpcLauncher)(nil)
+	_ Recoverer = (*grpcLauncher)(nil)
+)
 
 // newGRPCLauncher asks the plugin its name and returns the launcher. ctx is
 // the lifetime of the connection (go-plugin ends it when the plugin exits).
@@ -82,17 +85,41 @@ func (c *grpcLauncher) Capabilities(ctx context.Context) (Capabilities, error) {
 // reported it started; ctx bounds only that. The output stream and the wait
 // for the result then run until the attempt ends or the launcher is closed.
 func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, error) {
+	h, err := c.attach(ctx, spec.JobID, spec.Attempt, spec.Output, func(sctx context.Context) (pb.Launcher_StartClient, error) {
+		return c.client.Start(sctx, &pb.StartRequest{Spec: specToProto(spec)})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("launcher plugin %s: start job %s attempt %d: %w", c.name, spec.JobID, spec.Attempt, err)
+	}
+	return h, nil
+}
+
+// Recover asks the plugin to reattach to an attempt it started before a
+// daemon restart; a plugin whose launcher cannot answers ErrUnsupported.
+func (c *grpcLauncher) Recover(ctx context.Context, spec RecoverSpec) (Handle, error) {
+	h, err := c.attach(ctx, spec.JobID, spec.Attempt, spec.Output, func(sctx context.Context) (pb.Launcher_StartClient, error) {
+		return c.client.Recover(sctx, &pb.RecoverRequest{HandleId: spec.HandleID, JobId: spec.JobID, Attempt: int64(spec.Attempt), WantOutput: spec.Output != nil})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("launcher plugin %s: recover job %s attempt %d (%s): %w", c.name, spec.JobID, spec.Attempt, spec.HandleID, err)
+	}
+	return h, nil
+}
+
+// attach opens an attempt's event stream, waits for its Started message and
+// returns the handle whose goroutines deliver the output and the result.
+func (c *grpcLauncher) attach(ctx context.Context, jobID string, attempt int, output OutputFunc, open func(context.Context) (pb.Launcher_StartClient, error)) (Handle, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, c.startErr(spec, err)
+		return nil, err
 	}
 	if c.ctx.Err() != nil {
-		return nil, c.startErr(spec, ErrPluginUnavailable)
+		return nil, ErrPluginUnavailable
 	}
 	sctx, cancel := context.WithCancel(c.ctx)
-	stream, err := c.client.Start(sctx, &pb.StartRequest{Spec: specToProto(spec)})
+	stream, err := open(sctx)
 	if err != nil {
 		cancel()
-		return nil, c.startErr(spec, fromStatus(err))
+		return nil, fromStatus(err)
 	}
 	type first struct {
 		ev  *pb.StartEvent
@@ -109,19 +136,19 @@ func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, err
 	case <-ctx.Done():
 		cancel() // the plugin stops an attempt it could not report
 		<-ch
-		return nil, c.startErr(spec, ctx.Err())
+		return nil, ctx.Err()
 	}
 	if f.err != nil {
 		cancel()
-		return nil, c.startErr(spec, c.transportErr(f.err))
+		return nil, c.transportErr(f.err)
 	}
 	started := f.ev.GetStarted()
 	if started == nil {
 		cancel()
-		return nil, c.startErr(spec, errors.New("protocol error: first message is not Started"))
+		return nil, errors.New("protocol error: first message is not Started")
 	}
 	h := &grpcHandle{
-		c: c, id: started.GetHandleId(), jobID: spec.JobID, attempt: spec.Attempt,
+		c: c, id: started.GetHandleId(), jobID: jobID, attempt: attempt,
 		done: make(chan struct{}),
 	}
 	outputDone := make(chan struct{})
@@ -129,21 +156,17 @@ func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, err
 	defer c.mu.Unlock()
 	if c.closed {
 		cancel()
-		return nil, c.startErr(spec, ErrPluginUnavailable)
+		return nil, ErrPluginUnavailable
 	}
 	c.wg.Go(func() {
 		defer close(outputDone)
-		h.handleOutput(stream, spec.Output)
+		h.handleOutput(stream, output)
 	})
 	c.wg.Go(func() {
 		defer cancel()
 		h.handleWait(outputDone)
 	})
 	return h, nil
-}
-
-func (c *grpcLauncher) startErr(spec AttemptSpec, err error) error {
-	return fmt.Errorf("launcher plugin %s: start job %s attempt %d: %w", c.name, spec.JobID, spec.Attempt, err)
 }
 
 // transportErr is fromStatus, except that an error caused by the end of the

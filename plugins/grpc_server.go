@@ -99,14 +99,41 @@ func (o *outputSender) end() {
 // If Started cannot be delivered, the attempt is stopped at once, since no
 // client knows of it.
 func (s *grpcServer) Start(req *pb.StartRequest, stream pb.Launcher_StartServer) error {
-	ctx := stream.Context()
 	spec, wantOutput := specFromProto(req.GetSpec())
+	return s.serveAttempt(stream, wantOutput, true, func(out OutputFunc) (Handle, error) {
+		spec.Output = out
+		return s.impl.Start(stream.Context(), spec)
+	})
+}
+
+// Recover reattaches to an attempt the launcher started before a restart
+// and streams its output from then on, like Start. A launcher that is not a
+// Recoverer answers Unimplemented (ErrUnsupported on the client).
+func (s *grpcServer) Recover(req *pb.RecoverRequest, stream pb.Launcher_RecoverServer) error {
+	rec, ok := s.impl.(Recoverer)
+	if !ok {
+		return status.Errorf(codes.Unimplemented, "launcher %s cannot reattach to attempts: %v", s.impl.Name(), ErrUnsupported)
+	}
+	spec := RecoverSpec{JobID: req.GetJobId(), Attempt: int(req.GetAttempt()), HandleID: req.GetHandleId()}
+	return s.serveAttempt(stream, req.GetWantOutput(), false, func(out OutputFunc) (Handle, error) {
+		spec.Output = out
+		return rec.Recover(stream.Context(), spec)
+	})
+}
+
+// serveAttempt gets a handle from open, reports it with Started, streams the
+// attempt's output and returns once the attempt has finished. When the
+// client cannot be told, a started attempt (stopUnreported) is stopped at
+// once, since no client knows of it; a recovered one is left as it was.
+func (s *grpcServer) serveAttempt(stream pb.Launcher_StartServer, wantOutput, stopUnreported bool, open func(OutputFunc) (Handle, error)) error {
+	ctx := stream.Context()
 	send := &outputSender{stream: stream}
 	defer send.end()
+	var out OutputFunc
 	if wantOutput {
-		spec.Output = send.output
+		out = send.output
 	}
-	h, err := s.impl.Start(ctx, spec)
+	h, err := open(out)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -115,8 +142,11 @@ func (s *grpcServer) Start(req *pb.StartRequest, stream pb.Launcher_StartServer)
 	s.handles[id] = h
 	s.mu.Unlock()
 	if err := send.begin(id); err != nil {
-		s.logger.Warn("client left before the attempt was reported; stopping it", zap.String("handle", id), zap.Error(err))
 		s.forget(id)
+		if !stopUnreported {
+			return toStatus(err)
+		}
+		s.logger.Warn("client left before the attempt was reported; stopping it", zap.String("handle", id), zap.Error(err))
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := h.Stop(stopCtx, 0); err != nil {
@@ -180,6 +210,3 @@ func (s *grpcServer) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRes
 	}
 	return &pb.StopResponse{}, nil
 }
-
-// Recover is not implemented yet: the embedded UnimplementedLauncherServer
-// answers codes.Unimplemented.

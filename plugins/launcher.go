@@ -138,6 +138,26 @@ type Launcher interface {
 	Start(ctx context.Context, spec AttemptSpec) (Handle, error)
 }
 
+// RecoverSpec names an attempt to reattach to after a daemon restart.
+type RecoverSpec struct {
+	// JobID and Attempt identify the attempt, as in its AttemptSpec.
+	JobID   string
+	Attempt int
+	// HandleID is the ID of the attempt's Handle before the restart.
+	HandleID string
+	// Output receives the workers' output lines from now on; nil discards them.
+	Output OutputFunc
+}
+
+// Recoverer is implemented by launchers whose attempts outlive the daemon
+// that started them (a batch scheduler's jobs): after a restart the daemon
+// reattaches to each attempt that was running. A launcher without it, or
+// one that answers ErrUnsupported, cannot; an attempt it no longer knows is
+// ErrUnknownHandle.
+type Recoverer interface {
+	Recover(ctx context.Context, spec RecoverSpec) (Handle, error)
+}
+
 // Handle is a started attempt.
 type Handle interface {
 	// ID identifies the attempt to the launcher (for example a process-group id).

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -410,5 +411,50 @@ func testStartCancelled(t *testing.T, ctx context.Context, l plugins.Launcher) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Start with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// RunRecover checks a launcher that implements plugins.Recoverer: an
+// attempt started by one instance is reattached by another, as after a
+// daemon restart; the second gets the output written from then on and the
+// attempt's result, again on a second Recover after the attempt finished;
+// an id it never started is ErrUnknownHandle. newLauncher is called twice.
+func RunRecover(t *testing.T, newLauncher func(t *testing.T) plugins.Launcher) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+	defer cancel()
+	var before, after output
+	sp := spec(t, 2, `echo before; sleep 2; echo "after $RANK"; if [ "$RANK" = 1 ]; then exit 3; fi`, &before)
+	h := start(t, ctx, newLauncher(t), sp)
+	before.awaitCount(t, ctx, "before", 2)
+
+	rec, ok := newLauncher(t).(plugins.Recoverer)
+	if !ok {
+		t.Fatal("the launcher does not implement plugins.Recoverer")
+	}
+	rs := plugins.RecoverSpec{JobID: sp.JobID, Attempt: sp.Attempt, HandleID: h.ID(), Output: after.add}
+	h2, err := rec.Recover(ctx, rs)
+	if err != nil {
+		t.Fatalf("Recover(%s): %v", h.ID(), err)
+	}
+	res, err := h2.Wait(ctx)
+	if err != nil || res.ExitCode != 3 || res.FailedRank != 1 {
+		t.Fatalf("Wait after Recover = %+v, %v; want exit 3 from rank 1", res, err)
+	}
+	for r := range 2 {
+		if got := after.of(r, plugins.Stdout); !slices.Contains(got, fmt.Sprintf("after %d", r)) {
+			t.Errorf("rank %d output after Recover: %q, want the line written after it", r, got)
+		}
+	}
+	rs.Output = nil
+	h3, err := rec.Recover(ctx, rs)
+	if err != nil {
+		t.Fatalf("Recover of the finished attempt: %v", err)
+	}
+	if res, err := h3.Wait(ctx); err != nil || res.ExitCode != 3 {
+		t.Fatalf("Wait on the finished attempt = %+v, %v; want exit 3", res, err)
+	}
+	rs.HandleID = "no-such-attempt"
+	if _, err := rec.Recover(ctx, rs); !errors.Is(err, plugins.ErrUnknownHandle) {
+		t.Errorf("Recover(%q) = %v, want ErrUnknownHandle", rs.HandleID, err)
 	}
 }

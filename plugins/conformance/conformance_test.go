@@ -205,16 +205,20 @@ func TestLoadWrongChecksum(t *testing.T) {
 }
 
 // TestServerHandles checks the wire answers for what the Launcher interface
-// does not reach: Recover is not implemented yet, and an unknown handle is
-// NotFound.
+// does not reach: a launcher that cannot reattach answers Recover with
+// ErrUnsupported, and an unknown handle is NotFound.
 func TestServerHandles(t *testing.T) {
 	client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(newLocal(), zap.NewNop()))
 	t.Cleanup(func() { _ = client.Close() })
 	c := pb.NewLauncherClient(client.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Recover(ctx, &pb.RecoverRequest{HandleId: "1"}); status.Code(err) != codes.Unimplemented {
-		t.Errorf("Recover = %v, want Unimplemented", err)
+	raw, err := client.Dispense(plugins.PluginName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.(plugins.Recoverer).Recover(ctx, plugins.RecoverSpec{JobID: "j", Attempt: 1, HandleID: "1"}); !errors.Is(err, plugins.ErrUnsupported) {
+		t.Errorf("Recover = %v, want ErrUnsupported", err)
 	}
 	if _, err := c.Wait(ctx, &pb.WaitRequest{HandleId: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("Wait(unknown) = %v, want NotFound", err)

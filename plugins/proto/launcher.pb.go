@@ -1023,6 +1023,9 @@ func (*StopResponse) Descriptor() ([]byte, []int) {
 type RecoverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	HandleId      string                 `protobuf:"bytes,1,opt,name=handle_id,json=handleId,proto3" json:"handle_id,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       int64                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	WantOutput    bool                   `protobuf:"varint,4,opt,name=want_output,json=wantOutput,proto3" json:"want_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1064,40 +1067,25 @@ func (x *RecoverRequest) GetHandleId() string {
 	return ""
 }
 
-type RecoverResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RecoverResponse) Reset() {
-	*x = RecoverResponse{}
-	mi := &file_launcher_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RecoverResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RecoverResponse) ProtoMessage() {}
-
-func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+func (x *RecoverRequest) GetJobId() string {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
+		return x.JobId
 	}
-	return mi.MessageOf(x)
+	return ""
 }
 
-// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
-func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+func (x *RecoverRequest) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RecoverRequest) GetWantOutput() bool {
+	if x != nil {
+		return x.WantOutput
+	}
+	return false
 }
 
 var File_launcher_proto protoreflect.FileDescriptor
@@ -1174,18 +1162,21 @@ const file_launcher_proto_rawDesc = "" +
 	"\vStopRequest\x12\x1b\n" +
 	"\thandle_id\x18\x01 \x01(\tR\bhandleId\x12\x19\n" +
 	"\bgrace_ns\x18\x02 \x01(\x03R\agraceNs\"\x0e\n" +
-	"\fStopResponse\"-\n" +
+	"\fStopResponse\"\x7f\n" +
 	"\x0eRecoverRequest\x12\x1b\n" +
-	"\thandle_id\x18\x01 \x01(\tR\bhandleId\"\x11\n" +
-	"\x0fRecoverResponse2\xea\x04\n" +
+	"\thandle_id\x18\x01 \x01(\tR\bhandleId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x03R\aattempt\x12\x1f\n" +
+	"\vwant_output\x18\x04 \x01(\bR\n" +
+	"wantOutput2\xe7\x04\n" +
 	"\bLauncher\x12O\n" +
 	"\x04Name\x12\".scavenger.launcher.v1.NameRequest\x1a#.scavenger.launcher.v1.NameResponse\x12g\n" +
 	"\fCapabilities\x12*.scavenger.launcher.v1.CapabilitiesRequest\x1a+.scavenger.launcher.v1.CapabilitiesResponse\x12Q\n" +
 	"\x05Start\x12#.scavenger.launcher.v1.StartRequest\x1a!.scavenger.launcher.v1.StartEvent0\x01\x12O\n" +
 	"\x04Wait\x12\".scavenger.launcher.v1.WaitRequest\x1a#.scavenger.launcher.v1.WaitResponse\x12U\n" +
 	"\x06Signal\x12$.scavenger.launcher.v1.SignalRequest\x1a%.scavenger.launcher.v1.SignalResponse\x12O\n" +
-	"\x04Stop\x12\".scavenger.launcher.v1.StopRequest\x1a#.scavenger.launcher.v1.StopResponse\x12X\n" +
-	"\aRecover\x12%.scavenger.launcher.v1.RecoverRequest\x1a&.scavenger.launcher.v1.RecoverResponseB<Z:github.com/scavenger-ml/scavenger/plugins/proto;launcherpbb\x06proto3"
+	"\x04Stop\x12\".scavenger.launcher.v1.StopRequest\x1a#.scavenger.launcher.v1.StopResponse\x12U\n" +
+	"\aRecover\x12%.scavenger.launcher.v1.RecoverRequest\x1a!.scavenger.launcher.v1.StartEvent0\x01B<Z:github.com/scavenger-ml/scavenger/plugins/proto;launcherpbb\x06proto3"
 
 var (
 	file_launcher_proto_rawDescOnce sync.Once
@@ -1199,7 +1190,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_launcher_proto_goTypes = []any{
 	(*NameRequest)(nil),          // 0: scavenger.launcher.v1.NameRequest
 	(*NameResponse)(nil),         // 1: scavenger.launcher.v1.NameResponse
@@ -1219,7 +1210,6 @@ var file_launcher_proto_goTypes = []any{
 	(*StopRequest)(nil),          // 15: scavenger.launcher.v1.StopRequest
 	(*StopResponse)(nil),         // 16: scavenger.launcher.v1.StopResponse
 	(*RecoverRequest)(nil),       // 17: scavenger.launcher.v1.RecoverRequest
-	(*RecoverResponse)(nil),      // 18: scavenger.launcher.v1.RecoverResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	4,  // 0: scavenger.launcher.v1.AttemptSpec.config:type_name -> scavenger.launcher.v1.Config
@@ -1240,7 +1230,7 @@ var file_launcher_proto_depIdxs = []int32{
 	12, // 15: scavenger.launcher.v1.Launcher.Wait:output_type -> scavenger.launcher.v1.WaitResponse
 	14, // 16: scavenger.launcher.v1.Launcher.Signal:output_type -> scavenger.launcher.v1.SignalResponse
 	16, // 17: scavenger.launcher.v1.Launcher.Stop:output_type -> scavenger.launcher.v1.StopResponse
-	18, // 18: scavenger.launcher.v1.Launcher.Recover:output_type -> scavenger.launcher.v1.RecoverResponse
+	7,  // 18: scavenger.launcher.v1.Launcher.Recover:output_type -> scavenger.launcher.v1.StartEvent
 	12, // [12:19] is the sub-list for method output_type
 	5,  // [5:12] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
@@ -1263,7 +1253,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,9 +54,10 @@ type LauncherClient interface {
 	Signal(ctx context.Context, in *SignalRequest, opts ...grpc.CallOption) (*SignalResponse, error)
 	// Stop stops the attempt: SIGTERM, then SIGKILL after the grace.
 	Stop(ctx context.Context, in *StopRequest, opts ...grpc.CallOption) (*StopResponse, error)
-	// Recover reattaches to an attempt after a daemon restart; launchers
-	// that cannot answer UNIMPLEMENTED.
-	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
+	// Recover reattaches to an attempt after a daemon restart and streams
+	// its output from then on, like Start; launchers whose attempts cannot
+	// outlive the daemon answer UNIMPLEMENTED.
+	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartEvent], error)
 }
 
 type launcherClient struct {
@@ -136,15 +137,24 @@ func (c *launcherClient) Stop(ctx context.Context, in *StopRequest, opts ...grpc
 	return out, nil
 }
 
-func (c *launcherClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error) {
+func (c *launcherClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RecoverResponse)
-	err := c.cc.Invoke(ctx, Launcher_Recover_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Launcher_ServiceDesc.Streams[1], Launcher_Recover_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[RecoverRequest, StartEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Launcher_RecoverClient = grpc.ServerStreamingClient[StartEvent]
 
 // LauncherServer is the server API for Launcher service.
 // All implementations must embed UnimplementedLauncherServer
@@ -168,9 +178,10 @@ type LauncherServer interface {
 	Signal(context.Context, *SignalRequest) (*SignalResponse, error)
 	// Stop stops the attempt: SIGTERM, then SIGKILL after the grace.
 	Stop(context.Context, *StopRequest) (*StopResponse, error)
-	// Recover reattaches to an attempt after a daemon restart; launchers
-	// that cannot answer UNIMPLEMENTED.
-	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
+	// Recover reattaches to an attempt after a daemon restart and streams
+	// its output from then on, like Start; launchers whose attempts cannot
+	// outlive the daemon answer UNIMPLEMENTED.
+	Recover(*RecoverRequest, grpc.ServerStreamingServer[StartEvent]) error
 	mustEmbedUnimplementedLauncherServer()
 }
 
@@ -199,8 +210,8 @@ func (UnimplementedLauncherServer) Signal(context.Context, *SignalRequest) (*Sig
 func (UnimplementedLauncherServer) Stop(context.Context, *StopRequest) (*StopResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stop not implemented")
 }
-func (UnimplementedLauncherServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
+func (UnimplementedLauncherServer) Recover(*RecoverRequest, grpc.ServerStreamingServer[StartEvent]) error {
+	return status.Error(codes.Unimplemented, "method Recover not implemented")
 }
 func (UnimplementedLauncherServer) mustEmbedUnimplementedLauncherServer() {}
 func (UnimplementedLauncherServer) testEmbeddedByValue()                  {}
@@ -324,23 +335,16 @@ func _Launcher_Stop_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Launcher_Recover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RecoverRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Launcher_Recover_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RecoverRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(LauncherServer).Recover(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Launcher_Recover_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(LauncherServer).Recover(ctx, req.(*RecoverRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(LauncherServer).Recover(m, &grpc.GenericServerStream[RecoverRequest, StartEvent]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Launcher_RecoverServer = grpc.ServerStreamingServer[StartEvent]
 
 // Launcher_ServiceDesc is the grpc.ServiceDesc for Launcher service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -369,15 +373,16 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Stop",
 			Handler:    _Launcher_Stop_Handler,
 		},
-		{
-			MethodName: "Recover",
-			Handler:    _Launcher_Recover_Handler,
-		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Start",
 			Handler:       _Launcher_Start_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Recover",
+			Handler:       _Launcher_Recover_Handler,
 			ServerStreams: true,
 		},
 	},
