@@ -39,6 +39,9 @@ type Attempt struct {
 	LastStep  int64 `json:"last_step,omitempty"`
 	// Restore is the checkpoint it started from.
 	Restore string `json:"restore,omitempty"`
+	// Handle is the launcher's id of the attempt, to reattach to it after a
+	// daemon restart.
+	Handle string `json:"handle,omitempty"`
 	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
 	EndReason string `json:"end_reason,omitempty"`
 	// Move breaks down the relaunch that ended this attempt, when one did.
@@ -94,6 +97,9 @@ type resumePoint struct {
 	attempt int
 	restore string
 	step    int64
+	// reattach: the attempt is running already (started by the daemon
+	// before a restart); recover it instead of starting it.
+	reattach bool
 }
 
 // run drives one job from the attempt at from to its end.
@@ -158,28 +164,39 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 			Output: s.output(r, attempt, outSteps),
 		}
 		outSteps.attemptStarted(attempt, cfg)
-		began := time.Now()
-		// The attempt lives until it ends or is stopped, not as long as any request.
-		h, err := s.launcher.Start(context.Background(), spec)
-		if err != nil {
-			if prev != nil {
-				msg := fmt.Sprintf("attempt %d at %d workers, batch %d could not start (%v); back to %d workers, batch %d",
-					attempt, cfg.Workers, cfg.GlobalBatch, err, prev.Workers, prev.GlobalBatch)
-				log.Warn("relaunch failed; reverting", zap.Error(err))
-				s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt, Message: msg})
-				cfg, prev = *prev, nil
-				continue
+		var h plugins.Handle
+		if from.reattach && attempt == from.attempt {
+			var err error
+			if h, err = s.reattach(r, spec); err != nil {
+				stopCtl()
+				s.lost(r, err)
+				return
 			}
-			log.Warn("start failed", zap.Error(err))
-			stopCtl()
-			s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
-			return
+			log.Info("reattached to the attempt after a restart", zap.Int("attempt", attempt), zap.String("handle", h.ID()))
+		} else {
+			began := time.Now()
+			// The attempt lives until it ends or is stopped, not as long as any request.
+			var err error
+			if h, err = s.launcher.Start(context.Background(), spec); err != nil {
+				if prev != nil {
+					msg := fmt.Sprintf("attempt %d at %d workers, batch %d could not start (%v); back to %d workers, batch %d",
+						attempt, cfg.Workers, cfg.GlobalBatch, err, prev.Workers, prev.GlobalBatch)
+					log.Warn("relaunch failed; reverting", zap.Error(err))
+					s.event(telemetry.Event{Kind: telemetry.EventMoved, Job: j.ID, Attempt: attempt, Message: msg})
+					cfg, prev = *prev, nil
+					continue
+				}
+				log.Warn("start failed", zap.Error(err))
+				stopCtl()
+				s.finish(r, nil, 127, fmt.Sprintf("start: %v", err), StateFailed)
+				return
+			}
+			r.beginAttempt(attempt, cfg, restore, startStep, h.ID(), time.Now().UTC())
+			s.save(context.Background(), r.snapshot())
+			s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: attempt,
+				Message: fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)", attempt, cfg.Workers, cfg.GlobalBatch, s.launcher.Name(), h.ID())})
+			log.Info("attempt started", zap.Int("attempt", attempt), zap.Int("workers", cfg.Workers), zap.Int("batch", cfg.GlobalBatch), zap.Duration("start", time.Since(began)))
 		}
-		r.beginAttempt(attempt, cfg, restore, startStep, time.Now().UTC())
-		s.save(context.Background(), r.snapshot())
-		s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: attempt,
-			Message: fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)", attempt, cfg.Workers, cfg.GlobalBatch, s.launcher.Name(), h.ID())})
-		log.Info("attempt started", zap.Int("attempt", attempt), zap.Int("workers", cfg.Workers), zap.Int("batch", cfg.GlobalBatch), zap.Duration("start", time.Since(began)))
 
 		out := s.watch(r, h, attempt, log)
 		telemetry.Drain(s.nc, steps) // the attempt's last steps count in its record

@@ -162,11 +162,14 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	d.sup = &supervisor{
 		log: log.Named("jobs"), launcher: launcher, pub: d.nc, nc: d.nc, kv: d.store.Jobs, node: cfg.Node,
-		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
+		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath, envDir: filepath.Join(cfg.StateDir, "env"),
 		jobs: map[string]*running{},
 	}
 	d.allocs = &allocations{kv: d.store.Allocations, node: cfg.Node, stop: func(id string) { _, _ = d.sup.stopJob(id, 0) }}
 	d.sup.allocs = d.allocs
+	if err := d.sup.adopt(ctx); err != nil {
+		return nil, err
+	}
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
 	}

@@ -36,6 +36,8 @@ type supervisor struct {
 	pyPath   string
 	// allocs ties jobs to the scheduler allocation they run in.
 	allocs *allocations
+	// envDir keeps the environment of each running job, for adoption.
+	envDir string
 
 	mu     sync.Mutex
 	jobs   map[string]*running
@@ -153,6 +155,9 @@ func (s *supervisor) launch(ctx context.Context, j Job, env []string, from resum
 	s.jobs[j.ID] = r
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if err := s.saveEnv(j.ID, env); err != nil {
+		s.log.Warn("the job cannot be relaunched after a restart of scavd", zap.String("job", j.ID), zap.Error(err))
+	}
 	s.save(ctx, j)
 	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: j.ID, Attempt: from.attempt, Message: msg})
 	go func() {
@@ -184,6 +189,9 @@ func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg strin
 	s.mu.Lock()
 	delete(s.jobs, j.ID)
 	s.mu.Unlock()
+	if err := os.Remove(s.envPath(j.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("remove the environment of an ended job", zap.String("job", j.ID), zap.Error(err))
+	}
 }
 
 // stopJob asks a running job to stop; grace 0 uses the job's own. Asking
@@ -296,7 +304,7 @@ func (r *running) claimSteps(n int64) int64 {
 
 // beginAttempt records a new attempt; the one before it, if it ended for a
 // move, gets the start part of that move's timing.
-func (r *running) beginAttempt(n int, cfg plugins.Config, restore string, startStep int64, now time.Time) {
+func (r *running) beginAttempt(n int, cfg plugins.Config, restore string, startStep int64, handle string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if k := len(r.job.Attempts); k > 0 {
@@ -304,7 +312,7 @@ func (r *running) beginAttempt(n int, cfg plugins.Config, restore string, startS
 			p.Move.Start = now.Sub(*p.Ended).Seconds()
 		}
 	}
-	r.job.Attempts = append(r.job.Attempts, Attempt{Attempt: n, Config: cfg, Started: now, Restore: restore})
+	r.job.Attempts = append(r.job.Attempts, Attempt{Attempt: n, Config: cfg, Started: now, Restore: restore, Handle: handle})
 	r.job.State, r.job.Attempt, r.job.Config = StateRunning, n, cfg
 	if r.job.Started == nil {
 		r.job.Started = &now

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"go.uber.org/zap/zaptest"
 
@@ -63,5 +69,126 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	}
 	if _, _, err := daemon.LoadPlugin(ctx, bin, "00", zaptest.NewLogger(t)); err == nil {
 		t.Fatal("a malformed checksum was accepted")
+	}
+}
+
+var (
+	scavdOnce sync.Once
+	scavdBin  string
+	scavdErr  error
+)
+
+// buildScavd builds scavd once for the tests that run it as a process.
+func buildScavd(t *testing.T) string {
+	t.Helper()
+	scavdOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "scavd-test-")
+		if err != nil {
+			scavdErr = err
+			return
+		}
+		scavdBin = filepath.Join(dir, "scavd")
+		if out, err := exec.Command("go", "build", "-o", scavdBin, ".").CombinedOutput(); err != nil {
+			scavdErr = fmt.Errorf("build scavd: %v\n%s", err, out)
+		}
+	})
+	if scavdErr != nil {
+		t.Fatal(scavdErr)
+	}
+	return scavdBin
+}
+
+// startScavd runs scavd on state and returns it with a client once it answers.
+func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
+	t.Helper()
+	cmd := exec.Command(buildScavd(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
+			if c, err := daemon.Dial(ctx, info.NATS, 2*time.Second); err == nil {
+				t.Cleanup(c.Close)
+				return cmd, c
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("scavd did not answer within 30s:\n%s", errOut.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestRestartAfterCrashRecordsTheLostJob crashes scavd (SIGKILL) under a
+// running job: the restarted daemon finds the job's record, cannot reattach
+// to local workers, records the job as failed with how to resume it, and
+// kills the worker the crash left behind.
+func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
+	// Orphans of the crashed daemon come to this process, which reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("become subreaper: %v", err)
+	}
+	state, err := os.MkdirTemp("", "scav-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	pidFile := filepath.Join(state, "worker.pid")
+	first, c := startScavd(t, state)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j, err := c.Run(ctx, daemon.RunRequest{Name: "crash", Dir: state, Config: plugins.Config{Workers: 1},
+		Command: []string{"/bin/sh", "-c", `echo $$ > "$0"; exec sleep 120`, pidFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for pid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the worker never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the worker died with the daemon (%v); the test needs it left behind", err)
+	}
+
+	_, c2 := startScavd(t, state)
+	var got daemon.Job
+	for got, _ = c2.Job(ctx, j.ID); !got.State.Done(); got, _ = c2.Job(ctx, j.ID) {
+		if ctx.Err() != nil {
+			t.Fatalf("the restarted daemon did not settle the job: %+v", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.State != daemon.StateFailed || !strings.Contains(got.Message, "cannot reattach") || !strings.Contains(got.Message, "1 leftover worker") {
+		t.Fatalf("job after the restart: state %s, message %q", got.State, got.Message)
+	}
+	for {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(-1, &ws, unix.WNOHANG, nil) // reap the killed orphan
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("worker %d is still there after the restart", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

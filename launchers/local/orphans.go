@@ -1,0 +1,70 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// StopOrphaned kills what is left of an attempt that a previous daemon
+// started and lost (this launcher cannot reattach to its processes: their
+// output pipes ended with that daemon). The attempt's processes are the
+// members of process group spec.HandleID whose environment names the job
+// and attempt (SCAV_JOB_ID, SCAV_ATTEMPT), so a reused group id never hits
+// another program. It returns how many processes it killed.
+func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (int, error) {
+	pgid, err := strconv.Atoi(spec.HandleID)
+	if err != nil || pgid <= 1 {
+		return 0, fmt.Errorf("stop orphans of job %s attempt %d: handle %q is not a process group id: %w", spec.JobID, spec.Attempt, spec.HandleID, plugins.ErrUnknownHandle)
+	}
+	members, err := groupMembers(pgid)
+	if err != nil {
+		return 0, fmt.Errorf("stop orphans of job %s attempt %d: %w", spec.JobID, spec.Attempt, err)
+	}
+	want := [][]byte{
+		[]byte(plugins.EnvJobID + "=" + spec.JobID),
+		[]byte(plugins.EnvAttempt + "=" + strconv.Itoa(spec.Attempt)),
+	}
+	n := 0
+	for _, m := range members {
+		if m.state == 'Z' || !environHas(m.pid, want) {
+			continue
+		}
+		if err := syscall.Kill(m.pid, syscall.SIGKILL); err == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		l.logger.Warn("killed the leftover workers of a lost attempt", zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt), zap.Int("processes", n))
+	}
+	return n, nil
+}
+
+// environHas reports whether every entry of want is a variable of pid's environment.
+func environHas(pid int, want [][]byte) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	vars := bytes.Split(b, []byte{0})
+	for _, w := range want {
+		found := false
+		for _, v := range vars {
+			if bytes.Equal(v, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
