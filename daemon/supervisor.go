@@ -56,6 +56,8 @@ type running struct {
 	stepped  bool    // the attempt's workers have reported a step themselves
 	// synth numbers the steps read off the output of an uninstrumented job.
 	synth int64
+	// noiseScale is the gradient noise scale its controller last estimated (0: none).
+	noiseScale float64
 }
 
 const defaultGrace = 10 * time.Second
