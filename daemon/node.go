@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -154,4 +155,30 @@ func startNodeSampler(ctx context.Context, node string, every time.Duration, gpu
 	}
 	n.start()
 	return n, g.Close, nil
+}
+
+// NodeSamples replays the node samples of node (every node when empty) and
+// kind (telemetry.NodeGPU, telemetry.NodeHost, or both when empty), oldest
+// first; see telemetry.Replay for follow. Messages this build cannot decode
+// are skipped.
+func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool, fn func(telemetry.NodeSample) error) error {
+	kinds := []string{telemetry.NodeGPU, telemetry.NodeHost}
+	if kind != "" {
+		kinds = []string{kind}
+	}
+	n := "*"
+	if node != "" {
+		n = telemetry.SubjectNode(node)
+	}
+	subjects := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		subjects = append(subjects, telemetry.NodeSubject(n, k))
+	}
+	return telemetry.Replay(ctx, c.JS, telemetry.NodeStream, subjects, follow, func(m jetstream.Msg) error {
+		s, err := telemetry.DecodeNodeSample(m.Data())
+		if err != nil {
+			return nil
+		}
+		return fn(s)
+	})
 }
