@@ -167,3 +167,47 @@ func TestAutoFallsBackToNvidiaSMI(t *testing.T) {
 		t.Errorf("source %s: %d GPUs, %v", c.Source(), len(gpus), err)
 	}
 }
+
+// TestLiveGPU runs only where SCAV_TEST_GPU=1 (a machine with an NVIDIA
+// driver): NVML must open and read every device, and agree with nvidia-smi
+// on the devices and their memory.
+func TestLiveGPU(t *testing.T) {
+	if os.Getenv("SCAV_TEST_GPU") != "1" {
+		t.Skip("set SCAV_TEST_GPU=1 on a machine with an NVIDIA GPU")
+	}
+	c, err := OpenNVML(zap.NewNop())
+	if err != nil {
+		t.Fatalf("open NVML: %v", err)
+	}
+	defer c.Close()
+	gpus, err := c.Sample(context.Background())
+	if err != nil {
+		t.Errorf("NVML sample: %v", err)
+	}
+	if len(gpus) == 0 {
+		t.Fatal("NVML sees no GPU")
+	}
+	for _, g := range gpus {
+		if g.UUID == "" || g.Name == "" || g.Utilization == nil || g.MemoryTotalBytes == nil || g.MemoryUsedBytes == nil ||
+			g.PowerWatts == nil || g.TemperatureCelsius == nil || g.SMClockHertz == nil {
+			t.Errorf("GPU %d lacks a basic reading: %+v", g.Index, g)
+		}
+	}
+	s, err := OpenSMI(context.Background(), "")
+	if err != nil {
+		t.Skipf("no nvidia-smi to compare with: %v", err)
+	}
+	sg, err := s.Sample(context.Background())
+	if err != nil {
+		t.Errorf("nvidia-smi sample: %v", err)
+	}
+	if len(sg) != len(gpus) {
+		t.Fatalf("nvidia-smi sees %d GPUs, NVML %d", len(sg), len(gpus))
+	}
+	for i := range gpus {
+		a, b := gpus[i], sg[i]
+		if a.UUID != b.UUID || b.MemoryTotalBytes == nil || *a.MemoryTotalBytes/mib != *b.MemoryTotalBytes/mib {
+			t.Errorf("GPU %d: NVML %s %v bytes, nvidia-smi %s %v", i, a.UUID, *a.MemoryTotalBytes, b.UUID, b.MemoryTotalBytes)
+		}
+	}
+}

@@ -254,3 +254,24 @@ func TestSMIAbsentIsUnavailable(t *testing.T) {
 		t.Errorf("OpenSMI of a missing binary: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestRecordedOnAGPUMachine parses what tools/gpusample -record saved in
+// testdata/live, when it is there.
+func TestRecordedOnAGPUMachine(t *testing.T) {
+	gpusCSV, err := os.ReadFile(filepath.Join("testdata", "live", "gpus.csv"))
+	if err != nil {
+		t.Skip("no testdata/live/gpus.csv: record one with go run ./tools/gpusample -record telemetry/gpu/testdata/live")
+	}
+	gpus, err := ParseGPUs(gpusCSV)
+	if err != nil || len(gpus) == 0 {
+		t.Fatalf("ParseGPUs of the recorded output: %d GPUs, %v", len(gpus), err)
+	}
+	apps, err := os.ReadFile(filepath.Join("testdata", "live", "apps.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseApps(apps); err != nil {
+		t.Errorf("ParseApps of the recorded output: %v", err)
+	}
+	checkParsed(t, gpus)
+}
