@@ -30,7 +30,8 @@ try:
     while True:
         step += 1
         s.sendall((json.dumps({"v": 1, "job": env("SCAV_JOB_ID"), "attempt": int(env("SCAV_ATTEMPT")), "rank": int(env("RANK")),
-            "world": int(env("WORLD_SIZE")), "step": step, "t": time.time(), "dt": 0.05, "samples": 8}) + "\n").encode())
+            "world": int(env("WORLD_SIZE")), "step": step, "t": time.time(), "dt": 0.05, "samples": 8,
+            "local_sqr": 2.0 + 0.1 * (step % 3), "avg_sqr": 1.5 + 0.05 * (step % 2)}) + "\n").encode())
         time.sleep(0.05)
 finally:
     child.kill()
@@ -108,7 +109,10 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	j, err := c.Run(ctx, RunRequest{Name: "nodejob", Command: []string{python3(), "-c", stepWriter}, Dir: t.TempDir(), Env: os.Environ(),
-		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: Duration(time.Second)})
+		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: Duration(time.Second),
+		// A policy with one configuration to choose: it observes (and
+		// estimates the gradient noise scale) but never moves the job.
+		Optimize: Optimize{Policy: "adaptive", TargetSamples: 1 << 20, MinWorkers: 2, MaxWorkers: 2, MinBatch: 16, MaxBatch: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +173,15 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 			t.Errorf("%s{%s} = %v (present %v), want at least %v", c.name, strings.Join(labels, ","), v, ok, c.min)
 		}
 	}
+	eventually(t, "a gradient noise scale in /metrics", 20*time.Second, func() bool {
+		m = scrape(t, d.MetricsAddr())
+		v, ok := value(m["scavenger_job_gradient_noise_scale"], labels...)
+		return ok && v > 0
+	})
+	if _, ok := value(m["scavenger_job_info"], append(labels, `policy="adaptive"`, `launcher="local"`)...); !ok {
+		t.Errorf("no scavenger_job_info with the policy and launcher: %v", m["scavenger_job_info"])
+	}
+	t.Logf("predictions: %v %v", m["scavenger_job_predicted_remaining_seconds"], m["scavenger_job_predicted_cost_dollars"])
 	if v, ok := value(m["scavenger_ingest_records_total"], `node="node-test.example"`); !ok || v < 1 {
 		t.Errorf("ingest records %v", v)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	zapobs "go.uber.org/zap/zaptest/observer"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/host"
 )
@@ -44,7 +45,8 @@ func (p *nopPublisher) Publish(string, []byte) error { p.n++; return nil }
 func f64(v float64) *float64 { return &v }
 func u64(v uint64) *uint64   { return &v }
 
-// GPU metrics carry the job whose processes use the device, from the host
+// Job metrics come from the supervisor's state at scrape time, the
+// predictions from the last decision that made one. GPU metrics carry the job whose processes use the device, from the host
 // collector's process tree; a free device has an empty job label.
 func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 	gpus := fakeGPUs{[]telemetry.GPUStat{
@@ -65,7 +67,12 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 	if p := g.GPUs[0].Processes; p[0].Job != "cnn-000001" || p[1].Job != "cnn-000001" || p[2].Job != "" {
 		t.Errorf("processes %+v: want 100 and 101 in cnn-000001, 999 in no job", p)
 	}
-	d := &Daemon{cfg: Config{Node: "gpu01.cluster"}, sup: &supervisor{jobs: map[string]*running{}}, ingest: newIngest(nil, zap.NewNop()), node: n}
+	decided := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r := &running{job: Job{ID: "cnn-000001", Name: "cnn", Launcher: "local", Attempt: 2, Phase: "optimised",
+		Config: plugins.Config{Workers: 2, GlobalBatch: 64}, Optimize: Optimize{Policy: "scavenger"},
+		Decisions: []Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: "optimised"}}},
+		lastStep: 42, stepTime: 0.5, noiseScale: 1234}
+	d := &Daemon{cfg: Config{Node: "gpu01.cluster"}, sup: &supervisor{jobs: map[string]*running{"cnn-000001": r}}, ingest: newIngest(nil, zap.NewNop()), node: n}
 	want := `
 # HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU; job is the job whose processes use it (empty when none).
 # TYPE scavenger_gpu_utilization_ratio gauge
@@ -85,13 +92,36 @@ scavenger_gpu_xid_errors_total{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1
 # HELP scavenger_gpu_sm_clock_hertz GPU streaming-multiprocessor clock.
 # TYPE scavenger_gpu_sm_clock_hertz gauge
 scavenger_gpu_sm_clock_hertz{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1.98e+09
+# HELP scavenger_job_steps_total Optimizer steps the job has completed (rank 0), across attempts.
+# TYPE scavenger_job_steps_total counter
+scavenger_job_steps_total{job="cnn-000001",name="cnn",node="gpu01.cluster"} 42
+# HELP scavenger_job_steps_per_second The job's step rate (smoothed, current attempt).
+# TYPE scavenger_job_steps_per_second gauge
+scavenger_job_steps_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2
+# HELP scavenger_job_samples_per_second Training samples the job processes per second (global batch times step rate).
+# TYPE scavenger_job_samples_per_second gauge
+scavenger_job_samples_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 128
+# HELP scavenger_job_gradient_noise_scale The job's gradient noise scale B_simple, in samples (jobs under a policy).
+# TYPE scavenger_job_gradient_noise_scale gauge
+scavenger_job_gradient_noise_scale{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1234
+# HELP scavenger_job_predicted_finish_timestamp_seconds When the job's policy last predicted it to finish, in Unix seconds.
+# TYPE scavenger_job_predicted_finish_timestamp_seconds gauge
+scavenger_job_predicted_finish_timestamp_seconds{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1.79595e+09
+# HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
+# TYPE scavenger_job_predicted_cost_dollars gauge
+scavenger_job_predicted_cost_dollars{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
+# HELP scavenger_job_info A job running on this node (value 1), with its launcher, policy and phase.
+# TYPE scavenger_job_info gauge
+scavenger_job_info{job="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
 # HELP scavenger_node_gpus GPUs on the node, by where they are read from (nvml, nvidia-smi, none).
 # TYPE scavenger_node_gpus gauge
 scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 `
 	if err := testutil.GatherAndCompare(d.Registry(), strings.NewReader(want),
 		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
-		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus"); err != nil {
+		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus",
+		"scavenger_job_steps_total", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
+		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
 		t.Error(err)
 	}
 	if problems, err := testutil.GatherAndLint(d.Registry()); err != nil || len(problems) > 0 {
