@@ -158,3 +158,22 @@ func TestNodeTelemetryOfAPyTorchJob(t *testing.T) {
 		t.Fatal("the job did not end within 30s of scavctl stop")
 	}
 }
+
+func TestNodeHelpAndBadFlags(t *testing.T) {
+	out, errOut, code := scavctl(t, t.TempDir(), "node", "--help")
+	if code != 0 || !strings.Contains(out, "Usage:") || !strings.Contains(out, "scav.node.<node>.gpu") {
+		t.Errorf("scavctl node --help: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"node", "--kind", "disk"}, `--kind "disk"`},
+		{[]string{"node", "-o", "yaml"}, `-o "yaml"`},
+		{[]string{"node", "a", "b"}, "accepts at most 1 arg"},
+	} {
+		if _, errOut, code := scavctl(t, t.TempDir(), c.args...); code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("scavctl %v: exit %d, stderr %q; want an error containing %q", c.args, code, errOut, c.want)
+		}
+	}
+}
