@@ -69,6 +69,8 @@ type Info struct {
 	Socket     string   `json:"socket"`
 	NATS       string   `json:"nats"`
 	Active     []string `json:"active"`
+	// Metrics is the address of the Prometheus endpoint, when it is served.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

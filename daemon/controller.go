@@ -312,6 +312,9 @@ func (c *controller) run(ctx context.Context) {
 		if !ok {
 			continue
 		}
+		if c.obs.est.Steps() > 0 {
+			c.r.setNoise(c.obs.est.NoiseScale(c.obs.m0))
+		}
 		d, err := c.pol.Observe(o)
 		if err != nil {
 			c.log.Warn("policy", zap.Error(err))

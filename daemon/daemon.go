@@ -58,6 +58,15 @@ type Config struct {
 	// Launcher starts the workers (default: the built-in local launcher, with
 	// an orphan reaper).
 	Launcher plugins.Launcher
+	// NodeSampleEvery is how often the node's GPUs and host are sampled and
+	// published on scav.node.<node>.{gpu,host} (default
+	// DefaultNodeSampleEvery; negative: never).
+	NodeSampleEvery time.Duration
+	// GPUSource says how GPUs are read: auto (default), nvml, nvidia-smi or none.
+	GPUSource string
+	// MetricsListen, when set, is the address of the Prometheus /metrics
+	// endpoint ("127.0.0.1:9433"; port 0 picks one, see Daemon.MetricsAddr).
+	MetricsListen string
 }
 
 // Daemon is a running scavd.
@@ -72,6 +81,10 @@ type Daemon struct {
 	allocs *allocations
 	reaper *local.Reaper
 	lock   *os.File
+	// node samples the node's GPUs and host; metrics serves /metrics.
+	node      *nodeSampler
+	closeGPUs func() error
+	metrics   *metricsServer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -173,6 +186,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
 	}
+	if err := d.startNode(ctx); err != nil {
+		return nil, err
+	}
 	if err := d.nc.FlushTimeout(5 * time.Second); err != nil {
 		return nil, fmt.Errorf("flush api subscriptions: %w", err)
 	}
@@ -238,6 +254,7 @@ func (d *Daemon) shutdown() error {
 	if d.lock != nil {
 		removeDiscovery(d.cfg.StateDir, os.Getpid())
 	}
+	errs = append(errs, d.stopNode())
 	if d.sup != nil {
 		d.sup.close()
 	}
@@ -266,7 +283,7 @@ func (d *Daemon) shutdown() error {
 func (d *Daemon) info() Info {
 	return Info{
 		Node: d.cfg.Node, Version: Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
-		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.sup.active(),
+		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.sup.active(), Metrics: d.MetricsAddr(),
 	}
 }
 

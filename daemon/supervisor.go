@@ -62,6 +62,8 @@ type running struct {
 	synth int64
 	// preempted is the last attempt whose pre-emption notice was acted on.
 	preempted int
+	// noiseScale is the gradient noise scale its controller last estimated (0: none).
+	noiseScale float64
 }
 
 const defaultGrace = 10 * time.Second

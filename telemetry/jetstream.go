@@ -16,14 +16,20 @@ type Retention struct {
 	// LogMaxAge and LogMaxBytes bound the worker-output stream.
 	LogMaxAge   time.Duration
 	LogMaxBytes int64
+	// NodeMaxAge and NodeMaxBytes bound the node-sample stream.
+	NodeMaxAge   time.Duration
+	NodeMaxBytes int64
 }
 
-// DefaultRetention keeps a week of history, at most 1 GiB of steps and 256 MiB of output.
+// DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
+// MiB of output, and a day of node samples (at most 256 MiB).
 var DefaultRetention = Retention{
 	StepMaxAge:   7 * 24 * time.Hour,
 	StepMaxBytes: 1 << 30,
 	LogMaxAge:    7 * 24 * time.Hour,
 	LogMaxBytes:  256 << 20,
+	NodeMaxAge:   24 * time.Hour,
+	NodeMaxBytes: 256 << 20,
 }
 
 func (r Retention) withDefaults() Retention {
@@ -39,6 +45,12 @@ func (r Retention) withDefaults() Retention {
 	}
 	if r.LogMaxBytes > 0 {
 		d.LogMaxBytes = r.LogMaxBytes
+	}
+	if r.NodeMaxAge > 0 {
+		d.NodeMaxAge = r.NodeMaxAge
+	}
+	if r.NodeMaxBytes > 0 {
+		d.NodeMaxBytes = r.NodeMaxBytes
 	}
 	return d
 }
@@ -59,6 +71,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
 		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllEvents},
 			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+		{Name: NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{AllNodeGPU, AllNodeHost},
+			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
 	}
 	for _, cfg := range streams {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {

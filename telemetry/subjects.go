@@ -10,6 +10,9 @@ const (
 	// events (subjects scav.job.*.log and scav.job.*.event), in one stream so
 	// that a reader sees a job's lines and its end in the order they happened.
 	OutputStream = "SCAV_OUTPUT"
+	// NodeStream is the JetStream stream holding node samples (subjects
+	// scav.node.*.gpu and scav.node.*.host).
+	NodeStream = "SCAV_NODE"
 	// JobBucket is the key-value bucket of job records, keyed by job id.
 	JobBucket = "scav_jobs"
 	// AllocationBucket is the key-value bucket of scheduler allocations (Slurm
@@ -48,3 +51,9 @@ const (
 
 // NodeSubject is where node samples of one kind ("gpu", "host") are published.
 func NodeSubject(node, kind string) string { return "scav.node." + node + "." + kind }
+
+// AllNodeGPU and AllNodeHost match every node's samples of that kind.
+const (
+	AllNodeGPU  = "scav.node.*.gpu"
+	AllNodeHost = "scav.node.*.host"
+)

@@ -67,6 +67,7 @@ running scavd writes in its state directory, then nats://` + daemon.DefaultListe
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
+	root.AddCommand(newNodeCmd(a))
 	return root
 }
 

@@ -169,13 +169,6 @@ func newAllocationsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func timeText(t *time.Time) string {
 	if t == nil {
 		return "-"

@@ -77,6 +77,9 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 				}
 				cfg.Launcher = l
 			}
+			if cfg.NodeSampleEvery == 0 {
+				cfg.NodeSampleEvery = -1 // --node-sample-every 0: never
+			}
 			return daemon.Run(ctx, cfg, log)
 		},
 	}
@@ -90,6 +93,9 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
 	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
+	f.DurationVar(&cfg.NodeSampleEvery, "node-sample-every", daemon.DefaultNodeSampleEvery, "how often to sample and publish the node's GPUs and host (0: never)")
+	f.StringVar(&cfg.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "console", "log format: console or json")
 	cmd.SetArgs(args)

@@ -1,0 +1,336 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// DefaultMetricsListen is where scavd serves /metrics unless told otherwise.
+const DefaultMetricsListen = "127.0.0.1:9433"
+
+// startNode starts the node sampler and the /metrics endpoint, as configured.
+func (d *Daemon) startNode(ctx context.Context) error {
+	every := d.cfg.NodeSampleEvery
+	if every == 0 {
+		every = DefaultNodeSampleEvery
+	}
+	if every > 0 {
+		var err error
+		if d.node, d.closeGPUs, err = startNodeSampler(ctx, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.sup.active, d.log.Named("node")); err != nil {
+			return err
+		}
+	}
+	if d.cfg.MetricsListen != "" {
+		var err error
+		if d.metrics, err = serveMetrics(d.cfg.MetricsListen, d.Registry(), d.log.Named("metrics")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopNode stops the endpoint and the sampler, and releases the GPU collector.
+func (d *Daemon) stopNode() error {
+	var errs []error
+	if d.metrics != nil {
+		errs = append(errs, d.metrics.close())
+	}
+	if d.node != nil {
+		d.node.stop()
+	}
+	if d.closeGPUs != nil {
+		errs = append(errs, d.closeGPUs())
+	}
+	return errors.Join(errs...)
+}
+
+// MetricsAddr is the address /metrics is served on ("" when it is not).
+func (d *Daemon) MetricsAddr() string {
+	if d.metrics == nil {
+		return ""
+	}
+	return d.metrics.ln.Addr().String()
+}
+
+// Registry returns a new Prometheus registry holding the daemon's metrics
+// (read from its state at each scrape) and the Go runtime's and process's.
+func (d *Daemon) Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &daemonCollector{d: d})
+	return reg
+}
+
+// metricsServer serves /metrics over HTTP; its goroutine is joined by close.
+type metricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+func serveMetrics(listen string, reg *prometheus.Registry, log *zap.Logger) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for /metrics on %s: %w", listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: zap.NewStdLog(log)}))
+	m := &metricsServer{
+		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(m.done)
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("serve /metrics", zap.Error(err))
+		}
+	}()
+	log.Info("serving /metrics", zap.String("addr", ln.Addr().String()))
+	return m, nil
+}
+
+func (m *metricsServer) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := m.srv.Shutdown(ctx)
+	<-m.done
+	if err != nil {
+		return fmt.Errorf("shut /metrics down: %w", err)
+	}
+	return nil
+}
+
+var (
+	jobLabels = []string{"job", "name", "node"}
+	gpuLabels = []string{"node", "gpu", "uuid"}
+
+	descJobInfo   = prometheus.NewDesc("scavenger_job_info", "A job running on this node (value 1), with its launcher, policy and phase.", append(jobLabels, "launcher", "policy", "phase"), nil)
+	descSteps     = prometheus.NewDesc("scavenger_job_steps_total", "Optimizer steps the job has completed (rank 0), across attempts.", jobLabels, nil)
+	descStepRate  = prometheus.NewDesc("scavenger_job_steps_per_second", "The job's step rate (smoothed, current attempt).", jobLabels, nil)
+	descStepTime  = prometheus.NewDesc("scavenger_job_step_duration_seconds", "The job's smoothed time per step (current attempt).", jobLabels, nil)
+	descSamples   = prometheus.NewDesc("scavenger_job_samples_per_second", "Training samples the job processes per second (global batch times step rate).", jobLabels, nil)
+	descWorkers   = prometheus.NewDesc("scavenger_job_workers", "Workers in the job's current configuration.", jobLabels, nil)
+	descBatch     = prometheus.NewDesc("scavenger_job_global_batch_size", "Global batch size of the job's current configuration, in samples.", jobLabels, nil)
+	descAttempt   = prometheus.NewDesc("scavenger_job_attempt", "The job's current attempt (launch) number.", jobLabels, nil)
+	descNoise     = prometheus.NewDesc("scavenger_job_gradient_noise_scale", "The job's gradient noise scale B_simple, in samples (jobs under a policy).", jobLabels, nil)
+	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job, as its policy last predicted it, less the time since.", jobLabels, nil)
+	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
+	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
+	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds_total", "CPU time (user+system) of the job's live processes on this node.", jobLabels, nil)
+	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
+	descJobRSS    = prometheus.NewDesc("scavenger_job_resident_memory_bytes", "Resident memory of the job's processes on this node.", jobLabels, nil)
+	descJobProcs  = prometheus.NewDesc("scavenger_job_processes", "Processes of the job on this node (workers and their descendants).", jobLabels, nil)
+
+	descGPUs       = prometheus.NewDesc("scavenger_node_gpus", "GPUs on the node, by where they are read from (nvml, nvidia-smi, none).", []string{"node", "source"}, nil)
+	descGPUUtil    = prometheus.NewDesc("scavenger_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU; job is the job whose processes use it (empty when none).", append(gpuLabels, "job"), nil)
+	descGPUMemUtil = prometheus.NewDesc("scavenger_gpu_memory_utilization_ratio", "Fraction of the last sample period the GPU's memory was read or written.", gpuLabels, nil)
+	descGPUMemUsed = prometheus.NewDesc("scavenger_gpu_memory_used_bytes", "GPU memory in use.", gpuLabels, nil)
+	descGPUMemTot  = prometheus.NewDesc("scavenger_gpu_memory_total_bytes", "GPU memory installed.", gpuLabels, nil)
+	descGPUJobMem  = prometheus.NewDesc("scavenger_gpu_job_memory_used_bytes", "GPU memory held by a job's processes.", append(gpuLabels, "job"), nil)
+	descGPUPower   = prometheus.NewDesc("scavenger_gpu_power_watts", "GPU power draw.", gpuLabels, nil)
+	descGPULimit   = prometheus.NewDesc("scavenger_gpu_power_limit_watts", "GPU enforced power limit.", gpuLabels, nil)
+	descGPUTemp    = prometheus.NewDesc("scavenger_gpu_temperature_celsius", "GPU core temperature.", gpuLabels, nil)
+	descGPUClock   = prometheus.NewDesc("scavenger_gpu_sm_clock_hertz", "GPU streaming-multiprocessor clock.", gpuLabels, nil)
+	descGPUECC     = prometheus.NewDesc("scavenger_gpu_ecc_errors_total", "Volatile ECC errors since the driver loaded, by type (corrected, uncorrected).", append(gpuLabels, "type"), nil)
+	descGPUXID     = prometheus.NewDesc("scavenger_gpu_xid_errors_total", "Critical XID events seen since scavd started (NVML only).", gpuLabels, nil)
+
+	descCPUs     = prometheus.NewDesc("scavenger_node_cpus", "Logical CPUs of the node.", []string{"node"}, nil)
+	descCPUUtil  = prometheus.NewDesc("scavenger_node_cpu_utilization_ratio", "Fraction of the node's CPU time spent busy over the last sample period.", []string{"node"}, nil)
+	descLoad1    = prometheus.NewDesc("scavenger_node_load1", "The node's one-minute load average.", []string{"node"}, nil)
+	descMemTotal = prometheus.NewDesc("scavenger_node_memory_total_bytes", "The node's memory.", []string{"node"}, nil)
+	descMemUsed  = prometheus.NewDesc("scavenger_node_memory_used_bytes", "The node's memory in use.", []string{"node"}, nil)
+	descMemAvail = prometheus.NewDesc("scavenger_node_memory_available_bytes", "The node's memory available to new processes.", []string{"node"}, nil)
+	descNetRx    = prometheus.NewDesc("scavenger_node_network_received_bytes_total", "Bytes received on the node's interfaces but loopback.", []string{"node"}, nil)
+	descNetTx    = prometheus.NewDesc("scavenger_node_network_transmitted_bytes_total", "Bytes sent on the node's interfaces but loopback.", []string{"node"}, nil)
+	descSampleAt = prometheus.NewDesc("scavenger_node_sample_timestamp_seconds", "When the node was last sampled, by kind (gpu, host), in Unix seconds.", []string{"node", "kind"}, nil)
+
+	descIngested = prometheus.NewDesc("scavenger_ingest_records_total", "Step records accepted on the telemetry socket and published.", []string{"node"}, nil)
+	descDropped  = prometheus.NewDesc("scavenger_ingest_dropped_records_total", "Telemetry lines dropped, by reason.", []string{"node", "reason"}, nil)
+	descConns    = prometheus.NewDesc("scavenger_ingest_connections", "Open worker connections on the telemetry socket.", []string{"node"}, nil)
+)
+
+// daemonCollector reads the daemon's jobs, node samples and ingest counters
+// at each scrape.
+type daemonCollector struct{ d *Daemon }
+
+// Describe implements prometheus.Collector.
+func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
+		descRemaining, descFinish, descCost, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descGPUs, descGPUUtil, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
+		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
+		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
+		descIngested, descDropped, descConns,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d
+	node := d.cfg.Node
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+	}
+	opt := func(desc *prometheus.Desc, v *float64, labels ...string) {
+		if v != nil {
+			gauge(desc, *v, labels...)
+		}
+	}
+
+	names := map[string]string{} // job id -> name, for the node samples' job labels
+	for _, r := range d.sup.runningJobs() {
+		j := r.snapshot()
+		last, stepTime, _ := r.progress()
+		noise := r.noise()
+		names[j.ID] = j.Name
+		l := []string{j.ID, j.Name, node}
+		gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, j.Phase)...)
+		counter(descSteps, float64(last), l...)
+		if stepTime > 0 {
+			gauge(descStepRate, 1/stepTime, l...)
+			gauge(descStepTime, stepTime, l...)
+			if j.Config.GlobalBatch > 0 {
+				gauge(descSamples, float64(j.Config.GlobalBatch)/stepTime, l...)
+			}
+		}
+		gauge(descWorkers, float64(j.Config.Workers), l...)
+		gauge(descBatch, float64(j.Config.GlobalBatch), l...)
+		gauge(descAttempt, float64(j.Attempt), l...)
+		if noise > 0 {
+			gauge(descNoise, noise, l...)
+		}
+		for i := len(j.Decisions) - 1; i >= 0; i-- {
+			if dec := j.Decisions[i]; dec.PredictedS > 0 {
+				gauge(descRemaining, max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0), l...)
+				gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
+				gauge(descCost, dec.PredictedUSD, l...)
+				break
+			}
+		}
+	}
+
+	gs, hs := d.node.latest()
+	if hs != nil && hs.Host != nil {
+		h := hs.Host
+		gauge(descCPUs, float64(h.CPUs), node)
+		opt(descCPUUtil, h.CPUUtilization, node)
+		gauge(descLoad1, h.Load1, node)
+		gauge(descMemTotal, float64(h.MemoryTotalBytes), node)
+		gauge(descMemUsed, float64(h.MemoryUsedBytes), node)
+		gauge(descMemAvail, float64(h.MemoryAvailableBytes), node)
+		counter(descNetRx, float64(h.NetReceivedBytes), node)
+		counter(descNetTx, float64(h.NetSentBytes), node)
+		gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
+		for _, u := range h.Jobs {
+			l := []string{u.Job, names[u.Job], node}
+			counter(descJobCPU, u.CPUSeconds, l...)
+			opt(descJobCores, u.CPUCores, l...)
+			gauge(descJobRSS, float64(u.RSSBytes), l...)
+			gauge(descJobProcs, float64(len(u.Processes)), l...)
+		}
+	}
+	if gs != nil {
+		gauge(descGPUs, float64(len(gs.GPUs)), node, gs.Source)
+		gauge(descSampleAt, unixSeconds(gs.Time), node, telemetry.NodeGPU)
+		for _, g := range gs.GPUs {
+			l := []string{node, strconv.Itoa(g.Index), g.UUID}
+			mem := map[string]float64{}
+			for _, p := range g.Processes {
+				v := 0.0
+				if p.MemoryUsedBytes != nil {
+					v = float64(*p.MemoryUsedBytes)
+				}
+				mem[p.Job] += v
+			}
+			if g.Utilization != nil {
+				if len(mem) == 0 {
+					gauge(descGPUUtil, *g.Utilization, append(l, "")...)
+				}
+				for job := range mem {
+					gauge(descGPUUtil, *g.Utilization, append(l, job)...)
+				}
+			}
+			for job, v := range mem {
+				if job != "" {
+					gauge(descGPUJobMem, v, append(l, job)...)
+				}
+			}
+			opt(descGPUMemUtil, g.MemoryUtilization, l...)
+			if g.MemoryUsedBytes != nil {
+				gauge(descGPUMemUsed, float64(*g.MemoryUsedBytes), l...)
+			}
+			if g.MemoryTotalBytes != nil {
+				gauge(descGPUMemTot, float64(*g.MemoryTotalBytes), l...)
+			}
+			opt(descGPUPower, g.PowerWatts, l...)
+			opt(descGPULimit, g.PowerLimitWatts, l...)
+			opt(descGPUTemp, g.TemperatureCelsius, l...)
+			opt(descGPUClock, g.SMClockHertz, l...)
+			if g.ECCCorrected != nil {
+				counter(descGPUECC, float64(*g.ECCCorrected), append(l, "corrected")...)
+			}
+			if g.ECCUncorrected != nil {
+				counter(descGPUECC, float64(*g.ECCUncorrected), append(l, "uncorrected")...)
+			}
+			if g.XIDErrors != nil {
+				counter(descGPUXID, float64(*g.XIDErrors), l...)
+			}
+		}
+	}
+
+	st := d.ingest.Stats()
+	counter(descIngested, float64(st.Accepted), node)
+	gauge(descConns, float64(st.Connections), node)
+	for _, reason := range dropReasons {
+		counter(descDropped, float64(st.Dropped[reason]), node, reason)
+	}
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// runningJobs lists the jobs running here.
+func (s *supervisor) runningJobs() []*running {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := make([]*running, 0, len(s.jobs))
+	for _, r := range s.jobs {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// setNoise records the job's latest gradient noise scale.
+func (r *running) setNoise(v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return
+	}
+	r.mu.Lock()
+	r.noiseScale = v
+	r.mu.Unlock()
+}
+
+// noise is the job's latest gradient noise scale (0 when none is known).
+func (r *running) noise() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.noiseScale
+}

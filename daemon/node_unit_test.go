@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobs "go.uber.org/zap/zaptest/observer"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/host"
+)
+
+type fakeGPUs struct{ gpus []telemetry.GPUStat }
+
+func (f fakeGPUs) Source() string { return "nvml" }
+func (f fakeGPUs) Sample(context.Context) ([]telemetry.GPUStat, error) {
+	out := make([]telemetry.GPUStat, len(f.gpus))
+	for i, g := range f.gpus {
+		g.Processes = append([]telemetry.GPUProcess(nil), g.Processes...)
+		out[i] = g
+	}
+	return out, nil
+}
+
+type fakeHost struct {
+	owners map[int]string
+	err    error
+}
+
+func (f fakeHost) Sample(_ context.Context, jobs host.Jobs) (telemetry.HostStat, map[int]string, error) {
+	return telemetry.HostStat{CPUs: 8}, f.owners, f.err
+}
+
+type nopPublisher struct{ n int }
+
+func (p *nopPublisher) Publish(string, []byte) error { p.n++; return nil }
+
+func f64(v float64) *float64 { return &v }
+func u64(v uint64) *uint64   { return &v }
+
+// Job metrics come from the supervisor's state at scrape time, the
+// predictions from the last decision that made one. GPU metrics carry the job whose processes use the device, from the host
+// collector's process tree; a free device has an empty job label.
+func TestGPUMetricsByDeviceAndJob(t *testing.T) {
+	gpus := fakeGPUs{[]telemetry.GPUStat{
+		{Index: 0, UUID: "GPU-a", Utilization: f64(0.97), MemoryUsedBytes: u64(60 << 30), MemoryTotalBytes: u64(80 << 30), PowerWatts: f64(612.5),
+			TemperatureCelsius: f64(63), SMClockHertz: f64(1.98e9), ECCCorrected: u64(2), ECCUncorrected: u64(0), XIDErrors: u64(1),
+			Processes: []telemetry.GPUProcess{{PID: 100, MemoryUsedBytes: u64(30 << 30)}, {PID: 101, MemoryUsedBytes: u64(20 << 30)}, {PID: 999}}},
+		{Index: 1, UUID: "GPU-b", Utilization: f64(0)},
+	}}
+	pub := &nopPublisher{}
+	n := &nodeSampler{log: zap.NewNop(), pub: pub, node: "gpu01", every: time.Second, gpus: gpus,
+		host: fakeHost{owners: map[int]string{100: "cnn-000001", 101: "cnn-000001"}}, jobs: func() []string { return []string{"cnn-000001"} },
+		failing: map[string]string{}}
+	n.sample(context.Background())
+	if pub.n != 2 {
+		t.Errorf("%d messages published, want a gpu and a host sample", pub.n)
+	}
+	g, _ := n.latest()
+	if p := g.GPUs[0].Processes; p[0].Job != "cnn-000001" || p[1].Job != "cnn-000001" || p[2].Job != "" {
+		t.Errorf("processes %+v: want 100 and 101 in cnn-000001, 999 in no job", p)
+	}
+	decided := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r := &running{job: Job{ID: "cnn-000001", Name: "cnn", Launcher: "local", Attempt: 2, Phase: "optimised",
+		Config: plugins.Config{Workers: 2, GlobalBatch: 64}, Optimize: Optimize{Policy: "scavenger"},
+		Decisions: []Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: "optimised"}}},
+		lastStep: 42, stepTime: 0.5, noiseScale: 1234}
+	d := &Daemon{cfg: Config{Node: "gpu01.cluster"}, sup: &supervisor{jobs: map[string]*running{"cnn-000001": r}}, ingest: newIngest(nil, zap.NewNop()), node: n}
+	want := `
+# HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU; job is the job whose processes use it (empty when none).
+# TYPE scavenger_gpu_utilization_ratio gauge
+scavenger_gpu_utilization_ratio{gpu="0",job="",node="gpu01.cluster",uuid="GPU-a"} 0.97
+scavenger_gpu_utilization_ratio{gpu="0",job="cnn-000001",node="gpu01.cluster",uuid="GPU-a"} 0.97
+scavenger_gpu_utilization_ratio{gpu="1",job="",node="gpu01.cluster",uuid="GPU-b"} 0
+# HELP scavenger_gpu_job_memory_used_bytes GPU memory held by a job's processes.
+# TYPE scavenger_gpu_job_memory_used_bytes gauge
+scavenger_gpu_job_memory_used_bytes{gpu="0",job="cnn-000001",node="gpu01.cluster",uuid="GPU-a"} 5.36870912e+10
+# HELP scavenger_gpu_ecc_errors_total Volatile ECC errors since the driver loaded, by type (corrected, uncorrected).
+# TYPE scavenger_gpu_ecc_errors_total counter
+scavenger_gpu_ecc_errors_total{gpu="0",node="gpu01.cluster",type="corrected",uuid="GPU-a"} 2
+scavenger_gpu_ecc_errors_total{gpu="0",node="gpu01.cluster",type="uncorrected",uuid="GPU-a"} 0
+# HELP scavenger_gpu_xid_errors_total Critical XID events seen since scavd started (NVML only).
+# TYPE scavenger_gpu_xid_errors_total counter
+scavenger_gpu_xid_errors_total{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1
+# HELP scavenger_gpu_sm_clock_hertz GPU streaming-multiprocessor clock.
+# TYPE scavenger_gpu_sm_clock_hertz gauge
+scavenger_gpu_sm_clock_hertz{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1.98e+09
+# HELP scavenger_job_steps_total Optimizer steps the job has completed (rank 0), across attempts.
+# TYPE scavenger_job_steps_total counter
+scavenger_job_steps_total{job="cnn-000001",name="cnn",node="gpu01.cluster"} 42
+# HELP scavenger_job_steps_per_second The job's step rate (smoothed, current attempt).
+# TYPE scavenger_job_steps_per_second gauge
+scavenger_job_steps_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2
+# HELP scavenger_job_samples_per_second Training samples the job processes per second (global batch times step rate).
+# TYPE scavenger_job_samples_per_second gauge
+scavenger_job_samples_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 128
+# HELP scavenger_job_gradient_noise_scale The job's gradient noise scale B_simple, in samples (jobs under a policy).
+# TYPE scavenger_job_gradient_noise_scale gauge
+scavenger_job_gradient_noise_scale{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1234
+# HELP scavenger_job_predicted_finish_timestamp_seconds When the job's policy last predicted it to finish, in Unix seconds.
+# TYPE scavenger_job_predicted_finish_timestamp_seconds gauge
+scavenger_job_predicted_finish_timestamp_seconds{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1.79595e+09
+# HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
+# TYPE scavenger_job_predicted_cost_dollars gauge
+scavenger_job_predicted_cost_dollars{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
+# HELP scavenger_job_info A job running on this node (value 1), with its launcher, policy and phase.
+# TYPE scavenger_job_info gauge
+scavenger_job_info{job="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
+# HELP scavenger_node_gpus GPUs on the node, by where they are read from (nvml, nvidia-smi, none).
+# TYPE scavenger_node_gpus gauge
+scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
+`
+	if err := testutil.GatherAndCompare(d.Registry(), strings.NewReader(want),
+		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
+		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus",
+		"scavenger_job_steps_total", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
+		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.GatherAndLint(d.Registry()); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// A reading that keeps failing is logged once, and once more when it recovers.
+func TestLastingSampleFailureLogsOnce(t *testing.T) {
+	core, logs := zapobs.New(zapcore.InfoLevel)
+	h := &fakeHost{err: errors.New("read memory: boom")}
+	n := &nodeSampler{log: zap.New(core), pub: &nopPublisher{}, node: "n", every: time.Second, gpus: fakeGPUs{}, host: *h,
+		jobs: func() []string { return nil }, failing: map[string]string{}}
+	for i := 0; i < 5; i++ {
+		n.sample(context.Background())
+	}
+	_, hs := n.latest()
+	if hs.Error != "read memory: boom" {
+		t.Errorf("sample error %q", hs.Error)
+	}
+	h.err = nil
+	n.host = *h
+	n.sample(context.Background())
+	n.sample(context.Background())
+	if logs.Len() != 2 || logs.All()[0].Level != zapcore.WarnLevel || logs.All()[1].Level != zapcore.InfoLevel {
+		t.Errorf("log %v, want one warning and one recovery", logs.All())
+	}
+}

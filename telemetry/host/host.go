@@ -1,0 +1,262 @@
+// Package host reads a node's CPU, memory and network through gopsutil, and
+// what each job's processes use: a job's processes are its roots (the worker
+// PIDs the daemon knows, and every process whose environment names the job in
+// SCAV_JOB_ID, as every launcher sets it) and all their descendants, found
+// through the process tree.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/cpu"
+	"github.com/shirou/gopsutil/v4/load"
+	"github.com/shirou/gopsutil/v4/mem"
+	"github.com/shirou/gopsutil/v4/net"
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// JobEnv is the environment variable that names a worker's job (the worker
+// environment contract, §3 of the design).
+const JobEnv = "SCAV_JOB_ID"
+
+// Jobs says which jobs to look for: job id -> PIDs known to be its roots
+// (none is fine: the job is then found by JobEnv).
+type Jobs map[string][]int
+
+// Collector samples the host. It keeps the previous sample's counters to
+// turn CPU times into rates; Sample is not safe for concurrent use.
+type Collector struct {
+	// ByEnv finds jobs' roots by JobEnv in processes' environments (default
+	// on; only processes this user may read are looked at).
+	ByEnv bool
+
+	prevCPU  *cpu.TimesStat
+	prevProc map[procKey]float64 // CPU seconds by process
+	prevAt   time.Time
+	envSeen  map[procKey]string // job named by a process's environment ("" for none), read once
+}
+
+// procKey tells a process from a later one that reuses its PID.
+type procKey struct {
+	pid     int32
+	created int64
+}
+
+// New returns a collector.
+func New() *Collector {
+	return &Collector{ByEnv: true, prevProc: map[procKey]float64{}, envSeen: map[procKey]string{}}
+}
+
+// Sample reads the host and the processes of jobs, and returns which job
+// each attributed PID belongs to. Readings that fail are left at zero and the
+// first failure is returned with the rest.
+func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, map[int]string, error) {
+	now := time.Now()
+	var h telemetry.HostStat
+	var errs []error
+	if n, err := cpu.CountsWithContext(ctx, true); err == nil {
+		h.CPUs = n
+	} else {
+		errs = append(errs, fmt.Errorf("count cpus: %w", err))
+	}
+	if ts, err := cpu.TimesWithContext(ctx, false); err == nil && len(ts) == 1 {
+		if c.prevCPU != nil {
+			h.CPUUtilization = busyRatio(*c.prevCPU, ts[0])
+		}
+		c.prevCPU = &ts[0]
+	} else if err != nil {
+		errs = append(errs, fmt.Errorf("read cpu times: %w", err))
+	}
+	if l, err := load.AvgWithContext(ctx); err == nil {
+		h.Load1 = l.Load1
+	}
+	if m, err := mem.VirtualMemoryWithContext(ctx); err == nil {
+		h.MemoryTotalBytes, h.MemoryUsedBytes, h.MemoryAvailableBytes = m.Total, m.Used, m.Available
+	} else {
+		errs = append(errs, fmt.Errorf("read memory: %w", err))
+	}
+	if nics, err := net.IOCountersWithContext(ctx, true); err == nil {
+		for _, n := range nics {
+			if n.Name == "lo" {
+				continue
+			}
+			h.NetReceivedBytes += n.BytesRecv
+			h.NetSentBytes += n.BytesSent
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("read network counters: %w", err))
+	}
+	owners, usage, err := c.jobs(ctx, jobs, now)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	h.Jobs = usage
+	c.prevAt = now
+	return h, owners, errors.Join(errs...)
+}
+
+// busyRatio is the fraction of CPU time spent busy between two readings.
+func busyRatio(a, b cpu.TimesStat) *float64 {
+	total := func(t cpu.TimesStat) float64 { return t.Total() - t.Guest - t.GuestNice }
+	dt := total(b) - total(a)
+	if dt <= 0 {
+		return nil
+	}
+	busy := (total(b) - b.Idle - b.Iowait) - (total(a) - a.Idle - a.Iowait)
+	r := min(max(busy/dt, 0), 1)
+	return &r
+}
+
+// proc is what the process table holds of one process.
+type proc struct {
+	p    *process.Process
+	key  procKey
+	ppid int32
+}
+
+// jobs builds the process tree, finds each job's processes and reads them.
+func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int]string, []telemetry.JobUsage, error) {
+	if len(jobs) == 0 {
+		c.prevProc = map[procKey]float64{}
+		return map[int]string{}, nil, nil
+	}
+	ps, err := process.ProcessesWithContext(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list processes: %w", err)
+	}
+	table := make(map[int32]*proc, len(ps))
+	children := make(map[int32][]int32, len(ps))
+	for _, p := range ps {
+		ppid, err := p.PpidWithContext(ctx)
+		if err != nil {
+			continue // gone
+		}
+		created, _ := p.CreateTimeWithContext(ctx)
+		table[p.Pid] = &proc{p: p, key: procKey{p.Pid, created}, ppid: ppid}
+		children[ppid] = append(children[ppid], p.Pid)
+	}
+	owner := map[int32]string{}
+	var roots []int32
+	claim := func(pid int32, job string) {
+		if _, ok := table[pid]; ok {
+			if _, taken := owner[pid]; !taken {
+				owner[pid] = job
+				roots = append(roots, pid)
+			}
+		}
+	}
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, pid := range jobs[id] {
+			claim(int32(pid), id)
+		}
+	}
+	if c.ByEnv {
+		seen := make(map[procKey]string, len(table))
+		for pid, pr := range table {
+			job, ok := c.envSeen[pr.key]
+			if !ok {
+				job = envJob(ctx, pr.p)
+			}
+			seen[pr.key] = job
+			if _, active := jobs[job]; active && job != "" {
+				claim(pid, job)
+			}
+		}
+		c.envSeen = seen
+	}
+	// Every descendant of a root belongs to the root's job; a nested root
+	// (a worker whose parent is another job's process) keeps its own.
+	slices.Sort(roots)
+	for _, r := range roots {
+		stack := []int32{r}
+		for len(stack) > 0 {
+			pid := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			for _, ch := range children[pid] {
+				if _, taken := owner[ch]; !taken {
+					owner[ch] = owner[r]
+					stack = append(stack, ch)
+				}
+			}
+		}
+	}
+	byJob := map[string]*telemetry.JobUsage{}
+	out := make(map[int]string, len(owner))
+	nextPrev := make(map[procKey]float64, len(owner))
+	dt := now.Sub(c.prevAt).Seconds()
+	for pid, job := range owner {
+		pr := table[pid]
+		t, err := pr.p.TimesWithContext(ctx)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		u := telemetry.ProcessUsage{PID: int(pid), PPID: int(pr.ppid), CPUSeconds: t.User + t.System}
+		u.Name, _ = pr.p.NameWithContext(ctx)
+		if m, err := pr.p.MemoryInfoWithContext(ctx); err == nil {
+			u.RSSBytes = m.RSS
+		}
+		if prev, ok := c.prevProc[pr.key]; ok && dt > 0 {
+			u.CPUCores = ptr(max(u.CPUSeconds-prev, 0) / dt)
+		}
+		nextPrev[pr.key] = u.CPUSeconds
+		out[int(pid)] = job
+		ju := byJob[job]
+		if ju == nil {
+			ju = &telemetry.JobUsage{Job: job}
+			byJob[job] = ju
+		}
+		ju.Processes = append(ju.Processes, u)
+	}
+	c.prevProc = nextPrev
+	usage := make([]telemetry.JobUsage, 0, len(byJob))
+	for _, ju := range byJob {
+		sort.Slice(ju.Processes, func(a, b int) bool { return ju.Processes[a].PID < ju.Processes[b].PID })
+		known := true
+		var cores float64
+		for _, p := range ju.Processes {
+			ju.CPUSeconds += p.CPUSeconds
+			ju.RSSBytes += p.RSSBytes
+			if p.CPUCores == nil {
+				known = false
+			} else {
+				cores += *p.CPUCores
+			}
+		}
+		if known {
+			ju.CPUCores = ptr(cores)
+		}
+		usage = append(usage, *ju)
+	}
+	sort.Slice(usage, func(a, b int) bool { return usage[a].Job < usage[b].Job })
+	return out, usage, nil
+}
+
+// envJob is the job a process's environment names, or "" (also when the
+// environment cannot be read: another user's process, or one that exited).
+func envJob(ctx context.Context, p *process.Process) string {
+	env, err := p.EnvironWithContext(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, JobEnv+"="); ok && telemetry.ValidJobID(v) {
+			return v
+		}
+	}
+	return ""
+}
+
+func ptr[T any](v T) *T { return &v }
