@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -58,6 +59,12 @@ type Config struct {
 	// Launcher starts the workers (default: the built-in local launcher, with
 	// an orphan reaper).
 	Launcher plugins.Launcher
+	// Notify, when set, tells systemd (Type=notify) that Run is ready, its
+	// status and that it is stopping: sdnotify.FromEnv() for a service.
+	Notify *sdnotify.Notifier
+	// Watchdog, when positive, is how often Run pings systemd's watchdog
+	// through Notify (half of WatchdogSec=: sdnotify.WatchdogInterval()).
+	Watchdog time.Duration
 }
 
 // Daemon is a running scavd.
@@ -178,14 +185,28 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	return d, nil
 }
 
-// Run starts a daemon and serves until ctx is done, then stops it.
+// Run starts a daemon and serves until ctx is done, then stops it. With
+// cfg.Notify it tells systemd when it is ready (everything Start brings up
+// serves), what it is doing, and that it is stopping.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	d, err := Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
+	notifyCtx, stopNotify := context.WithCancel(ctx)
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		d.notifyService(notifyCtx, cfg.Notify, cfg.Watchdog, log.Named("systemd"))
+	}()
 	<-ctx.Done()
-	log.Info("scavd stopping", zap.Strings("jobs", d.sup.active()))
+	stopNotify()
+	<-notified
+	jobs := d.sup.active()
+	log.Info("scavd stopping", zap.Strings("jobs", jobs))
+	if err := cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
+		log.Warn("notify systemd", zap.Error(err))
+	}
 	return d.Close()
 }
 
