@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -38,8 +40,9 @@ func main() {
 
 // run parses the command line and serves until SIGINT or SIGTERM.
 func run(ctx context.Context, args []string) error {
-	var cfg daemon.Config
-	var level, format, launcher, plugin, pluginSum string
+	var flags settings
+	var config string
+	var checkConfig bool
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -48,52 +51,114 @@ server with JetStream (listening on --listen, its store under --state-dir) or,
 given --nats, joins an existing NATS server. Workers write step telemetry to the
 unix socket --socket (only this user can write to it).
 
-SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
-		Example:       "  scavd\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+Settings come from the built-in defaults, then the config file (--config, or
+` + DefaultConfigFile + ` when it exists), then the flags given: every
+flag is also a key of the file (--log-level is log_level). --check-config
+prints the effective settings, or every problem with them.
+
+SIGHUP reloads the config file: log_level changes live, a change to any other
+key is logged and waits for a restart; a bad file keeps the running settings.
+SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.
+Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
+		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       daemon.Version,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(level, format)
-			if err != nil {
-				return err
+			l := newLoader(cmd.Flags(), config, cmd.Flags().Changed("config"))
+			if checkConfig {
+				return check(cmd.OutOrStdout(), l)
 			}
-			defer log.Sync()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			switch {
-			case plugin != "":
-				l, closePlugin, err := daemon.LoadPlugin(ctx, plugin, pluginSum, log)
-				if err != nil {
-					return err
-				}
-				defer closePlugin()
-				cfg.Launcher = l
-			case launcher != "local":
-				l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(launcher, log)
-				if err != nil {
-					return fmt.Errorf("--launcher: %w", err)
-				}
-				cfg.Launcher = l
-			}
-			return daemon.Run(ctx, cfg, log)
+			return serve(cmd.Context(), l)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
-	f.StringVar(&cfg.NATSURL, "nats", "", "join this NATS server instead of embedding one")
-	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
-	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
-	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
-	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
-	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
-	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
-	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
-	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&format, "log-format", "console", "log format: console or json")
+	f.StringVar(&config, "config", "", "config file (default "+DefaultConfigFile+" when it exists; \"\" for none)")
+	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
+	bindFlags(f, &flags)
 	cmd.SetArgs(args)
 	return cmd.ExecuteContext(ctx)
+}
+
+// serve runs the daemon with the settings l loads until SIGINT or SIGTERM,
+// reloading them on SIGHUP.
+func serve(ctx context.Context, l loader) error {
+	// SIGHUP is caught before anything else starts, so that an early one
+	// cannot kill the daemon.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	log, level, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	if cfg.path != "" {
+		log.Info("config loaded", zap.String("file", cfg.path))
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dcfg := cfg.daemonConfig()
+	switch {
+	case cfg.Plugin != "":
+		l, closePlugin, err := daemon.LoadPlugin(ctx, cfg.Plugin, cfg.PluginSHA256, log)
+		if err != nil {
+			return err
+		}
+		defer closePlugin()
+		dcfg.Launcher = l
+	case cfg.Launcher != "local":
+		l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(cfg.Launcher, log)
+		if err != nil {
+			return fmt.Errorf("launcher: %w", err)
+		}
+		dcfg.Launcher = l
+	}
+	dcfg.Notify = sdnotify.FromEnv()
+	if dcfg.Watchdog, err = sdnotify.WatchdogInterval(); err != nil {
+		log.Warn("systemd watchdog off", zap.Error(err))
+	}
+	r := &reloader{loader: l, current: cfg.settings, level: level, notify: dcfg.Notify, log: log.Named("config")}
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		r.run(reloadCtx, hup)
+	}()
+	defer func() {
+		stopReload()
+		<-reloaded
+	}()
+	return daemon.Run(ctx, dcfg, log)
+}
+
+// check prints the effective settings to w, or returns every problem.
+func check(w io.Writer, l loader) error {
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	text, err := cfg.yamlText()
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, text)
+	return err
+}
+
+// invalidConfig lists every problem, one a line.
+func invalidConfig(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	what := "1 problem"
+	if len(lines) > 1 {
+		what = fmt.Sprintf("%d problems", len(lines))
+	}
+	return fmt.Errorf("invalid config, %s:\n  %s", what, strings.Join(lines, "\n  "))
 }
 
 // servePlugin serves one built-in launcher to a plugin host until it is done.
@@ -115,10 +180,11 @@ func servePlugin(name string) error {
 	return nil
 }
 
-func newLogger(level, format string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
+// newLogger builds the daemon's logger; its level can change later.
+func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
+	lvl, err := zap.ParseAtomicLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+		return nil, lvl, fmt.Errorf("log_level %q: use debug, info, warn or error", level)
 	}
 	var enc zapcore.Encoder
 	switch format {
@@ -127,7 +193,7 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	case "console":
 		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
 	default:
-		return nil, fmt.Errorf("--log-format %q: use console or json", format)
+		return nil, lvl, fmt.Errorf("log_format %q: use console or json", format)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stderr), lvl)).Named("scavd"), nil
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stderr), lvl)).Named("scavd"), lvl, nil
 }
