@@ -32,14 +32,15 @@ func main() {
 		}
 		return
 	}
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "scavd:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses the command line and serves until SIGINT or SIGTERM.
-func run(ctx context.Context, args []string) error {
+// run parses the command line and serves until SIGINT or SIGTERM; stdout
+// is where --check-config prints.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var flags settings
 	var config string
 	var checkConfig bool
@@ -78,6 +79,7 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
 	bindFlags(f, &flags)
 	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
 	return cmd.ExecuteContext(ctx)
 }
 
