@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,10 +19,7 @@ import (
 // TestServesBuiltinLauncherAsPlugin builds scavd and loads it as an external
 // launcher plugin: the same binary serves its built-in launcher over gRPC.
 func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "scavd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build scavd: %v\n%s", err, out)
-	}
+	bin := scavdBinary(t)
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// scavdBinary builds scavd once for the tests that run it as a process.
+func scavdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "scavd-bin-"); buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "scavd"), ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build scavd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "scavd")
+}
+
+// TestReloadAppliesLogLevelAndNamesTheRest drives one reloader through a
+// good change, a change that needs a restart and a bad file.
+func TestReloadAppliesLogLevelAndNamesTheRest(t *testing.T) {
+	path := writeConfig(t, "log_level: info\nlisten: 127.0.0.1:0\n")
+	l := loader{path: path, flags: map[string][]string{"node": {"n1"}}}
+	cfg, err := l.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := &reloader{loader: l, current: cfg.settings, level: level, log: zap.New(core)}
+
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The flag --node n1 still wins over the file's node.
+	write("log_level: debug\nlisten: 127.0.0.1:4999\nnode: other\n")
+	if err := r.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if level.Level() != zapcore.DebugLevel {
+		t.Errorf("level %s after reload, want debug", level.Level())
+	}
+	if e := logs.FilterMessage("config changes wait for a restart").All(); len(e) != 1 || fmt.Sprint(e[0].ContextMap()["keys"]) != "[listen]" {
+		t.Errorf("restart-pending log: %+v", e)
+	}
+	if e := logs.FilterMessage("config reloaded").All(); len(e) != 1 || fmt.Sprint(e[0].ContextMap()["applied"]) != "[log_level]" {
+		t.Errorf("reloaded log: %+v", e)
+	}
+
+	// A bad file changes nothing.
+	write("log_level: warn\nbogus: 1\n")
+	if err := r.reload(); err == nil || !strings.Contains(err.Error(), path+`:2: unknown key "bogus"`) {
+		t.Fatalf("reload of a bad file: %v", err)
+	}
+	if level.Level() != zapcore.DebugLevel || r.current.LogLevel != "debug" {
+		t.Errorf("a bad file changed the level to %s", level.Level())
+	}
+	// The running listen address is still what runs, so it is still pending.
+	write("log_level: error\nlisten: 127.0.0.1:4999\n")
+	if err := r.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if level.Level() != zapcore.ErrorLevel || len(logs.FilterMessage("config changes wait for a restart").All()) != 2 {
+		t.Errorf("level %s; restart-pending logs %d", level.Level(), len(logs.FilterMessage("config changes wait for a restart").All()))
+	}
+}
+
+// notifySocket is a real unixgram socket standing in for systemd's.
+type notifySocket struct {
+	path string
+	msgs chan string
+}
+
+func listenNotify(t *testing.T) *notifySocket {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sdn-") // short: sun_path is 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := &notifySocket{path: filepath.Join(dir, "notify"), msgs: make(chan string, 1000)}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			n.msgs <- string(buf[:k])
+		}
+	}()
+	return n
+}
+
+// expect returns the next datagram that contains want; others are skipped.
+func (n *notifySocket) expect(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case m := <-n.msgs:
+			if strings.Contains(m, want) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no notification with %q", want)
+		}
+	}
+}
+
+// logWatcher collects a process's stderr and waits for lines in it.
+type logWatcher struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *logWatcher) read(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		w.mu.Lock()
+		w.lines = append(w.lines, s.Text())
+		w.mu.Unlock()
+	}
+}
+
+// wait returns the first line, from the from'th on, that contains all of want.
+func (w *logWatcher) wait(t *testing.T, from int, want ...string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		for i := from; i < len(w.lines); i++ {
+			ok := true
+			for _, s := range want {
+				ok = ok && strings.Contains(w.lines[i], s)
+			}
+			if ok {
+				w.mu.Unlock()
+				return i
+			}
+		}
+		w.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Fatalf("no log line with %q in:\n%s", want, strings.Join(w.lines, "\n"))
+	return 0
+}
+
+// TestServiceLifecycle runs the scavd binary as systemd would: a config
+// file, NOTIFY_SOCKET and WATCHDOG_USEC; it must say READY=1, ping the
+// watchdog, reload on a real SIGHUP (and survive a bad file), and say
+// STOPPING=1 and exit 0 on SIGTERM.
+func TestServiceLifecycle(t *testing.T) {
+	bin := scavdBinary(t)
+	state, err := os.MkdirTemp("", "scavd-svc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_level: info\nlog_format: json\n", state))
+	notify := listenNotify(t)
+
+	cmd := exec.Command(bin, "--config", config)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.path, "WATCHDOG_USEC=400000")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logs logWatcher
+	copied := make(chan struct{})
+	go func() { defer close(copied); logs.read(stderr) }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+
+	notify.expect(t, "READY=1")
+	notify.expect(t, "WATCHDOG=1")
+	i := logs.wait(t, 0, "scavd ready")
+
+	// A live change (log_level) and one that waits for a restart (listen).
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:1\nlog_level: debug\nlog_format: json\n", state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if m := notify.expect(t, "RELOADING=1"); !strings.Contains(m, "MONOTONIC_USEC=") {
+		t.Errorf("reloading message %q", m)
+	}
+	notify.expect(t, "READY=1")
+	i = logs.wait(t, i, "config reloaded", `"applied":["log_level"]`, `"log_level":"debug"`)
+	logs.wait(t, i, "config changes wait for a restart", `"keys":["listen"]`)
+
+	// A bad file is refused; the daemon runs on.
+	if err := os.WriteFile(config, []byte("log_level: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	i = logs.wait(t, i, "config reload failed; the running config stays", "did not find expected node content")
+	notify.expect(t, "READY=1")
+	notify.expect(t, "WATCHDOG=1")
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	notify.expect(t, "STOPPING=1")
+	<-copied
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scavd exited with %v", err)
+	}
+}
+
+// TestCheckConfigExitStatus runs scavd --check-config: 0 and the settings
+// on stdout for a good file, 1 and every problem on stderr for a bad one.
+func TestCheckConfigExitStatus(t *testing.T) {
+	bin := scavdBinary(t)
+	good := writeConfig(t, "log_level: warn\n")
+	out, err := exec.Command(bin, "--config", good, "--check-config").Output()
+	if err != nil || !bytes.Contains(out, []byte("log_level: warn # "+good+":1")) {
+		t.Fatalf("good file: %v\n%s", err, out)
+	}
+	bad := writeConfig(t, "log_level: loud\nlisten: x\n")
+	cmd := exec.Command(bin, "--config", bad, "--check-config")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("bad file: exit %v", err)
+	}
+	for _, want := range []string{"2 problems", bad + `:1: log_level: "loud"`, bad + `:2: listen: "x" is not host:port`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+		}
+	}
+}
