@@ -287,3 +287,39 @@ func TestCheckConfigExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemdUnitVerifies runs systemd-analyze verify on
+// deploy/systemd/scavd.service, with ExecStart pointed at a freshly built
+// scavd (verify insists that the binary exists), and checks the directives
+// scavd's service integration relies on.
+func TestSystemdUnitVerifies(t *testing.T) {
+	src := filepath.Join("..", "..", "deploy", "systemd", "scavd.service")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{
+		"Type=notify\n", "NotifyAccess=main\n", "WatchdogSec=", "Restart=on-failure\n", "KillMode=mixed\n",
+		"ExecReload=/bin/kill -HUP $MAINPID\n", "StateDirectory=scavenger\n",
+		"ExecStart=/usr/local/bin/scavd --config " + DefaultConfigFile + "\n",
+	} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("%s lacks %q", src, strings.TrimSpace(want))
+		}
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed: the unit is not verified")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "scavd.service")
+	unit = strings.Replace(unit, "ExecStart=/usr/local/bin/scavd", "ExecStart="+scavdBinary(t), 1)
+	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", "--man=no", path).CombinedOutput()
+	if err != nil || bytes.Contains(out, []byte("scavd.service")) {
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", src, err, out)
+	}
+}
