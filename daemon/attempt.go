@@ -39,6 +39,9 @@ type Attempt struct {
 	LastStep  int64 `json:"last_step,omitempty"`
 	// Restore is the checkpoint it started from.
 	Restore string `json:"restore,omitempty"`
+	// Handle is the launcher's id of the attempt (the local launcher's:
+	// its process group), for a later daemon to find it.
+	Handle string `json:"handle,omitempty"`
 	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
 	EndReason string `json:"end_reason,omitempty"`
 	// Move breaks down the relaunch that ended this attempt, when one did.
@@ -165,6 +168,7 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 			return
 		}
 		r.beginAttempt(attempt, cfg, restore, startStep, time.Now().UTC())
+		r.update(func(j *Job) { j.Attempts[len(j.Attempts)-1].Handle = h.ID() })
 		s.save(context.Background(), r.snapshot())
 		s.event(telemetry.Event{Kind: telemetry.EventStarted, Job: j.ID, Attempt: attempt,
 			Message: fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)", attempt, cfg.Workers, cfg.GlobalBatch, s.launcher.Name(), h.ID())})

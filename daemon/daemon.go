@@ -6,7 +6,8 @@
 // A Daemon's life:
 //
 //	Start: state dir -> NATS (embedded or external) -> store -> ingest socket
-//	       -> API -> discovery file
+//	       -> API -> settle the previous daemon's jobs (restart.go)
+//	       -> discovery file
 //	Close: remove discovery file -> stop jobs (SIGTERM, grace, SIGKILL)
 //	       -> close ingest -> drain NATS -> shut the embedded server down
 package daemon
@@ -65,6 +66,10 @@ type Config struct {
 	// Watchdog, when positive, is how often Run pings systemd's watchdog
 	// through Notify (half of WatchdogSec=: sdnotify.WatchdogInterval()).
 	Watchdog time.Duration
+	// ResumeJobs makes the jobs that this daemon stops when it stops resume
+	// from their checkpoints when the next daemon starts on the same state
+	// directory (see restart.go). Ignored for a standalone daemon.
+	ResumeJobs bool
 }
 
 // Daemon is a running scavd.
@@ -171,12 +176,18 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
 		jobs: map[string]*running{},
 	}
+	if cfg.ResumeJobs && !cfg.Standalone {
+		d.sup.restartDir = filepath.Join(cfg.StateDir, restartDir)
+	} else if !cfg.Standalone {
+		_ = os.RemoveAll(filepath.Join(cfg.StateDir, restartDir)) // environments nobody will use
+	}
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
 	}
 	if err := d.nc.FlushTimeout(5 * time.Second); err != nil {
 		return nil, fmt.Errorf("flush api subscriptions: %w", err)
 	}
+	d.sup.recoverJobs(ctx)
 	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}

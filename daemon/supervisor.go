@@ -34,6 +34,9 @@ type supervisor struct {
 	socket   string
 	ckptRoot string
 	pyPath   string
+	// restartDir, when set, keeps running jobs' environments so that the
+	// next daemon can resume them (restart.go).
+	restartDir string
 
 	mu     sync.Mutex
 	jobs   map[string]*running
@@ -145,6 +148,7 @@ func (s *supervisor) launch(ctx context.Context, j Job, env []string, from resum
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.save(ctx, j)
+	s.rememberEnv(j.ID, env)
 	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: j.ID, Attempt: from.attempt, Message: msg})
 	go func() {
 		defer s.wg.Done()
@@ -165,6 +169,11 @@ func withTarget(env []string, o Optimize) []string {
 // finish records the end of a job and publishes its final event.
 func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg string, state JobState) {
 	now := time.Now().UTC()
+	if state == StateStopped && s.restartDir != "" && s.shuttingDown() {
+		msg += "; scavd was stopping: the next scavd on this node resumes it"
+	} else {
+		s.forgetEnv(r.id())
+	}
 	r.update(func(j *Job) {
 		j.State, j.Ended, j.ExitCode, j.Result, j.Message = state, &now, &code, res, msg
 	})

@@ -43,6 +43,7 @@ type settings struct {
 	PluginSHA256  string        `yaml:"plugin_sha256"`
 	LogLevel      string        `yaml:"log_level"`
 	LogFormat     string        `yaml:"log_format"`
+	ResumeJobs    bool          `yaml:"resume_jobs"`
 }
 
 // bindFlags registers a flag for every setting, bound to s, and sets s to the
@@ -59,6 +60,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn, error (reloadable)")
 	f.StringVar(&s.LogFormat, "log-format", "console", "log format: console or json")
+	f.BoolVar(&s.ResumeJobs, "resume-jobs", true, "resume, from their checkpoints, the jobs this daemon stops when it stops, once it starts again")
 }
 
 // defaultSettings are the built-in defaults.
@@ -263,7 +265,7 @@ func (s settings) socketPath() string {
 func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
-		Retention: telemetry.Retention{StepMaxAge: s.StepRetention},
+		Retention: telemetry.Retention{StepMaxAge: s.StepRetention}, ResumeJobs: s.ResumeJobs,
 	}
 }
 
