@@ -59,7 +59,9 @@ prints the effective settings, or every problem with them.
 
 SIGHUP reloads the config file: log_level changes live, a change to any other
 key is logged and waits for a restart; a bad file keeps the running settings.
-SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.
+SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
+(they checkpoint when they can); with --resume-jobs (the default) the next
+scavd on the same state directory resumes them from their checkpoints.
 Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
 		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
@@ -124,6 +126,10 @@ func serve(ctx context.Context, l loader) error {
 	dcfg.Notify = sdnotify.FromEnv()
 	if dcfg.Watchdog, err = sdnotify.WatchdogInterval(); err != nil {
 		log.Warn("systemd watchdog off", zap.Error(err))
+	}
+	// They are ours: plugins and other children must not talk to systemd for us.
+	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
+		_ = os.Unsetenv(k)
 	}
 	r := &reloader{loader: l, current: cfg.settings, level: level, notify: dcfg.Notify, log: log.Named("config")}
 	reloadCtx, stopReload := context.WithCancel(ctx)
