@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,9 +89,14 @@ type Daemon struct {
 	closeErr  error
 }
 
-// DefaultStateDir is $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger)
-// for a user, and /var/lib/scavenger for root.
+// DefaultStateDir is the directory systemd made for the service
+// ($STATE_DIRECTORY, from StateDirectory=) when there is one, else
+// $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger) for a user, and
+// /var/lib/scavenger for root.
 func DefaultStateDir() string {
+	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
+		return d
+	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/scavenger"
 	}

@@ -115,3 +115,10 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		t.Fatal("run did not return")
 	}
 }
+
+func TestDefaultStateDirIsSystemds(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "/var/lib/scavenger:/var/lib/other")
+	if got := DefaultStateDir(); got != "/var/lib/scavenger" {
+		t.Fatalf("DefaultStateDir() = %q with STATE_DIRECTORY set", got)
+	}
+}
