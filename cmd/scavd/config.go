@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -149,8 +150,13 @@ func (l loader) load() (loaded, error) {
 			res.from[k] = fromFile
 		}
 	}
-	for name, v := range l.flags {
-		fl := fs.Lookup(name)
+	names := make([]string, 0, len(l.flags))
+	for name := range l.flags {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v, fl := l.flags[name], fs.Lookup(name)
 		var err error
 		if sv, ok := fl.Value.(pflag.SliceValue); ok {
 			err = sv.Replace(v)

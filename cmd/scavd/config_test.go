@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestPrecedence(t *testing.T) {
 			}
 			want := defaultSettings()
 			tc.want(&want)
-			if got.settings != want {
+			if !reflect.DeepEqual(got.settings, want) {
 				t.Fatalf("settings\n got %+v\nwant %+v", got.settings, want)
 			}
 		})
@@ -130,7 +131,7 @@ func TestConfigFileErrors(t *testing.T) {
 	if _, err := loadWith(t, "--config", filepath.Join(t.TempDir(), "absent.yaml")); err == nil {
 		t.Error("a missing --config file was accepted")
 	}
-	if got, err := loadWith(t, "--config", writeConfig(t, "")); err != nil || got.settings != defaultSettings() {
+	if got, err := loadWith(t, "--config", writeConfig(t, "")); err != nil || !reflect.DeepEqual(got.settings, defaultSettings()) {
 		t.Errorf("an empty file: %+v, %v; want the defaults", got.settings, err)
 	}
 }
@@ -171,7 +172,7 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	}
 	want := defaultSettings()
 	want.StateDir = "/var/lib/scavenger" // the default for root, as the service runs
-	if got.settings != want {
+	if !reflect.DeepEqual(got.settings, want) {
 		t.Errorf("%s is not the defaults:\n got %+v\nwant %+v", path, got.settings, want)
 	}
 	for _, kv := range want.keys() {
