@@ -351,7 +351,11 @@ func checkKeys(path, prefix string, m *yaml.Node, t reflect.Type, lines map[stri
 }
 
 // keys lists the dotted keys of the settings, in order, with their values.
-func (s settings) keys() []keyValue {
+func (s settings) keys() []keyValue { return keysOf(s) }
+
+// keysOf lists the dotted keys of a settings struct: a field of a nested
+// struct (ssh: {hosts: ...}) is key "ssh.hosts".
+func keysOf(v any) []keyValue {
 	var out []keyValue
 	var walk func(prefix string, v reflect.Value)
 	walk = func(prefix string, v reflect.Value) {
@@ -369,7 +373,7 @@ func (s settings) keys() []keyValue {
 			out = append(out, keyValue{key: prefix + tag, value: fv.Interface()})
 		}
 	}
-	walk("", reflect.ValueOf(s))
+	walk("", reflect.ValueOf(v))
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -233,4 +234,36 @@ func TestCheckConfigOutput(t *testing.T) {
 func run0(t *testing.T, out *bytes.Buffer, args ...string) error {
 	t.Helper()
 	return run(t.Context(), args, out)
+}
+
+// TestNestedKeys: a group of keys (ssh.*, slurm.*) is a nested struct; its
+// keys are dotted, its flags prefixed, and its unknown keys named in full.
+func TestNestedKeys(t *testing.T) {
+	type group struct {
+		Hosts   []string      `yaml:"hosts"`
+		Timeout time.Duration `yaml:"connect_timeout"`
+	}
+	type withGroup struct {
+		Node string `yaml:"node"`
+		SSH  group  `yaml:"ssh"`
+	}
+	var keys []string
+	for _, kv := range keysOf(withGroup{}) {
+		keys = append(keys, kv.key+"="+flagOfKey(kv.key))
+	}
+	if got, want := strings.Join(keys, " "), "node=node ssh.hosts=ssh-hosts ssh.connect_timeout=ssh-connect-timeout"; got != want {
+		t.Errorf("keys %s, want %s", got, want)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("node: a\nssh:\n  hosts: [h1]\n  port: 22\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]int{}
+	errs := checkKeys("f.yaml", "", doc.Content[0], reflect.TypeOf(withGroup{}), lines)
+	if len(errs) != 1 || errs[0].Error() != `f.yaml:4: unknown key "ssh.port"` {
+		t.Errorf("errors %v", errs)
+	}
+	if lines["ssh.hosts"] != 3 || lines["node"] != 1 {
+		t.Errorf("lines %v", lines)
+	}
 }
