@@ -18,6 +18,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 var (
@@ -321,5 +324,105 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", "--man=no", path).CombinedOutput()
 	if err != nil || bytes.Contains(out, []byte("scavd.service")) {
 		t.Fatalf("systemd-analyze verify %s: %v\n%s", src, err, out)
+	}
+}
+
+// TestRestartResumesJobs restarts the scavd binary the way systemctl
+// restart does (SIGTERM, wait, start): the job it ran checkpoints, stops,
+// and the new process resumes it from that checkpoint.
+func TestRestartResumesJobs(t *testing.T) {
+	bin := scavdBinary(t)
+	state, err := os.MkdirTemp("", "scavd-rs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	work := t.TempDir()
+	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_format: json\n", state))
+	start := func() (*exec.Cmd, *daemon.Client) {
+		t.Helper()
+		notify := listenNotify(t)
+		cmd := exec.Command(bin, "--config", config)
+		cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.path)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil { // stop it as systemd would, so that it stops its job
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				done := make(chan struct{})
+				go func() { _ = cmd.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					_ = cmd.Process.Kill()
+					<-done
+				}
+			}
+			if t.Failed() {
+				t.Logf("scavd pid %d stderr:\n%s", cmd.Process.Pid, stderr.String())
+			}
+		})
+		notify.expect(t, "READY=1")
+		info, err := daemon.ReadDiscovery(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := daemon.Dial(t.Context(), info.NATS, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return cmd, c
+	}
+	script := `echo "restore=${SCAV_RESTORE:-none}" > attempt-$SCAV_ATTEMPT
+if [ -z "$SCAV_RESTORE" ]; then
+  printf x > "$SCAV_CHECKPOINT_DIR/ckpt-5"
+  printf '{"format":"scavenger.manifest/1","checkpoint":"ckpt-5","step":5,"size":1}' > "$SCAV_CHECKPOINT_DIR/latest.json"
+fi
+trap 'exit 0' TERM
+sleep 60 & wait`
+
+	first, c1 := start()
+	j, err := c1.Run(t.Context(), daemon.RunRequest{Command: []string{"/bin/sh", "-c", script}, Dir: work,
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: daemon.Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(j.CheckpointDir, "latest.json")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint")
+		}
+	}
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first scavd: %v", err)
+	}
+
+	_, c2 := start()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err := c2.Job(t.Context(), j.ID)
+		if err == nil && got.State == daemon.StateRunning && got.Attempt == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job not resumed: %+v, %v", got, err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(work, "attempt-2"))
+		if strings.Contains(string(b), "restore="+filepath.Join(j.CheckpointDir, "ckpt-5")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second attempt wrote %q", b)
+		}
 	}
 }
