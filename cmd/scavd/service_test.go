@@ -306,6 +306,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		"Type=notify\n", "NotifyAccess=main\n", "WatchdogSec=", "Restart=on-failure\n", "KillMode=mixed\n",
 		"ExecReload=/bin/kill -HUP $MAINPID\n", "StateDirectory=scavenger\n",
 		"ExecStart=/usr/local/bin/scavd --config " + DefaultConfigFile + "\n",
+		"ExecReload=/usr/local/bin/scavd --config " + DefaultConfigFile + " --check-config\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("%s lacks %q", src, strings.TrimSpace(want))
@@ -317,7 +318,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "scavd.service")
-	unit = strings.Replace(unit, "ExecStart=/usr/local/bin/scavd", "ExecStart="+scavdBinary(t), 1)
+	unit = strings.ReplaceAll(unit, "=/usr/local/bin/scavd ", "="+scavdBinary(t)+" ")
 	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)
 	}
