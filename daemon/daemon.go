@@ -202,29 +202,42 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	return d, nil
 }
 
-// Run starts a daemon and serves until ctx is done, then stops it. With
-// cfg.Notify it tells systemd when it is ready (everything Start brings up
-// serves), what it is doing, and that it is stopping.
+// Run starts a daemon and serves until ctx is done, then stops it.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	d, err := Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
+	return d.Serve(ctx)
+}
+
+// Serve serves until ctx is done, then stops the daemon. With Config.Notify
+// it tells systemd that it is ready (everything Start brings up serves),
+// what it is doing, and that it is stopping.
+func (d *Daemon) Serve(ctx context.Context) error {
 	notifyCtx, stopNotify := context.WithCancel(ctx)
 	notified := make(chan struct{})
 	go func() {
 		defer close(notified)
-		d.notifyService(notifyCtx, cfg.Notify, cfg.Watchdog, log.Named("systemd"))
+		d.notifyService(notifyCtx, d.cfg.Notify, d.cfg.Watchdog, d.log.Named("systemd"))
 	}()
 	<-ctx.Done()
 	stopNotify()
 	<-notified
 	jobs := d.sup.active()
-	log.Info("scavd stopping", zap.Strings("jobs", jobs))
-	if err := cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
-		log.Warn("notify systemd", zap.Error(err))
+	d.log.Info("scavd stopping", zap.Strings("jobs", jobs))
+	if err := d.cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
+		d.log.Warn("notify systemd", zap.Error(err))
 	}
 	return d.Close()
+}
+
+// SetRetention changes, live, how much history the streams keep.
+func (d *Daemon) SetRetention(ctx context.Context, r telemetry.Retention) error {
+	if _, err := telemetry.OpenStore(ctx, d.store.JS, r); err != nil {
+		return fmt.Errorf("set retention: %w", err)
+	}
+	return nil
 }
 
 // URL is the NATS URL clients use to reach this daemon.

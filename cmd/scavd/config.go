@@ -55,7 +55,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
-	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept")
+	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
@@ -71,9 +71,9 @@ func defaultSettings() settings {
 	return s
 }
 
-// reloadable are the keys a running scavd applies on SIGHUP; a change to any
-// other key is logged and waits for a restart.
-var reloadable = map[string]bool{"log_level": true}
+// reloadable are the keys a running scavd applies on SIGHUP (reloader.apply
+// says how); a change to any other key is logged and waits for a restart.
+var reloadable = map[string]bool{"log_level": true, "step_retention": true}
 
 // loader reads scavd's settings: defaults, then the config file, then the
 // flags given on the command line. It is kept for SIGHUP, which loads again.

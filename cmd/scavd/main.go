@@ -53,8 +53,9 @@ Settings come from the built-in defaults, then the config file (--config, or
 flag is also a key of the file (--log-level is log_level). --check-config
 prints the effective settings, or every problem with them.
 
-SIGHUP reloads the config file: log_level changes live, a change to any other
-key is logged and waits for a restart; a bad file keeps the running settings.
+SIGHUP reloads the config file: log_level and step_retention change live, a
+change to any other key is logged and waits for a restart; a bad file keeps
+the running settings.
 SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
 (they checkpoint when they can); with --resume-jobs (the default) the next
 scavd on the same state directory resumes them from their checkpoints.

@@ -61,7 +61,12 @@ func serve(ctx context.Context, l loader) error {
 	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
 		_ = os.Unsetenv(k)
 	}
-	r := &reloader{loader: l, current: cfg.settings, level: level, notify: dcfg.Notify, log: log.Named("config")}
+	d, err := daemon.Start(ctx, dcfg, log)
+	if err != nil {
+		return err
+	}
+	// A SIGHUP that came during Start waits in hup until now.
+	r := &reloader{loader: l, current: cfg.settings, level: level, daemon: d, notify: dcfg.Notify, log: log.Named("config")}
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	reloaded := make(chan struct{})
 	go func() {
@@ -72,7 +77,7 @@ func serve(ctx context.Context, l loader) error {
 		stopReload()
 		<-reloaded
 	}()
-	return daemon.Run(ctx, dcfg, log)
+	return d.Serve(ctx)
 }
 
 // check prints the effective settings to w, or returns every problem.

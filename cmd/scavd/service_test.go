@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,12 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 var (
@@ -66,7 +71,9 @@ func TestReloadAppliesLogLevelAndNamesTheRest(t *testing.T) {
 	}
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
 	core, logs := observer.New(zapcore.DebugLevel)
-	r := &reloader{loader: l, current: cfg.settings, level: level, log: zap.New(core)}
+	live := &fakeDaemon{}
+	r := &reloader{loader: l, current: cfg.settings, level: level, daemon: live, log: zap.New(core)}
+	ctx := t.Context()
 
 	write := func(text string) {
 		t.Helper()
@@ -75,35 +82,75 @@ func TestReloadAppliesLogLevelAndNamesTheRest(t *testing.T) {
 		}
 	}
 	// The flag --node n1 still wins over the file's node.
-	write("log_level: debug\nlisten: 127.0.0.1:4999\nnode: other\n")
-	if err := r.reload(); err != nil {
+	write("log_level: debug\nlisten: 127.0.0.1:4999\nnode: other\nstep_retention: 2h\n")
+	if err := r.reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if level.Level() != zapcore.DebugLevel {
 		t.Errorf("level %s after reload, want debug", level.Level())
 	}
+	if live.retention.StepMaxAge != 2*time.Hour || r.current.StepRetention != 2*time.Hour {
+		t.Errorf("retention %v after reload, want 2h", live.retention)
+	}
 	if e := logs.FilterMessage("config changes wait for a restart").All(); len(e) != 1 || fmt.Sprint(e[0].ContextMap()["keys"]) != "[listen]" {
 		t.Errorf("restart-pending log: %+v", e)
 	}
-	if e := logs.FilterMessage("config reloaded").All(); len(e) != 1 || fmt.Sprint(e[0].ContextMap()["applied"]) != "[log_level]" {
+	if e := logs.FilterMessage("config reloaded").All(); len(e) != 1 || fmt.Sprint(e[0].ContextMap()["applied"]) != "[step_retention log_level]" {
 		t.Errorf("reloaded log: %+v", e)
 	}
 
 	// A bad file changes nothing.
 	write("log_level: warn\nbogus: 1\n")
-	if err := r.reload(); err == nil || !strings.Contains(err.Error(), path+`:2: unknown key "bogus"`) {
+	if err := r.reload(ctx); err == nil || !strings.Contains(err.Error(), path+`:2: unknown key "bogus"`) {
 		t.Fatalf("reload of a bad file: %v", err)
 	}
 	if level.Level() != zapcore.DebugLevel || r.current.LogLevel != "debug" {
 		t.Errorf("a bad file changed the level to %s", level.Level())
 	}
+	// A key that fails to apply keeps its running value; the others apply.
+	live.err = errors.New("stream update refused")
+	write("log_level: info\nlisten: 127.0.0.1:4999\nstep_retention: 3h\n")
+	if err := r.reload(ctx); err == nil || !strings.Contains(err.Error(), "step_retention: stream update refused") {
+		t.Fatalf("reload with a failing key: %v", err)
+	}
+	if level.Level() != zapcore.InfoLevel || r.current.StepRetention != 2*time.Hour {
+		t.Errorf("level %s, retention %s", level.Level(), r.current.StepRetention)
+	}
+	live.err = nil
 	// The running listen address is still what runs, so it is still pending.
-	write("log_level: error\nlisten: 127.0.0.1:4999\n")
-	if err := r.reload(); err != nil {
+	write("log_level: error\nlisten: 127.0.0.1:4999\nstep_retention: 2h\n")
+	if err := r.reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if level.Level() != zapcore.ErrorLevel || len(logs.FilterMessage("config changes wait for a restart").All()) != 2 {
+	if level.Level() != zapcore.ErrorLevel || len(logs.FilterMessage("config changes wait for a restart").All()) != 3 {
 		t.Errorf("level %s; restart-pending logs %d", level.Level(), len(logs.FilterMessage("config changes wait for a restart").All()))
+	}
+}
+
+// fakeDaemon records what a reload changes.
+type fakeDaemon struct {
+	retention telemetry.Retention
+	err       error
+}
+
+func (f *fakeDaemon) SetRetention(_ context.Context, r telemetry.Retention) error {
+	if f.err != nil {
+		return f.err
+	}
+	f.retention = r
+	return nil
+}
+
+// TestEveryReloadableKeyApplies: reloadable names only keys apply knows.
+func TestEveryReloadableKeyApplies(t *testing.T) {
+	r := &reloader{level: zap.NewAtomicLevel(), daemon: &fakeDaemon{}}
+	for key := range reloadable {
+		if err := r.apply(t.Context(), key, defaultSettings()); err != nil {
+			t.Errorf("reloadable key %s: %v", key, err)
+		}
+	}
+	if err := r.apply(t.Context(), "listen", defaultSettings()); err == nil {
+		t.Error("listen applied live")
 	}
 }
 
@@ -233,7 +280,7 @@ func TestServiceLifecycle(t *testing.T) {
 	i := logs.wait(t, 0, "scavd ready")
 
 	// A live change (log_level) and one that waits for a restart (listen).
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:1\nlog_level: debug\nlog_format: json\n", state)), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:1\nlog_level: debug\nlog_format: json\nstep_retention: 2h\n", state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -243,8 +290,29 @@ func TestServiceLifecycle(t *testing.T) {
 		t.Errorf("reloading message %q", m)
 	}
 	notify.expect(t, "READY=1")
-	i = logs.wait(t, i, "config reloaded", `"applied":["log_level"]`, `"log_level":"debug"`)
+	i = logs.wait(t, i, "config reloaded", `"applied":["step_retention","log_level"]`, `"log_level":"debug"`)
 	logs.wait(t, i, "config changes wait for a restart", `"keys":["listen"]`)
+	// The step stream keeps 2h now.
+	info, err := daemon.ReadDiscovery(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(info.NATS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), telemetry.StepStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got != 2*time.Hour {
+		t.Errorf("step stream keeps %s after the reload, want 2h", got)
+	}
 
 	// A bad file is refused; the daemon runs on.
 	if err := os.WriteFile(config, []byte("log_level: [\n"), 0o600); err != nil {
