@@ -19,6 +19,10 @@ const statusEvery = 5 * time.Second
 // and, when a watchdog is asked for, WATCHDOG=1 at its interval as long as
 // the daemon is healthy. It returns once ctx is done; Run owns and joins it.
 func (d *Daemon) notifyService(ctx context.Context, sd *sdnotify.Notifier, watchdog time.Duration, log *zap.Logger) {
+	if !sd.Enabled() {
+		<-ctx.Done()
+		return
+	}
 	status := d.status()
 	if err := sd.Notify(sdnotify.Ready, sdnotify.Status(status)); err != nil {
 		log.Warn("notify systemd", zap.Error(err))
