@@ -122,3 +122,31 @@ func TestDefaultStateDirIsSystemds(t *testing.T) {
 		t.Fatalf("DefaultStateDir() = %q with STATE_DIRECTORY set", got)
 	}
 }
+
+// TestRunWithoutServiceManager: no NOTIFY_SOCKET, nothing to tell; Run
+// serves and stops as before.
+func TestRunWithoutServiceManager(t *testing.T) {
+	state, err := os.MkdirTemp("", "scavd-plain-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{StateDir: state, Listen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	}()
+	eventually(t, "the discovery file", 10*time.Second, func() bool {
+		_, err := ReadDiscovery(state)
+		return err == nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return")
+	}
+}
