@@ -211,7 +211,8 @@ func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	d2, c2 := startAt(t, state, false)
 	defer d2.Close()
 	defer c2.Close()
-	time.Sleep(200 * time.Millisecond)
+	// Start settles the previous daemon's jobs before it returns: a resumed
+	// job would be active now.
 	if got, err := c2.Job(ctx, j.ID); err != nil || got.State != StateStopped || len(d2.Active()) != 0 {
 		t.Errorf("job %s %q, active %v, %v", got.State, got.Message, d2.Active(), err)
 	}
