@@ -6,7 +6,8 @@
 // A Daemon's life:
 //
 //	Start: state dir -> NATS (embedded or external) -> store -> ingest socket
-//	       -> API -> discovery file
+//	       -> API -> settle the previous daemon's jobs (restart.go)
+//	       -> discovery file
 //	Close: remove discovery file -> stop jobs (SIGTERM, grace, SIGKILL)
 //	       -> close ingest -> drain NATS -> shut the embedded server down
 package daemon
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -67,6 +70,16 @@ type Config struct {
 	// MetricsListen, when set, is the address of the Prometheus /metrics
 	// endpoint ("127.0.0.1:9433"; port 0 picks one, see Daemon.MetricsAddr).
 	MetricsListen string
+	// Notify, when set, tells systemd (Type=notify) that Run is ready, its
+	// status and that it is stopping: sdnotify.FromEnv() for a service.
+	Notify *sdnotify.Notifier
+	// Watchdog, when positive, is how often Run pings systemd's watchdog
+	// through Notify (half of WatchdogSec=: sdnotify.WatchdogInterval()).
+	Watchdog time.Duration
+	// ResumeJobs makes the jobs that this daemon stops when it stops resume
+	// from their checkpoints when the next daemon starts on the same state
+	// directory (see restart.go). Ignored for a standalone daemon.
+	ResumeJobs bool
 }
 
 // Daemon is a running scavd.
@@ -90,9 +103,14 @@ type Daemon struct {
 	closeErr  error
 }
 
-// DefaultStateDir is $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger)
-// for a user, and /var/lib/scavenger for root.
+// DefaultStateDir is the directory systemd made for the service
+// ($STATE_DIRECTORY, from StateDirectory=) when there is one, else
+// $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger) for a user, and
+// /var/lib/scavenger for root.
 func DefaultStateDir() string {
+	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
+		return d
+	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/scavenger"
 	}
@@ -175,13 +193,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	d.sup = &supervisor{
 		log: log.Named("jobs"), launcher: launcher, pub: d.nc, nc: d.nc, kv: d.store.Jobs, node: cfg.Node,
-		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath, envDir: filepath.Join(cfg.StateDir, "env"),
+		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
 		jobs: map[string]*running{},
 	}
 	d.allocs = &allocations{kv: d.store.Allocations, node: cfg.Node, stop: func(id string) { _, _ = d.sup.stopJob(id, 0) }}
 	d.sup.allocs = d.allocs
-	if err := d.sup.adopt(ctx); err != nil {
-		return nil, err
+	if !cfg.Standalone {
+		d.sup.restartDir, d.sup.resumeJobs = filepath.Join(cfg.StateDir, restartDir), cfg.ResumeJobs
 	}
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
@@ -192,6 +210,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := d.nc.FlushTimeout(5 * time.Second); err != nil {
 		return nil, fmt.Errorf("flush api subscriptions: %w", err)
 	}
+	d.sup.recoverJobs(ctx)
 	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}
@@ -206,9 +225,36 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	return d.Serve(ctx)
+}
+
+// Serve serves until ctx is done, then stops the daemon. With Config.Notify
+// it tells systemd that it is ready (everything Start brings up serves),
+// what it is doing, and that it is stopping.
+func (d *Daemon) Serve(ctx context.Context) error {
+	notifyCtx, stopNotify := context.WithCancel(ctx)
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		d.notifyService(notifyCtx, d.cfg.Notify, d.cfg.Watchdog, d.log.Named("systemd"))
+	}()
 	<-ctx.Done()
-	log.Info("scavd stopping", zap.Strings("jobs", d.sup.active()))
+	stopNotify()
+	<-notified
+	jobs := d.sup.active()
+	d.log.Info("scavd stopping", zap.Strings("jobs", jobs))
+	if err := d.cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
+		d.log.Warn("notify systemd", zap.Error(err))
+	}
 	return d.Close()
+}
+
+// SetRetention changes, live, how much history the streams keep.
+func (d *Daemon) SetRetention(ctx context.Context, r telemetry.Retention) error {
+	if _, err := telemetry.OpenStore(ctx, d.store.JS, r); err != nil {
+		return fmt.Errorf("set retention: %w", err)
+	}
+	return nil
 }
 
 // URL is the NATS URL clients use to reach this daemon.

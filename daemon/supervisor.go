@@ -36,8 +36,11 @@ type supervisor struct {
 	pyPath   string
 	// allocs ties jobs to the scheduler allocation they run in.
 	allocs *allocations
-	// envDir keeps the environment of each running job, for adoption.
-	envDir string
+	// restartDir, unless empty (a standalone daemon), keeps running jobs'
+	// environments so that the next daemon can reattach to them or resume
+	// them (restart.go); resumeJobs makes it resume them.
+	restartDir string
+	resumeJobs bool
 
 	mu     sync.Mutex
 	jobs   map[string]*running
@@ -157,10 +160,8 @@ func (s *supervisor) launch(ctx context.Context, j Job, env []string, from resum
 	s.jobs[j.ID] = r
 	s.wg.Add(1)
 	s.mu.Unlock()
-	if err := s.saveEnv(j.ID, env); err != nil {
-		s.log.Warn("the job cannot be relaunched after a restart of scavd", zap.String("job", j.ID), zap.Error(err))
-	}
 	s.save(ctx, j)
+	s.rememberEnv(j.ID, env)
 	s.event(telemetry.Event{Kind: telemetry.EventSubmitted, Job: j.ID, Attempt: from.attempt, Message: msg})
 	go func() {
 		defer s.wg.Done()
@@ -181,6 +182,11 @@ func withTarget(env []string, o Optimize) []string {
 // finish records the end of a job and publishes its final event.
 func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg string, state JobState) {
 	now := time.Now().UTC()
+	if state == StateStopped && s.resumeJobs && s.restartDir != "" && s.shuttingDown() {
+		msg += "; scavd was stopping: the next scavd on this node resumes it"
+	} else {
+		s.forgetEnv(r.id())
+	}
 	r.update(func(j *Job) {
 		j.State, j.Ended, j.ExitCode, j.Result, j.Message = state, &now, &code, res, msg
 	})
@@ -191,9 +197,6 @@ func (s *supervisor) finish(r *running, res *plugins.Result, code int, msg strin
 	s.mu.Lock()
 	delete(s.jobs, j.ID)
 	s.mu.Unlock()
-	if err := os.Remove(s.envPath(j.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("remove the environment of an ended job", zap.String("job", j.ID), zap.Error(err))
-	}
 }
 
 // stopJob asks a running job to stop; grace 0 uses the job's own. Asking

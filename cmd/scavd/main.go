@@ -6,10 +6,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -30,16 +28,18 @@ func main() {
 		}
 		return
 	}
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "scavd:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses the command line and serves until SIGINT or SIGTERM.
-func run(ctx context.Context, args []string) error {
-	var cfg daemon.Config
-	var level, format, launcher, plugin, pluginSum string
+// run parses the command line and serves until SIGINT or SIGTERM; stdout
+// is where --check-config prints.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var flags settings
+	var config string
+	var checkConfig bool
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -48,57 +48,37 @@ server with JetStream (listening on --listen, its store under --state-dir) or,
 given --nats, joins an existing NATS server. Workers write step telemetry to the
 unix socket --socket (only this user can write to it).
 
-SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
-		Example:       "  scavd\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+Settings come from the built-in defaults, then the config file (--config, or
+` + DefaultConfigFile + ` when it exists), then the flags given: every
+flag is also a key of the file (--log-level is log_level). --check-config
+prints the effective settings, or every problem with them.
+
+SIGHUP reloads the config file: log_level and step_retention change live, a
+change to any other key is logged and waits for a restart; a bad file keeps
+the running settings.
+SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
+(they checkpoint when they can); with --resume-jobs (the default) the next
+scavd on the same state directory resumes them from their checkpoints.
+Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
+		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       daemon.Version,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(level, format)
-			if err != nil {
-				return err
+			l := newLoader(cmd.Flags(), config, cmd.Flags().Changed("config"))
+			if checkConfig {
+				return check(cmd.OutOrStdout(), l)
 			}
-			defer log.Sync()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			switch {
-			case plugin != "":
-				l, closePlugin, err := daemon.LoadPlugin(ctx, plugin, pluginSum, log)
-				if err != nil {
-					return err
-				}
-				defer closePlugin()
-				cfg.Launcher = l
-			case launcher != "local":
-				l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(launcher, log)
-				if err != nil {
-					return fmt.Errorf("--launcher: %w", err)
-				}
-				cfg.Launcher = l
-			}
-			if cfg.NodeSampleEvery == 0 {
-				cfg.NodeSampleEvery = -1 // --node-sample-every 0: never
-			}
-			return daemon.Run(ctx, cfg, log)
+			return serve(cmd.Context(), l)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
-	f.StringVar(&cfg.NATSURL, "nats", "", "join this NATS server instead of embedding one")
-	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
-	f.StringVar(&cfg.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
-	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
-	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
-	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
-	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
-	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
-	f.DurationVar(&cfg.NodeSampleEvery, "node-sample-every", daemon.DefaultNodeSampleEvery, "how often to sample and publish the node's GPUs and host (0: never)")
-	f.StringVar(&cfg.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
-	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&format, "log-format", "console", "log format: console or json")
+	f.StringVar(&config, "config", "", "config file (default "+DefaultConfigFile+" when it exists; \"\" for none)")
+	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
+	bindFlags(f, &flags)
 	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
 	return cmd.ExecuteContext(ctx)
 }
 
@@ -121,10 +101,11 @@ func servePlugin(name string) error {
 	return nil
 }
 
-func newLogger(level, format string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
+// newLogger builds the daemon's logger; its level can change later.
+func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
+	lvl, err := zap.ParseAtomicLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+		return nil, lvl, fmt.Errorf("log_level %q: use debug, info, warn or error", level)
 	}
 	var enc zapcore.Encoder
 	switch format {
@@ -133,7 +114,7 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	case "console":
 		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
 	default:
-		return nil, fmt.Errorf("--log-format %q: use console or json", format)
+		return nil, lvl, fmt.Errorf("log_format %q: use console or json", format)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stderr), lvl)).Named("scavd"), nil
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stderr), lvl)).Named("scavd"), lvl, nil
 }

@@ -27,10 +27,7 @@ import (
 // TestServesBuiltinLauncherAsPlugin builds scavd and loads it as an external
 // launcher plugin: the same binary serves its built-in launcher over gRPC.
 func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "scavd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build scavd: %v\n%s", err, out)
-	}
+	bin := scavdBinary(t)
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +174,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got.State != daemon.StateFailed || !strings.Contains(got.Message, "cannot reattach") || !strings.Contains(got.Message, "1 leftover worker") {
+	if got.State != daemon.StateFailed || !strings.Contains(got.Message, "lost") || !strings.Contains(got.Message, "1 leftover worker") {
 		t.Fatalf("job after the restart: state %s, message %q", got.State, got.Message)
 	}
 	for {

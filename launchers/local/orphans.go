@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -18,7 +19,8 @@ import (
 // output pipes ended with that daemon). The attempt's processes are the
 // members of process group spec.HandleID whose environment names the job
 // and attempt (SCAV_JOB_ID, SCAV_ATTEMPT), so a reused group id never hits
-// another program. It returns how many processes it killed.
+// another program. It returns how many processes it killed, and an error
+// when one could not be killed.
 func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (int, error) {
 	pgid, err := strconv.Atoi(spec.HandleID)
 	if err != nil || pgid <= 1 {
@@ -33,18 +35,22 @@ func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (in
 		[]byte(plugins.EnvAttempt + "=" + strconv.Itoa(spec.Attempt)),
 	}
 	n := 0
+	var failed error
 	for _, m := range members {
 		if m.state == 'Z' || !environHas(m.pid, want) {
 			continue
 		}
-		if err := syscall.Kill(m.pid, syscall.SIGKILL); err == nil {
+		switch err := syscall.Kill(m.pid, syscall.SIGKILL); {
+		case err == nil:
 			n++
+		case !errors.Is(err, syscall.ESRCH):
+			failed = fmt.Errorf("stop orphans of job %s attempt %d: kill %d: %w", spec.JobID, spec.Attempt, m.pid, err)
 		}
 	}
 	if n > 0 {
 		l.logger.Warn("killed the leftover workers of a lost attempt", zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt), zap.Int("processes", n))
 	}
-	return n, nil
+	return n, failed
 }
 
 // environHas reports whether every entry of want is a variable of pid's environment.

@@ -1,0 +1,484 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap/zapcore"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// DefaultConfigFile is read when --config is not given and it exists.
+const DefaultConfigFile = "/etc/scavenger/scavd.yaml"
+
+// settings is everything scavd can be told, by its config file (the yaml
+// keys) and by its flags (bound to the same fields in bindFlags). Adding a
+// setting is one field here and one flag in bindFlags, named after the key:
+// key "a_b" is flag --a-b, key "x.a_b" (a field of a nested struct) is flag
+// --x-a-b. TestEveryKeyHasAFlag holds both to that, and deploy/scavd.yaml
+// must document the key (TestExampleConfigIsTheDefaults).
+type settings struct {
+	StateDir      string        `yaml:"state_dir"`
+	NATS          string        `yaml:"nats"`
+	Listen        string        `yaml:"listen"`
+	Socket        string        `yaml:"socket"`
+	Node          string        `yaml:"node"`
+	StepRetention time.Duration `yaml:"step_retention"`
+	Launcher      string        `yaml:"launcher"`
+	Plugin        string        `yaml:"plugin"`
+	PluginSHA256  string        `yaml:"plugin_sha256"`
+	LogLevel      string        `yaml:"log_level"`
+	LogFormat     string        `yaml:"log_format"`
+	ResumeJobs    bool          `yaml:"resume_jobs"`
+	// NodeSampleEvery 0 means never.
+	NodeSampleEvery time.Duration `yaml:"node_sample_every"`
+	GPUSource       string        `yaml:"gpu_source"`
+	MetricsListen   string        `yaml:"metrics_listen"`
+}
+
+// bindFlags registers a flag for every setting, bound to s, and sets s to the
+// defaults: the flags' defaults are the built-in defaults.
+func bindFlags(f *pflag.FlagSet, s *settings) {
+	f.StringVar(&s.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
+	f.StringVar(&s.NATS, "nats", "", "join this NATS server instead of embedding one")
+	f.StringVar(&s.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
+	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
+	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
+	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
+	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
+	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
+	f.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn, error (reloadable)")
+	f.StringVar(&s.LogFormat, "log-format", "console", "log format: console or json")
+	f.BoolVar(&s.ResumeJobs, "resume-jobs", true, "resume, from their checkpoints, the jobs this daemon stops when it stops, once it starts again")
+	f.DurationVar(&s.NodeSampleEvery, "node-sample-every", daemon.DefaultNodeSampleEvery, "how often to sample and publish the node's GPUs and host (0: never)")
+	f.StringVar(&s.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
+	f.StringVar(&s.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
+}
+
+// defaultSettings are the built-in defaults.
+func defaultSettings() settings {
+	var s settings
+	bindFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError), &s)
+	return s
+}
+
+// reloadable are the keys a running scavd applies on SIGHUP (reloader.apply
+// says how); a change to any other key is logged and waits for a restart.
+var reloadable = map[string]bool{"log_level": true, "step_retention": true}
+
+// loader reads scavd's settings: defaults, then the config file, then the
+// flags given on the command line. It is kept for SIGHUP, which loads again.
+type loader struct {
+	// path is the config file; empty: none.
+	path string
+	// optional: a missing file at path is no file (the default path).
+	optional bool
+	// flags are the values of the flags set on the command line, by name.
+	flags map[string][]string
+}
+
+// newLoader records which flags of f the user set and where the config file
+// is: config when explicit (it must exist; "" is none), else
+// DefaultConfigFile when it exists.
+func newLoader(f *pflag.FlagSet, config string, explicit bool) loader {
+	l := loader{path: config, flags: map[string][]string{}}
+	if !explicit {
+		l.path, l.optional = DefaultConfigFile, true
+	}
+	f.Visit(func(fl *pflag.Flag) {
+		if _, ok := keyOfFlag[fl.Name]; !ok {
+			return // --config, --check-config: not settings
+		}
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			l.flags[fl.Name] = sv.GetSlice()
+		} else {
+			l.flags[fl.Name] = []string{fl.Value.String()}
+		}
+	})
+	return l
+}
+
+// file is the config file this load reads, if any.
+func (l loader) file() string {
+	if l.optional {
+		if _, err := os.Stat(l.path); err != nil {
+			return ""
+		}
+	}
+	return l.path
+}
+
+// source says where a setting's value came from.
+type source string
+
+const (
+	fromDefault source = "default"
+	fromFile    source = "file"
+	fromFlag    source = "flag"
+)
+
+// loaded is a load's result: the settings and where each key's value came
+// from (with its line, for the file).
+type loaded struct {
+	settings
+	// path is the file read; empty: none.
+	path string
+	from map[string]source
+	line map[string]int
+}
+
+// load reads the settings afresh and validates them. The error lists every
+// problem found, each naming its key and, for the file, its line.
+func (l loader) load() (loaded, error) {
+	res := loaded{from: map[string]source{}, line: map[string]int{}}
+	fs := pflag.NewFlagSet("scavd", pflag.ContinueOnError)
+	bindFlags(fs, &res.settings)
+	var errs []error
+	res.path = l.file()
+	if res.path != "" {
+		errs = append(errs, decodeFile(res.path, &res.settings, res.line)...)
+		for k := range res.line {
+			res.from[k] = fromFile
+		}
+	}
+	names := make([]string, 0, len(l.flags))
+	for name := range l.flags {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v, fl := l.flags[name], fs.Lookup(name)
+		var err error
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			err = sv.Replace(v)
+		} else {
+			err = fl.Value.Set(v[0])
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", name, err))
+		}
+		res.from[keyOfFlag[name]] = fromFlag
+	}
+	for _, fe := range res.validate() {
+		errs = append(errs, res.locate(fe))
+	}
+	return res, errors.Join(errs...)
+}
+
+// fieldError is a problem with one key's value.
+type fieldError struct {
+	key string
+	err error
+}
+
+// locate names where a bad value came from: the file and line, or the flag.
+func (r loaded) locate(fe fieldError) error {
+	switch r.from[fe.key] {
+	case fromFile:
+		return fmt.Errorf("%s:%d: %s: %w", r.path, r.line[fe.key], fe.key, fe.err)
+	case fromFlag:
+		return fmt.Errorf("--%s: %w", flagOfKey(fe.key), fe.err)
+	}
+	return fmt.Errorf("%s: %w", fe.key, fe.err)
+}
+
+// validate checks every setting and returns every problem.
+func (s settings) validate() []fieldError {
+	var errs []fieldError
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fieldError{key, fmt.Errorf(format, args...)})
+	}
+	if s.StateDir == "" {
+		bad("state_dir", "must not be empty")
+	}
+	if s.NATS != "" {
+		for _, u := range strings.Split(s.NATS, ",") {
+			p, err := url.Parse(strings.TrimSpace(u))
+			if err != nil || p.Host == "" || !map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}[p.Scheme] {
+				bad("nats", "%q is not a NATS URL (nats://host:port, tls://, ws://, wss://; comma-separated for several)", u)
+			}
+		}
+	}
+	if _, port, err := net.SplitHostPort(s.Listen); err != nil {
+		bad("listen", "%q is not host:port", s.Listen)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("listen", "%q: port %q is not 0-65535", s.Listen, port)
+	}
+	// A unix socket's path fits in sun_path: 108 bytes with the NUL.
+	if sock := s.socketPath(); len(sock) > 107 {
+		key := "socket"
+		if s.Socket == "" {
+			key = "state_dir"
+		}
+		bad(key, "socket path %s is %d bytes, longer than a unix socket allows (107)", sock, len(sock))
+	}
+	if s.StepRetention <= 0 {
+		bad("step_retention", "%s: must be positive", s.StepRetention)
+	}
+	switch {
+	case s.Plugin != "":
+		if s.Launcher != "local" {
+			bad("launcher", "%q and plugin %q both given: choose one", s.Launcher, s.Plugin)
+		}
+		if b, err := hex.DecodeString(s.PluginSHA256); err != nil || len(b) != 32 {
+			bad("plugin_sha256", "%q is not a sha256 in hex (sha256sum prints it); the plugin is not run without it", s.PluginSHA256)
+		}
+	default:
+		if s.PluginSHA256 != "" {
+			bad("plugin_sha256", "given without plugin")
+		}
+		names := daemon.Builtins(daemon.BuiltinOptions{}).Names()
+		if !contains(names, s.Launcher) {
+			bad("launcher", "%q is not a built-in launcher: %s", s.Launcher, strings.Join(names, ", "))
+		}
+	}
+	if _, err := zapcore.ParseLevel(s.LogLevel); err != nil {
+		bad("log_level", "%q: use debug, info, warn or error", s.LogLevel)
+	}
+	if s.LogFormat != "console" && s.LogFormat != "json" {
+		bad("log_format", "%q: use console or json", s.LogFormat)
+	}
+	if s.NodeSampleEvery < 0 {
+		bad("node_sample_every", "%s: must not be negative (0: never)", s.NodeSampleEvery)
+	}
+	if !contains([]string{"auto", "nvml", "nvidia-smi", "none"}, s.GPUSource) {
+		bad("gpu_source", "%q: use auto, nvml, nvidia-smi or none", s.GPUSource)
+	}
+	if s.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(s.MetricsListen); err != nil {
+			bad("metrics_listen", "%q is not host:port (empty: no /metrics)", s.MetricsListen)
+		}
+	}
+	return errs
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// socketPath is the telemetry socket scavd will listen on.
+func (s settings) socketPath() string {
+	if s.Socket != "" {
+		return s.Socket
+	}
+	return filepath.Join(s.StateDir, "scavd.sock")
+}
+
+// daemonConfig is the daemon's part of the settings.
+func (s settings) daemonConfig() daemon.Config {
+	return daemon.Config{
+		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
+		Retention: telemetry.Retention{StepMaxAge: s.StepRetention}, ResumeJobs: s.ResumeJobs,
+		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
+	}
+}
+
+// nodeSampleEvery is the daemon's value: 0 in the settings is never (-1).
+func (s settings) nodeSampleEvery() time.Duration {
+	if s.NodeSampleEvery == 0 {
+		return -1
+	}
+	return s.NodeSampleEvery
+}
+
+// decodeFile decodes the yaml file at path over s. It records the line of
+// each key it sets in lines and returns every problem: syntax, unknown keys
+// (with their line), values of the wrong type.
+func decodeFile(path string, s *settings, lines map[string]int) []error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []error{fmt.Errorf("read config: %w", err)}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return []error{fmt.Errorf("%s:%s", path, lineRE.ReplaceAllString(" "+strings.TrimPrefix(err.Error(), "yaml: "), "$1:"))}
+	}
+	if len(doc.Content) == 0 {
+		return nil // an empty file: all defaults
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return []error{fmt.Errorf("%s:%d: want a mapping of keys to values", path, root.Line)}
+	}
+	errs := checkKeys(path, "", root, reflect.TypeOf(*s), lines)
+	if err := root.Decode(s); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return append(errs, fmt.Errorf("%s: %w", path, err))
+		}
+		keyAt := map[string]string{}
+		for k, n := range lines {
+			keyAt[strconv.Itoa(n)] = k
+		}
+		for _, e := range te.Errors {
+			// "line 5: cannot unmarshal ..." -> "<path>:5: step_retention: cannot unmarshal ..."
+			if m := lineRE.FindStringSubmatch(e); m != nil && keyAt[m[1]] != "" {
+				e = m[1] + ": " + keyAt[m[1]] + ":" + e[len(m[0]):]
+			} else {
+				e = lineRE.ReplaceAllString(e, "$1:")
+			}
+			errs = append(errs, fmt.Errorf("%s:%s", path, e))
+		}
+	}
+	return errs
+}
+
+var lineRE = regexp.MustCompile(`^ ?line (\d+):`)
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// checkKeys reports the keys of the mapping m that t has no field for, by
+// their dotted name and line, and records the line of each known key.
+func checkKeys(path, prefix string, m *yaml.Node, t reflect.Type, lines map[string]int) []error {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		if tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]; tag != "" && tag != "-" {
+			fields[tag] = t.Field(i).Type
+		}
+	}
+	var errs []error
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		key := prefix + k.Value
+		ft, ok := fields[k.Value]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s:%d: unknown key %q", path, k.Line, key))
+			continue
+		}
+		if _, dup := lines[key]; dup {
+			errs = append(errs, fmt.Errorf("%s:%d: key %q given twice", path, k.Line, key))
+		}
+		lines[key] = k.Line
+		if ft.Kind() == reflect.Struct && ft != durationType && v.Kind == yaml.MappingNode {
+			errs = append(errs, checkKeys(path, key+".", v, ft, lines)...)
+		}
+	}
+	return errs
+}
+
+// keys lists the dotted keys of the settings, in order, with their values.
+func (s settings) keys() []keyValue { return keysOf(s) }
+
+// keysOf lists the dotted keys of a settings struct: a field of a nested
+// struct (ssh: {hosts: ...}) is key "ssh.hosts".
+func keysOf(v any) []keyValue {
+	var out []keyValue
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+			if tag == "" || tag == "-" {
+				continue
+			}
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct && fv.Type() != durationType {
+				walk(prefix+tag+".", fv)
+				continue
+			}
+			out = append(out, keyValue{key: prefix + tag, value: fv.Interface()})
+		}
+	}
+	walk("", reflect.ValueOf(v))
+	return out
+}
+
+// keyValue is one setting.
+type keyValue struct {
+	key   string
+	value any
+}
+
+// flagOfKey is the flag that sets key: "x.a_b" is --x-a-b.
+func flagOfKey(key string) string {
+	return strings.NewReplacer(".", "-", "_", "-").Replace(key)
+}
+
+// keyOfFlag maps every setting's flag to its key.
+var keyOfFlag = func() map[string]string {
+	m := map[string]string{}
+	for _, kv := range defaultSettings().keys() {
+		m[flagOfKey(kv.key)] = kv.key
+	}
+	return m
+}()
+
+// changedKeys lists the keys whose values differ between a and b.
+func changedKeys(a, b settings) []string {
+	ak, bk := a.keys(), b.keys()
+	var out []string
+	for i := range ak {
+		if !reflect.DeepEqual(ak[i].value, bk[i].value) {
+			out = append(out, ak[i].key)
+		}
+	}
+	return out
+}
+
+// yamlText writes the effective settings as a config file, each key with a
+// comment saying where its value came from; derived values are filled in.
+func (r loaded) yamlText() (string, error) {
+	doc := &yaml.Node{Kind: yaml.MappingNode}
+	nested := map[string]*yaml.Node{}
+	for _, kv := range r.keys() {
+		parent, name := doc, kv.key
+		if i := strings.LastIndex(kv.key, "."); i >= 0 {
+			prefix := kv.key[:i]
+			if nested[prefix] == nil {
+				nested[prefix] = &yaml.Node{Kind: yaml.MappingNode}
+				doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: prefix}, nested[prefix])
+			}
+			parent, name = nested[prefix], kv.key[i+1:]
+		}
+		value := kv.value
+		if d, ok := value.(time.Duration); ok {
+			value = d.String()
+		}
+		comment := string(fromDefault)
+		switch r.from[kv.key] {
+		case fromFile:
+			comment = fmt.Sprintf("%s:%d", r.path, r.line[kv.key])
+		case fromFlag:
+			comment = "--" + flagOfKey(kv.key)
+		}
+		switch {
+		case kv.key == "socket" && r.Socket == "":
+			value, comment = r.socketPath(), "derived from state_dir"
+		case kv.key == "node" && r.Node == "":
+			h, _ := os.Hostname()
+			value, comment = h, "the host name"
+		}
+		v := &yaml.Node{}
+		if err := v.Encode(value); err != nil {
+			return "", fmt.Errorf("encode %s: %w", kv.key, err)
+		}
+		v.LineComment = comment
+		parent.Content = append(parent.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, v)
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", fmt.Errorf("encode settings: %w", err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
+)
+
+// serve runs the daemon with the settings l loads until SIGINT or SIGTERM,
+// reloading them on SIGHUP.
+func serve(ctx context.Context, l loader) error {
+	// SIGHUP is caught before anything else starts, so that an early one
+	// cannot kill the daemon.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	log, level, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	if cfg.path != "" {
+		log.Info("config loaded", zap.String("file", cfg.path))
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dcfg := cfg.daemonConfig()
+	switch {
+	case cfg.Plugin != "":
+		lc, closePlugin, err := daemon.LoadPlugin(ctx, cfg.Plugin, cfg.PluginSHA256, log)
+		if err != nil {
+			return err
+		}
+		defer closePlugin()
+		dcfg.Launcher = lc
+	case cfg.Launcher != "local":
+		lc, err := daemon.Builtins(daemon.BuiltinOptions{}).New(cfg.Launcher, log)
+		if err != nil {
+			return fmt.Errorf("launcher: %w", err)
+		}
+		dcfg.Launcher = lc
+	}
+	dcfg.Notify = sdnotify.FromEnv()
+	if dcfg.Watchdog, err = sdnotify.WatchdogInterval(); err != nil {
+		log.Warn("systemd watchdog off", zap.Error(err))
+	}
+	// They are ours: plugins and other children must not talk to systemd for us.
+	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
+		_ = os.Unsetenv(k)
+	}
+	d, err := daemon.Start(ctx, dcfg, log)
+	if err != nil {
+		return err
+	}
+	// A SIGHUP that came during Start waits in hup until now.
+	r := &reloader{loader: l, current: cfg.settings, level: level, daemon: d, notify: dcfg.Notify, log: log.Named("config")}
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		r.run(reloadCtx, hup)
+	}()
+	defer func() {
+		stopReload()
+		<-reloaded
+	}()
+	return d.Serve(ctx)
+}
+
+// check prints the effective settings to w, or returns every problem.
+func check(w io.Writer, l loader) error {
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	text, err := cfg.yamlText()
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, text)
+	return err
+}
+
+// invalidConfig lists every problem, one a line.
+func invalidConfig(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	what := "1 problem"
+	if len(lines) > 1 {
+		what = fmt.Sprintf("%d problems", len(lines))
+	}
+	return fmt.Errorf("invalid config, %s:\n  %s", what, strings.Join(lines, "\n  "))
+}

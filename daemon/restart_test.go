@@ -1,0 +1,243 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// checkpointingJob writes a checkpoint manifest on its first attempt, says
+// what it was started with in ./attempt-N, and runs until SIGTERM.
+const checkpointingJob = `echo "restore=${SCAV_RESTORE:-none} mine=$MINE" > attempt-$SCAV_ATTEMPT
+if [ -z "$SCAV_RESTORE" ]; then
+  printf x > "$SCAV_CHECKPOINT_DIR/ckpt-7"
+  printf '{"format":"scavenger.manifest/1","checkpoint":"ckpt-7","step":7,"size":1}' > "$SCAV_CHECKPOINT_DIR/latest.json"
+fi
+trap 'exit 0' TERM
+sleep 60 & wait`
+
+func startAt(t *testing.T, state string, resume bool) (*Daemon, *Client) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1", ResumeJobs: resume},
+		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	return d, c
+}
+
+// TestRestartResumesStoppedJobs: a daemon that stops checkpoints its job;
+// the next one on the same state directory resumes it from that checkpoint
+// with the job's own environment.
+func TestRestartResumesStoppedJobs(t *testing.T) {
+	ctx := context.Background()
+	state, err := os.MkdirTemp("", "scavd-restart-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	work := t.TempDir()
+
+	d1, c1 := startAt(t, state, true)
+	j, err := c1.Run(ctx, RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: work,
+		Env: []string{"MINE=kept", "PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a checkpoint", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(j.CheckpointDir, "latest.json"))
+		return err == nil
+	})
+	c1.Close()
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, restartDir, j.ID+".json")); err != nil {
+		t.Fatalf("the job's environment was not kept: %v", err)
+	}
+
+	d2, c2 := startAt(t, state, true)
+	defer d2.Close()
+	defer c2.Close()
+	var got Job
+	eventually(t, "the job resumed", 10*time.Second, func() bool {
+		got, err = c2.Job(ctx, j.ID)
+		return err == nil && got.State == StateRunning && got.Attempt == 2
+	})
+	if a := got.Attempts; len(a) != 2 || a[0].EndReason != string(StateStopped) || a[1].Restore != filepath.Join(j.CheckpointDir, "ckpt-7") {
+		t.Errorf("attempts %+v", a)
+	}
+	var second []byte
+	eventually(t, "the second attempt's output", 10*time.Second, func() bool {
+		second, err = os.ReadFile(filepath.Join(work, "attempt-2"))
+		return err == nil && len(second) > 0
+	})
+	if want := "restore=" + filepath.Join(j.CheckpointDir, "ckpt-7") + " mine=kept\n"; string(second) != want {
+		t.Errorf("second attempt started with %q, want %q", second, want)
+	}
+
+	// Stopped by its user, it is not resumed by the next daemon.
+	if _, err := c2.Stop(ctx, j.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, restartDir, j.ID+".json")); !os.IsNotExist(err) {
+		t.Errorf("the environment of a job stopped by its user is kept: %v", err)
+	}
+}
+
+// TestRestartSettlesLostJobs: records left "running" by a daemon that died
+// are marked lost, the leftover workers of one are killed (and nothing that
+// merely has a reused process-group id), and all resume from their last
+// checkpoint.
+func TestRestartSettlesLostJobs(t *testing.T) {
+	ctx := context.Background()
+	state, err := os.MkdirTemp("", "scavd-lost-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	work := t.TempDir()
+
+	// Workers that outlived their daemon: a process group of its own, with
+	// the job's environment; and an unrelated program whose process group
+	// has the id an old record names (ids are reused).
+	leftover := exec.Command("sleep", "60")
+	leftover.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	leftover.Env = append(os.Environ(), "SCAV_JOB_ID=alive-000001", "SCAV_ATTEMPT=1")
+	stranger := exec.Command("sleep", "60")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	for _, c := range []*exec.Cmd{leftover, stranger} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
+	leftoverDone := make(chan error, 1)
+	go func() { leftoverDone <- leftover.Wait() }()
+	defer func() { _ = leftover.Process.Kill(); <-leftoverDone }()
+
+	d1, c1 := startAt(t, state, true)
+	c1.Close()
+	lost := func(id, handle string) Job {
+		ckpt := filepath.Join(state, "checkpoints", id)
+		if err := os.MkdirAll(ckpt, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.WriteFile(filepath.Join(ckpt, "ckpt-3"), []byte("x"), 0o600)
+		_ = os.WriteFile(filepath.Join(ckpt, "latest.json"), []byte(`{"format":"scavenger.manifest/1","checkpoint":"ckpt-3","step":3,"size":1}`), 0o600)
+		dir := filepath.Join(work, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		j := Job{ID: id, Name: id, Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: dir, Config: plugins.Config{Workers: 1, LRScale: 1},
+			Mode: plugins.ModeAuto, CheckpointDir: ckpt, Grace: Duration(time.Second), Node: "n1", Launcher: "local",
+			State: StateRunning, Attempt: 1, Created: time.Now().UTC(), Attempts: []Attempt{{Attempt: 1, Started: time.Now().UTC(), Handle: handle}}}
+		d1.sup.save(ctx, j)
+		b, _ := json.Marshal(restartEntry{Job: id, Env: []string{"MINE=" + id, "PATH=" + os.Getenv("PATH")}})
+		if err := os.MkdirAll(filepath.Join(state, restartDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, restartDir, id+".json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	gone := lost("gone-000001", "999999999")
+	alive := lost("alive-000001", strconv.Itoa(leftover.Process.Pid))
+	reused := lost("reused-000001", strconv.Itoa(stranger.Process.Pid))
+	other := lost("other-000001", "")
+	other.Node = "n2" // another node's job is none of this daemon's business
+	d1.sup.save(ctx, other)
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d2, c2 := startAt(t, state, true)
+	defer d2.Close()
+	defer c2.Close()
+	eventually(t, "the lost job resumed", 10*time.Second, func() bool {
+		j, err := c2.Job(ctx, gone.ID)
+		return err == nil && j.State == StateRunning && j.Attempt == 2
+	})
+	select {
+	case err := <-leftoverDone:
+		leftoverDone <- err // for the deferred cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leftover worker of the lost job still runs")
+	}
+	for _, id := range []string{alive.ID, reused.ID} {
+		eventually(t, "job "+id+" resumed", 10*time.Second, func() bool {
+			j, err := c2.Job(ctx, id)
+			return err == nil && j.State == StateRunning && j.Attempt == 2
+		})
+	}
+	if j, _ := c2.Job(ctx, alive.ID); !strings.Contains(j.Attempts[0].EndReason, "lost") {
+		t.Errorf("the lost attempt ended %q", j.Attempts[0].EndReason)
+	}
+	if err := syscall.Kill(stranger.Process.Pid, 0); err != nil {
+		t.Errorf("a program that is no job's worker was killed: %v", err)
+	}
+	if j, _ := c2.Job(ctx, other.ID); j.State != StateRunning {
+		t.Errorf("another node's job was touched: %s %q", j.State, j.Message)
+	}
+	eventually(t, "the resumed job's output", 10*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(work, gone.ID, "attempt-2"))
+		return strings.Contains(string(b), "restore="+filepath.Join(gone.CheckpointDir, "ckpt-3")+" mine="+gone.ID)
+	})
+}
+
+// TestRestartWithoutResumeLeavesJobsStopped: resume_jobs off keeps nothing.
+func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
+	ctx := context.Background()
+	state, err := os.MkdirTemp("", "scavd-noresume-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	d1, c1 := startAt(t, state, false)
+	j, err := c1.Run(ctx, RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the job running", 10*time.Second, func() bool {
+		j, err := c1.Job(ctx, j.ID)
+		return err == nil && j.State == StateRunning
+	})
+	c1.Close()
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kept, _ := os.ReadDir(filepath.Join(state, restartDir)); len(kept) > 0 {
+		t.Errorf("environments kept without resume_jobs: %v", kept)
+	}
+	d2, c2 := startAt(t, state, false)
+	defer d2.Close()
+	defer c2.Close()
+	// Start settles the previous daemon's jobs before it returns: a resumed
+	// job would be active now.
+	if got, err := c2.Job(ctx, j.ID); err != nil || got.State != StateStopped || len(d2.Active()) != 0 {
+		t.Errorf("job %s %q, active %v, %v", got.State, got.Message, d2.Active(), err)
+	}
+}
