@@ -85,8 +85,8 @@ var (
 )
 
 // Panels draws every figure r has data for, in a fixed order: timeline,
-// step time, noise scale, cost, Pareto front. A figure without data is
-// left out.
+// step time, noise scale, cost, Pareto front. A figure without data (a noise
+// series without a positive estimate, say) is left out.
 func Panels(r JobReport) ([]Panel, error) {
 	type maker struct {
 		name string
@@ -97,7 +97,7 @@ func Panels(r JobReport) ([]Panel, error) {
 	for _, m := range []maker{
 		{"timeline", len(r.Attempts) > 0, timelinePlot},
 		{"steptime", len(r.StepTimes) > 0, stepTimePlot},
-		{"noise", len(r.Noise) > 0, noisePlot},
+		{"noise", anyPositive(r.Noise), noisePlot},
 		{"cost", len(r.Cost) > 0, costPlot},
 		{"pareto", len(r.Candidates) > 0, paretoPlot},
 	} {
@@ -445,6 +445,16 @@ func marker(x, y float64, c color.Color, shape draw.GlyphDrawer) (*plotter.Scatt
 	}
 	s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = c, vg.Points(5), shape
 	return s, nil
+}
+
+// anyPositive reports whether a point of v has Y > 0 (can go on a log scale).
+func anyPositive(v []XY) bool {
+	for _, p := range v {
+		if p.Y > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func xys(v []XY) plotter.XYs {
