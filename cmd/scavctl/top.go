@@ -233,7 +233,7 @@ func (s *topSession) live(ctx context.Context, out *os.File, recs <-chan telemet
 	keys, stopKeys := readKeys(ctx)
 	defer stopKeys()
 	fmt.Fprint(out, escAltScreen+escHideCursor)
-	defer fmt.Fprint(out, escShowCursor+escMainScreen)
+	defer fmt.Fprint(out, escMainScreen+escShowCursor)
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	defer signal.Stop(winch)
