@@ -57,7 +57,8 @@ type Decision struct {
 	Alternatives int `json:"alternatives,omitempty"`
 	// Candidates are the predictions the choice was made among, as the
 	// policy computed them (at most maxRecordedCandidates; nil when the
-	// decision evaluated none). scavctl report draws their time–cost front.
+	// decision evaluated none). The job record keeps them on its latest
+	// decision that has them only. scavctl report draws their time–cost front.
 	Candidates []CandidatePrediction `json:"candidates,omitempty"`
 	// Phase is the policy's phase after the decision: warm-up, probing or optimised.
 	Phase string `json:"phase"`

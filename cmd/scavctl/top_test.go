@@ -116,6 +116,13 @@ func TestTopTracker(t *testing.T) {
 	if n := j.noise(); abs(n-64) > 1e-9 {
 		t.Errorf("noise scale %v, want 64", n)
 	}
+	// A relaunch starts the speed over.
+	next := rec(31, 0, 40, 2, 3, 2)
+	next.Attempt = 2
+	tr.add(next, 64)
+	if j.rate() != 0 || median(j.lastDts) != 2 || j.step != 31 {
+		t.Errorf("after a relaunch: rate %v, step time %v, step %d; want no rate yet, 2 s, 31", j.rate(), median(j.lastDts), j.step)
+	}
 	if tr.jobs["other"] != nil {
 		t.Error("a job without records is tracked")
 	}

@@ -27,6 +27,7 @@ type topTracker struct {
 // jobTrack is what the tracker knows of one job.
 type jobTrack struct {
 	step    int64
+	attempt int
 	world   int
 	batch   int
 	window  []ratePoint // the last rateWindow steps of rank 0
@@ -59,6 +60,10 @@ func (t *topTracker) add(r telemetry.StepRecord, m0 float64) {
 	}
 	if r.Step <= j.step {
 		return // a replayed or repeated record
+	}
+	if r.Attempt != j.attempt {
+		// A new configuration: its speed is not the last one's.
+		j.attempt, j.window, j.lastDts = r.Attempt, nil, nil
 	}
 	j.step, j.world = r.Step, r.World
 	if r.GlobalBatch > 0 {
