@@ -89,7 +89,6 @@ func golden(t *testing.T, path, got string) {
 	}
 }
 
-
 func TestTopTracker(t *testing.T) {
 	tr := newTopTracker()
 	rec := func(step int64, rank int, tm, dt, local, avg float64) telemetry.StepRecord {
