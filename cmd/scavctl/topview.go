@@ -122,7 +122,10 @@ func (j *jobTrack) noise() float64 {
 	return v
 }
 
-// topFrame is one screen of `scavctl top`.
+// topFrame is one screen of `scavctl top`. Node and GPU rows (the samples
+// on scav.node.<node>.gpu|host) can join it as another section: a slice
+// here, filled by the session from a subscription, and a block that
+// renderTop lays out above the jobs within the same height budget.
 type topFrame struct {
 	// Now is the time of the frame; Node the daemon's node; Interval the refresh.
 	Now      time.Time
