@@ -62,11 +62,12 @@ running scavd writes in its state directory, then nats://` + daemon.DefaultListe
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	root.AddCommand(newTopCmd(a))
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
-	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newTopCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
+	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
 	return root
 }
 
