@@ -8,7 +8,7 @@ DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread openssh-server
 GOFLAGS_TEST ?= -timeout 20m
 
-.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop clean
+.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop report-example clean
 
 all: build
 
@@ -83,6 +83,10 @@ bench-loop: setup build
 bench-sim:
 	SCAV_BENCH_SIM=$(CURDIR)/docs/bench-sim.md $(GO) test ./optimizer/sim -run TestBenchTable -count=1 -v | grep -v '^=== RUN'
 	@cat docs/bench-sim.md
+
+## report-example: run a short optimised job; writes docs/top-example.txt and docs/report-example.{png,html}
+report-example: setup build
+	BIN=$(BIN) PYTHON=$(PYTHON) sh tools/report-example.sh
 
 clean:
 	rm -rf $(BIN) .cache

@@ -55,8 +55,57 @@ type Decision struct {
 	PredictedUSD float64 `json:"predicted_usd,omitempty"`
 	// Alternatives counts the candidates the choice was made among.
 	Alternatives int `json:"alternatives,omitempty"`
+	// Candidates are the predictions the choice was made among, as the
+	// policy computed them (at most maxRecordedCandidates; nil when the
+	// decision evaluated none). The job record keeps them on its latest
+	// decision that has them only. scavctl report draws their time–cost front.
+	Candidates []CandidatePrediction `json:"candidates,omitempty"`
 	// Phase is the policy's phase after the decision: warm-up, probing or optimised.
 	Phase string `json:"phase"`
+}
+
+// CandidatePrediction is the policy's forecast for one candidate
+// configuration at a decision: what it would take from there to finish.
+type CandidatePrediction struct {
+	Type    string `json:"type,omitempty"`
+	Workers int    `json:"workers"`
+	Batch   int    `json:"batch"`
+	// StepS is the predicted step time; TotalS and TotalUSD the time and cost
+	// to finish in this configuration, a relaunch to get there included.
+	StepS    float64 `json:"step_s"`
+	TotalS   float64 `json:"total_s"`
+	TotalUSD float64 `json:"total_usd"`
+	// Chosen marks the candidate the decision chose.
+	Chosen bool `json:"chosen,omitempty"`
+}
+
+// maxRecordedCandidates bounds the candidates kept per decision, so that a
+// wide search space does not bloat the job record.
+const maxRecordedCandidates = 64
+
+// recordCandidates converts a decision's predictions for the job record,
+// keeping the chosen one when there are more than maxRecordedCandidates.
+func recordCandidates(preds []predict.Prediction, chosen int) []CandidatePrediction {
+	if len(preds) == 0 {
+		return nil
+	}
+	conv := func(i int) CandidatePrediction {
+		p := preds[i]
+		return CandidatePrediction{Type: p.Type, Workers: p.Workers, Batch: p.Batch,
+			StepS: p.StepTime, TotalS: p.TotalS, TotalUSD: p.TotalUSD, Chosen: i == chosen}
+	}
+	n := min(len(preds), maxRecordedCandidates)
+	if chosen >= n {
+		n-- // leave room for the chosen one
+	}
+	out := make([]CandidatePrediction, 0, n+1)
+	for i := 0; i < n; i++ {
+		out = append(out, conv(i))
+	}
+	if chosen >= n && chosen < len(preds) {
+		out = append(out, conv(chosen))
+	}
+	return out
 }
 
 // warmupSteps of each attempt are left out of the measurements (process
@@ -350,6 +399,7 @@ func (c *controller) decision(j Job, step int64, o policy.Observation, d policy.
 		Time: time.Now().UTC(), Step: step, From: j.Config, Reason: d.Reason, Phase: "warm-up",
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: j.Config.LRScale},
 		Alternatives: len(d.Predictions),
+		Candidates:   recordCandidates(d.Predictions, d.Chosen),
 	}
 	switch {
 	case d.Chosen >= 0 && d.Chosen < len(d.Predictions):

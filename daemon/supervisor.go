@@ -384,6 +384,13 @@ func (r *running) progress() (last int64, stepTime float64, stepped bool) {
 func (r *running) decided(d Decision) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(d.Candidates) > 0 {
+		// Only the latest candidate set is kept, so that a job that decides
+		// often does not grow its record without bound.
+		for i := range r.job.Decisions {
+			r.job.Decisions[i].Candidates = nil
+		}
+	}
 	r.job.Decisions = append(r.job.Decisions, d)
 	r.job.Phase = d.Phase
 }

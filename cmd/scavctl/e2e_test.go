@@ -367,7 +367,7 @@ func TestConcurrentRunsShareOneDaemon(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"report"}, {"sim"}, {"plan"}, {"prices"}, {"version"}} {
+	for _, c := range [][]string{{}, {"run"}, {"jobs"}, {"status"}, {"logs"}, {"steps"}, {"stop"}, {"move"}, {"report"}, {"top"}, {"sim"}, {"plan"}, {"prices"}, {"version"}} {
 		out, errOut, code := scavctl(t, t.TempDir(), append(c, "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("scavctl %v --help: exit %d\n%s%s", c, code, out, errOut)
@@ -385,6 +385,9 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{[]string{"run"}, "no command"},
 		{[]string{"run", "oops", "--", "true"}, `unexpected argument "oops" before --`},
 		{[]string{"jobs", "-o", "yaml"}, `-o "yaml"`},
+		{[]string{"report", "j", "--format", "pdf"}, `--format "pdf"`},
+		{[]string{"report", "j", "--format", "html", "-o", "json"}, "disagree"},
+		{[]string{"top", "--interval", "1ms"}, "--interval 1ms"},
 	} {
 		_, errOut, code := scavctl(t, t.TempDir(), c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

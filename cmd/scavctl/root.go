@@ -62,6 +62,7 @@ running scavd writes in its state directory, then nats://` + daemon.DefaultListe
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	root.AddCommand(newTopCmd(a))
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")

@@ -1,7 +1,11 @@
-// Package plot draws a simulation's time–cost picture with gonum/plot: every
-// fixed candidate, their Pareto front, the oracle and the policy's outcome
-// (`scavctl sim --plot FILE.svg|.png`). It is kept apart from sim so that the
-// simulator does not pull in the plotting dependencies.
+// Package plot draws Scavenger's pictures with gonum/plot: a simulation's
+// time–cost picture — every fixed candidate, their Pareto front, the oracle
+// and the policy's outcome (`scavctl sim --plot FILE.svg|.png`) — and the
+// figures of a job's report (`scavctl report --format svg|png|html`):
+// configurations over time, step time predicted against measured, gradient
+// noise scale, cost, and the Pareto front of a decision's candidates. Its
+// functions take plain values and return pictures; it is kept apart from sim
+// and the daemon so that they do not pull in the plotting dependencies.
 package plot
 
 import (
@@ -15,7 +19,6 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
 
@@ -36,43 +39,20 @@ func Front(rep *sim.Report, path string) error {
 	p.Y.Label.Text = "cost ($)"
 
 	all := make(plotter.XYs, len(rep.Front))
-	xs := make([]float64, len(rep.Front))
-	ys := make([]float64, len(rep.Front))
 	for i, o := range rep.Front {
 		all[i] = plotter.XY{X: o.JCTS / 3600, Y: o.CostUSD}
-		xs[i], ys[i] = o.JCTS, o.CostUSD
 	}
-	cands, err := plotter.NewScatter(all)
+	cands, line, err := candidatesAndFront(all)
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	cands.GlyphStyle.Color = color.Gray{Y: 150}
 	cands.GlyphStyle.Radius = vg.Points(2)
 
-	idx := objective.Pareto(xs, ys)
-	front := make(plotter.XYs, len(idx))
-	for i, j := range idx {
-		front[i] = all[j]
-	}
-	line, err := plotter.NewLine(front)
+	oracle, err := marker(rep.Oracle.JCTS/3600, rep.Oracle.CostUSD, color.RGBA{G: 160, A: 255}, draw.TriangleGlyph{})
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	line.Color = color.RGBA{B: 200, A: 255}
-
-	mark := func(x, y float64, c color.Color, shape draw.GlyphDrawer) (*plotter.Scatter, error) {
-		s, err := plotter.NewScatter(plotter.XYs{{X: x, Y: y}})
-		if err != nil {
-			return nil, err
-		}
-		s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = c, vg.Points(5), shape
-		return s, nil
-	}
-	oracle, err := mark(rep.Oracle.JCTS/3600, rep.Oracle.CostUSD, color.RGBA{G: 160, A: 255}, draw.TriangleGlyph{})
-	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	outcome, err := mark(rep.JCTS/3600, rep.CostUSD, color.RGBA{R: 220, A: 255}, draw.CrossGlyph{})
+	outcome, err := marker(rep.JCTS/3600, rep.CostUSD, color.RGBA{R: 220, A: 255}, draw.CrossGlyph{})
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}

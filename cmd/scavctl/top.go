@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// topOptions are the flags of `scavctl top`.
+type topOptions struct {
+	interval time.Duration
+	once     bool
+}
+
+func newTopCmd(a *app) *cobra.Command {
+	var o topOptions
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Watch every job of a daemon live: state, configuration, speed, noise scale, time and cost left",
+		Long: `top shows the daemon's jobs, refreshed every --interval: each job's state (or
+its policy's phase while it runs), configuration (workers × global batch), last
+step, samples per second and median step time over the last steps, gradient
+noise scale, and the time left and cost at the finish its policy predicted
+(marked ~). Finished jobs follow the running ones.
+
+On a terminal it redraws in place within the terminal's size (80×24 is
+enough); q or Ctrl-C quits and gives the terminal back as it was. --once, or
+standard output that is not a terminal, prints plain frames for scripts.
+top needs a running scavd; it starts none.`,
+		Example: `  scavctl top
+  scavctl top --interval 5s
+  scavctl top --once`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.interval < 100*time.Millisecond {
+				return fmt.Errorf("--interval %s: use at least 100ms", o.interval)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.withDaemon(ctx, func(ctx context.Context, c *daemon.Client) error {
+				return a.top(ctx, c, o)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&o.interval, "interval", 2*time.Second, "time between refreshes")
+	cmd.Flags().BoolVar(&o.once, "once", false, "print one frame and exit")
+	return cmd
+}
+
+// topSource is what top reads from a daemon.
+type topSource interface {
+	Ping(ctx context.Context) (daemon.Info, error)
+	Jobs(ctx context.Context) ([]daemon.Job, error)
+	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
+}
+
+// topSession holds top's state between frames.
+type topSession struct {
+	src      topSource
+	tr       *topTracker
+	jobs     []daemon.Job
+	m0       map[string]float64
+	node     string
+	interval time.Duration
+	note     string
+}
+
+// top runs `scavctl top` until ctx is done or the user quits.
+func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
+	s := &topSession{src: c, tr: newTopTracker(), m0: map[string]float64{}, interval: o.interval}
+	if info, err := c.Ping(ctx); err == nil {
+		s.node = info.Node
+	}
+	// Live steps first, then the history of the active jobs: the tracker
+	// ignores the steps it already has, so none counts twice.
+	recs := make(chan telemetry.StepRecord, 8192)
+	sub, err := c.NC.Subscribe(telemetry.AllSteps, func(m *nats.Msg) {
+		batch, _ := telemetry.DecodeBatch(m.Data)
+		for _, r := range batch {
+			if r.Rank != 0 {
+				continue
+			}
+			select {
+			case recs <- r:
+			default: // top is behind: drop, the next records catch up
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", telemetry.AllSteps, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.refresh(ctx); err != nil {
+		return err
+	}
+	s.history(ctx)
+	s.drain(recs)
+
+	tty := !o.once && isTerminal(a.stdout)
+	if !tty {
+		return s.plain(ctx, a.stdout, o.once, recs)
+	}
+	return s.live(ctx, a.stdout.(*os.File), recs)
+}
+
+// refresh reads the job records.
+func (s *topSession) refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	jobs, err := s.src.Jobs(ctx)
+	if err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	s.jobs = jobs
+	for _, j := range jobs {
+		if _, ok := s.m0[j.ID]; !ok {
+			m0 := j.Config.GlobalBatch
+			if len(j.Attempts) > 0 {
+				m0 = j.Attempts[0].Config.GlobalBatch
+			}
+			s.m0[j.ID] = float64(m0)
+		}
+	}
+	return nil
+}
+
+// history replays the step records of the active jobs into the tracker, for
+// a few seconds at most.
+func (s *topSession) history(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, j := range s.jobs {
+		if j.State.Done() {
+			continue
+		}
+		_ = s.src.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error {
+			s.tr.add(r, s.m0[r.Job])
+			return nil
+		})
+	}
+}
+
+// drain takes the live records waiting in recs.
+func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
+	for {
+		select {
+		case r := <-recs:
+			s.tr.add(r, s.m0[r.Job])
+		default:
+			return
+		}
+	}
+}
+
+// tick refreshes the records and returns the frame to show.
+func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord) topFrame {
+	s.note = ""
+	if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+		s.note = "scavctl: " + err.Error()
+	}
+	s.drain(recs)
+	return s.frame()
+}
+
+func (s *topSession) frame() topFrame {
+	f := buildFrame(s.jobs, s.tr, time.Now())
+	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
+	return f
+}
+
+// plain prints frames without escape sequences: one with once, else one per
+// interval, separated by a blank line, until ctx is done.
+func (s *topSession) plain(ctx context.Context, w io.Writer, once bool, recs <-chan telemetry.StepRecord) error {
+	width := 80
+	if cols, err := fmt.Sscan(os.Getenv("COLUMNS"), &width); cols != 1 || err != nil || width < 20 {
+		width = 80
+	}
+	f := s.frame()
+	if once {
+		f.Note, f.Interval = "", 0
+	}
+	for {
+		lines := renderTop(f, width, 0)
+		if once {
+			lines = lines[:len(lines)-1] // no key help in a script's frame
+		}
+		if _, err := fmt.Fprintln(w, strings.Join(lines, "\n")); err != nil {
+			return err
+		}
+		if once {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.interval):
+		}
+		fmt.Fprintln(w)
+		f = s.tick(ctx, recs)
+	}
+}
+
+// Escape sequences of the live view.
+const (
+	escAltScreen  = "\x1b[?1049h"
+	escMainScreen = "\x1b[?1049l"
+	escHideCursor = "\x1b[?25l"
+	escShowCursor = "\x1b[?25h"
+	escClearToEnd = "\x1b[J"
+	escClearLine  = "\x1b[2K"
+)
+
+// live redraws the view on the terminal out every interval until ctx is
+// done or q, Q, Ctrl-C or Ctrl-D is typed; the terminal is restored on
+// return.
+func (s *topSession) live(ctx context.Context, out *os.File, recs <-chan telemetry.StepRecord) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	keys, stopKeys := readKeys(ctx)
+	defer stopKeys()
+	fmt.Fprint(out, escAltScreen+escHideCursor)
+	defer fmt.Fprint(out, escMainScreen+escShowCursor)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	f := s.frame()
+	for {
+		if err := drawFrame(out, f); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case k, ok := <-keys:
+			if !ok || k == 'q' || k == 'Q' || k == 3 || k == 4 {
+				return nil
+			}
+			f = s.tick(ctx, recs)
+		case <-winch:
+			f = s.frame()
+		case <-t.C:
+			f = s.tick(ctx, recs)
+		}
+	}
+}
+
+// drawFrame draws f over the whole terminal out, each line cleared first so
+// that a full-width line never wraps.
+func drawFrame(out *os.File, f topFrame) error {
+	w, h, err := term.GetSize(int(out.Fd()))
+	if err != nil || w <= 0 || h <= 0 {
+		w, h = 80, 24
+	}
+	lines := renderTop(f, w, h)
+	var b strings.Builder
+	for i, l := range lines {
+		fmt.Fprintf(&b, "\x1b[%d;1H%s%s", i+1, escClearLine, l)
+	}
+	if len(lines) < h {
+		fmt.Fprintf(&b, "\x1b[%d;1H%s", len(lines)+1, escClearToEnd) // erasing does not scroll
+	}
+	_, err = io.WriteString(out, b.String())
+	return err
+}
+
+// readKeys puts the controlling terminal in raw mode and delivers the bytes
+// typed; stop restores the terminal and joins the reader. Without a
+// terminal the channel stays silent (Ctrl-C still ends top by its signal).
+func readKeys(ctx context.Context) (<-chan byte, func()) {
+	keys := make(chan byte, 16)
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return keys, func() {}
+	}
+	var old *term.State
+	rc, err := tty.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) { old, err = term.MakeRaw(int(fd)) })
+		err = errors.Join(err, cerr)
+	}
+	if err != nil {
+		tty.Close()
+		return keys, func() {}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(keys)
+		buf := make([]byte, 64)
+		for {
+			n, err := tty.Read(buf) // the poller: Close below ends it
+			for _, k := range buf[:n] {
+				select {
+				case keys <- k:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return keys, func() {
+		once.Do(func() {
+			_ = rc.Control(func(fd uintptr) { _ = term.Restore(int(fd), old) })
+			tty.Close()
+			wg.Wait()
+		})
+	}
+}
