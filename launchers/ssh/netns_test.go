@@ -365,4 +365,3 @@ func (d *testDaemon) received() []string {
 	}
 	return out
 }
-
