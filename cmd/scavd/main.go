@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -40,6 +41,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	var cfg daemon.Config
 	var level, format, launcher, plugin, pluginSum string
+	var sshOpts func() daemon.SSHOptions // set with the flags below
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -49,7 +51,8 @@ given --nats, joins an existing NATS server. Workers write step telemetry to the
 unix socket --socket (only this user can write to it).
 
 SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
-		Example:       "  scavd\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+		Example: "  scavd\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222\n" +
+			"  scavd --launcher ssh --ssh-key ~/.ssh/id_ed25519 --ssh-host '10.0.0.5 slots=4' --ssh-host 'ubuntu@10.0.0.6:2222 slots=4'",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -62,6 +65,9 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 			defer log.Sync()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if o := sshOpts(); launcher != "ssh" && (len(o.Hosts) > 0 || o.Inventory != "") {
+				return fmt.Errorf("--ssh-host and --ssh-inventory are for --launcher ssh (the launcher is %q)", launcher)
+			}
 			switch {
 			case plugin != "":
 				l, closePlugin, err := daemon.LoadPlugin(ctx, plugin, pluginSum, log)
@@ -71,7 +77,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 				defer closePlugin()
 				cfg.Launcher = l
 			case launcher != "local":
-				l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(launcher, log)
+				l, err := daemon.Builtins(daemon.BuiltinOptions{SSH: sshOpts()}).New(launcher, log)
 				if err != nil {
 					return fmt.Errorf("--launcher: %w", err)
 				}
@@ -89,11 +95,33 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
 	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
 	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
+	sshOpts = sshFlags(f)
 	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "console", "log format: console or json")
 	cmd.SetArgs(args)
 	return cmd.ExecuteContext(ctx)
+}
+
+// sshFlags adds the --ssh-* flags of the ssh launcher to f and returns
+// what they say once f is parsed.
+func sshFlags(f *pflag.FlagSet) func() daemon.SSHOptions {
+	var o daemon.SSHOptions
+	forward := true
+	f.StringArrayVar(&o.Hosts, "ssh-host", nil, `--launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
+		`or "ubuntu@gpu1:2222,slots=8" (repeatable; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
+	f.StringVar(&o.Inventory, "ssh-inventory", "", "--launcher ssh: a file of hosts, one --ssh-host line each; '#' starts a comment")
+	f.StringVar(&o.User, "ssh-user", "", "--launcher ssh: login user of hosts that name none (default root)")
+	f.StringArrayVar(&o.KeyFiles, "ssh-key", nil, "--launcher ssh: an unencrypted private key file to log in with (repeatable)")
+	f.BoolVar(&o.UseAgent, "ssh-agent", false, "--launcher ssh: also use the keys of the agent at $SSH_AUTH_SOCK")
+	f.StringArrayVar(&o.KnownHosts, "ssh-known-hosts", nil, "--launcher ssh: a known_hosts file the host keys must be in (repeatable; default ~/.ssh/known_hosts)")
+	f.BoolVar(&forward, "ssh-forward-telemetry", true, "--launcher ssh: forward the telemetry socket to each host over SSH; "+
+		"=false when a scavd runs on every host or they share this one's socket")
+	return func() daemon.SSHOptions {
+		o := o
+		o.NoTelemetryForward = !forward
+		return o
+	}
 }
 
 // servePlugin serves one built-in launcher to a plugin host until it is done.
