@@ -276,6 +276,32 @@ func (a *attempt) abort() {
 	}
 	a.closeForwarders(0)
 	a.closeConns()
+	a.recordLost()
+}
+
+// recordLost tells the launcher which hosts the attempt lost, with the
+// process groups left on each, and returns their names in inventory order.
+func (a *attempt) recordLost() []string {
+	var idx []int
+	for hi, c := range a.conns {
+		if c.lostErr() != nil {
+			idx = append(idx, hi)
+		}
+	}
+	slices.Sort(idx)
+	var names []string
+	for _, hi := range idx {
+		c := a.conns[hi]
+		var orphans []orphan
+		for _, rp := range a.ranks {
+			if rp.conn == c {
+				orphans = append(orphans, orphan{job: a.spec.JobID, attempt: a.spec.Attempt, pgid: rp.pgid})
+			}
+		}
+		a.l.markLost(hi, c.lostErr(), orphans)
+		names = append(names, a.l.names[hi])
+	}
+	return names
 }
 
 // closeForwarders closes every host's telemetry forward, in parallel,
@@ -551,26 +577,7 @@ func (a *attempt) supervise() {
 	<-drained
 	waiters.Wait()
 
-	// The hosts lost, in inventory order, with the groups left there.
-	var lostHosts []string
-	var lostIdx []int
-	for hi, c := range a.conns {
-		if c.lostErr() != nil {
-			lostIdx = append(lostIdx, hi)
-		}
-	}
-	slices.Sort(lostIdx)
-	for _, hi := range lostIdx {
-		c := a.conns[hi]
-		var orphans []orphan
-		for _, rp := range a.ranks {
-			if rp.conn == c {
-				orphans = append(orphans, orphan{job: a.spec.JobID, attempt: a.spec.Attempt, pgid: rp.pgid})
-			}
-		}
-		a.l.markLost(hi, c.lostErr(), orphans)
-		lostHosts = append(lostHosts, a.l.names[hi])
-	}
+	lostHosts := a.recordLost()
 
 	for i := range results {
 		results[i].Stopped = stopped[i]

@@ -217,6 +217,36 @@ read -r pid comm state ppid pgid rest < /proc/$$/stat; echo "$pid $pgid" >&2`}
 		}
 	})
 
+	t.Run("UnreachableAtStart", func(t *testing.T) {
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
+		// Nothing listens on this port of 127.0.0.2: the dial is refused.
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		hosts := s.hosts(1, 1)
+		hosts[1].Port = dead
+		l := s.newLauncher(t, hosts, func(o *Options) { o.ProbeInterval = time.Hour })
+		if _, err := l.Start(ctx, shSpec(t, 2, "true", &lines{})); !errors.Is(err, ErrHostUnreachable) {
+			t.Fatalf("Start with a host down: %v, want ErrHostUnreachable", err)
+		}
+		// Left out until it answers: the next attempt fits on what is left.
+		caps, err := l.Capabilities(ctx)
+		if err != nil || caps.MaxWorkers != 1 || !reflect.DeepEqual(caps.Hosts, []string{"127.0.0.1"}) {
+			t.Errorf("Capabilities = %+v, %v; want 127.0.0.1 only", caps, err)
+		}
+		h, err := l.Start(ctx, shSpec(t, 1, "true", &lines{}))
+		if err != nil {
+			t.Fatalf("Start of 1 worker: %v", err)
+		}
+		if res, err := h.Wait(ctx); err != nil || res.ExitCode != 0 || len(res.LostHosts) != 0 {
+			t.Errorf("Wait = %+v, %v", res, err)
+		}
+	})
+
 	t.Run("HostLost", func(t *testing.T) {
 		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -171,6 +172,14 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 		}
 		if paths[0] == paths[1] {
 			t.Errorf("both hosts use %s", paths[0])
+		}
+		// Wait returned, so the forwarders' goroutines were joined.
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, f := range []string{"ssh.(*forwarder)", "ssh.copyHalf"} {
+			if strings.Contains(stacks, f) {
+				t.Errorf("a goroutine in %s runs after Wait:\n%s", f, stacks)
+			}
 		}
 		want := []string{
 			"hello from rank 0 on " + tn.Hosts[0].Name, "bye", "EOF",
