@@ -149,8 +149,7 @@ func (a *attempt) start(ctx context.Context) error {
 			a.kaWG.Go(func() { a.keepalive(c, kaLog) })
 		}
 		if errors.Is(errs[i], ErrHostUnreachable) && ctx.Err() == nil {
-			a.l.markLost(hi, errs[i], nil)
-			a.logger.Warn("host lost", zap.String("host", a.l.names[hi]), zap.Error(errs[i]))
+			a.l.markLost(hi, errs[i], nil, nil) // Start returns the error
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -298,7 +297,11 @@ func (a *attempt) recordLost() []string {
 				orphans = append(orphans, orphan{job: a.spec.JobID, attempt: a.spec.Attempt, pgid: rp.pgid})
 			}
 		}
-		a.l.markLost(hi, c.lostErr(), orphans)
+		var dirs []string
+		if c.fwd != nil {
+			dirs = append(dirs, c.fwd.dir)
+		}
+		a.l.markLost(hi, c.lostErr(), orphans, dirs)
 		names = append(names, a.l.names[hi])
 	}
 	return names

@@ -16,7 +16,9 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -61,9 +63,12 @@ func TestNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newLauncher := func(t *testing.T) *Launcher {
+	newLauncher := func(t *testing.T, log *zap.Logger) *Launcher {
+		if log == nil {
+			log = zaptest.NewLogger(t)
+		}
 		l, err := New(Options{
-			Logger:            zaptest.NewLogger(t),
+			Logger:            log,
 			Hosts:             hosts,
 			KeyFiles:          []string{tn.KeyFile},
 			KnownHosts:        []string{tn.KnownHosts},
@@ -99,7 +104,7 @@ func TestNetns(t *testing.T) {
 
 	t.Run("TorchTwoHosts", func(t *testing.T) {
 		ctx := testCtx(t, 60*time.Second)
-		l := newLauncher(t)
+		l := newLauncher(t, nil)
 		var out lines
 		sp := torchSpec(t, 2, 5, &out)
 		sp.Socket = newTestDaemon(t).path // forwarded (the default), unused by the script
@@ -122,7 +127,7 @@ func TestNetns(t *testing.T) {
 
 	t.Run("TelemetryForwarded", func(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
-		l := newLauncher(t)
+		l := newLauncher(t, nil)
 		d := newTestDaemon(t)
 		var out lines
 		sp := shSpec(t, 2, "", &out)
@@ -192,7 +197,9 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 
 	t.Run("HostFailureOverGRPC", func(t *testing.T) {
 		ctx := testCtx(t, 60*time.Second)
-		sl := newLauncher(t)
+		// The log tells when the keepalive gave up on the host.
+		obsCore, logs := observer.New(zap.ErrorLevel)
+		sl := newLauncher(t, zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), obsCore)))
 		// Through real gRPC, as an external plugin is reached: the loss must
 		// arrive in the Result.
 		client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(sl, zap.NewNop()))
@@ -205,6 +212,7 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 		var out lines
 		sp := torchSpec(t, 2, 0, &out)
 		sp.Command = append(sp.Command, "hang")
+		sp.Socket = newTestDaemon(t).path
 		h, err := l.Start(ctx, sp)
 		if err != nil {
 			t.Fatalf("Start: %v", err)
@@ -218,21 +226,37 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 		begin := time.Now()
 		res, err := h.Wait(ctx)
 		took := time.Since(begin)
-		t.Logf("host loss detected and the attempt ended %v after the link went down", took.Round(time.Millisecond))
 		if err != nil {
 			t.Fatalf("Wait: %v", err)
+		}
+		lostLogs := logs.FilterMessage("host lost").All()
+		if len(lostLogs) != 1 {
+			t.Fatalf("%d \"host lost\" log entries, want 1: %v", len(lostLogs), logs.All())
+		}
+		detected := lostLogs[0].Time.Sub(begin)
+		t.Logf("link down -> host lost: %v (keepalive every 250ms, answer within 1s); -> Wait returned: %v",
+			detected.Round(time.Millisecond), took.Round(time.Millisecond))
+		// Interval + timeout, with slack for a loaded machine.
+		if detected > 2*time.Second {
+			t.Errorf("the loss was detected %v after the link went down", detected)
 		}
 		if !reflect.DeepEqual(res.LostHosts, []string{tn.Hosts[1].Addr}) || res.FailedRank != 1 || res.ExitCode != 255 ||
 			!res.Ranks[0].Stopped || res.Ranks[0].Signal != "SIGTERM" {
 			t.Errorf("Result = %+v, want host 2 lost, rank 1 failed (255), rank 0 stopped by SIGTERM", res)
 		}
-		// Keepalive interval + timeout, plus the peers' stop.
-		if took > 3*time.Second {
+		// Plus the peers' stop and the cleanup.
+		if took > 4*time.Second {
 			t.Errorf("the attempt took %v to end after the link went down", took)
 		}
-		// Rank 1 still runs, cut off, on host 2.
-		if ps := jobProcs(tn, 1, sp.JobID); len(ps) == 0 {
-			t.Errorf("rank 1 is not running on host 2 while it is cut off")
+		// Rank 1 still runs, cut off, on host 2, and the directory of its
+		// forwarded socket is still there.
+		ps := jobProcs(tn, 1, sp.JobID)
+		if len(ps) == 0 {
+			t.Fatalf("rank 1 is not running on host 2 while it is cut off")
+		}
+		forwardDir := filepath.Dir(ps[0].Getenv(plugins.EnvSocket))
+		if _, err := os.Stat(forwardDir); err != nil || !strings.HasPrefix(forwardDir, "/tmp/scav-") {
+			t.Errorf("the forward directory %q of host 2: %v", forwardDir, err)
 		}
 		if jobProcs(tn, 0, sp.JobID) != nil {
 			t.Errorf("processes of the attempt left on host 1: %v", jobProcs(tn, 0, sp.JobID))
@@ -291,6 +315,9 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 		}
 		if ps := jobProcs(tn, 0, sp.JobID); ps != nil {
 			t.Errorf("processes of the job left on host 1: %v", ps)
+		}
+		if _, err := os.Stat(forwardDir); !os.IsNotExist(err) {
+			t.Errorf("the forward directory %s of host 2 remains once it answers again: %v", forwardDir, err)
 		}
 	})
 }

@@ -167,6 +167,7 @@ type lostHost struct {
 	err     error
 	probed  time.Time // last failed contact
 	orphans []orphan  // process groups left running there
+	dirs    []string  // telemetry forward directories left there
 }
 
 // orphan is a process group of an attempt that lost its host.
@@ -316,19 +317,20 @@ func (l *Launcher) available(ctx context.Context) []int {
 	type due struct {
 		i       int
 		orphans []orphan
+		dirs    []string
 	}
 	var todo []due
 	l.mu.Lock()
 	for i, lh := range l.lost {
 		if now.Sub(lh.probed) >= l.opts.ProbeInterval {
-			todo = append(todo, due{i, slices.Clone(lh.orphans)})
+			todo = append(todo, due{i, slices.Clone(lh.orphans), slices.Clone(lh.dirs)})
 		}
 	}
 	l.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, d := range todo {
 		wg.Go(func() {
-			err := l.probe(ctx, d.i, d.orphans)
+			err := l.probe(ctx, d.i, d.orphans, d.dirs)
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			lh := l.lost[d.i]
@@ -340,9 +342,10 @@ func (l *Launcher) available(ctx context.Context) []int {
 				l.logger.Debug("lost host still lost", zap.String("host", l.names[d.i]), zap.Error(err))
 				return
 			}
-			// Orphans added while probing are for the next probe.
+			// What was added while probing is for the next probe.
 			lh.orphans = lh.orphans[len(d.orphans):]
-			if len(lh.orphans) == 0 {
+			lh.dirs = lh.dirs[len(d.dirs):]
+			if len(lh.orphans) == 0 && len(lh.dirs) == 0 {
 				delete(l.lost, d.i)
 				l.logger.Info("lost host answers again", zap.String("host", l.names[d.i]))
 			}
@@ -360,8 +363,9 @@ func (l *Launcher) available(ctx context.Context) []int {
 	return out
 }
 
-// probe dials host i within ProbeTimeout and kills the orphans there.
-func (l *Launcher) probe(ctx context.Context, i int, orphans []orphan) error {
+// probe dials host i within ProbeTimeout, kills the orphans there and
+// removes the directories left.
+func (l *Launcher) probe(ctx context.Context, i int, orphans []orphan, dirs []string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
 	defer cancel()
 	c, err := l.dial(ctx, l.opts.Hosts[i])
@@ -369,19 +373,28 @@ func (l *Launcher) probe(ctx context.Context, i int, orphans []orphan) error {
 		return err
 	}
 	defer c.Close()
-	if len(orphans) == 0 {
-		return nil
+	if len(orphans) > 0 {
+		if _, err := output(c, orphanKillCommand(orphans)); err != nil {
+			return fmt.Errorf("kill the process groups left there: %w", err)
+		}
+		l.logger.Info("killed the process groups of attempts that lost the host", zap.String("host", l.names[i]), zap.Int("groups", len(orphans)))
 	}
-	if _, err := output(c, orphanKillCommand(orphans)); err != nil {
-		return fmt.Errorf("kill the process groups left there: %w", err)
+	if len(dirs) > 0 {
+		cmd := "rm -rf --"
+		for _, d := range dirs {
+			cmd += " " + Quote(d)
+		}
+		if _, err := output(c, cmd); err != nil {
+			return fmt.Errorf("remove the telemetry directories left there: %w", err)
+		}
 	}
-	l.logger.Info("killed the process groups of attempts that lost the host", zap.String("host", l.names[i]), zap.Int("groups", len(orphans)))
 	return nil
 }
 
 // markLost records that host i stopped answering; orphans are the process
-// groups of the attempt that were running there.
-func (l *Launcher) markLost(i int, err error, orphans []orphan) {
+// groups of the attempt that were running there and dirs its telemetry
+// forward directories there.
+func (l *Launcher) markLost(i int, err error, orphans []orphan, dirs []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lh := l.lost[i]
@@ -391,6 +404,7 @@ func (l *Launcher) markLost(i int, err error, orphans []orphan) {
 	}
 	lh.err, lh.probed = err, time.Now()
 	lh.orphans = append(lh.orphans, orphans...)
+	lh.dirs = append(lh.dirs, dirs...)
 }
 
 // placement is where one process of an attempt runs.
