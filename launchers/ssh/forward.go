@@ -187,7 +187,8 @@ func output(c *gossh.Client, cmd string) (string, error) {
 	case g := <-ch:
 		return string(g.out), g.err
 	case <-time.After(killTimeout):
-		_ = sess.Close() // ends Output, so the goroutine above returns
+		_ = sess.Close() // ends Output
+		<-ch
 		return "", fmt.Errorf("remote %q took over %v", cmd, killTimeout)
 	}
 }
