@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/ssh"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -17,15 +19,67 @@ type BuiltinOptions struct {
 	KillOnParentDeath bool
 	// Reaper, when set, collects the orphans of local workers.
 	Reaper *local.Reaper
+	// SSH configures the "ssh" launcher (scavd's --ssh-* flags).
+	SSH SSHOptions
+}
+
+// SSHOptions configure the "ssh" launcher; see launchers/ssh.Options.
+type SSHOptions struct {
+	// Hosts are inventory lines, "[user@]addr[:port] [slots=N]" (--ssh-host).
+	Hosts []string
+	// Inventory is a file of such lines, '#' comments allowed (--ssh-inventory).
+	// Its hosts come before those of Hosts.
+	Inventory string
+	// User logs in to hosts that name none (--ssh-user; default root).
+	User string
+	// KeyFiles, UseAgent and KnownHosts: --ssh-key, --ssh-agent, --ssh-known-hosts.
+	KeyFiles   []string
+	UseAgent   bool
+	KnownHosts []string
+	// NoTelemetryForward gives workers the daemon's socket path as it is
+	// (--ssh-forward-telemetry=false).
+	NoTelemetryForward bool
+}
+
+// newSSH builds the ssh launcher, reporting every problem with the flags that fix it.
+func newSSH(o SSHOptions, log *zap.Logger) (plugins.Launcher, error) {
+	var hosts []ssh.Host
+	var errs []error
+	if o.Inventory != "" {
+		h, err := ssh.LoadInventory(o.Inventory)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--ssh-inventory: %w", err))
+		}
+		hosts = append(hosts, h...)
+	}
+	h, err := ssh.ParseHosts(o.Hosts)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--ssh-host: %w", err))
+	}
+	hosts = append(hosts, h...)
+	if len(errs) == 0 && len(hosts) == 0 {
+		errs = append(errs, errors.New(`no hosts: give --ssh-host "[user@]addr[:port] [slots=N]" (repeatable) or --ssh-inventory FILE`))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ssh launcher: %w", err)
+	}
+	l, err := ssh.New(ssh.Options{Logger: log, Hosts: hosts, User: o.User, KeyFiles: o.KeyFiles, UseAgent: o.UseAgent,
+		KnownHosts: o.KnownHosts, NoTelemetryForward: o.NoTelemetryForward})
+	if err != nil {
+		return nil, fmt.Errorf("ssh launcher (--ssh-key, --ssh-agent, --ssh-known-hosts): %w", err)
+	}
+	return l, nil
 }
 
 // Builtins is the catalog of the launchers linked into scavd; they run in
-// process. "local" starts workers on this node.
+// process. "local" starts workers on this node; "ssh" starts them on the
+// hosts of opts.SSH (and fails, naming the flags, without hosts).
 func Builtins(opts BuiltinOptions) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
 		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: opts.Reaper}), nil
 	})
+	_ = c.Register("ssh", func(log *zap.Logger) (plugins.Launcher, error) { return newSSH(opts.SSH, log) })
 	return c
 }
 

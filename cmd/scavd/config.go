@@ -49,6 +49,29 @@ type settings struct {
 	NodeSampleEvery time.Duration `yaml:"node_sample_every"`
 	GPUSource       string        `yaml:"gpu_source"`
 	MetricsListen   string        `yaml:"metrics_listen"`
+	SSH             sshSettings   `yaml:"ssh"`
+}
+
+// sshSettings configure the ssh launcher (launcher: ssh).
+type sshSettings struct {
+	Hosts            []string `yaml:"hosts"`
+	Inventory        string   `yaml:"inventory"`
+	User             string   `yaml:"user"`
+	Keys             []string `yaml:"keys"`
+	Agent            bool     `yaml:"agent"`
+	KnownHosts       []string `yaml:"known_hosts"`
+	ForwardTelemetry bool     `yaml:"forward_telemetry"`
+}
+
+// flagAliases are the singular names of repeatable flags: --ssh-host is --ssh-hosts.
+var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys"}
+
+// normalizeFlag lets a flag be given by its alias.
+func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if n, ok := flagAliases[name]; ok {
+		return pflag.NormalizedName(n)
+	}
+	return pflag.NormalizedName(name)
 }
 
 // bindFlags registers a flag for every setting, bound to s, and sets s to the
@@ -69,6 +92,22 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.DurationVar(&s.NodeSampleEvery, "node-sample-every", daemon.DefaultNodeSampleEvery, "how often to sample and publish the node's GPUs and host (0: never)")
 	f.StringVar(&s.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
 	f.StringVar(&s.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
+	f.SetNormalizeFunc(normalizeFlag)
+	f.StringArrayVar(&s.SSH.Hosts, "ssh-hosts", []string{}, `launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
+		`or "ubuntu@gpu1:2222,slots=8" (repeatable as --ssh-host; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
+	f.StringVar(&s.SSH.Inventory, "ssh-inventory", "", "launcher ssh: a file of hosts, one --ssh-host line each; '#' starts a comment")
+	f.StringVar(&s.SSH.User, "ssh-user", "", "launcher ssh: login user of hosts that name none (default root)")
+	f.StringArrayVar(&s.SSH.Keys, "ssh-keys", []string{}, "launcher ssh: an unencrypted private key file to log in with (repeatable as --ssh-key)")
+	f.BoolVar(&s.SSH.Agent, "ssh-agent", false, "launcher ssh: also use the keys of the agent at $SSH_AUTH_SOCK")
+	f.StringArrayVar(&s.SSH.KnownHosts, "ssh-known-hosts", []string{}, "launcher ssh: a known_hosts file the host keys must be in (repeatable; default ~/.ssh/known_hosts)")
+	f.BoolVar(&s.SSH.ForwardTelemetry, "ssh-forward-telemetry", true, "launcher ssh: forward the telemetry socket to each host over SSH; "+
+		"=false when a scavd runs on every host or they share this one's socket")
+}
+
+// builtinOptions configure the built-in launchers from the settings.
+func (s settings) builtinOptions() daemon.BuiltinOptions {
+	return daemon.BuiltinOptions{SSH: daemon.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
+		KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry}}
 }
 
 // defaultSettings are the built-in defaults.
@@ -253,6 +292,9 @@ func (s settings) validate() []fieldError {
 	}
 	if s.LogFormat != "console" && s.LogFormat != "json" {
 		bad("log_format", "%q: use console or json", s.LogFormat)
+	}
+	if s.Launcher != "ssh" && (len(s.SSH.Hosts) > 0 || s.SSH.Inventory != "") {
+		bad("launcher", "%q, but ssh hosts are given: they are for --launcher ssh", s.Launcher)
 	}
 	if s.NodeSampleEvery < 0 {
 		bad("node_sample_every", "%s: must not be negative (0: never)", s.NodeSampleEvery)

@@ -86,7 +86,7 @@ launcher: slurmish
 plugin_sha256: abc
 nats: http://x
 ssh:
-  hosts: [a]
+  port: 22
 `)
 	_, err := loadWith(t, "--config", path, "--log-format", "xml")
 	if err == nil {
@@ -94,7 +94,7 @@ ssh:
 	}
 	for _, want := range []string{
 		path + `:3: unknown key "bogus"`,
-		path + `:9: unknown key "ssh"`,
+		path + `:10: unknown key "ssh.port"`,
 		path + ":5: step_retention: cannot unmarshal",
 		path + `:2: listen: "nope" is not host:port`,
 		path + ":7: plugin_sha256: given without plugin",

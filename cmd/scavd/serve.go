@@ -47,7 +47,7 @@ func serve(ctx context.Context, l loader) error {
 		defer closePlugin()
 		dcfg.Launcher = lc
 	case cfg.Launcher != "local":
-		lc, err := daemon.Builtins(daemon.BuiltinOptions{}).New(cfg.Launcher, log)
+		lc, err := daemon.Builtins(cfg.builtinOptions()).New(cfg.Launcher, log)
 		if err != nil {
 			return fmt.Errorf("launcher: %w", err)
 		}

@@ -34,9 +34,11 @@ const (
 
 // conn is the attempt's connection to one host.
 type conn struct {
+	idx    int // in Options.Hosts
 	host   Host
 	client *gossh.Client
 	done   chan struct{} // closed to end the keepalive loop
+	fwd    *forwarder    // nil when telemetry is not forwarded
 
 	mu   sync.Mutex
 	lost error // set when the host stopped answering
@@ -46,6 +48,24 @@ func (c *conn) lostErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
+}
+
+// setLost records the first reason the host was lost and returns the one recorded.
+func (c *conn) setLost(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost == nil {
+		c.lost = err
+	}
+	return c.lost
+}
+
+// socket is SCAV_SOCKET for the workers on c's host.
+func (c *conn) socket(spec plugins.AttemptSpec) string {
+	if c.fwd != nil {
+		return c.fwd.path
+	}
+	return spec.Socket
 }
 
 // rankProc is one remote process of an attempt.
@@ -87,7 +107,6 @@ type attempt struct {
 	finished     bool
 	exited       []bool
 	result       plugins.Result
-	resultErr    error
 }
 
 var _ plugins.Handle = (*attempt)(nil)
@@ -125,14 +144,31 @@ func (a *attempt) start(ctx context.Context) error {
 	kaLog := a.logger // a.logger is replaced below; the loops keep this one
 	for i, hi := range hostIdx {
 		if clients[i] != nil {
-			c := &conn{host: a.l.opts.Hosts[hi], client: clients[i], done: make(chan struct{})}
+			c := &conn{idx: hi, host: a.l.opts.Hosts[hi], client: clients[i], done: make(chan struct{})}
 			a.conns[hi] = c
 			a.kaWG.Go(func() { a.keepalive(c, kaLog) })
+		}
+		if errors.Is(errs[i], ErrHostUnreachable) && ctx.Err() == nil {
+			a.l.markLost(hi, errs[i], nil, nil) // Start returns the error
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		a.abort()
 		return err
+	}
+	if !a.l.opts.NoTelemetryForward && a.spec.Socket != "" {
+		errs := make([]error, len(hostIdx))
+		for i, hi := range hostIdx {
+			c := a.conns[hi]
+			wg.Go(func() {
+				c.fwd, errs[i] = startForwarder(c.client, a.l.names[hi], a.spec.Socket, a.spec.JobID, a.spec.Attempt, kaLog)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			a.abort()
+			return err
+		}
 	}
 
 	first := a.conns[a.places[0].host]
@@ -151,7 +187,9 @@ func (a *attempt) start(ctx context.Context) error {
 			a.abort()
 			return fmt.Errorf("start rank %d: %w", r, err)
 		}
-		env := plugins.WorkerEnv(a.spec, r, p.localRank, p.localWorld, first.host.Addr, a.port)
+		spec := a.spec
+		spec.Socket = a.conns[p.host].socket(a.spec)
+		env := plugins.WorkerEnv(spec, r, p.localRank, p.localWorld, first.host.Addr, a.port)
 		rp, err := a.startRank(ctx, r, a.conns[p.host], remoteCommand(a.spec.Dir, env, argv))
 		if rp != nil {
 			a.ranks = append(a.ranks, rp)
@@ -235,7 +273,50 @@ func (a *attempt) abort() {
 	for _, rp := range a.ranks {
 		_ = rp.sess.Close()
 	}
+	a.closeForwarders(0)
 	a.closeConns()
+	a.recordLost()
+}
+
+// recordLost tells the launcher which hosts the attempt lost, with the
+// process groups left on each, and returns their names in inventory order.
+func (a *attempt) recordLost() []string {
+	var idx []int
+	for hi, c := range a.conns {
+		if c.lostErr() != nil {
+			idx = append(idx, hi)
+		}
+	}
+	slices.Sort(idx)
+	var names []string
+	for _, hi := range idx {
+		c := a.conns[hi]
+		var orphans []orphan
+		for _, rp := range a.ranks {
+			if rp.conn == c {
+				orphans = append(orphans, orphan{job: a.spec.JobID, attempt: a.spec.Attempt, pgid: rp.pgid})
+			}
+		}
+		var dirs []string
+		if c.fwd != nil {
+			dirs = append(dirs, c.fwd.dir)
+		}
+		a.l.markLost(hi, c.lostErr(), orphans, dirs)
+		names = append(names, a.l.names[hi])
+	}
+	return names
+}
+
+// closeForwarders closes every host's telemetry forward, in parallel,
+// giving open connections up to drain to end.
+func (a *attempt) closeForwarders(drain time.Duration) {
+	var wg sync.WaitGroup
+	for _, c := range a.conns {
+		if c.fwd != nil {
+			wg.Go(func() { c.fwd.close(drain, c.lostErr() != nil) })
+		}
+	}
+	wg.Wait()
 }
 
 func (a *attempt) closeConns() {
@@ -272,12 +353,7 @@ func (a *attempt) keepalive(c *conn, logger *zap.Logger) {
 			err = fmt.Errorf("no keepalive answer within %v", a.l.opts.KeepaliveTimeout)
 		}
 		if err != nil {
-			lost := fmt.Errorf("host %s: %w: %w", c.host.dialAddr(), ErrHostUnreachable, err)
-			c.mu.Lock()
-			if c.lost == nil {
-				c.lost = lost
-			}
-			c.mu.Unlock()
+			c.setLost(fmt.Errorf("host %s: %w: %w", c.host.dialAddr(), ErrHostUnreachable, err))
 			logger.Error("host lost", zap.String("host", c.host.dialAddr()), zap.Error(err))
 			_ = c.client.Close()
 			return
@@ -294,14 +370,15 @@ func (a *attempt) ID() string {
 }
 
 // Wait blocks until the attempt has finished and returns its Result; every
-// call gets the same Result. When a host was lost the Result comes with an
-// error wrapping ErrHostUnreachable. It returns ctx's error if ctx ends first.
+// call gets the same Result. A lost host is named in Result.LostHosts (and
+// is no error, see the package comment). It returns ctx's error if ctx ends first.
 func (a *attempt) Wait(ctx context.Context) (plugins.Result, error) {
 	select {
 	case <-a.done:
 		r := a.result
 		r.Ranks = slices.Clone(r.Ranks)
-		return r, a.resultErr
+		r.LostHosts = slices.Clone(r.LostHosts)
+		return r, nil
 	case <-ctx.Done():
 		return plugins.Result{}, fmt.Errorf("wait for job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, ctx.Err())
 	}
@@ -489,11 +566,13 @@ func (a *attempt) supervise() {
 	a.mu.Unlock()
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
+	drainBy := time.Now().Add(outputDrainTimeout)
 	select {
 	case <-drained:
-	case <-time.After(outputDrainTimeout):
+	case <-time.After(time.Until(drainBy)):
 		a.logger.Warn("output still open after the attempt ended")
 	}
+	a.closeForwarders(max(time.Until(drainBy), 100*time.Millisecond))
 	for _, rp := range a.ranks {
 		_ = rp.sess.Close()
 	}
@@ -501,21 +580,20 @@ func (a *attempt) supervise() {
 	<-drained
 	waiters.Wait()
 
+	lostHosts := a.recordLost()
+
 	for i := range results {
 		results[i].Stopped = stopped[i]
 	}
-	res := plugins.Result{FailedRank: failedRank, Stopped: stopByCall, Ranks: results}
+	res := plugins.Result{FailedRank: failedRank, Stopped: stopByCall, Ranks: results, LostHosts: lostHosts}
 	if failedRank >= 0 {
 		res.ExitCode = results[failedRank].ExitCode
 	}
 	a.mu.Lock()
 	a.result = res
-	if lostErr != nil {
-		a.resultErr = fmt.Errorf("job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, lostErr)
-	}
 	a.mu.Unlock()
 	a.logger.Info("attempt finished", zap.Int("exit_code", res.ExitCode), zap.Int("failed_rank", res.FailedRank),
-		zap.Bool("stopped", res.Stopped), zap.NamedError("host_lost", lostErr))
+		zap.Bool("stopped", res.Stopped), zap.Strings("lost_hosts", lostHosts), zap.NamedError("host_lost", lostErr))
 }
 
 // waitRank waits for rp's session to end and turns its exit into a RankResult.
@@ -537,11 +615,8 @@ func (a *attempt) waitRank(rp *rankProc) rankExit {
 		ex.res.ExitCode = ee.ExitStatus()
 	default:
 		ex.res.ExitCode = lostExitCode
-		ex.lost = rp.conn.lostErr()
-		if ex.lost == nil {
-			ex.lost = fmt.Errorf("host %s: %w: session of rank %d ended without an exit status: %w",
-				rp.conn.host.dialAddr(), ErrHostUnreachable, rp.rank, err)
-		}
+		ex.lost = rp.conn.setLost(fmt.Errorf("host %s: %w: session of rank %d ended without an exit status: %w",
+			rp.conn.host.dialAddr(), ErrHostUnreachable, rp.rank, err))
 	}
 	return ex
 }

@@ -2,9 +2,11 @@ package ssh
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -57,8 +59,8 @@ func TestParseHosts(t *testing.T) {
 }
 
 func TestPlace(t *testing.T) {
-	hosts := []Host{{Addr: "a", Slots: 2}, {Addr: "b", Slots: 2}}
-	got, err := place(hosts, 3)
+	hosts := []Host{{Addr: "a", Slots: 2}, {Addr: "b", Slots: 2}, {Addr: "c", Slots: 1}}
+	got, err := place(hosts, []int{0, 1, 2}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +68,61 @@ func TestPlace(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("place 3 = %+v, want %+v", got, want)
 	}
-	if _, err := place(hosts, 5); err == nil {
-		t.Error("place 5 on 4 slots succeeded")
+	// Host b is lost: it is skipped.
+	got, err = place(hosts, []int{0, 2}, 3)
+	want = []placement{{0, 0, 2}, {0, 1, 2}, {2, 0, 1}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("place 3 without b = %+v, %v, want %+v", got, err, want)
+	}
+	if _, err := place(hosts, []int{0, 1, 2}, 6); err == nil {
+		t.Error("place 6 on 5 slots succeeded")
+	}
+	if _, err := place(hosts, []int{0, 2}, 4); err == nil {
+		t.Error("place 4 on the 3 slots of the hosts left succeeded")
+	}
+}
+
+func TestHostName(t *testing.T) {
+	hosts := []Host{{Addr: "a"}, {Addr: "b", Port: 2222}, {Addr: "b", Port: 2223}, {Addr: "c", Port: 22}, {Addr: "c"}}
+	var got []string
+	for _, h := range hosts {
+		got = append(got, hostName(hosts, h))
+	}
+	want := []string{"a", "b:2222", "b:2223", "c", "c"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names %q, want %q", got, want)
+	}
+}
+
+// TestOrphanKillCommand runs the command through a local sh: it kills the
+// group whose leader has the orphan's job and attempt and leaves alone a
+// group of another attempt under the same id.
+func TestOrphanKillCommand(t *testing.T) {
+	startGroup := func(job, attempt string) *exec.Cmd {
+		cmd := exec.Command("sleep", "30")
+		cmd.Env = append(os.Environ(), "SCAV_JOB_ID="+job, "SCAV_ATTEMPT="+attempt)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	mine := startGroup("it's a job", "3")
+	other := startGroup("it's a job", "2")
+	cmd := orphanKillCommand([]orphan{
+		{job: "it's a job", attempt: 3, pgid: mine.Process.Pid},
+		{job: "it's a job", attempt: 3, pgid: other.Process.Pid},
+		{job: "gone", attempt: 1, pgid: 1 << 30},
+	})
+	if out, err := exec.Command("/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", cmd, err, out)
+	}
+	if err := mine.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the orphan's group: wait = %v, want killed", err)
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the group of another attempt was signalled: %v", err)
 	}
 }
 

@@ -58,3 +58,19 @@ func killCommand(sig string, pgids []int) string {
 	b.WriteString("; do kill -s " + Quote(sig) + ` -- "-$p" 2>/dev/null; done; exit 0`)
 	return b.String()
 }
+
+// orphanKillCommand builds a command that SIGKILLs the process group of
+// each orphan whose leader is still the orphan's worker: its environment
+// has the orphan's SCAV_JOB_ID and SCAV_ATTEMPT (so that a process group id
+// reused since then is left alone). A group whose leader is gone is skipped.
+func orphanKillCommand(orphans []orphan) string {
+	var b strings.Builder
+	for _, o := range orphans {
+		b.WriteString("e=$(tr '\\0' '\\n' < /proc/" + strconv.Itoa(o.pgid) + "/environ 2>/dev/null) && " +
+			`printf '%s\n' "$e" | grep -qxF ` + Quote(plugins.EnvJobID+"="+o.job) + ` && ` +
+			`printf '%s\n' "$e" | grep -qxF ` + Quote(plugins.EnvAttempt+"="+strconv.Itoa(o.attempt)) + ` && ` +
+			"kill -s KILL -- -" + strconv.Itoa(o.pgid) + " 2>/dev/null\n")
+	}
+	b.WriteString("exit 0")
+	return b.String()
+}

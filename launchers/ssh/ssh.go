@@ -36,8 +36,42 @@
 // Every connection sends an OpenSSH keepalive each Options.KeepaliveInterval;
 // a host that does not answer within Options.KeepaliveTimeout is lost: its
 // connection is closed, its ranks count as failed (exit 255) and the others
-// are stopped. Wait then returns the Result together with an error wrapping
-// ErrHostUnreachable that names the host.
+// are stopped.
+//
+// # Lost hosts
+//
+// A lost host is named in Result.LostHosts and Wait returns no error: the
+// loss is an outcome of the attempt, like a failed rank, and a Result with
+// an error does not cross the plugin's gRPC boundary. (The log has the
+// ErrHostUnreachable detail.) A host that cannot be dialled at Start is lost
+// too; Start then fails with an error wrapping ErrHostUnreachable.
+//
+// The launcher leaves a lost host out of Capabilities and placement until it
+// answers again: Capabilities and Start dial each lost host (bounded by
+// Options.ProbeTimeout, at most once per Options.ProbeInterval). When it
+// answers, the launcher first kills, over that connection, the process
+// groups of the attempts that lost it (ranks cut off from their peers that
+// would otherwise hang in a collective), checking that each group leader
+// still has the attempt's SCAV_JOB_ID and SCAV_ATTEMPT, and only then
+// offers the host again. The daemon can so relaunch a job on the hosts that
+// remain, with fewer workers, and grow it back later.
+//
+// # Telemetry from other hosts
+//
+// Workers on another host cannot reach the daemon's unix socket
+// (AttemptSpec.Socket). Unless Options.NoTelemetryForward is set, the
+// launcher makes a private directory (mode 0700) under /tmp on each host,
+// asks that host's sshd to listen on a unix socket in it (OpenSSH
+// streamlocal forwarding, on by default in sshd), sets the host's workers'
+// SCAV_SOCKET to it and proxies every connection made there, both ways, to a
+// new connection on the daemon's socket. At the attempt's end the listener
+// is closed, open connections get a moment to drain and the directory is
+// removed. Forwarding is the default because a host of the inventory
+// usually runs no scavd and does not share the daemon's filesystem: without
+// it the workers' telemetry would go nowhere and the optimizer would have
+// nothing to fit. Turn it off when a scavd runs on every host (the path in
+// AttemptSpec.Socket is then valid there) or the hosts reach the daemon's
+// socket directly (the daemon's own machine, a shared filesystem).
 package ssh
 
 import (
@@ -47,6 +81,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -67,6 +102,8 @@ const (
 	DefaultKeepaliveInterval = 2 * time.Second
 	DefaultKeepaliveTimeout  = 5 * time.Second
 	DefaultMaxLineBytes      = 64 << 10
+	DefaultProbeTimeout      = 2 * time.Second
+	DefaultProbeInterval     = 5 * time.Second
 )
 
 // Options configure an SSH Launcher.
@@ -98,6 +135,17 @@ type Options struct {
 	// MaxLineBytes is the longest output line delivered whole; longer lines
 	// are delivered in pieces (default DefaultMaxLineBytes).
 	MaxLineBytes int
+	// ProbeTimeout bounds dialling a lost host to see whether it answers
+	// again (default DefaultProbeTimeout, at most DialTimeout).
+	ProbeTimeout time.Duration
+	// ProbeInterval is the least time between two probes of a lost host;
+	// between them it counts as still lost (default DefaultProbeInterval).
+	ProbeInterval time.Duration
+	// NoTelemetryForward gives the workers AttemptSpec.Socket as it is
+	// instead of forwarding it to each host over SSH (see the package
+	// comment): set it when a scavd runs on every host or the hosts share
+	// the daemon's machine.
+	NoTelemetryForward bool
 }
 
 // Launcher starts attempts over SSH. It implements plugins.Launcher.
@@ -107,6 +155,26 @@ type Launcher struct {
 	config    gossh.ClientConfig // User is set per host
 	agentConn net.Conn
 	closeOnce sync.Once
+	names     []string // hostName of each host
+
+	probeMu sync.Mutex // one probe round at a time
+	mu      sync.Mutex
+	lost    map[int]*lostHost // by index in Options.Hosts
+}
+
+// lostHost is the launcher's memory of a host that stopped answering.
+type lostHost struct {
+	err     error
+	probed  time.Time // last failed contact
+	orphans []orphan  // process groups left running there
+	dirs    []string  // telemetry forward directories left there
+}
+
+// orphan is a process group of an attempt that lost its host.
+type orphan struct {
+	job     string
+	attempt int
+	pgid    int
 }
 
 var _ plugins.Launcher = (*Launcher)(nil)
@@ -143,7 +211,17 @@ func New(opts Options) (*Launcher, error) {
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = DefaultMaxLineBytes
 	}
-	l := &Launcher{opts: opts, logger: opts.Logger.Named("ssh")}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = DefaultProbeTimeout
+	}
+	opts.ProbeTimeout = min(opts.ProbeTimeout, opts.DialTimeout)
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = DefaultProbeInterval
+	}
+	l := &Launcher{opts: opts, logger: opts.Logger.Named("ssh"), lost: map[int]*lostHost{}}
+	for _, h := range opts.Hosts {
+		l.names = append(l.names, hostName(opts.Hosts, h))
+	}
 
 	known := opts.KnownHosts
 	if len(known) == 0 {
@@ -208,14 +286,125 @@ func (l *Launcher) Close() error {
 // Name returns "ssh".
 func (l *Launcher) Name() string { return "ssh" }
 
-// Capabilities reports the inventory's addresses and total slots.
+// hostName is how Capabilities.Hosts and Result.LostHosts name h: its Addr,
+// or Addr:port when another host of the inventory has the same Addr.
+func hostName(hosts []Host, h Host) string {
+	for _, o := range hosts {
+		if o.Addr == h.Addr && o.port() != h.port() {
+			return h.dialAddr()
+		}
+	}
+	return h.Addr
+}
+
+// Capabilities reports the names and total slots of the hosts that are not
+// lost, after probing the lost ones (see the package comment).
 func (l *Launcher) Capabilities(ctx context.Context) (plugins.Capabilities, error) {
 	c := plugins.Capabilities{}
-	for _, h := range l.opts.Hosts {
-		c.MaxWorkers += h.slots()
-		c.Hosts = append(c.Hosts, h.Addr)
+	for _, i := range l.available(ctx) {
+		c.MaxWorkers += l.opts.Hosts[i].slots()
+		c.Hosts = append(c.Hosts, l.names[i])
 	}
 	return c, nil
+}
+
+// available probes the lost hosts due for it and returns the indices of
+// the hosts that are not lost, in inventory order.
+func (l *Launcher) available(ctx context.Context) []int {
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	now := time.Now()
+	type due struct {
+		i       int
+		orphans []orphan
+		dirs    []string
+	}
+	var todo []due
+	l.mu.Lock()
+	for i, lh := range l.lost {
+		if now.Sub(lh.probed) >= l.opts.ProbeInterval {
+			todo = append(todo, due{i, slices.Clone(lh.orphans), slices.Clone(lh.dirs)})
+		}
+	}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range todo {
+		wg.Go(func() {
+			err := l.probe(ctx, d.i, d.orphans, d.dirs)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			lh := l.lost[d.i]
+			if lh == nil {
+				return
+			}
+			if err != nil {
+				lh.err, lh.probed = err, time.Now()
+				l.logger.Debug("lost host still lost", zap.String("host", l.names[d.i]), zap.Error(err))
+				return
+			}
+			// What was added while probing is for the next probe.
+			lh.orphans = lh.orphans[len(d.orphans):]
+			lh.dirs = lh.dirs[len(d.dirs):]
+			if len(lh.orphans) == 0 && len(lh.dirs) == 0 {
+				delete(l.lost, d.i)
+				l.logger.Info("lost host answers again", zap.String("host", l.names[d.i]))
+			}
+		})
+	}
+	wg.Wait()
+	var out []int
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.opts.Hosts {
+		if l.lost[i] == nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// probe dials host i within ProbeTimeout, kills the orphans there and
+// removes the directories left.
+func (l *Launcher) probe(ctx context.Context, i int, orphans []orphan, dirs []string) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
+	defer cancel()
+	c, err := l.dial(ctx, l.opts.Hosts[i])
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if len(orphans) > 0 {
+		if _, err := output(c, orphanKillCommand(orphans)); err != nil {
+			return fmt.Errorf("kill the process groups left there: %w", err)
+		}
+		l.logger.Info("killed the process groups of attempts that lost the host", zap.String("host", l.names[i]), zap.Int("groups", len(orphans)))
+	}
+	if len(dirs) > 0 {
+		cmd := "rm -rf --"
+		for _, d := range dirs {
+			cmd += " " + Quote(d)
+		}
+		if _, err := output(c, cmd); err != nil {
+			return fmt.Errorf("remove the telemetry directories left there: %w", err)
+		}
+	}
+	return nil
+}
+
+// markLost records that host i stopped answering; orphans are the process
+// groups of the attempt that were running there and dirs its telemetry
+// forward directories there.
+func (l *Launcher) markLost(i int, err error, orphans []orphan, dirs []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lh := l.lost[i]
+	if lh == nil {
+		lh = &lostHost{}
+		l.lost[i] = lh
+	}
+	lh.err, lh.probed = err, time.Now()
+	lh.orphans = append(lh.orphans, orphans...)
+	lh.dirs = append(lh.dirs, dirs...)
 }
 
 // placement is where one process of an attempt runs.
@@ -225,11 +414,12 @@ type placement struct {
 	localWorld int
 }
 
-// place fills the hosts in order; n is the number of processes.
-func place(hosts []Host, n int) ([]placement, error) {
+// place fills the hosts idx (indices into hosts) in order; n is the number
+// of processes.
+func place(hosts []Host, idx []int, n int) ([]placement, error) {
 	var out []placement
-	for i, h := range hosts {
-		k := min(h.slots(), n-len(out))
+	for _, i := range idx {
+		k := min(hosts[i].slots(), n-len(out))
 		for j := range k {
 			out = append(out, placement{host: i, localRank: j, localWorld: k})
 		}
@@ -237,7 +427,7 @@ func place(hosts []Host, n int) ([]placement, error) {
 			return out, nil
 		}
 	}
-	return nil, fmt.Errorf("%d workers above the %d slots of the inventory: %w", n, len(out), plugins.ErrUnsupported)
+	return nil, fmt.Errorf("%d workers above the %d slots of the hosts that answer: %w", n, len(out), plugins.ErrUnsupported)
 }
 
 // Start validates spec, connects to the hosts it needs and starts one
@@ -252,14 +442,15 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 	fail := func(err error) (plugins.Handle, error) {
 		return nil, fmt.Errorf("start job %s attempt %d: %w", spec.JobID, spec.Attempt, err)
 	}
-	if spec.Config.Nodes > len(l.opts.Hosts) {
-		return fail(fmt.Errorf("%d nodes, %d hosts: %w", spec.Config.Nodes, len(l.opts.Hosts), plugins.ErrUnsupported))
+	idx := l.available(ctx)
+	if spec.Config.Nodes > len(idx) {
+		return fail(fmt.Errorf("%d nodes, %d hosts that answer: %w", spec.Config.Nodes, len(idx), plugins.ErrUnsupported))
 	}
 	n := spec.Config.Workers
 	if plugins.ResolveMode(spec.Mode, spec.Command) == plugins.ModeSelf {
 		n = 1
 	}
-	places, err := place(l.opts.Hosts, n)
+	places, err := place(l.opts.Hosts, idx, n)
 	if err != nil {
 		return fail(err)
 	}
@@ -275,8 +466,8 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 }
 
 // dial connects to h, bounded by ctx and Options.DialTimeout.
-func (l *Launcher) dial(ctx context.Context, h Host) (*gossh.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.DialTimeout)
+func (l *Launcher) dial(parent context.Context, h Host) (*gossh.Client, error) {
+	ctx, cancel := context.WithTimeout(parent, l.opts.DialTimeout)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", h.dialAddr())
@@ -295,6 +486,11 @@ func (l *Launcher) dial(ctx context.Context, h Host) (*gossh.Client, error) {
 			_ = c.Close()
 		}
 		_ = conn.Close()
+		if parent.Err() == nil {
+			// The TCP connection was made but the host did not finish the
+			// handshake in time: as good as unreachable.
+			return nil, fmt.Errorf("ssh %s: %w: handshake: %w", h.dialAddr(), ErrHostUnreachable, ctx.Err())
+		}
 		return nil, fmt.Errorf("ssh %s: %w", h.dialAddr(), ctx.Err())
 	}
 	if err != nil {

@@ -251,6 +251,9 @@ func (s *testSSHD) newLauncher(t *testing.T, hosts []Host, mod func(*Options)) *
 		Grace:             500 * time.Millisecond,
 		KeepaliveInterval: 300 * time.Millisecond,
 		KeepaliveTimeout:  time.Second,
+		// Both "hosts" are this machine: the daemon's socket is reachable
+		// as it is (the tests of forwarding turn it on).
+		NoTelemetryForward: true,
 	}
 	if mod != nil {
 		mod(&opts)
