@@ -77,6 +77,9 @@ UsePAM no
 AuthorizedKeysFile %[2]s/authorized_keys
 StrictModes no
 AcceptEnv SCAV_*
+# bash sources ~/.bashrc for commands run by sshd unless SHLVL says it is
+# not a top-level shell: keep this machine's login files out of the tests.
+SetEnv SHLVL=1
 MaxStartups 100:30:200
 MaxSessions 50
 `, s.port, dir)
