@@ -66,12 +66,15 @@ type topSource interface {
 	Ping(ctx context.Context) (daemon.Info, error)
 	Jobs(ctx context.Context) ([]daemon.Job, error)
 	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
+	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
 }
 
 // topSession holds top's state between frames.
 type topSession struct {
 	src      topSource
 	tr       *topTracker
+	nt       *nodeTracker
+	samples  chan telemetry.NodeSample // node samples followed live
 	jobs     []daemon.Job
 	m0       map[string]float64
 	node     string
@@ -81,7 +84,8 @@ type topSession struct {
 
 // top runs `scavctl top` until ctx is done or the user quits.
 func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
-	s := &topSession{src: c, tr: newTopTracker(), m0: map[string]float64{}, interval: o.interval}
+	s := &topSession{src: c, tr: newTopTracker(), nt: newNodeTracker(), samples: make(chan telemetry.NodeSample, 1024),
+		m0: map[string]float64{}, interval: o.interval}
 	if info, err := c.Ping(ctx); err == nil {
 		s.node = info.Node
 	}
@@ -108,9 +112,21 @@ func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
 		return err
 	}
 	s.history(ctx)
+	s.nodeHistory(ctx)
 	s.drain(recs)
 
 	tty := !o.once && isTerminal(a.stdout)
+	if !o.once {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.followNodes(ctx)
+		}()
+		defer wg.Wait()
+		defer cancel()
+	}
 	if !tty {
 		return s.plain(ctx, a.stdout, o.once, recs)
 	}
@@ -154,12 +170,47 @@ func (s *topSession) history(ctx context.Context) {
 	}
 }
 
-// drain takes the live records waiting in recs.
+// nodeHistory reads the newest node sample of each node and kind, for a
+// few seconds at most. A daemon that keeps no node samples leaves top
+// without nodes.
+func (s *topSession) nodeHistory(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = s.src.LatestNodeSamples(ctx, false, func(n telemetry.NodeSample) error {
+		s.nt.add(n)
+		return nil
+	})
+}
+
+// followNodes sends node samples to s.samples from the newest of each node
+// and kind on, until ctx is done; when top is behind it drops them (the next
+// ones replace them). Should the stream fail, it tries again every few
+// seconds.
+func (s *topSession) followNodes(ctx context.Context) {
+	for {
+		_ = s.src.LatestNodeSamples(ctx, true, func(n telemetry.NodeSample) error {
+			select {
+			case s.samples <- n:
+			default:
+			}
+			return nil
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// drain takes the live records waiting in recs, and the node samples.
 func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
 	for {
 		select {
 		case r := <-recs:
 			s.tr.add(r, s.m0[r.Job])
+		case n := <-s.samples:
+			s.nt.add(n)
 		default:
 			return
 		}
@@ -177,7 +228,7 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 }
 
 func (s *topSession) frame() topFrame {
-	f := buildFrame(s.jobs, s.tr, time.Now())
+	f := buildFrame(s.jobs, s.tr, buildNodes(s.nt), time.Now())
 	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
 	return f
 }
