@@ -196,3 +196,20 @@ func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(tel
 		return fn(s)
 	})
 }
+
+// NodeSamplesSince delivers every node's samples of kind (both kinds when
+// empty) taken since from, oldest first, and returns; see
+// telemetry.ReplaySince. Messages this build cannot decode are skipped.
+func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error {
+	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
+	if kind != "" {
+		subjects = []string{telemetry.NodeSubject("*", kind)}
+	}
+	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, func(m jetstream.Msg) error {
+		s, err := telemetry.DecodeNodeSample(m.Data())
+		if err != nil {
+			return nil
+		}
+		return fn(s)
+	})
+}

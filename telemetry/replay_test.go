@@ -58,6 +58,18 @@ func TestReplayLast(t *testing.T) {
 	if len(got) != 3 || !got["a-gpu-3"] || !got["a-host-2"] || !got["b-host-1"] {
 		t.Errorf("replayed %v: want the newest of each subject", got)
 	}
+	// Since a time: every message since, oldest first; none since now.
+	var since []string
+	if err := ReplaySince(ctx, js, NodeStream, []string{AllNodeHost}, time.Now().Add(-time.Minute), func(m jetstream.Msg) error {
+		since = append(since, string(m.Data()))
+		return nil
+	}); err != nil || len(since) != 3 || since[0] != "a-host-1" || since[2] != "a-host-2" {
+		t.Errorf("since a minute ago: %v, %v: want the 3 host samples in order", since, err)
+	}
+	n = 0
+	if err := ReplaySince(ctx, js, NodeStream, subjects, time.Now().Add(time.Minute), func(jetstream.Msg) error { n++; return nil }); err != nil || n != 0 {
+		t.Errorf("since a minute ahead: %d messages, %v", n, err)
+	}
 	// Following: the newest, then what comes next.
 	var seen []string
 	errDone := errors.New("done")

@@ -30,12 +30,28 @@ func newTopCmd(a *app) *cobra.Command {
 	var o topOptions
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Watch every job of a daemon live: state, configuration, speed, noise scale, time and cost left",
-		Long: `top shows the daemon's jobs, refreshed every --interval: each job's state (or
-its policy's phase while it runs), configuration (workers × global batch), last
-step, samples per second and median step time over the last steps, gradient
-noise scale, and the time left and cost at the finish its policy predicted
-(marked ~). Finished jobs follow the running ones.
+		Short: "Watch nodes, GPUs and jobs live: load, memory, GPU use; job speed, noise scale, time and cost left",
+		Long: `top shows the nodes, their GPUs and the daemon's jobs, refreshed every
+--interval.
+
+Nodes come from the samples node daemons publish (scav.node.<node>.gpu|host,
+every 5 s by default): the newest of each node at start, then each new one.
+A node's line shows its CPUs busy (percent of how many), one-minute load,
+memory used/total, network received/sent per second (from its last two
+samples), its GPUs ("no GPUs" without any) and the age of its newest sample
+("stale" past 30 s). A GPU's line shows node:index, name, utilisation, memory
+used/total, power, temperature and the jobs of the processes on it (+N pid:
+processes no job claims). When the screen is short the jobs come first: each
+node's GPUs collapse into one line (node:*, mean utilisation, memory and power
+summed, hottest temperature), then the GPU lines go and the nodes left out
+are counted.
+
+Each job's row shows its state (or its policy's phase while it runs),
+configuration (workers × global batch), last step, samples per second and
+median step time over the last steps, gradient noise scale, and the time left
+and cost at the finish its policy predicted (marked ~); at 92 columns or more,
+also the CPU cores and resident memory its processes use. Finished jobs follow
+the running ones.
 
 On a terminal it redraws in place within the terminal's size (80×24 is
 enough); q or Ctrl-C quits and gives the terminal back as it was. --once, or
@@ -67,6 +83,7 @@ type topSource interface {
 	Jobs(ctx context.Context) ([]daemon.Job, error)
 	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
 	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
+	NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error
 }
 
 // topSession holds top's state between frames.
@@ -170,16 +187,22 @@ func (s *topSession) history(ctx context.Context) {
 	}
 }
 
-// nodeHistory reads the newest node sample of each node and kind, for a
-// few seconds at most. A daemon that keeps no node samples leaves top
-// without nodes.
+// topRateHistory is how far back top reads host samples at start, so that
+// the first frame has network rates (two samples of each node).
+const topRateHistory = 15 * time.Second
+
+// nodeHistory reads the host samples of the last topRateHistory, then the
+// newest node sample of each node and kind, for a few seconds at most. A
+// daemon that keeps no node samples leaves top without nodes.
 func (s *topSession) nodeHistory(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_ = s.src.LatestNodeSamples(ctx, false, func(n telemetry.NodeSample) error {
+	add := func(n telemetry.NodeSample) error {
 		s.nt.add(n)
 		return nil
-	})
+	}
+	_ = s.src.NodeSamplesSince(ctx, telemetry.NodeHost, time.Now().Add(-topRateHistory), add)
+	_ = s.src.LatestNodeSamples(ctx, false, add)
 }
 
 // followNodes sends node samples to s.samples from the newest of each node
