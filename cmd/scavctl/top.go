@@ -251,7 +251,8 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 }
 
 func (s *topSession) frame() topFrame {
-	f := buildFrame(s.jobs, s.tr, buildNodes(s.nt), time.Now())
+	now := time.Now()
+	f := buildFrame(s.jobs, s.tr, buildNodes(s.nt, now), now)
 	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
 	return f
 }

@@ -79,8 +79,10 @@ func (n topNode) at() time.Time {
 	return n.GPUAt
 }
 
-// buildNodes returns the tracker's nodes, sorted by name. It is pure.
-func buildNodes(t *nodeTracker) []topNode {
+// buildNodes returns the tracker's nodes at now, sorted by name, the stale
+// ones (topStaleAfter) last: those are the ones left out when the screen is
+// short. It is pure.
+func buildNodes(t *nodeTracker, now time.Time) []topNode {
 	var out []topNode
 	for name, n := range t.nodes {
 		row := topNode{Name: name, RxBps: -1, TxBps: -1}
@@ -107,7 +109,13 @@ func buildNodes(t *nodeTracker) []topNode {
 		row.Error = strings.Join(errs, "; ")
 		out = append(out, row)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	stale := func(n topNode) bool { return now.Sub(n.at()) > topStaleAfter }
+	sort.Slice(out, func(a, b int) bool {
+		if sa, sb := stale(out[a]), stale(out[b]); sa != sb {
+			return sb
+		}
+		return out[a].Name < out[b].Name
+	})
 	return out
 }
 
@@ -217,7 +225,7 @@ func nodeSection(nodes []topNode, now time.Time, width, room int) []string {
 		lines = append(lines, tableLine(gpuCols, colNames(gpuCols)...))
 		for _, n := range nodes {
 			for _, g := range n.GPUs {
-				lines = append(lines, gpuLine(gpuCols, n.Name, g))
+				lines = append(lines, gpuLine(gpuCols, n.Name, g, now.Sub(n.at()) > topStaleAfter))
 			}
 		}
 	case collapsed <= room:
@@ -272,11 +280,15 @@ func nodeLine(cols []topCol, n topNode, now time.Time) string {
 	return tableLine(cols, n.Name, cpu, load, mem, net, gpus, age)
 }
 
-// gpuLine is one GPU's line.
-func gpuLine(cols []topCol, node string, g telemetry.GPUStat) string {
+// gpuLine is one GPU's line; the jobs of a stale reading are marked so.
+func gpuLine(cols []topCol, node string, g telemetry.GPUStat, stale bool) string {
+	jobs := gpuJobs(g.Processes)
+	if stale {
+		jobs = "(stale) " + jobs
+	}
 	return tableLine(cols, fmt.Sprintf("%s:%d", node, g.Index), shortGPUName(g.Name, cols[1].width),
 		ratioPct(g.Utilization), memPair(g.MemoryUsedBytes, g.MemoryTotalBytes),
-		watts(g.PowerWatts), celsius(g.TemperatureCelsius), gpuJobs(g.Processes))
+		watts(g.PowerWatts), celsius(g.TemperatureCelsius), jobs)
 }
 
 // gpuSummaryLine is the line of a node's GPUs collapsed: their count and

@@ -59,7 +59,7 @@ func nodesOf(samples ...telemetry.NodeSample) []topNode {
 	for _, s := range samples {
 		tr.add(s)
 	}
-	return buildNodes(tr)
+	return buildNodes(tr, topNow)
 }
 
 // withNodes is frame f with nodes, the jobs' CPU and memory taken from them.
@@ -134,7 +134,7 @@ func TestTopNodeTracker(t *testing.T) {
 	tr.add(hostAt("a", 5*time.Second, 6000, 1500))
 	tr.add(hostAt("a", 20*time.Second, 0, 0)) // replayed: older than the newest
 	tr.add(gpuAt("a", 5*time.Second, nil))
-	nodes := buildNodes(tr)
+	nodes := buildNodes(tr, topNow)
 	if len(nodes) != 1 {
 		t.Fatalf("%d nodes, want 1", len(nodes))
 	}
@@ -147,7 +147,7 @@ func TestTopNodeTracker(t *testing.T) {
 	}
 	// A counter going back (a reboot) gives no rate.
 	tr.add(hostAt("a", time.Second, 10, 10))
-	if n := buildNodes(tr)[0]; n.RxBps >= 0 {
+	if n := buildNodes(tr, topNow)[0]; n.RxBps >= 0 {
 		t.Errorf("rate %v after the counters went back: want unknown", n.RxBps)
 	}
 }
