@@ -16,7 +16,8 @@ import (
 // rows, and nodeSection lays them out within the lines renderTop gives it.
 
 // topStaleAfter is the age past which a node's newest sample is marked stale
-// (a daemon samples every 5 s by default).
+// (a daemon samples every 5 s by default), unless the node samples so seldom
+// that three of its periods are longer.
 const topStaleAfter = 30 * time.Second
 
 // nodeTracker keeps the newest GPU and host samples of each node, and the
@@ -67,8 +68,16 @@ type topNode struct {
 	GPUSeen bool
 	GPUs    []telemetry.GPUStat
 	GPUAt   time.Time
+	// Period is the time between the two newest host readings (0 before two).
+	Period time.Duration
 	// Error joins the newest samples' errors.
 	Error string
+}
+
+// stale reports whether the node's newest sample is older, at now, than
+// topStaleAfter or three of its sampling periods, whichever is longer.
+func (n topNode) stale(now time.Time) bool {
+	return now.Sub(n.at()) > max(topStaleAfter, 3*n.Period)
 }
 
 // at is when the node last sampled (zero before any sample).
@@ -80,7 +89,7 @@ func (n topNode) at() time.Time {
 }
 
 // buildNodes returns the tracker's nodes at now, sorted by name, the stale
-// ones (topStaleAfter) last: those are the ones left out when the screen is
+// ones (topNode.stale) last: those are the ones left out when the screen is
 // short. It is pure.
 func buildNodes(t *nodeTracker, now time.Time) []topNode {
 	var out []topNode
@@ -90,7 +99,8 @@ func buildNodes(t *nodeTracker, now time.Time) []topNode {
 		if h := n.host; h != nil {
 			row.Host, row.HostAt = h.Host, h.Time
 			if p := n.prevHost; p != nil {
-				if dt := h.Time.Sub(p.Time).Seconds(); dt > 0 &&
+				row.Period = h.Time.Sub(p.Time)
+				if dt := row.Period.Seconds(); dt > 0 &&
 					h.Host.NetReceivedBytes >= p.Host.NetReceivedBytes && h.Host.NetSentBytes >= p.Host.NetSentBytes {
 					row.RxBps = float64(h.Host.NetReceivedBytes-p.Host.NetReceivedBytes) / dt
 					row.TxBps = float64(h.Host.NetSentBytes-p.Host.NetSentBytes) / dt
@@ -109,9 +119,8 @@ func buildNodes(t *nodeTracker, now time.Time) []topNode {
 		row.Error = strings.Join(errs, "; ")
 		out = append(out, row)
 	}
-	stale := func(n topNode) bool { return now.Sub(n.at()) > topStaleAfter }
 	sort.Slice(out, func(a, b int) bool {
-		if sa, sb := stale(out[a]), stale(out[b]); sa != sb {
+		if sa, sb := out[a].stale(now), out[b].stale(now); sa != sb {
 			return sb
 		}
 		return out[a].Name < out[b].Name
@@ -225,7 +234,7 @@ func nodeSection(nodes []topNode, now time.Time, width, room int) []string {
 		lines = append(lines, tableLine(gpuCols, colNames(gpuCols)...))
 		for _, n := range nodes {
 			for _, g := range n.GPUs {
-				lines = append(lines, gpuLine(gpuCols, n.Name, g, now.Sub(n.at()) > topStaleAfter))
+				lines = append(lines, gpuLine(gpuCols, n.Name, g, n.stale(now)))
 			}
 		}
 	case collapsed <= room:
@@ -273,7 +282,7 @@ func nodeLine(cols []topCol, n topNode, now time.Time) string {
 	if at := n.at(); !at.IsZero() {
 		d := max(0, now.Sub(at))
 		age = ageText(d)
-		if d > topStaleAfter {
+		if n.stale(now) {
 			age = "stale " + age
 		}
 	}

@@ -186,3 +186,67 @@ func TestTopNodeFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestTopNodeStale(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		samples []telemetry.NodeSample
+		want    bool
+	}{
+		{"fresh", []telemetry.NodeSample{hostAt("a", 5*time.Second, 0, 0)}, false},
+		{"past 30 s", []telemetry.NodeSample{hostAt("a", 31*time.Second, 0, 0)}, true},
+		// A node sampling every minute is not stale 50 s after its last sample.
+		{"slow sampler", []telemetry.NodeSample{hostAt("a", 110*time.Second, 0, 0), hostAt("a", 50*time.Second, 0, 0)}, false},
+		{"slow sampler gone", []telemetry.NodeSample{hostAt("a", 250*time.Second, 0, 0), hostAt("a", 190*time.Second, 0, 0)}, true},
+	} {
+		if got := nodesOf(c.samples...)[0].stale(topNow); got != c.want {
+			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestTopNodesFitAnyHeight lays frames with nodes out at every height from 3
+// to 40 lines: each fits, keeps the jobs' header from 6 lines on, and counts
+// what it leaves out.
+func TestTopNodesFitAnyHeight(t *testing.T) {
+	h100 := recordedGPUs(t, "h100x8+h100x8_apps", "resnet50-imagenet-4f9a2c")
+	var samples []telemetry.NodeSample
+	for i := 0; i < 5; i++ {
+		node := fmt.Sprintf("gpu-node-%02d", i)
+		samples = append(samples, hostAt(node, 2*time.Second, 0, 0), gpuAt(node, 2*time.Second, h100))
+	}
+	for _, jobs := range []int{0, 4, 40} {
+		for nodes := 1; nodes <= 5; nodes += 4 {
+			f := withNodes(topFixture(jobs), nodesOf(samples[:2*nodes]...))
+			for h := 3; h <= 40; h++ {
+				lines := renderTop(f, 80, h)
+				checkFrame(t, lines, 80, h)
+				text := strings.Join(lines, "\n")
+				if h >= 6 && !strings.Contains(text, "\nJOB ") {
+					t.Errorf("%d jobs, %d nodes, height %d: no jobs' header:\n%s", jobs, nodes, h, text)
+				}
+				shownNodes := 0
+				for _, l := range lines {
+					if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "gpu-node-") && !strings.Contains(f[0], ":") {
+						shownNodes++
+					}
+				}
+				if shownNodes == 0 && !strings.Contains(lines[0], fmt.Sprintf(", %d node(s)", nodes)) {
+					t.Errorf("%d jobs, %d nodes, height %d: no node line and no count in the title:\n%s", jobs, nodes, h, text)
+				}
+				if shownNodes > 0 && shownNodes < nodes && !strings.Contains(text, "more node(s)") {
+					t.Errorf("%d jobs, %d nodes, height %d: %d node lines and no count of the rest:\n%s", jobs, nodes, h, shownNodes, text)
+				}
+				shownJobs := 0
+				for _, r := range f.Jobs {
+					if strings.Contains(text, "\n"+clip(r.ID, 15)) {
+						shownJobs++
+					}
+				}
+				if h >= 6 && shownJobs < len(f.Jobs) && !strings.Contains(text, "more job(s)") {
+					t.Errorf("%d jobs, %d nodes, height %d: %d job rows and no count of the rest:\n%s", jobs, nodes, h, shownJobs, text)
+				}
+			}
+		}
+	}
+}

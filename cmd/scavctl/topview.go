@@ -255,6 +255,9 @@ func renderTop(f topFrame, width, height int) []string {
 		}
 	}
 	title := fmt.Sprintf("scavenger top - %d job(s), %d active", len(f.Jobs), active)
+	if len(f.Nodes) > 0 {
+		title += fmt.Sprintf(", %d node(s)", len(f.Nodes))
+	}
 	if f.Node != "" {
 		title += ", node " + f.Node
 	}
@@ -265,10 +268,15 @@ func renderTop(f topFrame, width, height int) []string {
 	nodeRoom := -1
 	if height > 0 {
 		// The jobs first: the nodes get what the jobs leave, but at least
-		// their collapsed lines up to a third of the screen.
+		// their collapsed lines up to a third of the screen, unless that
+		// leaves the jobs fewer than 3 lines.
 		body := height - 2
 		jobsWant := 1 + max(1, len(f.Jobs))
-		nodeRoom = max(body-jobsWant, min(collapsedSize(f.Nodes), max(2, body/3)))
+		reserve := min(collapsedSize(f.Nodes), max(2, body/3))
+		if body-reserve < 3 {
+			reserve = 0 // too short: the title counts the nodes
+		}
+		nodeRoom = max(body-jobsWant, reserve)
 	}
 	lines = append(lines, nodeSection(f.Nodes, f.Now, width, nodeRoom)...)
 	lines = append(lines, tableLine(cols, colNames(cols)...))
