@@ -39,12 +39,13 @@ every 5 s by default): the newest of each node at start, then each new one.
 A node's line shows its CPUs busy (percent of how many), one-minute load,
 memory used/total, network received/sent per second (from its last two
 samples), its GPUs ("no GPUs" without any) and the age of its newest sample
-("stale" past 30 s). A GPU's line shows node:index, name, utilisation, memory
+("stale" past 30 s, or three of its sampling periods if longer; stale nodes
+come last). A GPU's line shows node:index, name, utilisation, memory
 used/total, power, temperature and the jobs of the processes on it (+N pid:
 processes no job claims). When the screen is short the jobs come first: each
 node's GPUs collapse into one line (node:*, mean utilisation, memory and power
 summed, hottest temperature), then the GPU lines go and the nodes left out
-are counted.
+are counted; the title counts every node.
 
 Each job's row shows its state (or its policy's phase while it runs),
 configuration (workers × global batch), last step, samples per second and
