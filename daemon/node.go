@@ -182,3 +182,34 @@ func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool
 		return fn(s)
 	})
 }
+
+// LatestNodeSamples delivers the newest node sample of each node and kind,
+// then, with follow, every new one until ctx is done or fn fails; see
+// telemetry.ReplayLast. Messages this build cannot decode are skipped.
+func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error {
+	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
+	return telemetry.ReplayLast(ctx, c.JS, telemetry.NodeStream, subjects, follow, func(m jetstream.Msg) error {
+		s, err := telemetry.DecodeNodeSample(m.Data())
+		if err != nil {
+			return nil
+		}
+		return fn(s)
+	})
+}
+
+// NodeSamplesSince delivers every node's samples of kind (both kinds when
+// empty) taken since from, oldest first, and returns; see
+// telemetry.ReplaySince. Messages this build cannot decode are skipped.
+func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error {
+	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
+	if kind != "" {
+		subjects = []string{telemetry.NodeSubject("*", kind)}
+	}
+	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, func(m jetstream.Msg) error {
+		s, err := telemetry.DecodeNodeSample(m.Data())
+		if err != nil {
+			return nil
+		}
+		return fn(s)
+	})
+}

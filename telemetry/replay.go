@@ -104,3 +104,105 @@ func Drain(nc *nats.Conn, sub *nats.Subscription) {
 		}
 	}
 }
+
+// ReplayLast delivers the newest message of each subject of stream matching
+// subjects (which may hold wildcards: the newest per matching subject), then,
+// with follow, every new message until ctx is done or fn fails. Without
+// follow it returns once the newest messages have been delivered. A stream
+// with no matching message is not an error.
+func ReplayLast(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, follow bool, fn func(jetstream.Msg) error) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", stream, err)
+	}
+	found := false
+	for _, subj := range subjects {
+		_, err := s.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return fmt.Errorf("read last message of %s: %w", subj, err)
+		default:
+			found = true
+		}
+	}
+	if !found && !follow {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+	if err != nil {
+		return fmt.Errorf("consume newest of %s: %w", stream, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return fmt.Errorf("consume newest of %s: %w", stream, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("consume newest of %s: %w", stream, err)
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		if !follow {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("read metadata from %s: %w", stream, err)
+			}
+			if md.NumPending == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// ReplaySince delivers the messages of stream on subjects taken since from
+// (by the time the stream stored them), oldest first, and returns once the
+// messages that existed when it started have been delivered.
+func ReplaySince(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, from time.Time, fn func(jetstream.Msg) error) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", stream, err)
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from})
+	if err != nil {
+		return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
+	}
+	if info := c.CachedInfo(); info == nil || info.NumPending == 0 {
+		return nil
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read metadata from %s: %w", stream, err)
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}

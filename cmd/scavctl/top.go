@@ -30,12 +30,29 @@ func newTopCmd(a *app) *cobra.Command {
 	var o topOptions
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Watch every job of a daemon live: state, configuration, speed, noise scale, time and cost left",
-		Long: `top shows the daemon's jobs, refreshed every --interval: each job's state (or
-its policy's phase while it runs), configuration (workers × global batch), last
-step, samples per second and median step time over the last steps, gradient
-noise scale, and the time left and cost at the finish its policy predicted
-(marked ~). Finished jobs follow the running ones.
+		Short: "Watch nodes, GPUs and jobs live: load, memory, GPU use; job speed, noise scale, time and cost left",
+		Long: `top shows the nodes, their GPUs and the daemon's jobs, refreshed every
+--interval.
+
+Nodes come from the samples node daemons publish (scav.node.<node>.gpu|host,
+every 5 s by default): the newest of each node at start, then each new one.
+A node's line shows its CPUs busy (percent of how many), one-minute load,
+memory used/total, network received/sent per second (from its last two
+samples), its GPUs ("no GPUs" without any) and the age of its newest sample
+("stale" past 30 s, or three of its sampling periods if longer; stale nodes
+come last). A GPU's line shows node:index, name, utilisation, memory
+used/total, power, temperature and the jobs of the processes on it (+N pid:
+processes no job claims). When the screen is short the jobs come first: each
+node's GPUs collapse into one line (node:*, mean utilisation, memory and power
+summed, hottest temperature), then the GPU lines go and the nodes left out
+are counted; the title counts every node.
+
+Each job's row shows its state (or its policy's phase while it runs),
+configuration (workers × global batch), last step, samples per second and
+median step time over the last steps, gradient noise scale, and the time left
+and cost at the finish its policy predicted (marked ~); at 92 columns or more,
+also the CPU cores and resident memory its processes use. Finished jobs follow
+the running ones.
 
 On a terminal it redraws in place within the terminal's size (80×24 is
 enough); q or Ctrl-C quits and gives the terminal back as it was. --once, or
@@ -66,12 +83,16 @@ type topSource interface {
 	Ping(ctx context.Context) (daemon.Info, error)
 	Jobs(ctx context.Context) ([]daemon.Job, error)
 	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
+	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
+	NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error
 }
 
 // topSession holds top's state between frames.
 type topSession struct {
 	src      topSource
 	tr       *topTracker
+	nt       *nodeTracker
+	samples  chan telemetry.NodeSample // node samples followed live
 	jobs     []daemon.Job
 	m0       map[string]float64
 	node     string
@@ -81,7 +102,8 @@ type topSession struct {
 
 // top runs `scavctl top` until ctx is done or the user quits.
 func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
-	s := &topSession{src: c, tr: newTopTracker(), m0: map[string]float64{}, interval: o.interval}
+	s := &topSession{src: c, tr: newTopTracker(), nt: newNodeTracker(), samples: make(chan telemetry.NodeSample, 1024),
+		m0: map[string]float64{}, interval: o.interval}
 	if info, err := c.Ping(ctx); err == nil {
 		s.node = info.Node
 	}
@@ -108,9 +130,21 @@ func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
 		return err
 	}
 	s.history(ctx)
+	s.nodeHistory(ctx)
 	s.drain(recs)
 
 	tty := !o.once && isTerminal(a.stdout)
+	if !o.once {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.followNodes(ctx)
+		}()
+		defer wg.Wait()
+		defer cancel()
+	}
 	if !tty {
 		return s.plain(ctx, a.stdout, o.once, recs)
 	}
@@ -154,12 +188,53 @@ func (s *topSession) history(ctx context.Context) {
 	}
 }
 
-// drain takes the live records waiting in recs.
+// topRateHistory is how far back top reads host samples at start, so that
+// the first frame has network rates (two samples of each node).
+const topRateHistory = 15 * time.Second
+
+// nodeHistory reads the host samples of the last topRateHistory, then the
+// newest node sample of each node and kind, for a few seconds at most. A
+// daemon that keeps no node samples leaves top without nodes.
+func (s *topSession) nodeHistory(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	add := func(n telemetry.NodeSample) error {
+		s.nt.add(n)
+		return nil
+	}
+	_ = s.src.NodeSamplesSince(ctx, telemetry.NodeHost, time.Now().Add(-topRateHistory), add)
+	_ = s.src.LatestNodeSamples(ctx, false, add)
+}
+
+// followNodes sends node samples to s.samples from the newest of each node
+// and kind on, until ctx is done; when top is behind it drops them (the next
+// ones replace them). Should the stream fail, it tries again every few
+// seconds.
+func (s *topSession) followNodes(ctx context.Context) {
+	for {
+		_ = s.src.LatestNodeSamples(ctx, true, func(n telemetry.NodeSample) error {
+			select {
+			case s.samples <- n:
+			default:
+			}
+			return nil
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// drain takes the live records waiting in recs, and the node samples.
 func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
 	for {
 		select {
 		case r := <-recs:
 			s.tr.add(r, s.m0[r.Job])
+		case n := <-s.samples:
+			s.nt.add(n)
 		default:
 			return
 		}
@@ -177,7 +252,8 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 }
 
 func (s *topSession) frame() topFrame {
-	f := buildFrame(s.jobs, s.tr, time.Now())
+	now := time.Now()
+	f := buildFrame(s.jobs, s.tr, buildNodes(s.nt, now), now)
 	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
 	return f
 }

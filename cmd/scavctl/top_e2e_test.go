@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // tmuxServer is a tmux server of its own (its own socket), killed at cleanup.
@@ -87,19 +89,13 @@ func TestTopUnderTmuxShowsARunningJob(t *testing.T) {
 	// (a dead pane reports no cursor); the tmux server's cleanup ends it.
 	shell := fmt.Sprintf("%s --state-dir %s top --interval 300ms; echo $? > %s; sleep 120", scavctlBin, state, exitFile)
 	tm.must("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", "sh", "-c", shell)
+	node := thisNode(t)
 	screen := tm.waitPane("top", 30*time.Second, func(s string) bool {
-		for _, l := range strings.Split(s, "\n") {
-			f := strings.Fields(l)
-			// The job's row, with its configuration and a step.
-			if len(f) >= 4 && f[0] == id && f[2] == "2x64" && f[3] != "-" {
-				return true
-			}
-		}
-		return false
+		return jobRowShown(s, id) && nodeLineShown(s, node)
 	})
 	lines := strings.Split(strings.TrimRight(screen, "\n"), "\n")
-	if len(lines) > 24 || !strings.HasPrefix(lines[0], "scavenger top") || !strings.HasPrefix(lines[1], "JOB") {
-		t.Errorf("the frame is not a title, a header and rows within 24 lines:\n%s", screen)
+	if len(lines) > 24 || !strings.HasPrefix(lines[0], "scavenger top") || !strings.HasPrefix(lines[1], "NODE") {
+		t.Errorf("the frame is not a title, the nodes and the jobs within 24 lines:\n%s", screen)
 	}
 	for i, l := range lines {
 		if len([]rune(l)) > 80 {
@@ -134,14 +130,50 @@ func TestTopUnderTmuxShowsARunningJob(t *testing.T) {
 
 	// --once prints one plain frame with the job's row.
 	out, e, rc := scavctl(t, state, "top", "--once")
-	if rc != 0 || !strings.Contains(out, id) || strings.Contains(out, "\x1b") {
-		t.Errorf("top --once: exit %d, want a plain frame with %s:\n%s%s", rc, id, out, e)
+	if rc != 0 || !strings.Contains(out, id) || !nodeLineShown(out, node) || strings.Contains(out, "\x1b") {
+		t.Errorf("top --once: exit %d, want a plain frame with %s and node %s:\n%s%s", rc, id, node, out, e)
 	}
 
 	if err := run.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	_ = run.Wait()
+}
+
+// thisNode is the name this machine's daemon samples the node under, as
+// top's node column shows it at 80 columns.
+func thisNode(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clip(telemetry.SubjectNode(h), 22)
+}
+
+// jobRowShown reports whether screen shows job id's row, with its
+// configuration (2x64) and a step.
+func jobRowShown(screen, id string) bool {
+	for _, l := range strings.Split(screen, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 4 && f[0] == id && f[2] == "2x64" && f[3] != "-" {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeLineShown reports whether screen shows node's line from a host and a
+// GPU sample: CPU busy of its CPUs, memory, and its GPUs or "no GPUs".
+func nodeLineShown(screen, node string) bool {
+	for _, l := range strings.Split(screen, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 6 && f[0] == node && strings.Contains(f[1], "%/") && strings.Contains(f[3], "/") &&
+			(strings.Contains(l, " no GPUs ") || strings.Contains(l, " GPU")) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestReportFormatsOnARealOptimisedJob(t *testing.T) {

@@ -52,22 +52,28 @@ func TestTopRenderGolden(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lines := renderTop(c.f, c.width, c.height)
-			if len(lines) > c.height {
-				t.Errorf("%d lines for a height of %d", len(lines), c.height)
-			}
-			for i, l := range lines {
-				if n := utf8.RuneCountInString(l); n > c.width {
-					t.Errorf("line %d has %d characters for a width of %d: %q", i, n, c.width, l)
-				}
-				for _, r := range l {
-					if r < ' ' || r > '~' {
-						t.Errorf("line %d has %q: top writes ASCII only", i, r)
-						break
-					}
-				}
-			}
+			checkFrame(t, lines, c.width, c.height)
 			golden(t, filepath.Join("testdata", "top-"+c.name+".txt"), strings.Join(lines, "\n")+"\n")
 		})
+	}
+}
+
+// checkFrame checks that lines fit width×height and are printable ASCII.
+func checkFrame(t *testing.T, lines []string, width, height int) {
+	t.Helper()
+	if len(lines) > height {
+		t.Errorf("%d lines for a height of %d", len(lines), height)
+	}
+	for i, l := range lines {
+		if n := utf8.RuneCountInString(l); n > width {
+			t.Errorf("line %d has %d characters for a width of %d: %q", i, n, width, l)
+		}
+		for _, r := range l {
+			if r < ' ' || r > '~' {
+				t.Errorf("line %d has %q: top writes ASCII only", i, r)
+				break
+			}
+		}
 	}
 }
 
@@ -144,7 +150,7 @@ func TestTopBuildFrame(t *testing.T) {
 			}},
 		{ID: "run-a", State: daemon.StateStarting, Created: topNow.Add(-2 * time.Minute), Config: plugins.Config{Workers: 4, GlobalBatch: 64}},
 	}
-	f := buildFrame(jobs, newTopTracker(), topNow)
+	f := buildFrame(jobs, newTopTracker(), nil, topNow)
 	var order []string
 	for _, r := range f.Jobs {
 		order = append(order, r.ID)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -122,16 +121,16 @@ func (j *jobTrack) noise() float64 {
 	return v
 }
 
-// topFrame is one screen of `scavctl top`. Node and GPU rows (the samples
-// on scav.node.<node>.gpu|host) can join it as another section: a slice
-// here, filled by the session from a subscription, and a block that
-// renderTop lays out above the jobs within the same height budget.
+// topFrame is one screen of `scavctl top`: the nodes (from the samples on
+// scav.node.<node>.gpu|host) above the jobs.
 type topFrame struct {
 	// Now is the time of the frame; Node the daemon's node; Interval the refresh.
 	Now      time.Time
 	Node     string
 	Interval time.Duration
-	Jobs     []topRow
+	// Nodes are the nodes that sampled, by name; none when no sample came.
+	Nodes []topNode
+	Jobs  []topRow
 	// Note is a line at the bottom (an error fetching, say); empty: the key help.
 	Note string
 }
@@ -151,12 +150,18 @@ type topRow struct {
 	LeftS     float64
 	CostUSD   float64
 	Predicted bool
+	// CPUCores and RSSBytes are what the job's processes use on the nodes,
+	// from the newest host samples (CPUCores nil when unknown).
+	CPUCores *float64
+	RSSBytes uint64
 }
 
-// buildFrame joins job records with the tracker's figures: the active jobs
-// first, oldest first, then the finished ones, newest first. It is pure.
-func buildFrame(jobs []daemon.Job, tr *topTracker, now time.Time) topFrame {
-	f := topFrame{Now: now}
+// buildFrame joins job records with the tracker's figures and the nodes'
+// per-job usage: the active jobs first, oldest first, then the finished
+// ones, newest first. It is pure.
+func buildFrame(jobs []daemon.Job, tr *topTracker, nodes []topNode, now time.Time) topFrame {
+	f := topFrame{Now: now, Nodes: nodes}
+	usage := jobUsage(nodes)
 	for _, j := range jobs {
 		row := topRow{ID: j.ID, State: string(j.State), Active: !j.State.Done(), Workers: j.Config.Workers, Batch: j.Config.GlobalBatch}
 		if row.Active && j.State == daemon.StateRunning && j.Phase != "" {
@@ -170,6 +175,9 @@ func buildFrame(jobs []daemon.Job, tr *topTracker, now time.Time) topFrame {
 		}
 		for _, at := range j.Attempts {
 			row.Step = max(row.Step, at.LastStep)
+		}
+		if u, ok := usage[j.ID]; ok && row.Active {
+			row.CPUCores, row.RSSBytes = u.CPUCores, u.RSSBytes
 		}
 		price := j.Optimize.PriceUSDPerHour
 		if price == 0 {
@@ -220,36 +228,25 @@ func buildFrame(jobs []daemon.Job, tr *topTracker, now time.Time) topFrame {
 }
 
 // renderTop lays frame f out as at most height lines of at most width
-// characters: a title, a header, one row per job (the rest counted on the
-// last row when they do not fit) and a help line. It is pure.
+// characters: a title; the nodes and their GPUs (nodeSection), in the lines
+// the jobs leave, though at least a few; a header and one row per job (the
+// rest counted on the last row when they do not fit); and a help line. A
+// height of 0 or less lays everything out. It is pure.
 func renderTop(f topFrame, width, height int) []string {
 	if width < 20 {
 		width = 20
 	}
-	idW := min(max(width-65, 10), 40)
-	cols := []struct {
-		name  string
-		width int
-		left  bool
-	}{
+	extra := 0 // the jobs' CPU and RSS columns, when there is room for them
+	if width >= 92 {
+		extra = 13
+	}
+	idW := min(max(width-65-extra, 10), 40)
+	cols := []topCol{
 		{"JOB", idW, true}, {"STATE", 9, true}, {"KxBATCH", 8, false}, {"STEP", 7, false},
 		{"SMP/S", 7, false}, {"STEP_T", 7, false}, {"GNS", 6, false}, {"LEFT", 6, false}, {"COST", 7, false},
 	}
-	line := func(cells ...string) string {
-		var b strings.Builder
-		for i, c := range cols {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			v := clip(cells[i], c.width)
-			pad := strings.Repeat(" ", c.width-utf8.RuneCountInString(v))
-			if c.left {
-				b.WriteString(v + pad)
-			} else {
-				b.WriteString(pad + v)
-			}
-		}
-		return strings.TrimRight(b.String(), " ")
+	if extra > 0 {
+		cols = append(cols, topCol{"CPU", 5, false}, topCol{"RSS", 6, false})
 	}
 	active := 0
 	for _, r := range f.Jobs {
@@ -258,17 +255,31 @@ func renderTop(f topFrame, width, height int) []string {
 		}
 	}
 	title := fmt.Sprintf("scavenger top - %d job(s), %d active", len(f.Jobs), active)
+	if len(f.Nodes) > 0 {
+		title += fmt.Sprintf(", %d node(s)", len(f.Nodes))
+	}
 	if f.Node != "" {
 		title += ", node " + f.Node
 	}
 	if !f.Now.IsZero() {
 		title += " - " + f.Now.Format(time.TimeOnly)
 	}
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.name
+	lines := []string{title}
+	nodeRoom := -1
+	if height > 0 {
+		// The jobs first: the nodes get what the jobs leave, but at least
+		// their collapsed lines up to a third of the screen, unless that
+		// leaves the jobs fewer than 3 lines.
+		body := height - 2
+		jobsWant := 1 + max(1, len(f.Jobs))
+		reserve := min(collapsedSize(f.Nodes), max(2, body/3))
+		if body-reserve < 3 {
+			reserve = 0 // too short: the title counts the nodes
+		}
+		nodeRoom = max(body-jobsWant, reserve)
 	}
-	lines := []string{title, line(names...)}
+	lines = append(lines, nodeSection(f.Nodes, f.Now, width, nodeRoom)...)
+	lines = append(lines, tableLine(cols, colNames(cols)...))
 	foot := f.Note
 	if foot == "" {
 		foot = "q quit"
@@ -289,8 +300,16 @@ func renderTop(f topFrame, width, height int) []string {
 			lines = append(lines, fmt.Sprintf("... %d more job(s)", len(f.Jobs)-i))
 			break
 		}
-		lines = append(lines, line(r.ID, r.State, configText(r.Workers, r.Batch), stepText(r.Step),
-			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r), costText(r)))
+		cells := []string{r.ID, r.State, configText(r.Workers, r.Batch), stepText(r.Step),
+			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r), costText(r)}
+		if extra > 0 {
+			rss := "-"
+			if r.RSSBytes > 0 {
+				rss = bytesShort(float64(r.RSSBytes))
+			}
+			cells = append(cells, coresText(r.CPUCores), rss)
+		}
+		lines = append(lines, tableLine(cols, cells...))
 	}
 	if len(f.Jobs) == 0 && (height <= 0 || len(lines) < height-1) {
 		lines = append(lines, "no jobs")

@@ -1,0 +1,505 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// This file holds the node and GPU rows of `scavctl top`, as pure values and
+// functions like topview.go: the node tracker keeps the newest samples of
+// each node (those on scav.node.<node>.gpu|host), buildNodes turns them into
+// rows, and nodeSection lays them out within the lines renderTop gives it.
+
+// topStaleAfter is the age past which a node's newest sample is marked stale
+// (a daemon samples every 5 s by default), unless the node samples so seldom
+// that three of its periods are longer.
+const topStaleAfter = 30 * time.Second
+
+// nodeTracker keeps the newest GPU and host samples of each node, and the
+// host sample before the newest (for network rates). It keeps no clock.
+type nodeTracker struct {
+	nodes map[string]*nodeTrack
+}
+
+type nodeTrack struct {
+	host, prevHost, gpu *telemetry.NodeSample
+}
+
+func newNodeTracker() *nodeTracker { return &nodeTracker{nodes: map[string]*nodeTrack{}} }
+
+// add takes one sample; a sample no newer than the one held of its node and
+// kind (a replayed one) is ignored.
+func (t *nodeTracker) add(s telemetry.NodeSample) {
+	n := t.nodes[s.Node]
+	if n == nil {
+		n = &nodeTrack{}
+		t.nodes[s.Node] = n
+	}
+	switch s.Kind {
+	case telemetry.NodeHost:
+		if s.Host == nil || (n.host != nil && !s.Time.After(n.host.Time)) {
+			return
+		}
+		n.prevHost, n.host = n.host, &s
+	case telemetry.NodeGPU:
+		if n.gpu != nil && !s.Time.After(n.gpu.Time) {
+			return
+		}
+		n.gpu = &s
+	}
+}
+
+// topNode is what top shows of one node.
+type topNode struct {
+	Name string
+	// Host is the newest host reading (nil before one), taken at HostAt.
+	Host   *telemetry.HostStat
+	HostAt time.Time
+	// RxBps and TxBps are the network rates, in bytes per second, between
+	// the two newest host readings; negative when unknown.
+	RxBps, TxBps float64
+	// GPUSeen says a GPU sample was received: GPUs (none on a node without
+	// GPUs), taken at GPUAt.
+	GPUSeen bool
+	GPUs    []telemetry.GPUStat
+	GPUAt   time.Time
+	// Period is the time between the two newest host readings (0 before two).
+	Period time.Duration
+	// Error joins the newest samples' errors.
+	Error string
+}
+
+// stale reports whether the node's newest sample is older, at now, than
+// topStaleAfter or three of its sampling periods, whichever is longer.
+func (n topNode) stale(now time.Time) bool {
+	return now.Sub(n.at()) > max(topStaleAfter, 3*n.Period)
+}
+
+// at is when the node last sampled (zero before any sample).
+func (n topNode) at() time.Time {
+	if n.HostAt.After(n.GPUAt) {
+		return n.HostAt
+	}
+	return n.GPUAt
+}
+
+// buildNodes returns the tracker's nodes at now, sorted by name, the stale
+// ones (topNode.stale) last: those are the ones left out when the screen is
+// short. It is pure.
+func buildNodes(t *nodeTracker, now time.Time) []topNode {
+	var out []topNode
+	for name, n := range t.nodes {
+		row := topNode{Name: name, RxBps: -1, TxBps: -1}
+		var errs []string
+		if h := n.host; h != nil {
+			row.Host, row.HostAt = h.Host, h.Time
+			if p := n.prevHost; p != nil {
+				row.Period = h.Time.Sub(p.Time)
+				if dt := row.Period.Seconds(); dt > 0 &&
+					h.Host.NetReceivedBytes >= p.Host.NetReceivedBytes && h.Host.NetSentBytes >= p.Host.NetSentBytes {
+					row.RxBps = float64(h.Host.NetReceivedBytes-p.Host.NetReceivedBytes) / dt
+					row.TxBps = float64(h.Host.NetSentBytes-p.Host.NetSentBytes) / dt
+				}
+			}
+			if h.Error != "" {
+				errs = append(errs, "host: "+h.Error)
+			}
+		}
+		if g := n.gpu; g != nil {
+			row.GPUSeen, row.GPUs, row.GPUAt = true, g.GPUs, g.Time
+			if g.Error != "" {
+				errs = append(errs, "gpu: "+g.Error)
+			}
+		}
+		row.Error = strings.Join(errs, "; ")
+		out = append(out, row)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if sa, sb := out[a].stale(now), out[b].stale(now); sa != sb {
+			return sb
+		}
+		return out[a].Name < out[b].Name
+	})
+	return out
+}
+
+// jobUsage sums, per job, the CPU cores and resident memory the newest host
+// samples of every node attribute to it.
+func jobUsage(nodes []topNode) map[string]telemetry.JobUsage {
+	out := map[string]telemetry.JobUsage{}
+	for _, n := range nodes {
+		if n.Host == nil {
+			continue
+		}
+		for _, j := range n.Host.Jobs {
+			u := out[j.Job]
+			u.Job = j.Job
+			u.RSSBytes += j.RSSBytes
+			if j.CPUCores != nil {
+				c := *j.CPUCores
+				if u.CPUCores != nil {
+					c += *u.CPUCores
+				}
+				u.CPUCores = &c
+			}
+			out[j.Job] = u
+		}
+	}
+	return out
+}
+
+// topCol is a column of one of top's tables.
+type topCol struct {
+	name  string
+	width int
+	left  bool
+}
+
+// tableLine lays cells out in cols, clipped and padded, trailing blanks cut.
+func tableLine(cols []topCol, cells ...string) string {
+	var b strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		v := clip(cells[i], c.width)
+		pad := strings.Repeat(" ", c.width-len([]rune(v)))
+		if c.left {
+			b.WriteString(v + pad)
+		} else {
+			b.WriteString(pad + v)
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+func colNames(cols []topCol) []string {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+	}
+	return names
+}
+
+// nodeSection lays the nodes out in at most room lines (any number when
+// room < 0), width characters wide: a header and a line per node, then a
+// header and a line per GPU. When the GPUs do not fit, each node's GPUs
+// collapse into one line; when the nodes do not fit either, the GPU lines
+// go and the last node line counts the nodes left out. Fewer than 2 lines
+// of room show nothing.
+func nodeSection(nodes []topNode, now time.Time, width, room int) []string {
+	if len(nodes) == 0 || (room >= 0 && room < 2) {
+		return nil
+	}
+	nodeCols := []topCol{
+		{"NODE", min(max(width-58, 8), 30), true}, {"CPU", 8, false}, {"LOAD", 5, false}, {"MEM", 10, false},
+		{"NET RX/TX/s", 11, false}, {"GPUS", 7, true}, {"AGE", 9, true},
+	}
+	gpuCols := []topCol{
+		{"GPU", min(max(width-66, 8), 24), true}, {"NAME", 12, true}, {"UTIL", 4, false}, {"MEM", 9, false},
+		{"POWER", 5, false}, {"TEMP", 4, false}, {"JOBS", max(width-min(max(width-66, 8), 24)-40, 4), true},
+	}
+	gpus, withGPUs := 0, 0
+	for _, n := range nodes {
+		gpus += len(n.GPUs)
+		if len(n.GPUs) > 0 {
+			withGPUs++
+		}
+	}
+	full := 1 + len(nodes)
+	collapsed := full
+	if gpus > 0 {
+		full += 1 + gpus
+		collapsed += 1 + withGPUs
+	}
+	lines := []string{tableLine(nodeCols, colNames(nodeCols)...)}
+	if room >= 0 && 1+len(nodes) > room {
+		// Not even every node: as many as fit, the last line counting the rest.
+		for _, n := range nodes[:room-2] {
+			lines = append(lines, nodeLine(nodeCols, n, now))
+		}
+		return append(lines, fmt.Sprintf("+%d more node(s)", len(nodes)-(room-2)))
+	}
+	for _, n := range nodes {
+		lines = append(lines, nodeLine(nodeCols, n, now))
+	}
+	switch {
+	case gpus == 0:
+	case room < 0 || full <= room:
+		lines = append(lines, tableLine(gpuCols, colNames(gpuCols)...))
+		for _, n := range nodes {
+			for _, g := range n.GPUs {
+				lines = append(lines, gpuLine(gpuCols, n.Name, g, n.stale(now)))
+			}
+		}
+	case collapsed <= room:
+		lines = append(lines, tableLine(gpuCols, colNames(gpuCols)...))
+		for _, n := range nodes {
+			if len(n.GPUs) > 0 {
+				lines = append(lines, gpuSummaryLine(gpuCols, n))
+			}
+		}
+	default:
+		// The node lines count each node's GPUs; room for no more.
+	}
+	return lines
+}
+
+// nodeLine is a node's line: CPU busy of the CPUs, load, memory, network
+// rates, its GPUs and the age of its newest sample.
+func nodeLine(cols []topCol, n topNode, now time.Time) string {
+	cpu, load, mem, net := "-", "-", "-", "-"
+	if h := n.Host; h != nil {
+		cpu = fmt.Sprintf("-/%d", h.CPUs)
+		if h.CPUUtilization != nil {
+			cpu = fmt.Sprintf("%.0f%%/%d", *h.CPUUtilization*100, h.CPUs)
+		}
+		load = loadText(h.Load1)
+		mem = bytesShort(float64(h.MemoryUsedBytes)) + "/" + bytesShort(float64(h.MemoryTotalBytes))
+		if n.RxBps >= 0 {
+			net = bytesShort(n.RxBps) + "/" + bytesShort(n.TxBps)
+		}
+	}
+	gpus := "-" // no GPU sample yet
+	switch {
+	case !n.GPUSeen:
+	case len(n.GPUs) > 0:
+		gpus = fmt.Sprintf("%d GPU", len(n.GPUs))
+		if len(n.GPUs) > 1 {
+			gpus += "s"
+		}
+	case n.Error != "":
+		gpus = "GPU err"
+	default:
+		gpus = "no GPUs"
+	}
+	age := "-"
+	if at := n.at(); !at.IsZero() {
+		d := max(0, now.Sub(at))
+		age = ageText(d)
+		if n.stale(now) {
+			age = "stale " + age
+		}
+	}
+	return tableLine(cols, n.Name, cpu, load, mem, net, gpus, age)
+}
+
+// gpuLine is one GPU's line; the jobs of a stale reading are marked so.
+func gpuLine(cols []topCol, node string, g telemetry.GPUStat, stale bool) string {
+	jobs := gpuJobs(g.Processes)
+	if stale {
+		jobs = "(stale) " + jobs
+	}
+	return tableLine(cols, fmt.Sprintf("%s:%d", node, g.Index), shortGPUName(g.Name, cols[1].width),
+		ratioPct(g.Utilization), memPair(g.MemoryUsedBytes, g.MemoryTotalBytes),
+		watts(g.PowerWatts), celsius(g.TemperatureCelsius), jobs)
+}
+
+// gpuSummaryLine is the line of a node's GPUs collapsed: their count and
+// name, mean utilisation, memory and power summed, the hottest temperature
+// and every job on them.
+func gpuSummaryLine(cols []topCol, n topNode) string {
+	var util, power, temp float64
+	var nUtil, nPower, nTemp int
+	var used, total uint64
+	var procs []telemetry.GPUProcess
+	name := ""
+	for i, g := range n.GPUs {
+		if g.Utilization != nil {
+			util += *g.Utilization
+			nUtil++
+		}
+		if g.PowerWatts != nil {
+			power += *g.PowerWatts
+			nPower++
+		}
+		if g.TemperatureCelsius != nil {
+			if nTemp == 0 || *g.TemperatureCelsius > temp {
+				temp = *g.TemperatureCelsius
+			}
+			nTemp++
+		}
+		if g.MemoryUsedBytes != nil {
+			used += *g.MemoryUsedBytes
+		}
+		if g.MemoryTotalBytes != nil {
+			total += *g.MemoryTotalBytes
+		}
+		procs = append(procs, g.Processes...)
+		switch short := shortGPUName(g.Name, 99); {
+		case i == 0:
+			name = short
+		case short != name:
+			name = "mixed"
+		}
+	}
+	k := fmt.Sprintf("%dx ", len(n.GPUs))
+	cells := []string{fmt.Sprintf("%s:*", n.Name), k + shortGPUName(name, cols[1].width-len(k)), "-", "-", "-", "-", gpuJobs(procs)}
+	if nUtil > 0 {
+		v := util / float64(nUtil)
+		cells[2] = ratioPct(&v)
+	}
+	if total > 0 {
+		cells[3] = bytesShort(float64(used)) + "/" + bytesShort(float64(total))
+	}
+	if nPower > 0 {
+		cells[4] = watts(&power)
+	}
+	if nTemp > 0 {
+		cells[5] = celsius(&temp)
+	}
+	return tableLine(cols, cells...)
+}
+
+// gpuJobs names the jobs of processes, each once, in order, and counts the
+// processes no job claims ("-": no process).
+func gpuJobs(procs []telemetry.GPUProcess) string {
+	if len(procs) == 0 {
+		return "-"
+	}
+	var jobs []string
+	seen := map[string]bool{}
+	other := 0
+	for _, p := range procs {
+		switch {
+		case p.Job == "":
+			other++
+		case !seen[p.Job]:
+			seen[p.Job] = true
+			jobs = append(jobs, p.Job)
+		}
+	}
+	if other > 0 {
+		jobs = append(jobs, fmt.Sprintf("+%d pid", other))
+	}
+	return strings.Join(jobs, ",")
+}
+
+// shortGPUName drops the vendor words of a GPU's name, then its last words
+// while it is longer than n ("NVIDIA H100 80GB HBM3" -> "H100 80GB").
+func shortGPUName(name string, n int) string {
+	words := strings.Fields(name)
+	for len(words) > 1 {
+		switch strings.ToLower(words[0]) {
+		case "nvidia", "tesla", "geforce", "quadro":
+			words = words[1:]
+			continue
+		}
+		break
+	}
+	for len(words) > 1 && len(strings.Join(words, " ")) > n {
+		words = words[:len(words)-1]
+	}
+	if len(words) == 0 {
+		return "-"
+	}
+	return clip(strings.Join(words, " "), n)
+}
+
+// bytesShort formats a byte count (or rate) in at most 5 characters, in
+// binary units: 512, 1.5K, 71G, 2.0T.
+func bytesShort(v float64) string {
+	if !(v >= 0) || math.IsInf(v, 0) {
+		return "-"
+	}
+	if v < 1024 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	for _, u := range []string{"K", "M", "G", "T", "P"} {
+		v /= 1024
+		if v < 9.95 {
+			return fmt.Sprintf("%.1f%s", v, u)
+		}
+		if v < 1023.5 || u == "P" {
+			return fmt.Sprintf("%.0f%s", v, u)
+		}
+	}
+	return "-"
+}
+
+func memPair(used, total *uint64) string {
+	if used == nil && total == nil {
+		return "-"
+	}
+	u, t := "-", "-"
+	if used != nil {
+		u = bytesShort(float64(*used))
+	}
+	if total != nil {
+		t = bytesShort(float64(*total))
+	}
+	return u + "/" + t
+}
+
+func watts(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fW", *v)
+}
+
+func celsius(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fC", *v)
+}
+
+func loadText(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	if v < 1000 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// coresText formats a job's CPU cores: 0.25, 3.1, 12.
+func coresText(v *float64) string {
+	switch {
+	case v == nil:
+		return "-"
+	case *v < 10:
+		return fmt.Sprintf("%.2f", *v)
+	case *v < 100:
+		return fmt.Sprintf("%.1f", *v)
+	}
+	return fmt.Sprintf("%.0f", *v)
+}
+
+// collapsedSize is the number of lines nodeSection needs with every node's
+// GPUs collapsed into one line.
+func collapsedSize(nodes []topNode) int {
+	if len(nodes) == 0 {
+		return 0
+	}
+	n, withGPUs := 1+len(nodes), 0
+	for _, nd := range nodes {
+		if len(nd.GPUs) > 0 {
+			withGPUs++
+		}
+	}
+	if withGPUs > 0 {
+		n += 1 + withGPUs
+	}
+	return n
+}
+
+// ageText formats an age in at most 3 characters: 4s, 12m, 3h, 9d.
+func ageText(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours())/24)
+}

@@ -1,0 +1,93 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestReplayLast replays the newest node sample per subject from a real
+// embedded JetStream, then follows new ones.
+func TestReplayLast(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := OpenStore(ctx, js, Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	subjects := []string{AllNodeGPU, AllNodeHost}
+	n := 0
+	if err := ReplayLast(ctx, js, NodeStream, subjects, false, func(jetstream.Msg) error { n++; return nil }); err != nil || n != 0 {
+		t.Fatalf("empty stream: %d messages, %v", n, err)
+	}
+	for _, p := range []struct{ subj, data string }{
+		{NodeSubject("a", NodeGPU), "a-gpu-1"}, {NodeSubject("a", NodeHost), "a-host-1"},
+		{NodeSubject("a", NodeGPU), "a-gpu-2"}, {NodeSubject("b", NodeHost), "b-host-1"},
+		{NodeSubject("a", NodeHost), "a-host-2"}, {NodeSubject("a", NodeGPU), "a-gpu-3"},
+	} {
+		if _, err := js.Publish(ctx, p.subj, []byte(p.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]bool{}
+	if err := ReplayLast(ctx, js, NodeStream, subjects, false, func(m jetstream.Msg) error { got[string(m.Data())] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !got["a-gpu-3"] || !got["a-host-2"] || !got["b-host-1"] {
+		t.Errorf("replayed %v: want the newest of each subject", got)
+	}
+	// Since a time: every message since, oldest first; none since now.
+	var since []string
+	if err := ReplaySince(ctx, js, NodeStream, []string{AllNodeHost}, time.Now().Add(-time.Minute), func(m jetstream.Msg) error {
+		since = append(since, string(m.Data()))
+		return nil
+	}); err != nil || len(since) != 3 || since[0] != "a-host-1" || since[2] != "a-host-2" {
+		t.Errorf("since a minute ago: %v, %v: want the 3 host samples in order", since, err)
+	}
+	n = 0
+	if err := ReplaySince(ctx, js, NodeStream, subjects, time.Now().Add(time.Minute), func(jetstream.Msg) error { n++; return nil }); err != nil || n != 0 {
+		t.Errorf("since a minute ahead: %d messages, %v", n, err)
+	}
+	// Following: the newest, then what comes next.
+	var seen []string
+	errDone := errors.New("done")
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer fcancel()
+	err = ReplayLast(fctx, js, NodeStream, subjects, true, func(m jetstream.Msg) error {
+		seen = append(seen, string(m.Data()))
+		if len(seen) == 3 {
+			if _, err := js.Publish(ctx, NodeSubject("b", NodeGPU), []byte("b-gpu-1")); err != nil {
+				return err
+			}
+		}
+		if len(seen) == 4 {
+			return errDone
+		}
+		return nil
+	})
+	if !errors.Is(err, errDone) || len(seen) != 4 || seen[3] != "b-gpu-1" {
+		t.Errorf("follow: %v, %v: want the 3 newest, then b-gpu-1", seen, err)
+	}
+}
