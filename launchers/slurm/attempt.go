@@ -42,9 +42,10 @@ type attempt struct {
 	stopDeadline time.Time
 	stopping     bool
 	finished     bool
-	srunLines    []string // srun's last unlabelled lines
-	lastJob      jobInfo  // batch mode: the last state read
-	lost         error    // batch mode: the job vanished
+	srunLines    []string  // srun's last unlabelled lines
+	lastJob      jobInfo   // batch mode: the last state read
+	cancelAt     time.Time // batch mode: when the watcher cancels a job still running after SIGKILL
+	lost         error     // batch mode: the job vanished
 	result       plugins.Result
 	resultErr    error
 	readyOnce    sync.Once
@@ -147,8 +148,17 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 
 // signalTasks sends sig to the step (step mode) or to the job's steps
 // (batch mode: scancel without --batch leaves the batch shell alone).
+//
+// A batch job's step is signalled by its id once srun reported it: to
+// Slurm, `scancel --signal=KILL <job>` is a cancellation of the whole job,
+// which kills srun before its tasks' exits reach it.
 func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
-	target := a.ID()
+	a.mu.Lock()
+	target := a.step
+	if target == "" && a.batch {
+		target = a.jobID
+	}
+	a.mu.Unlock()
 	if target == "" {
 		return fmt.Errorf("%w: the step has not started", ErrStepStart)
 	}
@@ -246,6 +256,9 @@ loop:
 				if ev.n > 0 {
 					a.logger.Info("job requeued: a new run began", zap.Int("restart_count", ev.n))
 				}
+				a.mu.Lock()
+				a.step = ""
+				a.mu.Unlock()
 				for i := range results {
 					results[i] = plugins.RankResult{Rank: i}
 					ended[i], started[i] = false, false
@@ -360,14 +373,20 @@ func (a *attempt) terminate() {
 	}
 }
 
-// kill sends SIGKILL to the tasks (and, for a batch job, cancels it).
+// kill sends SIGKILL to the tasks. A batch job is left to end by itself
+// (srun exits, then the script) and cancelled by the watcher only if it
+// still runs batchCancelDelay later: cancelling it at once kills srun
+// before its tasks' exits reach it, and slurmstepd then retries for
+// seconds before the job can complete.
 func (a *attempt) kill() {
 	ctx := context.Background()
 	if a.batch {
 		if err := a.signalTasks(ctx, unix.SIGKILL); err != nil {
 			a.logger.Debug("SIGKILL to the steps", zap.Error(err))
 		}
-		a.cancelJob(ctx)
+		a.mu.Lock()
+		a.cancelAt = time.Now().Add(batchCancelDelay)
+		a.mu.Unlock()
 		return
 	}
 	if a.ID() == "" {

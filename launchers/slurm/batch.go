@@ -17,6 +17,10 @@ import (
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
+// batchCancelDelay is how long after SIGKILL to its tasks a batch job
+// still running is cancelled.
+const batchCancelDelay = 2 * time.Second
+
 // lostAfter is how long scontrol may fail to show a followed job before
 // the launcher gives it up as lost.
 const lostAfter = 60 * time.Second
@@ -151,6 +155,16 @@ func (a *attempt) watch() {
 			if j.final() {
 				readAll(true)
 				return
+			}
+			a.mu.Lock()
+			cancel := !a.cancelAt.IsZero() && time.Now().After(a.cancelAt)
+			if cancel {
+				a.cancelAt = time.Time{}
+			}
+			a.mu.Unlock()
+			if cancel {
+				a.logger.Warn("job still running after SIGKILL to its steps; cancelling it")
+				a.cancelJob(context.Background())
 			}
 		}
 		<-tick.C

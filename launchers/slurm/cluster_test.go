@@ -101,4 +101,10 @@ func TestCluster(t *testing.T) {
 	t.Run("ConformanceInAllocation", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) plugins.Launcher { return newLauncher(t, c, alloc, nil) })
 	})
+	t.Run("ConformanceInAllocationOverGRPC", func(t *testing.T) {
+		conformance.Run(t, func(t *testing.T) plugins.Launcher { return overGRPC(t, newLauncher(t, c, alloc, nil)) })
+	})
+	t.Run("ConformanceSubmitted", func(t *testing.T) {
+		conformance.Run(t, func(t *testing.T) plugins.Launcher { return newLauncher(t, c, "", nil) })
+	})
 }

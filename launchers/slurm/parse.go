@@ -210,7 +210,7 @@ type lineParser struct {
 	out    plugins.OutputFunc
 	emit   func(event)
 	other  func(stream plugins.Stream, line string) // unlabelled lines that are no event
-	status *uint32                                   // from the last "Received task exit notification"
+	status *uint32                                  // from the last "Received task exit notification"
 }
 
 // line handles one line, without its newline, of stream.

@@ -9,7 +9,7 @@ import (
 )
 
 // quote returns s as one POSIX shell word: single-quoted, each single quote
-// written as '\''. Nothing inside is expanded by sh.
+// written as '\”. Nothing inside is expanded by sh.
 func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
