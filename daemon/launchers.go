@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -17,14 +18,22 @@ type BuiltinOptions struct {
 	KillOnParentDeath bool
 	// Reaper, when set, collects the orphans of local workers.
 	Reaper *local.Reaper
+	// Slurm configures the "slurm" launcher; its Logger is set by Builtins.
+	Slurm slurm.Options
 }
 
 // Builtins is the catalog of the launchers linked into scavd; they run in
-// process. "local" starts workers on this node.
+// process. "local" starts workers on this node; "slurm" runs them as srun
+// steps of an allocation, or submits them with sbatch.
 func Builtins(opts BuiltinOptions) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
 		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: opts.Reaper}), nil
+	})
+	_ = c.Register("slurm", func(log *zap.Logger) (plugins.Launcher, error) {
+		o := opts.Slurm
+		o.Logger = log
+		return slurm.New(o)
 	})
 	return c
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -40,6 +41,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	var cfg daemon.Config
 	var level, format, launcher, plugin, pluginSum string
+	var slurmOpts slurm.Options
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -71,7 +73,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 				defer closePlugin()
 				cfg.Launcher = l
 			case launcher != "local":
-				l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(launcher, log)
+				l, err := daemon.Builtins(daemon.BuiltinOptions{Slurm: slurmOpts}).New(launcher, log)
 				if err != nil {
 					return fmt.Errorf("--launcher: %w", err)
 				}
@@ -88,12 +90,25 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period.`,
 	f.StringVar(&cfg.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&cfg.Retention.StepMaxAge, "step-retention", 0, "how long step records are kept (default 168h)")
 	f.StringVar(&launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
+	addSlurmFlags(cmd, &slurmOpts)
 	f.StringVar(&plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&pluginSum, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "console", "log format: console or json")
 	cmd.SetArgs(args)
 	return cmd.ExecuteContext(ctx)
+}
+
+// addSlurmFlags adds the flags of --launcher slurm.
+func addSlurmFlags(cmd *cobra.Command, o *slurm.Options) {
+	f := cmd.Flags()
+	f.StringVar(&o.JobID, "slurm-job-id", "", "with --launcher slurm: run every attempt as an srun step of this allocation, so a relaunch waits in no queue (default $SLURM_JOB_ID; when neither is set, every attempt is submitted with sbatch)")
+	f.StringVar(&o.Partition, "slurm-partition", "", "with --launcher slurm: submit to this partition and size jobs by its nodes (default the cluster's default partition)")
+	f.DurationVar(&o.Grace, "slurm-grace", slurm.DefaultGrace, "with --launcher slurm: how long before the end of its time Slurm warns a submitted job with SIGUSR1 (sbatch --signal=B:USR1@grace; the workers checkpoint then), and how long the peers of a failed rank get between SIGTERM and SIGKILL")
+	f.StringArrayVar(&o.SbatchArgs, "slurm-sbatch-arg", nil, "with --launcher slurm: an extra sbatch argument for submitted jobs, one per flag (e.g. --slurm-sbatch-arg=--account=ml --slurm-sbatch-arg=--time=4:00:00)")
+	f.StringArrayVar(&o.SrunArgs, "slurm-srun-arg", nil, "with --launcher slurm: an extra srun argument for every job step, one per flag (e.g. --slurm-srun-arg=--gpus-per-task=1)")
+	f.StringVar(&o.WorkDir, "slurm-work-dir", "", "with --launcher slurm: where batch scripts and job output files go; must be shared with the compute nodes (default $TMPDIR/scavenger-slurm)")
+	f.DurationVar(&o.PollInterval, "slurm-poll", slurm.DefaultPollInterval, "with --launcher slurm: how often a submitted job's state and output are read")
 }
 
 // servePlugin serves one built-in launcher to a plugin host until it is done.
