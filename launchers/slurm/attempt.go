@@ -259,9 +259,12 @@ loop:
 				a.mu.Lock()
 				a.step = ""
 				a.mu.Unlock()
+				// A new run: results start over. The pids stay (the
+				// two files are read in turn, so this run's pids may
+				// already be in); each run's tasks report theirs anew.
 				for i := range results {
-					results[i] = plugins.RankResult{Rank: i}
-					ended[i], started[i] = false, false
+					results[i] = plugins.RankResult{Rank: i, PID: results[i].PID}
+					ended[i] = false
 				}
 				running, failedRank, srunCode = a.n, -1, -1
 			case evEnd:

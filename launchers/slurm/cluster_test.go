@@ -2,6 +2,13 @@ package slurm
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -107,4 +114,203 @@ func TestCluster(t *testing.T) {
 	t.Run("ConformanceSubmitted", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) plugins.Launcher { return newLauncher(t, c, "", nil) })
 	})
+	t.Run("Scenarios", func(t *testing.T) {
+		t.Run("Capabilities", func(t *testing.T) { t.Parallel(); testCapabilities(t, c, alloc) })
+		t.Run("TorchDDPInAllocation", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, alloc, nil), true) })
+		t.Run("TorchDDPSubmitted", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, "", nil), false) })
+		t.Run("Requeue", func(t *testing.T) { t.Parallel(); testRequeue(t, c) })
+		t.Run("PreemptInAllocation", func(t *testing.T) { t.Parallel(); testPreempt(t, c, true) })
+		t.Run("PreemptSubmitted", func(t *testing.T) { t.Parallel(); testPreempt(t, c, false) })
+		t.Run("SlurmErrors", func(t *testing.T) { t.Parallel(); testSlurmErrors(t, c, alloc) })
+	})
+}
+
+func testCapabilities(t *testing.T, c *testslurm.Cluster, alloc string) {
+	ctx := testCtx(t, 30*time.Second)
+	got, err := newLauncher(t, c, alloc, nil).Capabilities(ctx)
+	if want := (plugins.Capabilities{MaxWorkers: 32, Hosts: []string{c.Node}}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("in allocation: %+v, %v; want %+v", got, err, want)
+	}
+	got, err = newLauncher(t, c, "", nil).Capabilities(ctx)
+	if want := (plugins.Capabilities{MaxWorkers: c.CPUs, Hosts: []string{c.Node}}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("submitting: %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := newLauncher(t, c, "999999", nil).Capabilities(ctx); !errors.Is(err, ErrNoJob) {
+		t.Errorf("unknown allocation: %v, want ErrNoJob", err)
+	}
+}
+
+// needTorch skips unless /usr/bin/python3 imports torch.
+func needTorch(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		t.Skipf("SKIP: /usr/bin/python3 cannot import torch (apt-get install -y python3-torch): %v", err)
+	}
+}
+
+// testTorchDDP runs testdata/ddp.py as a 2-worker gloo job, then relaunches it at 1 worker.
+func testTorchDDP(t *testing.T, l *Launcher, inAlloc bool) {
+	needTorch(t)
+	script, err := filepath.Abs("testdata/ddp.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 90*time.Second)
+	idPattern := regexp.MustCompile(`^\d+$`)
+	if inAlloc {
+		idPattern = regexp.MustCompile(`^\d+\.\d+$`)
+	}
+	for attempt, workers := range []int{2, 1} {
+		var out lines
+		spec := conformance.ShellSpec(t, workers, "", out.add)
+		spec.Command = []string{"/usr/bin/python3", script}
+		spec.Attempt = attempt + 1
+		spec.Config.GlobalBatch = 8
+		h, err := l.Start(ctx, spec)
+		if err != nil {
+			t.Fatalf("Start %d workers: %v", workers, err)
+		}
+		if !idPattern.MatchString(h.ID()) {
+			t.Errorf("handle id %q does not match %v", h.ID(), idPattern)
+		}
+		res, err := h.Wait(ctx)
+		if err != nil || res.ExitCode != 0 || res.FailedRank != -1 || len(res.Ranks) != workers {
+			t.Fatalf("%d workers: %+v, %v\noutput %q %q", workers, res, err, out.of(0), out.of(1))
+		}
+		sum := workers * (workers + 1) / 2
+		for r := range workers {
+			want := fmt.Sprintf("stdout: rank %d world %d local %d/%d sum %d preempt USR1 master 127.0.0.1", r, workers, r, workers, sum)
+			if got := out.of(r); !slicesContains(got, want) {
+				t.Errorf("rank %d output %q, want a line %q", r, got, want)
+			}
+			if res.Ranks[r].PID <= 0 || res.Ranks[r].ExitCode != 0 {
+				t.Errorf("rank %d result %+v", r, res.Ranks[r])
+			}
+		}
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// testRequeue requeues a submitted job while it runs: the launcher
+// releases it from Slurm's 120 s BeginTime hold, it runs again within
+// seconds with SLURM_RESTART_COUNT=1, and the output file keeps the first
+// run's lines.
+func testRequeue(t *testing.T, c *testslurm.Cluster) {
+	ctx := testCtx(t, 60*time.Second)
+	l := newLauncher(t, c, "", nil)
+	var out lines
+	h, err := l.Start(ctx, conformance.ShellSpec(t, 2, `echo "run ${SLURM_RESTART_COUNT:-0} $SCAV_PREEMPT_SIGNAL"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then exec sleep 60; fi
+echo done`, out.add))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background(), 0) })
+	out.await(t, ctx, 0, "run 0 USR1")
+	out.await(t, ctx, 1, "run 0 USR1")
+	begin := time.Now()
+	if _, err := c.Run(ctx, "scontrol", "requeue", h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	out.await(t, ctx, 0, "run 1 USR1")
+	out.await(t, ctx, 1, "run 1 USR1")
+	if took := time.Since(begin); took > 20*time.Second {
+		t.Errorf("the requeued job ran again after %v: it was not released from its BeginTime hold", took)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil || res.ExitCode != 0 || res.FailedRank != -1 || len(res.Ranks) != 2 {
+		t.Fatalf("Result %+v, %v; want the second run's success", res, err)
+	}
+	for r := range 2 {
+		if got, want := out.of(r), []string{"stdout: run 0 USR1", "stdout: run 1 USR1", "stdout: done"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("rank %d output %q, want %q", r, got, want)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(l.opts.WorkDir, "*", "out"))
+	if len(files) != 1 {
+		t.Fatalf("output files %q", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SCAVRUN 0\n", "0: run 0 USR1\n", "SCAVRUN 1\n", "1: run 1 USR1\n", "0: done\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("output file lacks %q (append mode keeps both runs):\n%s", want, b)
+		}
+	}
+}
+
+// testPreempt sends Slurm's pre-emption warning the way Slurm does: to
+// the step's tasks inside an allocation, to the batch shell of a submitted
+// job (whose trap forwards it); the workers' USR1 trap must fire.
+func testPreempt(t *testing.T, c *testslurm.Cluster, inAlloc bool) {
+	ctx := testCtx(t, 60*time.Second)
+	jobID := ""
+	if inAlloc {
+		jobID = c.Hold(t, 2) // its own allocation: the signal goes to every step of it
+	}
+	l := newLauncher(t, c, jobID, nil)
+	var out lines
+	h, err := l.Start(ctx, conformance.ShellSpec(t, 2, `trap 'echo "got $SCAV_PREEMPT_SIGNAL"; exit 0' USR1
+echo ready; while :; do sleep 0.05; done`, out.add))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background(), 0) })
+	out.await(t, ctx, 0, "ready")
+	out.await(t, ctx, 1, "ready")
+	args := []string{"--signal=USR1", jobID}
+	if !inAlloc {
+		args = []string{"--signal=USR1", "--batch", h.ID()}
+	}
+	if _, err := c.Run(ctx, "scancel", args...); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil || res.ExitCode != 0 || res.FailedRank != -1 {
+		t.Fatalf("Result %+v, %v", res, err)
+	}
+	for r := range 2 {
+		if got := out.of(r); !slicesContains(got, "stdout: got USR1") {
+			t.Errorf("rank %d output %q: its USR1 trap did not fire", r, got)
+		}
+	}
+}
+
+// testSlurmErrors checks ErrUnsupported for sizes the allocation or
+// partition cannot hold and that Slurm's own reason reaches the caller.
+func testSlurmErrors(t *testing.T, c *testslurm.Cluster, alloc string) {
+	ctx := testCtx(t, 30*time.Second)
+	in := newLauncher(t, c, alloc, nil)
+	if _, err := in.Start(ctx, conformance.ShellSpec(t, 33, "true", nil)); !errors.Is(err, plugins.ErrUnsupported) {
+		t.Errorf("33 workers in a 32-CPU allocation: %v, want ErrUnsupported", err)
+	}
+	sub := newLauncher(t, c, "", nil)
+	big := conformance.ShellSpec(t, 2, "true", nil)
+	big.Config.Nodes = 2
+	if _, err := sub.Start(ctx, big); !errors.Is(err, plugins.ErrUnsupported) {
+		t.Errorf("2 nodes on a 1-node partition: %v, want ErrUnsupported", err)
+	}
+	bad := newLauncher(t, c, "", func(o *Options) { o.SbatchArgs = []string{"--mem=99999999"} })
+	_, err := bad.Start(ctx, conformance.ShellSpec(t, 1, "true", nil))
+	if !errors.Is(err, ErrCommand) || !strings.Contains(err.Error(), "sbatch: error:") {
+		t.Errorf("sbatch with too much memory: %v, want ErrCommand with sbatch's reason", err)
+	}
+	t.Logf("sbatch's refusal reads: %v", err)
+	// A step that Slurm refuses (more nodes than the allocation has) ends
+	// Start with srun's reason.
+	badStep := newLauncher(t, c, alloc, func(o *Options) { o.SrunArgs = append(o.SrunArgs, "--nodes=2") })
+	_, err = badStep.Start(ctx, conformance.ShellSpec(t, 2, "true", nil))
+	if !errors.Is(err, ErrStepStart) || !strings.Contains(err.Error(), "srun: error:") {
+		t.Errorf("srun on 2 nodes of a 1-node allocation: %v, want ErrStepStart with srun's reason", err)
+	}
+	t.Logf("srun's refusal reads: %v", err)
 }
