@@ -2,7 +2,9 @@ package slurm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -64,7 +66,7 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int) *attempt {
 		pids:   make([]int, n),
 	}
 	for i := range a.parser {
-		a.parser[i] = &lineParser{n: n, out: spec.Output, emit: a.emit, other: a.other}
+		a.parser[i] = &lineParser{n: n, out: spec.Output, emit: a.emit, other: a.other, cont: -1}
 	}
 	return a
 }
@@ -312,6 +314,12 @@ loop:
 	a.finished = true
 	lost, job := a.lost, a.lastJob
 	a.mu.Unlock()
+	if !a.batch && a.srun != nil { // its Wait returned before events closed
+		var ee *exec.ExitError
+		if errors.As(a.srun.waitErr, &ee) && ee.ExitCode() > 0 {
+			srunCode = ee.ExitCode()
+		}
+	}
 
 	// Ranks Slurm said nothing about: the step never started them, or
 	// they were killed with the job.

@@ -209,13 +209,13 @@ func (t *tail) read(final bool) error {
 			i := bytes.IndexByte(t.buf, '\n')
 			if i < 0 {
 				if len(t.buf) >= t.max {
-					t.p.line(t.stream, string(t.buf[:t.max]))
+					t.p.piece(t.stream, string(t.buf[:t.max]), false)
 					t.buf = t.buf[t.max:]
 					continue
 				}
 				break
 			}
-			t.p.line(t.stream, strings.TrimSuffix(string(t.buf[:i]), "\r"))
+			t.p.piece(t.stream, strings.TrimSuffix(string(t.buf[:i]), "\r"), true)
 			t.buf = t.buf[i+1:]
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
@@ -226,7 +226,7 @@ func (t *tail) read(final bool) error {
 		}
 	}
 	if final && len(t.buf) > 0 {
-		t.p.line(t.stream, string(t.buf))
+		t.p.piece(t.stream, string(t.buf), true)
 		t.buf = nil
 	}
 	return nil

@@ -211,6 +211,29 @@ type lineParser struct {
 	emit   func(event)
 	other  func(stream plugins.Stream, line string) // unlabelled lines that are no event
 	status *uint32                                  // from the last "Received task exit notification"
+	// cont is the rank whose line was cut (longer than the reader's
+	// buffer) and goes on in the next piece; -1 for none.
+	cont int
+}
+
+// piece handles a piece of a line: the whole line when complete, else a
+// cut part whose rest, without a label, comes in the next pieces.
+func (p *lineParser) piece(stream plugins.Stream, s string, complete bool) {
+	if p.cont >= 0 {
+		if p.out != nil {
+			p.out(p.cont, stream, s)
+		}
+		if complete {
+			p.cont = -1
+		}
+		return
+	}
+	p.line(stream, s)
+	if !complete {
+		if rank, _, ok := cutLabel(s); ok && rank < p.n {
+			p.cont = rank
+		}
+	}
 }
 
 // line handles one line, without its newline, of stream.

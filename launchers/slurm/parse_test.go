@@ -195,3 +195,39 @@ func TestParserMarkers(t *testing.T) {
 		t.Errorf("events %+v, want %+v", events, want)
 	}
 }
+
+// TestTailCutsLongLines writes a labelled line longer than the tail's
+// buffer to a file: its pieces all go to the line's rank.
+func TestTailCutsLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out")
+	long := strings.Repeat("x", 50)
+	if err := os.WriteFile(path, []byte("1: "+long+"\n0: short\nsrun: note\n2: unterminated"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out lines
+	var others []string
+	p := &lineParser{n: 3, out: out.add, cont: -1, emit: func(event) {}, other: func(_ plugins.Stream, l string) { others = append(others, l) }}
+	tl := &tail{path: path, stream: plugins.Stdout, p: p, max: 20}
+	defer tl.close()
+	if err := tl.read(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(strings.Fields(strings.ReplaceAll(strings.Join(out.of(1), ""), "stdout: ", " ")), ""); got != long {
+		t.Errorf("rank 1 got %q, want the %d x's in pieces", out.of(1), len(long))
+	}
+	if got := out.of(0); !reflect.DeepEqual(got, []string{"stdout: short"}) {
+		t.Errorf("rank 0 got %q", got)
+	}
+	if len(out.of(2)) != 0 {
+		t.Errorf("an unterminated line was delivered before the end: %q", out.of(2))
+	}
+	if err := tl.read(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.of(2); !reflect.DeepEqual(got, []string{"stdout: unterminated"}) {
+		t.Errorf("rank 2 got %q", got)
+	}
+	if !reflect.DeepEqual(others, []string{"srun: note"}) {
+		t.Errorf("unlabelled lines %q", others)
+	}
+}

@@ -110,7 +110,8 @@ func (a *attempt) readPipe(stream plugins.Stream, r io.Reader) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			p.line(stream, strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r"))
+			complete := err == nil || errors.Is(err, io.EOF)
+			p.piece(stream, strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r"), complete)
 		}
 		switch {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):
