@@ -21,6 +21,10 @@ import (
 // still running is cancelled.
 const batchCancelDelay = 2 * time.Second
 
+// requeueSettleSeconds is how many whole seconds after a requeue was
+// seen the launcher releases the job (see watch).
+const requeueSettleSeconds = 2
+
 // lostAfter is how long scontrol may fail to show a followed job before
 // the launcher gives it up as lost.
 const lostAfter = 60 * time.Second
@@ -115,7 +119,8 @@ func (a *attempt) watch() {
 		}
 	}
 	id := a.ID()
-	released := 0
+	released := 0            // the restart count last released
+	var requeuedAt time.Time // when a new restart count was first seen
 	var failingSince time.Time
 	tick := time.NewTicker(a.l.opts.PollInterval)
 	defer tick.Stop()
@@ -144,8 +149,17 @@ func (a *attempt) watch() {
 			if j.State != prev {
 				a.logger.Debug("job state", zap.String("state", j.State), zap.String("reason", j.Reason), zap.Int("restarts", j.Restarts))
 			}
-			if j.State == "PENDING" && j.Restarts > released && j.Reason == "BeginTime" {
-				released = j.Restarts
+			if j.Restarts > released && requeuedAt.IsZero() {
+				requeuedAt = time.Now()
+			}
+			// Release a requeued job from its BeginTime hold, but not in
+			// the second of the requeue or the next: slurmd refuses a job
+			// credential created in the second its job's credential was
+			// revoked ("Job credential revoked", the job FAILS), which
+			// Slurm's 120 s hold otherwise avoids.
+			if j.State == "PENDING" && j.Restarts > released && j.Reason == "BeginTime" &&
+				time.Now().Unix() >= requeuedAt.Unix()+requeueSettleSeconds {
+				released, requeuedAt = j.Restarts, time.Time{}
 				if _, err := a.l.run(context.Background(), a.l.opts.Scontrol, "update", "JobId="+id, "StartTime=now"); err != nil {
 					a.logger.Warn("release requeued job", zap.Error(err))
 				} else {

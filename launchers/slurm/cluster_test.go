@@ -119,6 +119,7 @@ func TestCluster(t *testing.T) {
 		t.Run("TorchDDPInAllocation", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, alloc, nil), true) })
 		t.Run("TorchDDPSubmitted", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, "", nil), false) })
 		t.Run("Requeue", func(t *testing.T) { t.Parallel(); testRequeue(t, c) })
+		t.Run("RequeueRace", func(t *testing.T) { t.Parallel(); testRequeueRace(t, c) })
 		t.Run("PreemptInAllocation", func(t *testing.T) { t.Parallel(); testPreempt(t, c, true) })
 		t.Run("PreemptSubmitted", func(t *testing.T) { t.Parallel(); testPreempt(t, c, false) })
 		t.Run("SlurmErrors", func(t *testing.T) { t.Parallel(); testSlurmErrors(t, c, alloc) })
@@ -246,6 +247,39 @@ echo done`, out.add))
 			t.Errorf("output file lacks %q (append mode keeps both runs):\n%s", want, b)
 		}
 	}
+}
+
+// testRequeueRace requeues several jobs as soon as they run. Released in
+// the second of its requeue, a job FAILS ("Job credential revoked"); every
+// job must instead run again and succeed.
+func testRequeueRace(t *testing.T, c *testslurm.Cluster) {
+	ctx := testCtx(t, 60*time.Second)
+	l := newLauncher(t, c, "", nil)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			var out lines
+			h, err := l.Start(ctx, conformance.ShellSpec(t, 2, `echo "run ${SLURM_RESTART_COUNT:-0}"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then exec sleep 60; fi`, out.add))
+			if err != nil {
+				t.Errorf("job %d: Start: %v", i, err)
+				return
+			}
+			defer func() { _ = h.Stop(context.Background(), 0) }()
+			for !slicesContains(out.of(0), "stdout: run 0") && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, err := c.Run(ctx, "scontrol", "requeue", h.ID()); err != nil {
+				t.Errorf("job %d: %v", i, err)
+				return
+			}
+			res, err := h.Wait(ctx)
+			if err != nil || res.ExitCode != 0 || !slicesContains(out.of(1), "stdout: run 1") {
+				t.Errorf("job %d (slurm %s): %+v, %v; output %q", i, h.ID(), res, err, out.of(1))
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // testPreempt sends Slurm's pre-emption warning the way Slurm does: to

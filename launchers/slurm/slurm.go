@@ -47,6 +47,16 @@
 // with a marker, so the ranks' results are those of the last run. The
 // rerun's workers see SLURM_RESTART_COUNT > 0.
 //
+// Signal and Stop reach a submitted job's tasks like a step's, with
+// scancel on "<job>.<step>" once srun reported the step (on "<job>",
+// without --batch, before that). Stop cancels a job that is still pending;
+// after SIGKILL to its step it lets the batch script end by itself and
+// cancels the job only if it still runs two seconds later (cancelling at
+// once kills srun before its tasks' exits reach it, and the job then
+// stays COMPLETING for seconds). A rank's failure is left to srun's
+// --kill-on-bad-exit. The script and output files stay in
+// Options.WorkDir after the job ends, for inspection.
+//
 // # Attempt lifecycle (both modes)
 //
 //	Start ──► running ──┬─ every rank exits 0 ───────────────────────────────┐
