@@ -239,7 +239,9 @@ func (c *Cluster) daemon(t testing.TB, name, path string, args ...string) *exec.
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(append([]string(nil), c.env...), c.tag)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group (a terminal's ^C goes to the test only); killed by the
+	// kernel if the test process dies without its cleanup (a timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testslurm: start %s: %v", name, err)
 	}
@@ -388,12 +390,11 @@ func (c *Cluster) stop() {
 // orphans inherited as subreaper; it kills and reports what is left.
 func (c *Cluster) checkNothingLeft(t testing.TB) {
 	deadline := time.Now().Add(10 * time.Second)
-	pids := []int{c.munged.Process.Pid}
-	if c.ctld != nil {
-		pids = append(pids, c.ctld.Process.Pid)
-	}
-	if c.slurmd != nil {
-		pids = append(pids, c.slurmd.Process.Pid)
+	var pids []int
+	for _, d := range []*exec.Cmd{c.munged, c.ctld, c.slurmd} {
+		if d != nil {
+			pids = append(pids, d.Process.Pid)
+		}
 	}
 	for {
 		ReapOrphans()

@@ -137,9 +137,11 @@ type Options struct {
 	// Env holds extra KEY=VALUE pairs for the Slurm commands and the
 	// workers (for example SLURM_CONF=...), on top of this process's environment.
 	Env []string
-	// Srun, Sbatch, Squeue, Scontrol, Scancel and Sinfo are the Slurm
-	// commands (default: found on PATH).
-	Srun, Sbatch, Squeue, Scontrol, Scancel, Sinfo string
+	// Srun, Sbatch, Scontrol, Scancel and Sinfo are the Slurm commands
+	// (default: found on PATH). Jobs are followed with `scontrol show job
+	// -o`, which every Slurm version prints the same way, rather than
+	// `squeue --json`, whose schema changes with the version.
+	Srun, Sbatch, Scontrol, Scancel, Sinfo string
 	// MaxLineBytes is the longest output line delivered whole; longer
 	// lines are delivered in pieces. Default DefaultMaxLineBytes.
 	MaxLineBytes int
@@ -177,7 +179,7 @@ func New(opts Options) (*Launcher, error) {
 	for _, c := range []struct {
 		p    *string
 		name string
-	}{{&opts.Srun, "srun"}, {&opts.Sbatch, "sbatch"}, {&opts.Squeue, "squeue"}, {&opts.Scontrol, "scontrol"},
+	}{{&opts.Srun, "srun"}, {&opts.Sbatch, "sbatch"}, {&opts.Scontrol, "scontrol"},
 		{&opts.Scancel, "scancel"}, {&opts.Sinfo, "sinfo"}} {
 		if *c.p != "" {
 			continue
