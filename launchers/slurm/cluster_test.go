@@ -123,6 +123,8 @@ func TestCluster(t *testing.T) {
 		t.Run("PreemptInAllocation", func(t *testing.T) { t.Parallel(); testPreempt(t, c, true) })
 		t.Run("PreemptSubmitted", func(t *testing.T) { t.Parallel(); testPreempt(t, c, false) })
 		t.Run("SlurmErrors", func(t *testing.T) { t.Parallel(); testSlurmErrors(t, c, alloc) })
+		t.Run("ModeSelfInAllocation", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, alloc, nil)) })
+		t.Run("ModeSelfSubmitted", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, "", nil)) })
 	})
 }
 
@@ -316,6 +318,27 @@ echo ready; while :; do sleep 0.05; done`, out.add))
 		if got := out.of(r); !slicesContains(got, "stdout: got USR1") {
 			t.Errorf("rank %d output %q: its USR1 trap did not fire", r, got)
 		}
+	}
+}
+
+// testModeSelf starts a self-launching command for 3 workers: one task,
+// with no rank variables but the {workers} template and the master address.
+func testModeSelf(t *testing.T, l *Launcher) {
+	ctx := testCtx(t, 30*time.Second)
+	var out lines
+	spec := conformance.ShellSpec(t, 3, `echo "[$RANK][$WORLD_SIZE][$LOCAL_RANK] $1 $MASTER_ADDR $SCAV_PREEMPT_SIGNAL"`, out.add)
+	spec.Command = append(spec.Command, "sh", "{workers}")
+	spec.Mode = plugins.ModeSelf
+	h, err := l.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil || res.ExitCode != 0 || len(res.Ranks) != 1 {
+		t.Fatalf("Result %+v, %v; want one process", res, err)
+	}
+	if got, want := out.of(0), []string{"stdout: [][][] 3 127.0.0.1 USR1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("output %q, want %q", got, want)
 	}
 }
 

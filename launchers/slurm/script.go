@@ -21,7 +21,8 @@ func quote(s string) string {
 // command from "$@", so no argument is ever parsed by a shell.
 //
 //	RANK <- SLURM_PROCID          LOCAL_RANK <- SLURM_LOCALID
-//	WORLD_SIZE <- SLURM_NTASKS    LOCAL_WORLD_SIZE <- the count of SLURM_GTIDS
+//	WORLD_SIZE <- SLURM_NTASKS    LOCAL_WORLD_SIZE <- the count of SLURM_GTIDS, or this
+//	                                node's entry of SLURM_STEP_TASKS_PER_NODE ("2(x3),1")
 //	MASTER_ADDR <- 127.0.0.1 on one node, else the first host of SLURM_STEP_NODELIST
 //
 // In plugins.ModeSelf the rank variables are not set (the command starts
@@ -34,7 +35,16 @@ func taskScript(mode plugins.LaunchMode) string {
 		b.WriteString("unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE\n")
 	} else {
 		b.WriteString(`RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS
-n=0; if [ -n "$SLURM_GTIDS" ]; then set -f; IFS=,; for g in $SLURM_GTIDS; do n=$((n+1)); done; unset IFS; set +f; fi
+n=0; set -f; IFS=,
+if [ -n "$SLURM_GTIDS" ]; then for g in $SLURM_GTIDS; do n=$((n+1)); done
+elif [ -n "$SLURM_STEP_TASKS_PER_NODE" ]; then i=0
+	for e in $SLURM_STEP_TASKS_PER_NODE; do c=${e%%(*}; m=1
+		case $e in *"(x"*) m=${e#*(x}; m=${m%)};; esac
+		if [ "${SLURM_NODEID:-0}" -lt $((i+m)) ]; then n=$c; break; fi
+		i=$((i+m))
+	done
+fi
+unset IFS; set +f
 [ "$n" -gt 0 ] || n=$SLURM_NTASKS
 LOCAL_WORLD_SIZE=$n
 export RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE

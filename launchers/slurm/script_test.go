@@ -42,6 +42,18 @@ func TestTaskScriptRunsArgvVerbatim(t *testing.T) {
 		t.Errorf("arguments:\n%s\nwant\n%s", got[2], want.String())
 	}
 
+	// Without SLURM_GTIDS (newer Slurm), LOCAL_WORLD_SIZE comes from this
+	// node's entry of SLURM_STEP_TASKS_PER_NODE.
+	for node, want := range map[string]string{"0": "2", "1": "2", "2": "1", "3": "4"} {
+		cmd := exec.Command("/bin/sh", "-c", taskScript(plugins.ModeRanks), "scav-task", "/bin/sh", "-c", `echo "$LOCAL_WORLD_SIZE"`)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_PROCID=0", "SLURM_NTASKS=9", "SLURM_NODEID=" + node,
+			"SLURM_STEP_TASKS_PER_NODE=2(x2),1,4", "SLURM_STEP_NUM_NODES=4", "SLURM_STEP_NODELIST=n[1-4]"}
+		out, err := cmd.Output()
+		if _, got, _ := strings.Cut(string(out), "\n"); err != nil || strings.TrimSpace(got) != want {
+			t.Errorf("node %s: LOCAL_WORLD_SIZE %q, %v; want %s", node, got, err, want)
+		}
+	}
+
 	// ModeSelf: no rank variables, even stale ones from the environment.
 	cmd = exec.Command("/bin/sh", "-c", taskScript(plugins.ModeSelf), "scav-task", "/bin/sh", "-c", `echo "[$RANK][$WORLD_SIZE][$MASTER_ADDR]"`)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_PROCID=0", "RANK=3", "WORLD_SIZE=9"}
