@@ -390,15 +390,9 @@ func (c *Cluster) stop() {
 // orphans inherited as subreaper; it kills and reports what is left.
 func (c *Cluster) checkNothingLeft(t testing.TB) {
 	deadline := time.Now().Add(10 * time.Second)
-	var pids []int
-	for _, d := range []*exec.Cmd{c.munged, c.ctld, c.slurmd} {
-		if d != nil {
-			pids = append(pids, d.Process.Pid)
-		}
-	}
 	for {
 		ReapOrphans()
-		left := c.leftovers(pids)
+		left := c.leftovers()
 		if len(left) == 0 {
 			return
 		}
@@ -432,10 +426,12 @@ func ReapOrphans() {
 	}
 }
 
-// leftovers lists, as "pid (comm) state", the daemons in pids that still
-// exist (zombies included) and every process whose environment names this
-// cluster.
-func (c *Cluster) leftovers(pids []int) []string {
+// leftovers lists, as "pid (comm) state", every process whose environment
+// names this cluster: a slurmstepd (slurmd's environment carries the
+// cluster's tag) or a job process (SLURM_CONF). The daemons themselves are
+// not looked up by pid: stop has reaped them (Wait returned), and their
+// pids may already belong to another test's processes.
+func (c *Cluster) leftovers() []string {
 	var left []string
 	conf := []byte("SLURM_CONF=" + c.Conf + "\x00")
 	tag := []byte(c.tag + "\x00")
@@ -456,16 +452,9 @@ func (c *Cluster) leftovers(pids []int) []string {
 		if len(f) < 1 {
 			continue
 		}
-		mine := false
-		for _, d := range pids {
-			mine = mine || d == pid
-		}
-		if !mine {
-			env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
-			env = append([]byte{0}, env...)
-			mine = bytes.Contains(env, append([]byte{0}, conf...)) || bytes.Contains(env, append([]byte{0}, tag...))
-		}
-		if mine {
+		env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		env = append([]byte{0}, env...)
+		if bytes.Contains(env, append([]byte{0}, conf...)) || bytes.Contains(env, append([]byte{0}, tag...)) {
 			left = append(left, fmt.Sprintf("%d %s %s", pid, s[j:i+1], f[0]))
 		}
 	}

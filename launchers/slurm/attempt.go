@@ -40,7 +40,6 @@ type attempt struct {
 	mu           sync.Mutex
 	jobID        string // the Slurm job
 	step         string // "<job>.<step>" once srun reported it
-	pids         []int
 	stopDeadline time.Time
 	stopping     bool
 	finished     bool
@@ -63,7 +62,6 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int) *attempt {
 		stopCh: make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 		done:   make(chan struct{}),
-		pids:   make([]int, n),
 	}
 	for i := range a.parser {
 		a.parser[i] = &lineParser{n: n, out: spec.Output, emit: a.emit, other: a.other, cont: -1}
@@ -250,9 +248,6 @@ loop:
 				r := ev.ranks[0]
 				results[r].PID = ev.pid
 				started[r] = true
-				a.mu.Lock()
-				a.pids[r] = ev.pid
-				a.mu.Unlock()
 				checkReady()
 			case evRun:
 				if ev.n > 0 {

@@ -114,6 +114,9 @@ func TestCluster(t *testing.T) {
 	t.Run("ConformanceSubmitted", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) plugins.Launcher { return newLauncher(t, c, "", nil) })
 	})
+	t.Run("ConformanceSubmittedOverGRPC", func(t *testing.T) {
+		conformance.Run(t, func(t *testing.T) plugins.Launcher { return overGRPC(t, newLauncher(t, c, "", nil)) })
+	})
 	t.Run("Scenarios", func(t *testing.T) {
 		t.Run("Capabilities", func(t *testing.T) { t.Parallel(); testCapabilities(t, c, alloc) })
 		t.Run("TorchDDPInAllocation", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, alloc, nil), true) })
