@@ -74,6 +74,7 @@ type Cluster struct {
 	ctld    *exec.Cmd
 	slurmd  *exec.Cmd
 	mungeS  string
+	starts  map[*exec.Cmd]uint64 // the daemons' start times
 	tag     string
 	stopped sync.Once
 }
@@ -133,7 +134,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{
 		Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Node: "localhost", Partition: "debug",
-		CPUs: opts.CPUs, t: t, mungeS: filepath.Join(dir, "munge.sock"),
+		CPUs: opts.CPUs, t: t, mungeS: filepath.Join(dir, "munge.sock"), starts: map[*exec.Cmd]uint64{},
 	}
 	c.tag = "SCAV_TESTSLURM=" + dir
 	c.env = append(os.Environ(), "SLURM_CONF="+c.Conf)
@@ -245,7 +246,35 @@ func (c *Cluster) daemon(t testing.TB, name, path string, args ...string) *exec.
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testslurm: start %s: %v", name, err)
 	}
+	if st, ok := procStat(cmd.Process.Pid); ok {
+		c.starts[cmd] = st.start
+	}
 	return cmd
+}
+
+// stat is what procStat reads of /proc/<pid>/stat.
+type stat struct {
+	state string // R, S, Z, ...
+	start uint64 // start time in clock ticks after boot: tells a reused pid apart
+}
+
+// procStat reads the state and start time of pid.
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return stat{}, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state); starttime is field 22
+	if len(f) < 20 {
+		return stat{}, false
+	}
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return stat{state: f[0], start: start}, true
 }
 
 // poll calls f until it returns nil, failing the test (with the logs)
@@ -379,6 +408,10 @@ func (c *Cluster) stop() {
 				t.Errorf("testslurm: %s (pid %d) did not exit; killing it", d.Path, d.Process.Pid)
 				_ = d.Process.Kill()
 				<-done
+			}
+			// Reaped: its pid is gone, or is another process's now.
+			if st, ok := procStat(d.Process.Pid); ok && st.start == c.starts[d] {
+				t.Errorf("testslurm: %s (pid %d) is still there in state %s after it was reaped", d.Path, d.Process.Pid, st.state)
 			}
 		}
 		c.checkNothingLeft(t)
