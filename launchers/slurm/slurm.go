@@ -42,8 +42,10 @@
 // two output files, which give the same lines as srun's pipes above. When
 // Slurm requeues the job (scontrol requeue, a pre-emption with requeue, a
 // node failure) it is PENDING again with a BeginTime hold of about 120 s;
-// the launcher releases it at once with `scontrol update JobId=<id>
-// StartTime=now`. The output files are appended to, and each run starts
+// the launcher releases it with `scontrol update JobId=<id>
+// StartTime=now` two seconds after the requeue (not sooner: slurmd
+// refuses a credential made in the second its job's old one was revoked,
+// and the job would FAIL), so it runs again within about 3 s. The output files are appended to, and each run starts
 // with a marker, so the ranks' results are those of the last run. The
 // rerun's workers see SLURM_RESTART_COUNT > 0.
 //
@@ -59,19 +61,33 @@
 //
 // # Attempt lifecycle (both modes)
 //
-//	Start ──► running ──┬─ every rank exits 0 ───────────────────────────────┐
-//	  (step: returns    ├─ a rank fails ──► stopping (Slurm's kill-on-bad-exit;
-//	   when every task  │                   step mode: also TERM, KILL after Grace)
-//	   has started;     ├─ Stop(ctx, grace) ──► stopping: scancel --signal=TERM,
-//	   batch: when the  │                   --signal=KILL after grace (batch:
-//	   job is queued)   │                   then scancel the job) ───────────┤
-//	                    └─ batch job requeued ──► PENDING ──► StartTime=now ──► running (new run)
-//	                                                                          ▼
-//	                                   srun exited / job in a final state: output drained,
-//	                                   Result published, Wait returns it to every caller
+//	Start ──► running ──┬─ every rank exits 0 ──────────────────────────────────┐
+//	 step: returns when ├─ a rank fails ──► stopping: srun's kill-on-bad-exit;   │
+//	 every task started;│                   step mode also TERM, KILL after Grace├─►
+//	 batch: when queued ├─ Stop(ctx, grace) ──► stopping: scancel --signal=TERM,  │
+//	                    │                   --signal=KILL after grace (batch: a  │
+//	                    │                   pending job, or one still running 2 s│
+//	                    │                   after the KILL, is scancelled)      ─┤
+//	                    └─ batch job requeued ──► PENDING (BeginTime hold)       │
+//	                         ──► scontrol update StartTime=now (2 s after the    │
+//	                             requeue) ──► running again: a new run          │
+//	                                                                             ▼
+//	          srun exited (step) / job in a final state (batch): output drained,
+//	          Result published; Wait returns it to every caller
 //
-// Handle.ID is "<job>.<step>" for a step inside an allocation and "<job>"
-// for a submitted job.
+// Handle.ID is "<job>.<step>" for a step inside an allocation (e.g.
+// "12.3") and "<job>" for a submitted job (e.g. "13"); a requeued job keeps
+// its id, and Wait returns only when its last run has ended.
+//
+// # On clusters of several nodes
+//
+// MASTER_PORT (unless Options.MasterPort is set) is a port free on the
+// launcher's node when the attempt starts, which rank 0, on the first node
+// of the step, may find taken; set Options.MasterPort there. A submitted
+// job's output files are read from Options.WorkDir, which must be shared
+// with the batch node. SCAV_SOCKET is the launching daemon's socket: the
+// workers on other nodes reach their own node's daemon only where every
+// node runs scavd with the same socket path.
 package slurm
 
 import (
