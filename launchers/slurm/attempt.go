@@ -248,6 +248,12 @@ loop:
 				r := ev.ranks[0]
 				results[r].PID = ev.pid
 				started[r] = true
+				if ev.step != "" && !stepSeen {
+					a.mu.Lock()
+					a.step = ev.step
+					a.mu.Unlock()
+					stepSeen = true
+				}
 				checkReady()
 			case evRun:
 				if ev.n > 0 {
@@ -311,21 +317,29 @@ loop:
 	a.mu.Unlock()
 	if !a.batch && a.srun != nil { // its Wait returned before events closed
 		var ee *exec.ExitError
-		if errors.As(a.srun.waitErr, &ee) && ee.ExitCode() > 0 {
+		switch {
+		case a.srun.waitErr == nil:
+			srunCode = 0
+		case errors.As(a.srun.waitErr, &ee) && ee.ExitCode() > 0:
 			srunCode = ee.ExitCode()
 		}
 	}
 
-	// Ranks Slurm said nothing about: the step never started them, or
-	// they were killed with the job.
+	// Ranks Slurm said nothing about: the step never started them, they
+	// were killed with the job, or this srun does not print a verbose
+	// "Completed" line for tasks that exit 0 (then srun's own status, 0,
+	// says they did).
+	wasStopping := esc.Stopping() || failedRank >= 0
 	for r := range results {
 		if ended[r] {
 			continue
 		}
 		switch {
-		case esc.Stopping() || failedRank >= 0:
+		case wasStopping:
 			results[r].Stopped = true
 			results[r].ExitCode, results[r].Signal = 128+int(unix.SIGKILL), "SIGKILL"
+		case srunCode == 0 && lost == nil:
+			results[r].ExitCode = 0
 		case a.batch && job.ExitSignal > 0:
 			s := syscall.Signal(job.ExitSignal)
 			results[r].ExitCode, results[r].Signal = 128+int(s), unix.SignalName(s)
@@ -336,7 +350,7 @@ loop:
 		default:
 			results[r].ExitCode = 255
 		}
-		if !results[r].Stopped && failedRank < 0 {
+		if !results[r].Stopped && results[r].ExitCode != 0 && failedRank < 0 {
 			failedRank = r
 		}
 	}

@@ -179,7 +179,7 @@ type eventKind int
 
 const (
 	evStep eventKind = iota // srun launched step (job.step)
-	evPID                   // a task's process id
+	evPID                   // a task's process id (and its step, when it printed it)
 	evExit                  // tasks ended
 	evRun                   // a (re)run of the batch script began
 	evEnd                   // the batch script's srun ended with code
@@ -196,6 +196,7 @@ type event struct {
 }
 
 var (
+	reStepID    = regexp.MustCompile(`^\d+\.\d+$`)
 	reLaunching = regexp.MustCompile(`^srun: launching StepId=(\d+\.\d+) `)
 	reReceived  = regexp.MustCompile(`Received task exit notification for (\d+) tasks? of StepId=\S+ \(status=0x([0-9a-fA-F]+)\)`)
 	reTaskEnd   = regexp.MustCompile(`^srun: (?:error: |launch/slurm: _task_finish: )?(\S+): tasks? ([0-9][0-9,\-]*): (.+)$`)
@@ -241,8 +242,13 @@ func (p *lineParser) line(stream plugins.Stream, s string) {
 	if rank, text, ok := cutLabel(s); ok && rank < p.n {
 		if stream == plugins.Stdout {
 			if v, isPID := strings.CutPrefix(text, pidMarker); isPID {
-				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					p.emit(event{kind: evPID, ranks: []int{rank}, pid: pid})
+				f := append(strings.Fields(v), "")
+				if pid, err := strconv.Atoi(f[0]); err == nil {
+					ev := event{kind: evPID, ranks: []int{rank}, pid: pid}
+					if reStepID.MatchString(f[1]) {
+						ev.step = f[1]
+					}
+					p.emit(ev)
 					return
 				}
 			}

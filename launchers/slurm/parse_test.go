@@ -190,7 +190,10 @@ func TestParserMarkers(t *testing.T) {
 	p.line(plugins.Stderr, "srun: launch/slurm: _task_finish: localhost: tasks 0-1: Completed")
 	p.line(plugins.Stderr, "SCAVEND 0")
 	p.line(plugins.Stdout, "5: SCAVPID 3") // rank out of range: not an event
-	want := []event{{kind: evRun, n: 1}, {kind: evExit, ranks: []int{0, 1}}, {kind: evEnd}}
+	p.line(plugins.Stdout, "1: SCAVPID 42 7.3")
+	p.line(plugins.Stdout, "0: SCAVPID 43 7.")
+	want := []event{{kind: evRun, n: 1}, {kind: evExit, ranks: []int{0, 1}}, {kind: evEnd},
+		{kind: evPID, ranks: []int{1}, pid: 42, step: "7.3"}, {kind: evPID, ranks: []int{0}, pid: 43}}
 	if !reflect.DeepEqual(events, want) {
 		t.Errorf("events %+v, want %+v", events, want)
 	}

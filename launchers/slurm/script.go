@@ -16,7 +16,9 @@ func quote(s string) string {
 
 // taskScript is the sh program each srun task runs as
 // `/bin/sh -c <taskScript> scav-task <argv...>`: it prints its pid (the
-// launcher's record of the worker's PID, since exec keeps it), maps
+// launcher's record of the worker's PID, since exec keeps it) and its
+// step ("SCAVPID 1234 12.3", the step id whatever srun's verbose output
+// says), maps
 // Slurm's task environment to the worker contract and execs the user's
 // command from "$@", so no argument is ever parsed by a shell.
 //
@@ -30,7 +32,7 @@ func quote(s string) string {
 // step's environment (srun --export=ALL).
 func taskScript(mode plugins.LaunchMode) string {
 	var b strings.Builder
-	b.WriteString(`echo "` + pidMarker + `$$" || exit 125` + "\n")
+	b.WriteString(`echo "` + pidMarker + `$$ $SLURM_JOB_ID.$SLURM_STEP_ID" || exit 125` + "\n")
 	if mode == plugins.ModeSelf {
 		b.WriteString("unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE\n")
 	} else {
