@@ -154,13 +154,14 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // which kills srun before its tasks' exits reach it.
 func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
 	a.mu.Lock()
-	target := a.step
-	if target == "" && a.batch {
-		target = a.jobID
+	target, state := a.step, a.lastJob.State
+	if target == "" && a.batch && state != "" && state != "PENDING" {
+		target = a.jobID // running, srun not seen yet: its steps
 	}
 	a.mu.Unlock()
 	if target == "" {
-		return fmt.Errorf("%w: the step has not started", ErrStepStart)
+		// scancel --signal on a pending job retries for a minute.
+		return fmt.Errorf("%w: the step has not started (job %s)", ErrStepStart, strings.ToLower(state))
 	}
 	_, err := a.l.run(ctx, a.l.opts.Scancel, "--signal="+strings.TrimPrefix(unix.SignalName(sig), "SIG"), target)
 	return err
@@ -373,9 +374,12 @@ func (a *attempt) terminate() {
 	ctx := context.Background()
 	if a.batch {
 		a.mu.Lock()
-		pending := a.lastJob.State == "" || a.lastJob.State == "PENDING"
+		noStep := a.step == "" // pending, or srun not seen yet
 		a.mu.Unlock()
-		if pending {
+		if noStep {
+			// Nothing to give a grace to: cancel the job (Slurm still
+			// sends a task that just started SIGTERM, then SIGKILL after
+			// its KillWait).
 			a.cancelJob(ctx)
 			return
 		}

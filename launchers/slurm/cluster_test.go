@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,9 @@ func TestCluster(t *testing.T) {
 		t.Run("ModeSelfInAllocation", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, alloc, nil)) })
 		t.Run("ModeSelfSubmitted", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, "", nil)) })
 	})
+	// Alone: its job waits for CPUs the allocation holds, and would hold
+	// back the others' jobs.
+	t.Run("StopPending", func(t *testing.T) { testStopPending(t, c) })
 }
 
 func testCapabilities(t *testing.T, c *testslurm.Cluster, alloc string) {
@@ -342,6 +346,44 @@ func testModeSelf(t *testing.T, l *Launcher) {
 	}
 	if got, want := out.of(0), []string{"stdout: [][][] 3 127.0.0.1 USR1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("output %q, want %q", got, want)
+	}
+}
+
+// testStopPending stops a submitted job that waits for resources: Stop
+// cancels it at once, whatever the grace.
+func testStopPending(t *testing.T, c *testslurm.Cluster) {
+	ctx := testCtx(t, 30*time.Second)
+	l := newLauncher(t, c, "", nil)
+	h, err := l.Start(ctx, conformance.ShellSpec(t, c.CPUs-1, "true", nil)) // more than the allocation leaves
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	for {
+		st, err := c.JobState(ctx, h.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == "PENDING" {
+			break
+		}
+		t.Fatalf("job %s is %s, want PENDING", h.ID(), st)
+	}
+	if err := h.Signal(ctx, syscall.SIGUSR1); err == nil {
+		t.Errorf("Signal to a pending job succeeded")
+	}
+	begin := time.Now()
+	if err := h.Stop(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("Stop of a pending job took %v", took)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil || !res.Stopped || res.FailedRank != -1 || len(res.Ranks) != c.CPUs-1 || !res.Ranks[0].Stopped {
+		t.Errorf("Result %+v, %v; want stopped, no failed rank", res, err)
+	}
+	if st, err := c.JobState(ctx, h.ID()); err != nil || st != "CANCELLED" {
+		t.Errorf("job state %s, %v; want CANCELLED", st, err)
 	}
 }
 
