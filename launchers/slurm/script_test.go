@@ -139,9 +139,9 @@ func TestBatchScriptForwardsUSR1(t *testing.T) {
 }
 
 func TestSbatchArgs(t *testing.T) {
-	spec := plugins.AttemptSpec{JobID: "job 1", Attempt: 3, Dir: "/w", Config: plugins.Config{Workers: 4, Nodes: 2}}
+	spec := plugins.AttemptSpec{JobID: "job 1/x", Attempt: 3, Dir: "/w", Config: plugins.Config{Workers: 4, Nodes: 2}}
 	got := sbatchArgs(spec, 4, "/d", "gpu", 1500*time.Millisecond, []string{"--time=1:00"})
-	want := []string{"--parsable", "--job-name=scav-job_1-a3", "--ntasks=4", "--nodes=2", "--partition=gpu",
+	want := []string{"--parsable", "--job-name=scav-job_1_x-a3", "--ntasks=4", "--nodes=2", "--partition=gpu",
 		"--signal=B:USR1@2", "--requeue", "--open-mode=append", "--output=/d/out", "--error=/d/err", "--export=ALL",
 		"--chdir=/w", "--time=1:00"}
 	if !reflect.DeepEqual(got, want) {

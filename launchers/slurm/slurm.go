@@ -462,7 +462,7 @@ func (l *Launcher) masterPort() (int, error) {
 // jobName is the Slurm job (or step) name of an attempt.
 func jobName(spec plugins.AttemptSpec) string {
 	id := strings.Map(func(r rune) rune {
-		if r == ' ' || r == '\n' || r == '\t' || r == '"' || r == '\'' {
+		if r == ' ' || r == '\n' || r == '\t' || r == '"' || r == '\'' || r == '/' {
 			return '_'
 		}
 		return r
