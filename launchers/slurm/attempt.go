@@ -154,14 +154,22 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // which kills srun before its tasks' exits reach it.
 func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
 	a.mu.Lock()
-	target, state := a.step, a.lastJob.State
-	if target == "" && a.batch && state != "" && state != "PENDING" {
-		target = a.jobID // running, srun not seen yet: its steps
-	}
+	target, jobID := a.step, a.jobID
 	a.mu.Unlock()
+	if target == "" && a.batch {
+		// The step is not known (yet): signal the job's steps if it runs.
+		// Not a pending job: scancel --signal on one retries for a minute.
+		j, err := a.l.job(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		if j.State != "RUNNING" {
+			return fmt.Errorf("%w: job %s is %s", ErrStepStart, jobID, j.State)
+		}
+		target = jobID
+	}
 	if target == "" {
-		// scancel --signal on a pending job retries for a minute.
-		return fmt.Errorf("%w: the step has not started (job %s)", ErrStepStart, strings.ToLower(state))
+		return fmt.Errorf("%w: the step has not started", ErrStepStart)
 	}
 	_, err := a.l.run(ctx, a.l.opts.Scancel, "--signal="+strings.TrimPrefix(unix.SignalName(sig), "SIG"), target)
 	return err

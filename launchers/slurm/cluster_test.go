@@ -126,6 +126,7 @@ func TestCluster(t *testing.T) {
 		t.Run("RequeueRace", func(t *testing.T) { t.Parallel(); testRequeueRace(t, c) })
 		t.Run("PreemptInAllocation", func(t *testing.T) { t.Parallel(); testPreempt(t, c, true) })
 		t.Run("PreemptSubmitted", func(t *testing.T) { t.Parallel(); testPreempt(t, c, false) })
+		t.Run("WarnedBeforeTimeLimit", func(t *testing.T) { t.Parallel(); testTimeLimitWarning(t, c) })
 		t.Run("SlurmErrors", func(t *testing.T) { t.Parallel(); testSlurmErrors(t, c, alloc) })
 		t.Run("ModeSelfInAllocation", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, alloc, nil)) })
 		t.Run("ModeSelfSubmitted", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, "", nil)) })
@@ -324,6 +325,34 @@ echo ready; while :; do sleep 0.05; done`, out.add))
 	for r := range 2 {
 		if got := out.of(r); !slicesContains(got, "stdout: got USR1") {
 			t.Errorf("rank %d output %q: its USR1 trap did not fire", r, got)
+		}
+	}
+}
+
+// testTimeLimitWarning submits a job with a one-minute time limit and a
+// grace of 55 s: Slurm itself sends the batch shell USR1 (sbatch
+// --signal=B:USR1@55) within about 5-35 s (it checks limits every 30 s),
+// and the workers' trap fires.
+func testTimeLimitWarning(t *testing.T, c *testslurm.Cluster) {
+	ctx := testCtx(t, 75*time.Second)
+	l := newLauncher(t, c, "", func(o *Options) {
+		o.SbatchArgs = []string{"--time=1"}
+		o.Grace = 55 * time.Second
+	})
+	var out lines
+	h, err := l.Start(ctx, conformance.ShellSpec(t, 2, `trap 'echo "got $SCAV_PREEMPT_SIGNAL"; exit 0' USR1
+echo ready; while :; do sleep 0.05; done`, out.add))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background(), 0) })
+	res, err := h.Wait(ctx)
+	if err != nil || res.ExitCode != 0 || res.FailedRank != -1 {
+		t.Fatalf("Result %+v, %v; output %q %q", res, err, out.of(0), out.of(1))
+	}
+	for r := range 2 {
+		if got := out.of(r); !slicesContains(got, "stdout: got USR1") {
+			t.Errorf("rank %d output %q: Slurm's warning did not reach its trap", r, got)
 		}
 	}
 }
