@@ -127,6 +127,7 @@ func TestCluster(t *testing.T) {
 		t.Run("PreemptInAllocation", func(t *testing.T) { t.Parallel(); testPreempt(t, c, true) })
 		t.Run("PreemptSubmitted", func(t *testing.T) { t.Parallel(); testPreempt(t, c, false) })
 		t.Run("WarnedBeforeTimeLimit", func(t *testing.T) { t.Parallel(); testTimeLimitWarning(t, c) })
+		t.Run("StartCancelledWhileStepWaits", func(t *testing.T) { t.Parallel(); testStartWhileBusy(t, c) })
 		t.Run("SlurmErrors", func(t *testing.T) { t.Parallel(); testSlurmErrors(t, c, alloc) })
 		t.Run("ModeSelfInAllocation", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, alloc, nil)) })
 		t.Run("ModeSelfSubmitted", func(t *testing.T) { t.Parallel(); testModeSelf(t, newLauncher(t, c, "", nil)) })
@@ -354,6 +355,38 @@ echo ready; while :; do sleep 0.05; done`, out.add))
 		if got := out.of(r); !slicesContains(got, "stdout: got USR1") {
 			t.Errorf("rank %d output %q: Slurm's warning did not reach its trap", r, got)
 		}
+	}
+}
+
+// testStartWhileBusy starts a step in an allocation whose CPUs another
+// step holds: srun waits for them, and when Start's context ends it gives
+// up, leaving nothing behind; once the CPUs are free a step starts.
+func testStartWhileBusy(t *testing.T, c *testslurm.Cluster) {
+	ctx := testCtx(t, 30*time.Second)
+	l := newLauncher(t, c, c.Hold(t, 2), nil)
+	var out lines
+	busy, err := l.Start(ctx, conformance.ShellSpec(t, 2, "echo ready; exec sleep 30", out.add))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	out.await(t, ctx, 1, "ready")
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if h, err := l.Start(short, conformance.ShellSpec(t, 1, "true", nil)); !errors.Is(err, context.DeadlineExceeded) {
+		if h != nil {
+			_ = h.Stop(ctx, 0)
+		}
+		t.Fatalf("Start while the allocation is busy = %v, want DeadlineExceeded", err)
+	}
+	if err := busy.Stop(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.Start(ctx, conformance.ShellSpec(t, 2, "true", nil))
+	if err != nil {
+		t.Fatalf("Start once the CPUs are free: %v", err)
+	}
+	if res, err := h.Wait(ctx); err != nil || res.ExitCode != 0 {
+		t.Errorf("Result %+v, %v", res, err)
 	}
 }
 
