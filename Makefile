@@ -5,7 +5,7 @@ GO        ?= go
 PYTHON    ?= /usr/bin/python3
 BIN       := $(CURDIR)/bin
 DEMO_DIR  ?= $(CURDIR)/.cache/demo
-APT_PKGS  := python3-torch libopenblas0-pthread openssh-server
+APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
 GOFLAGS_TEST ?= -timeout 20m
 
 .PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop report-example clean

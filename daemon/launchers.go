@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/launchers/ssh"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -21,6 +22,8 @@ type BuiltinOptions struct {
 	Reaper *local.Reaper
 	// SSH configures the "ssh" launcher (scavd's --ssh-* flags).
 	SSH SSHOptions
+	// Slurm configures the "slurm" launcher; its Logger is set by Builtins.
+	Slurm slurm.Options
 }
 
 // SSHOptions configure the "ssh" launcher; see launchers/ssh.Options.
@@ -73,13 +76,19 @@ func newSSH(o SSHOptions, log *zap.Logger) (plugins.Launcher, error) {
 
 // Builtins is the catalog of the launchers linked into scavd; they run in
 // process. "local" starts workers on this node; "ssh" starts them on the
-// hosts of opts.SSH (and fails, naming the flags, without hosts).
+// hosts of opts.SSH (and fails, naming the flags, without hosts); "slurm"
+// runs them as srun steps of an allocation, or submits them with sbatch.
 func Builtins(opts BuiltinOptions) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
 		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: opts.Reaper}), nil
 	})
 	_ = c.Register("ssh", func(log *zap.Logger) (plugins.Launcher, error) { return newSSH(opts.SSH, log) })
+	_ = c.Register("slurm", func(log *zap.Logger) (plugins.Launcher, error) {
+		o := opts.Slurm
+		o.Logger = log
+		return slurm.New(o)
+	})
 	return c
 }
 

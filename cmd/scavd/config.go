@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -50,6 +51,18 @@ type settings struct {
 	GPUSource       string        `yaml:"gpu_source"`
 	MetricsListen   string        `yaml:"metrics_listen"`
 	SSH             sshSettings   `yaml:"ssh"`
+	Slurm           slurmSettings `yaml:"slurm"`
+}
+
+// slurmSettings configure the slurm launcher (launcher: slurm).
+type slurmSettings struct {
+	JobID      string        `yaml:"job_id"`
+	Partition  string        `yaml:"partition"`
+	Grace      time.Duration `yaml:"grace"`
+	SbatchArgs []string      `yaml:"sbatch_args"`
+	SrunArgs   []string      `yaml:"srun_args"`
+	WorkDir    string        `yaml:"work_dir"`
+	Poll       time.Duration `yaml:"poll"`
 }
 
 // sshSettings configure the ssh launcher (launcher: ssh).
@@ -64,7 +77,8 @@ type sshSettings struct {
 }
 
 // flagAliases are the singular names of repeatable flags: --ssh-host is --ssh-hosts.
-var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys"}
+var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys",
+	"slurm-sbatch-arg": "slurm-sbatch-args", "slurm-srun-arg": "slurm-srun-args"}
 
 // normalizeFlag lets a flag be given by its alias.
 func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -102,12 +116,23 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringArrayVar(&s.SSH.KnownHosts, "ssh-known-hosts", []string{}, "launcher ssh: a known_hosts file the host keys must be in (repeatable; default ~/.ssh/known_hosts)")
 	f.BoolVar(&s.SSH.ForwardTelemetry, "ssh-forward-telemetry", true, "launcher ssh: forward the telemetry socket to each host over SSH; "+
 		"=false when a scavd runs on every host or they share this one's socket")
+	f.StringVar(&s.Slurm.JobID, "slurm-job-id", "", "launcher slurm: run every attempt as an srun step of this allocation, so a relaunch waits in no queue (default $SLURM_JOB_ID; when neither is set, every attempt is submitted with sbatch)")
+	f.StringVar(&s.Slurm.Partition, "slurm-partition", "", "launcher slurm: submit to this partition and size jobs by its nodes (default the cluster's default partition)")
+	f.DurationVar(&s.Slurm.Grace, "slurm-grace", slurm.DefaultGrace, "launcher slurm: how long before the end of its time Slurm warns a submitted job with SIGUSR1 (sbatch --signal=B:USR1@grace; the workers checkpoint then), and how long the peers of a failed rank get between SIGTERM and SIGKILL")
+	f.StringArrayVar(&s.Slurm.SbatchArgs, "slurm-sbatch-args", []string{}, "launcher slurm: an extra sbatch argument for submitted jobs, one per flag (repeatable as --slurm-sbatch-arg, e.g. --slurm-sbatch-arg=--account=ml --slurm-sbatch-arg=--time=4:00:00)")
+	f.StringArrayVar(&s.Slurm.SrunArgs, "slurm-srun-args", []string{}, "launcher slurm: an extra srun argument for every job step, one per flag (repeatable as --slurm-srun-arg, e.g. --slurm-srun-arg=--gpus-per-task=1)")
+	f.StringVar(&s.Slurm.WorkDir, "slurm-work-dir", "", "launcher slurm: where batch scripts and job output files go; must be shared with the compute nodes (default $TMPDIR/scavenger-slurm)")
+	f.DurationVar(&s.Slurm.Poll, "slurm-poll", slurm.DefaultPollInterval, "launcher slurm: how often a submitted job's state and output are read")
 }
 
 // builtinOptions configure the built-in launchers from the settings.
 func (s settings) builtinOptions() daemon.BuiltinOptions {
-	return daemon.BuiltinOptions{SSH: daemon.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
-		KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry}}
+	return daemon.BuiltinOptions{
+		SSH: daemon.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
+			KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry},
+		Slurm: slurm.Options{JobID: s.Slurm.JobID, Partition: s.Slurm.Partition, Grace: s.Slurm.Grace, SbatchArgs: s.Slurm.SbatchArgs,
+			SrunArgs: s.Slurm.SrunArgs, WorkDir: s.Slurm.WorkDir, PollInterval: s.Slurm.Poll},
+	}
 }
 
 // defaultSettings are the built-in defaults.
@@ -295,6 +320,12 @@ func (s settings) validate() []fieldError {
 	}
 	if s.Launcher != "ssh" && (len(s.SSH.Hosts) > 0 || s.SSH.Inventory != "") {
 		bad("launcher", "%q, but ssh hosts are given: they are for --launcher ssh", s.Launcher)
+	}
+	if s.Slurm.Grace <= 0 {
+		bad("slurm.grace", "%s: must be positive", s.Slurm.Grace)
+	}
+	if s.Slurm.Poll <= 0 {
+		bad("slurm.poll", "%s: must be positive", s.Slurm.Poll)
 	}
 	if s.NodeSampleEvery < 0 {
 		bad("node_sample_every", "%s: must not be negative (0: never)", s.NodeSampleEvery)

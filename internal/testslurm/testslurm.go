@@ -1,0 +1,506 @@
+// Package testslurm starts a private, real single-node Slurm cluster for
+// tests: its own munged, slurmctld and slurmd, each a child of the test
+// process, with a slurm.conf on free ports in a directory of its own, so
+// that several test packages can run clusters at the same time.
+//
+//	c := testslurm.Start(t, testslurm.Options{})
+//	out, err := c.Run(ctx, "sinfo", "-h")   // SLURM_CONF points at this cluster
+//
+// The cluster is torn down by t.Cleanup: every job is cancelled, the
+// daemons are shut down (scontrol shutdown, then munged by its PID), every
+// process of the cluster is reaped — the test process makes itself a child
+// subreaper so that the slurmstepd and job processes that slurmd orphans
+// become its children — and the cleanup fails the test if any daemon,
+// slurmstepd or job process of the cluster is left, even as a zombie.
+//
+// Start skips the test (with a message naming the apt command) when it is
+// not run as root or when the Slurm or munge binaries are absent.
+package testslurm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// AptInstall is the command that installs what the clusters need.
+const AptInstall = "DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge"
+
+// Options configure a cluster.
+type Options struct {
+	// CPUs is the node's CPU count as Slurm sees it (default 8); it may be
+	// larger than the machine's, thanks to SlurmdParameters=config_overrides.
+	CPUs int
+	// Prolog and Epilog are executable scripts slurmd runs around every job
+	// (PrologFlags=Alloc runs the prolog at allocation time); empty: none.
+	Prolog, Epilog string
+	// KillWait is Slurm's KillWait, the time between SIGTERM and SIGKILL
+	// when a job or step is cancelled (default 2 s).
+	KillWait time.Duration
+	// ExtraConf is appended to slurm.conf.
+	ExtraConf string
+	// StartTimeout bounds waiting for the node to be idle (default 30 s).
+	StartTimeout time.Duration
+}
+
+// Cluster is a running private cluster.
+type Cluster struct {
+	// Dir holds the configuration, state, spool, logs and munge files.
+	Dir string
+	// Conf is the path of slurm.conf.
+	Conf string
+	// Node is the node's name, Partition the (default) partition's.
+	Node, Partition string
+	// CPUs is the node's CPU count.
+	CPUs int
+
+	t       testing.TB
+	env     []string
+	munged  *exec.Cmd
+	ctld    *exec.Cmd
+	slurmd  *exec.Cmd
+	mungeS  string
+	starts  map[*exec.Cmd]uint64 // the daemons' start times
+	tag     string
+	stopped sync.Once
+}
+
+// daemons are the programs a cluster runs; clients are the commands tests use.
+var (
+	daemons = []string{"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd"}
+	clients = []string{"sinfo", "squeue", "scontrol", "scancel", "srun", "sbatch", "munge"}
+)
+
+// Available reports why clusters cannot be started here, or nil.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("a private Slurm cluster needs root (uid %d)", os.Geteuid())
+	}
+	for _, d := range daemons {
+		if _, err := os.Stat(d); err != nil {
+			return fmt.Errorf("%s is absent (%s): %w", d, AptInstall, err)
+		}
+	}
+	for _, c := range clients {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("%s is not on PATH (%s): %w", c, AptInstall, err)
+		}
+	}
+	return nil
+}
+
+// Start starts a cluster and registers its teardown with t.Cleanup; it
+// skips the test when Available reports a problem.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	if opts.CPUs <= 0 {
+		opts.CPUs = 8
+	}
+	if opts.KillWait <= 0 {
+		opts.KillWait = 2 * time.Second
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	// Orphans of slurmd (slurmstepd, job processes) become our children.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("testslurm: become subreaper: %v", err)
+	}
+	dir := t.TempDir()
+	if len(dir) > 60 { // unix socket paths are short (108 bytes with slurmd's names)
+		d, err := os.MkdirTemp("", "slurm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+		dir = d
+	}
+	c := &Cluster{
+		Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Node: "localhost", Partition: "debug",
+		CPUs: opts.CPUs, t: t, mungeS: filepath.Join(dir, "munge.sock"), starts: map[*exec.Cmd]uint64{},
+	}
+	c.tag = "SCAV_TESTSLURM=" + dir
+	c.env = append(os.Environ(), "SLURM_CONF="+c.Conf)
+	for _, d := range []string{"state", "spool"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := make([]byte, 1024)
+	_, _ = rand.Read(key)
+	if err := os.WriteFile(filepath.Join(dir, "munge.key"), key, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop)
+
+	c.munged = c.daemon(t, "munged", "/usr/sbin/munged", "--foreground", "--force",
+		"--socket="+c.mungeS, "--key-file="+filepath.Join(dir, "munge.key"),
+		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "munged.seed"),
+		"--log-file="+filepath.Join(dir, "munged.log"), "--num-threads=2")
+	c.poll(t, 10*time.Second, "munged socket", func() error {
+		_, err := os.Stat(c.mungeS)
+		return err
+	})
+
+	ctldPort, slurmdPort := freePort(t), freePort(t)
+	if err := os.WriteFile(c.Conf, []byte(c.render(opts, ctldPort, slurmdPort)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.ctld = c.daemon(t, "slurmctld", "/usr/sbin/slurmctld", "-D", "-i", "-f", c.Conf)
+	c.slurmd = c.daemon(t, "slurmd", "/usr/sbin/slurmd", "-D", "-N", c.Node, "-f", c.Conf)
+	c.poll(t, opts.StartTimeout, "node idle", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		out, err := c.Run(ctx, "sinfo", "-h", "-o", "%T")
+		if err != nil {
+			return err
+		}
+		switch s := strings.TrimSpace(out); s {
+		case "idle", "mixed", "allocated":
+			return nil
+		default:
+			return fmt.Errorf("node state %q", s)
+		}
+	})
+	return c
+}
+
+// render returns the cluster's slurm.conf.
+func (c *Cluster) render(opts Options, ctldPort, slurmdPort int) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("ClusterName=scavtest")
+	p("SlurmctldHost=localhost")
+	p("SlurmUser=root")
+	p("SlurmdUser=root")
+	p("AuthType=auth/munge")
+	p("CredType=cred/munge")
+	p("AuthInfo=socket=%s", c.mungeS)
+	p("StateSaveLocation=%s/state", c.Dir)
+	p("SlurmdSpoolDir=%s/spool", c.Dir)
+	p("SlurmctldPidFile=%s/slurmctld.pid", c.Dir)
+	p("SlurmdPidFile=%s/slurmd.pid", c.Dir)
+	p("SlurmctldLogFile=%s/slurmctld.log", c.Dir)
+	p("SlurmdLogFile=%s/slurmd.log", c.Dir)
+	p("SlurmctldPort=%d", ctldPort)
+	p("SlurmdPort=%d", slurmdPort)
+	p("ProctrackType=proctrack/linuxproc")
+	p("TaskPlugin=task/none")
+	p("JobAcctGatherType=jobacct_gather/none")
+	p("AccountingStorageType=accounting_storage/none")
+	p("JobCompType=jobcomp/none")
+	p("MpiDefault=none")
+	p("SchedulerType=sched/backfill")
+	p("SelectType=select/cons_tres")
+	p("SelectTypeParameters=CR_Core")
+	p("SlurmdParameters=config_overrides")
+	p("ReturnToService=2")
+	if opts.Prolog != "" {
+		p("Prolog=%s", opts.Prolog)
+	}
+	if opts.Epilog != "" {
+		p("Epilog=%s", opts.Epilog)
+	}
+	p("PrologFlags=Alloc")
+	p("KillWait=%d", max(1, int(opts.KillWait.Round(time.Second)/time.Second)))
+	p("MinJobAge=300")
+	p("SchedulerParameters=sched_interval=1")
+	p("NodeName=%s CPUs=%d Boards=1 SocketsPerBoard=1 CoresPerSocket=%d ThreadsPerCore=1 RealMemory=8000 State=UNKNOWN",
+		c.Node, opts.CPUs, opts.CPUs)
+	p("PartitionName=%s Nodes=%s Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO", c.Partition, c.Node)
+	b.WriteString(opts.ExtraConf)
+	return b.String()
+}
+
+// daemon starts one foreground daemon as a child, its output in <name>.out.
+func (c *Cluster) daemon(t testing.TB, name, path string, args ...string) *exec.Cmd {
+	t.Helper()
+	f, err := os.Create(filepath.Join(c.Dir, name+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(append([]string(nil), c.env...), c.tag)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own group (a terminal's ^C goes to the test only); killed by the
+	// kernel if the test process dies without its cleanup (a timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testslurm: start %s: %v", name, err)
+	}
+	if st, ok := procStat(cmd.Process.Pid); ok {
+		c.starts[cmd] = st.start
+	}
+	return cmd
+}
+
+// stat is what procStat reads of /proc/<pid>/stat.
+type stat struct {
+	state string // R, S, Z, ...
+	start uint64 // start time in clock ticks after boot: tells a reused pid apart
+}
+
+// procStat reads the state and start time of pid.
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return stat{}, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state); starttime is field 22
+	if len(f) < 20 {
+		return stat{}, false
+	}
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return stat{state: f[0], start: start}, true
+}
+
+// poll calls f until it returns nil, failing the test (with the logs)
+// after d.
+func (c *Cluster) poll(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testslurm: waiting for %s: %v\n%s", what, err, c.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Env returns the environment for Slurm commands of this cluster: the
+// test's environment with SLURM_CONF set.
+func (c *Cluster) Env() []string { return append([]string(nil), c.env...) }
+
+// Setenv points this process's Slurm commands at the cluster (SLURM_CONF)
+// for the rest of the test, with t.Setenv.
+func (c *Cluster) Setenv(t *testing.T) { t.Setenv("SLURM_CONF", c.Conf) }
+
+// Run runs a Slurm command against the cluster and returns its stdout; the
+// error includes its stderr.
+func (c *Cluster) Run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = c.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Hold submits a job that only sleeps, holding an allocation of cpus CPUs
+// on the node, waits until it runs and returns its id; the job is
+// cancelled when the test ends (and by the cluster's teardown in any case).
+func (c *Cluster) Hold(t testing.TB, cpus int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.Run(ctx, "sbatch", "--parsable", "--job-name=hold", "--ntasks="+strconv.Itoa(cpus),
+		"--output=/dev/null", "--wrap=exec sleep 3600")
+	if err != nil {
+		t.Fatalf("testslurm: hold an allocation: %v", err)
+	}
+	id := strings.TrimSpace(strings.Split(out, ";")[0])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = c.Run(ctx, "scancel", id)
+	})
+	c.poll(t, 20*time.Second, "holding job "+id+" to run", func() error {
+		st, err := c.JobState(ctx, id)
+		if err != nil || st == "RUNNING" {
+			return err
+		}
+		return fmt.Errorf("job %s is %s", id, st)
+	})
+	return id
+}
+
+// JobState returns the JobState scontrol reports for job id.
+func (c *Cluster) JobState(ctx context.Context, id string) (string, error) {
+	out, err := c.Run(ctx, "scontrol", "show", "job", "-o", id)
+	if err != nil {
+		return "", err
+	}
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "JobState="); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no JobState in %q", out)
+}
+
+// Logs returns the tails of the daemons' logs, for failure messages.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for _, f := range []string{"munged.out", "slurmctld.out", "slurmctld.log", "slurmd.out", "slurmd.log"} {
+		data, _ := os.ReadFile(filepath.Join(c.Dir, f))
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(&b, "--- %s\n%s\n", f, data)
+	}
+	return b.String()
+}
+
+// stop cancels every job, shuts the daemons down, reaps them and checks
+// that nothing of the cluster is left.
+func (c *Cluster) stop() {
+	c.stopped.Do(func() {
+		t := c.t
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c.ctld != nil && c.slurmd != nil {
+			if out, err := c.Run(ctx, "squeue", "-h", "-o", "%i"); err == nil && strings.TrimSpace(out) != "" {
+				_, _ = c.Run(ctx, "scancel", strings.Fields(out)...)
+				deadline := time.Now().Add(15 * time.Second)
+				for time.Now().Before(deadline) {
+					out, err := c.Run(ctx, "squeue", "-h", "-o", "%i %T")
+					if err != nil || strings.TrimSpace(out) == "" {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			if _, err := c.Run(ctx, "scontrol", "shutdown"); err != nil {
+				t.Logf("testslurm: scontrol shutdown: %v", err)
+			}
+		}
+		for _, d := range []*exec.Cmd{c.slurmd, c.ctld, c.munged} {
+			if d == nil {
+				continue
+			}
+			if d == c.munged {
+				_ = d.Process.Signal(syscall.SIGTERM)
+			}
+			done := make(chan struct{})
+			go func() { _ = d.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("testslurm: %s (pid %d) did not exit; killing it", d.Path, d.Process.Pid)
+				_ = d.Process.Kill()
+				<-done
+			}
+			// Reaped: its pid is gone, or is another process's now.
+			if st, ok := procStat(d.Process.Pid); ok && st.start == c.starts[d] {
+				t.Errorf("testslurm: %s (pid %d) is still there in state %s after it was reaped", d.Path, d.Process.Pid, st.state)
+			}
+		}
+		c.checkNothingLeft(t)
+	})
+}
+
+// checkNothingLeft polls until no process of the cluster (one whose
+// environment carries its tag or its SLURM_CONF) remains, reaping the
+// orphans inherited as subreaper; it kills and reports what is left.
+func (c *Cluster) checkNothingLeft(t testing.TB) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ReapOrphans()
+		left := c.leftovers()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("testslurm: processes of the cluster left behind: %v", left)
+			for _, p := range left {
+				if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			ReapOrphans()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ReapOrphans reaps every exited child of the test process without
+// blocking (the orphans it inherits as subreaper).
+func ReapOrphans() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+	}
+}
+
+// leftovers lists, as "pid (comm) state", every process whose environment
+// names this cluster: a slurmstepd (slurmd's environment carries the
+// cluster's tag) or a job process (SLURM_CONF). The daemons themselves are
+// not looked up by pid: stop has reaped them (Wait returned), and their
+// pids may already belong to another test's processes.
+func (c *Cluster) leftovers() []string {
+	var left []string
+	conf := []byte("SLURM_CONF=" + c.Conf + "\x00")
+	tag := []byte(c.tag + "\x00")
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		j := strings.IndexByte(s, '(')
+		if i < 0 || j < 0 {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(s[:j]))
+		f := strings.Fields(s[i+1:])
+		if len(f) < 1 {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		env = append([]byte{0}, env...)
+		if bytes.Contains(env, append([]byte{0}, conf...)) || bytes.Contains(env, append([]byte{0}, tag...)) {
+			left = append(left, fmt.Sprintf("%d %s %s", pid, s[j:i+1], f[0]))
+		}
+	}
+	return left
+}
+
+// freePort returns a TCP port that was free on every address a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

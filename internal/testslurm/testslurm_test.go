@@ -1,0 +1,107 @@
+package testslurm
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestTwoClusters starts two clusters at once, runs a step on each, and
+// relies on their cleanups to check that nothing of them is left.
+func TestTwoClusters(t *testing.T) {
+	a := Start(t, Options{})
+	b := Start(t, Options{CPUs: 4})
+	if a.Conf == b.Conf {
+		t.Fatalf("both clusters use %s", a.Conf)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []*Cluster{a, b} {
+		out, err := c.Run(ctx, "srun", "-n", "2", "-l", "sh", "-c", "echo $SLURM_NTASKS")
+		if err != nil {
+			t.Fatalf("srun: %v", err)
+		}
+		if got := strings.Count(out, ": 2\n"); got != 2 {
+			t.Errorf("srun output %q", out)
+		}
+		cpus, err := c.Run(ctx, "sinfo", "-h", "-o", "%c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(cpus) != map[*Cluster]string{a: "8", b: "4"}[c] {
+			t.Errorf("cluster %s has %s CPUs", c.Dir, cpus)
+		}
+	}
+	// A held allocation runs, and a batch job still running at the end is
+	// cancelled by the teardown.
+	id := a.Hold(t, 2)
+	if st, err := a.JobState(ctx, id); err != nil || st != "RUNNING" {
+		t.Errorf("held job %s: %s, %v", id, st, err)
+	}
+	if _, err := b.Run(ctx, "sbatch", "--wrap", "exec sleep 600", "-o", "/dev/null"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrologEpilog runs a job on a cluster with a prolog and an epilog that
+// record the job id: both run (the prolog at allocation, PrologFlags=Alloc).
+func TestPrologEpilog(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	dir := t.TempDir()
+	hooks := filepath.Join(dir, "hooks.log")
+	for _, h := range []string{"prolog", "epilog"} {
+		script := "#!/bin/sh\necho \"" + h + " $SLURM_JOB_ID\" >> " + hooks + "\nexit 0\n"
+		if err := os.WriteFile(filepath.Join(dir, h+".sh"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Start(t, Options{Prolog: filepath.Join(dir, "prolog.sh"), Epilog: filepath.Join(dir, "epilog.sh")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Run(ctx, "srun", "-n", "1", "true"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(hooks)
+		if string(b) == "prolog 1\nepilog 1\n" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hooks.log = %q, want the prolog then the epilog of job 1", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLeftoversAreFound makes a job process escape its step (setsid and
+// its parent's exit reparent it to the test process, the subreaper): the
+// teardown's check must see it by its SLURM_CONF.
+func TestLeftoversAreFound(t *testing.T) {
+	c := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.Run(ctx, "srun", "-n", "1", "sh", "-c", "setsid sleep 300 >/dev/null 2>&1 </dev/null & echo $!")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("srun printed %q", out)
+	}
+	found := false
+	for _, l := range c.leftovers() {
+		found = found || strings.HasPrefix(l, strconv.Itoa(pid)+" (sleep)")
+	}
+	if !found {
+		t.Errorf("leftovers %q do not include the escaped sleep %d", c.leftovers(), pid)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}

@@ -1,0 +1,253 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// batchCancelDelay is how long after SIGKILL to its tasks a batch job
+// still running is cancelled.
+const batchCancelDelay = 2 * time.Second
+
+// requeueSettleSeconds is how many whole seconds after a requeue was
+// seen the launcher releases the job (see watch).
+const requeueSettleSeconds = 2
+
+// lostAfter is how long scontrol may fail to show a followed job before
+// the launcher gives it up as lost.
+const lostAfter = 60 * time.Second
+
+// submit writes the attempt's batch script and submits it with sbatch,
+// returning once Slurm has queued the job.
+func (a *attempt) submit(ctx context.Context) error {
+	a.batch = true
+	if err := os.MkdirAll(a.l.opts.WorkDir, 0o755); err != nil {
+		return fmt.Errorf("batch work dir: %w", err)
+	}
+	dir, err := os.MkdirTemp(a.l.opts.WorkDir, strings.TrimPrefix(jobName(a.spec), "scav-")+"-")
+	if err != nil {
+		return fmt.Errorf("batch work dir: %w", err)
+	}
+	a.dir = dir
+	port, err := a.l.masterPort()
+	if err != nil {
+		return err
+	}
+	mode := plugins.ResolveMode(a.spec.Mode, a.spec.Command)
+	argv := plugins.ExpandCommand(a.spec.Command, a.spec.Config)
+	srun := srunArgs("", a.n, a.spec.Config.Nodes, jobName(a.spec), a.spec.Dir, a.l.opts.SrunArgs, mode, argv)
+	script := filepath.Join(dir, "job.sh")
+	if err := os.WriteFile(script, []byte(batchScript(a.l.opts.Srun, srun, a.spec.JobID, a.spec.Attempt)), 0o755); err != nil {
+		return fmt.Errorf("write batch script: %w", err)
+	}
+	for _, f := range []string{"out", "err"} { // so that the tail can open them at once
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			return fmt.Errorf("create output file: %w", err)
+		}
+	}
+	args := sbatchArgs(a.spec, a.n, dir, a.l.opts.Partition, a.l.opts.Grace, a.l.opts.SbatchArgs)
+	args = append(args, script)
+	out, err := a.l.runWith(ctx, a.l.workerEnv(a.spec, port), a.l.opts.Sbatch, args...)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // --parsable: "<id>[;<cluster>]"
+	if _, err := strconv.Atoi(id); err != nil {
+		return fmt.Errorf("submit: sbatch printed %q, not a job id", out)
+	}
+	a.mu.Lock()
+	a.jobID = id
+	a.mu.Unlock()
+	a.logger.Info("job submitted", zap.String("id", id), zap.Strings("command", argv), zap.Int("tasks", a.n),
+		zap.String("dir", dir), zap.Int("master_port", port))
+	go a.watch()
+	go a.supervise()
+	return nil
+}
+
+// sbatchArgs are the sbatch options of a submitted attempt (before the script).
+func sbatchArgs(spec plugins.AttemptSpec, tasks int, dir, partition string, grace time.Duration, extra []string) []string {
+	args := []string{"--parsable", "--job-name=" + jobName(spec), "--ntasks=" + strconv.Itoa(tasks)}
+	if spec.Config.Nodes > 0 {
+		args = append(args, "--nodes="+strconv.Itoa(spec.Config.Nodes))
+	}
+	if partition != "" {
+		args = append(args, "--partition="+partition)
+	}
+	args = append(args,
+		"--signal=B:"+PreemptSignal+"@"+strconv.Itoa(seconds(grace)),
+		"--requeue", "--open-mode=append",
+		"--output="+filepath.Join(dir, "out"), "--error="+filepath.Join(dir, "err"),
+		"--export=ALL")
+	if spec.Dir != "" {
+		args = append(args, "--chdir="+spec.Dir)
+	}
+	return append(args, extra...)
+}
+
+// watch follows a submitted job: it tails its output files and polls its
+// state, releases a requeued job from its BeginTime hold, and closes the
+// events once the job has reached a final state and its files are read.
+func (a *attempt) watch() {
+	defer close(a.events)
+	tails := []*tail{
+		{path: filepath.Join(a.dir, "out"), stream: plugins.Stdout, p: a.parser[0], max: a.l.opts.MaxLineBytes},
+		{path: filepath.Join(a.dir, "err"), stream: plugins.Stderr, p: a.parser[1], max: a.l.opts.MaxLineBytes},
+	}
+	defer func() {
+		for _, t := range tails {
+			t.close()
+		}
+	}()
+	readAll := func(final bool) {
+		for _, t := range tails {
+			if err := t.read(final); err != nil {
+				a.logger.Warn("read job output", zap.String("file", t.path), zap.Error(err))
+			}
+		}
+	}
+	id := a.ID()
+	released := 0            // the restart count last released
+	var requeuedAt time.Time // when a new restart count was first seen
+	var failingSince time.Time
+	tick := time.NewTicker(a.l.opts.PollInterval)
+	defer tick.Stop()
+	for {
+		readAll(false)
+		j, err := a.l.job(context.Background(), id)
+		switch {
+		case err != nil:
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if strings.Contains(err.Error(), "Invalid job id") || time.Since(failingSince) > lostAfter {
+				readAll(true)
+				a.mu.Lock()
+				a.lost = fmt.Errorf("%w: %w", ErrJobLost, err)
+				a.mu.Unlock()
+				return
+			}
+			a.logger.Debug("read job state", zap.Error(err))
+		default:
+			failingSince = time.Time{}
+			a.mu.Lock()
+			prev := a.lastJob.State
+			a.lastJob = j
+			a.mu.Unlock()
+			if j.State != prev {
+				a.logger.Debug("job state", zap.String("state", j.State), zap.String("reason", j.Reason), zap.Int("restarts", j.Restarts))
+			}
+			if j.Restarts > released && requeuedAt.IsZero() {
+				requeuedAt = time.Now()
+			}
+			// Release a requeued job from its BeginTime hold, but not in
+			// the second of the requeue or the next: slurmd refuses a job
+			// credential created in the second its job's credential was
+			// revoked ("Job credential revoked", the job FAILS), which
+			// Slurm's 120 s hold otherwise avoids.
+			if j.State == "PENDING" && j.Restarts > released && j.Reason == "BeginTime" &&
+				time.Now().Unix() >= requeuedAt.Unix()+requeueSettleSeconds {
+				released, requeuedAt = j.Restarts, time.Time{}
+				if _, err := a.l.run(context.Background(), a.l.opts.Scontrol, "update", "JobId="+id, "StartTime=now"); err != nil {
+					a.logger.Warn("release requeued job", zap.Error(err))
+				} else {
+					a.logger.Info("requeued job released from its BeginTime hold", zap.Int("restarts", j.Restarts))
+				}
+			}
+			if j.final() {
+				readAll(true)
+				return
+			}
+			a.mu.Lock()
+			cancel := !a.cancelAt.IsZero() && time.Now().After(a.cancelAt)
+			if cancel {
+				a.cancelAt = time.Time{}
+			}
+			a.mu.Unlock()
+			if cancel {
+				a.logger.Warn("job still running after SIGKILL to its steps; cancelling it")
+				a.cancelJob(context.Background())
+			}
+		}
+		<-tick.C
+	}
+}
+
+// cancelJob cancels the whole job (batch shell and steps).
+func (a *attempt) cancelJob(ctx context.Context) {
+	if _, err := a.l.run(ctx, a.l.opts.Scancel, a.ID()); err != nil {
+		a.logger.Debug("scancel", zap.Error(err))
+	}
+}
+
+// tail reads the lines appended to one output file.
+type tail struct {
+	path   string
+	stream plugins.Stream
+	p      *lineParser
+	max    int
+	f      *os.File
+	buf    []byte
+}
+
+// read hands every complete new line to the parser; final also hands the
+// last, unterminated one.
+func (t *tail) read(final bool) error {
+	if t.f == nil {
+		f, err := os.Open(t.path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		t.f = f
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := t.f.Read(chunk)
+		t.buf = append(t.buf, chunk[:n]...)
+		for {
+			i := bytes.IndexByte(t.buf, '\n')
+			if i < 0 {
+				if len(t.buf) >= t.max {
+					t.p.piece(t.stream, string(t.buf[:t.max]), false)
+					t.buf = t.buf[t.max:]
+					continue
+				}
+				break
+			}
+			t.p.piece(t.stream, strings.TrimSuffix(string(t.buf[:i]), "\r"), true)
+			t.buf = t.buf[i+1:]
+		}
+		if errors.Is(err, io.EOF) || n == 0 {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if final && len(t.buf) > 0 {
+		t.p.piece(t.stream, string(t.buf), true)
+		t.buf = nil
+	}
+	return nil
+}
+
+func (t *tail) close() {
+	if t.f != nil {
+		_ = t.f.Close()
+	}
+}
