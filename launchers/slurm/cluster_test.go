@@ -118,7 +118,16 @@ func TestCluster(t *testing.T) {
 	t.Run("ConformanceSubmittedOverGRPC", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) plugins.Launcher { return overGRPC(t, newLauncher(t, c, "", nil)) })
 	})
+	t.Run("RecoverSubmitted", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunRecover(t, func(t *testing.T) plugins.Launcher { return newLauncher(t, c, "", nil) })
+	})
+	t.Run("RecoverSubmittedOverGRPC", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunRecover(t, func(t *testing.T) plugins.Launcher { return overGRPC(t, newLauncher(t, c, "", nil)) })
+	})
 	t.Run("Scenarios", func(t *testing.T) {
+		t.Run("StepInTheJobsAllocation", func(t *testing.T) { t.Parallel(); testStepInTheJobsAllocation(t, c, alloc) })
 		t.Run("Capabilities", func(t *testing.T) { t.Parallel(); testCapabilities(t, c, alloc) })
 		t.Run("TorchDDPInAllocation", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, alloc, nil), true) })
 		t.Run("TorchDDPSubmitted", func(t *testing.T) { t.Parallel(); testTorchDDP(t, newLauncher(t, c, "", nil), false) })
@@ -477,4 +486,27 @@ func testSlurmErrors(t *testing.T, c *testslurm.Cluster, alloc string) {
 		t.Errorf("srun on 2 nodes of a 1-node allocation: %v, want ErrStepStart with srun's reason", err)
 	}
 	t.Logf("srun's refusal reads: %v", err)
+}
+
+// testStepInTheJobsAllocation: a launcher with no allocation of its own runs
+// a job whose environment names one (scavctl run inside an allocation, a
+// node scavd) as a step of it; such a step cannot be recovered.
+func testStepInTheJobsAllocation(t *testing.T, c *testslurm.Cluster, alloc string) {
+	ctx := testCtx(t, 60*time.Second)
+	l := newLauncher(t, c, "", nil)
+	sp := conformance.ShellSpec(t, 2, `echo "$SLURM_JOB_ID $RANK"`, nil)
+	sp.Env = []string{"SLURM_JOB_ID=" + alloc}
+	h, err := l.Start(ctx, sp)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if res, err := h.Wait(ctx); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Wait = %+v, %v", res, err)
+	}
+	if job, step, ok := strings.Cut(h.ID(), "."); !ok || job != alloc || step == "" {
+		t.Fatalf("handle %q: want a step of allocation %s", h.ID(), alloc)
+	}
+	if _, err := l.Recover(ctx, plugins.RecoverSpec{JobID: sp.JobID, Attempt: 1, HandleID: h.ID()}); !errors.Is(err, plugins.ErrUnsupported) {
+		t.Errorf("Recover of a step = %v, want ErrUnsupported", err)
+	}
 }

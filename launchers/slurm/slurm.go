@@ -2,7 +2,7 @@
 // tasks: as one srun job step inside an existing allocation, or as a batch
 // job it submits with sbatch.
 //
-// # Inside an allocation (Options.JobID set, default $SLURM_JOB_ID)
+// # Inside an allocation (Options.JobID, default $SLURM_JOB_ID, or the job's own SLURM_JOB_ID)
 //
 // Every attempt is one job step, `srun --jobid=<id> --ntasks=K
 // --kill-on-bad-exit=1 --label --verbose ... /bin/sh -c <taskScript>
@@ -270,7 +270,7 @@ func (l *Launcher) hostnames(ctx context.Context, list string) ([]string, error)
 // nodes of the partition.
 func (l *Launcher) Capabilities(ctx context.Context) (plugins.Capabilities, error) {
 	if l.opts.JobID != "" {
-		j, err := l.allocation(ctx)
+		j, err := l.allocation(ctx, l.opts.JobID)
 		if err != nil {
 			return plugins.Capabilities{}, err
 		}
@@ -292,16 +292,33 @@ func (l *Launcher) Capabilities(ctx context.Context) (plugins.Capabilities, erro
 	return c, nil
 }
 
-// allocation reads Options.JobID's job and checks that it is running.
-func (l *Launcher) allocation(ctx context.Context) (jobInfo, error) {
-	j, err := l.job(ctx, l.opts.JobID)
+// allocation reads job id's record and checks that it is running.
+func (l *Launcher) allocation(ctx context.Context, id string) (jobInfo, error) {
+	j, err := l.job(ctx, id)
 	if err != nil {
-		return j, fmt.Errorf("allocation %s: %w: %w", l.opts.JobID, ErrNoJob, err)
+		return j, fmt.Errorf("allocation %s: %w: %w", id, ErrNoJob, err)
 	}
 	if j.State != "RUNNING" {
-		return j, fmt.Errorf("allocation %s: %w: it is %s (%s)", l.opts.JobID, ErrNoJob, j.State, j.Reason)
+		return j, fmt.Errorf("allocation %s: %w: it is %s (%s)", id, ErrNoJob, j.State, j.Reason)
 	}
 	return j, nil
+}
+
+// allocationOf is the allocation an attempt runs in as a job step:
+// Options.JobID, else the SLURM_JOB_ID of the job's own environment (a job
+// that `scavctl run` started inside an allocation, with a node scavd whose
+// launcher is slurm); empty: submit it.
+func (l *Launcher) allocationOf(spec plugins.AttemptSpec) string {
+	if l.opts.JobID != "" {
+		return l.opts.JobID
+	}
+	id := ""
+	for _, kv := range spec.Env {
+		if v, ok := strings.CutPrefix(kv, "SLURM_JOB_ID="); ok {
+			id = v
+		}
+	}
+	return id
 }
 
 type nodeCPUs struct {
@@ -379,8 +396,8 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 	if plugins.ResolveMode(spec.Mode, spec.Command) == plugins.ModeSelf {
 		tasks = 1
 	}
-	if l.opts.JobID != "" {
-		j, err := l.allocation(ctx)
+	if alloc := l.allocationOf(spec); alloc != "" {
+		j, err := l.allocation(ctx, alloc)
 		if err != nil {
 			return fail(err)
 		}
@@ -391,7 +408,7 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 			return fail(fmt.Errorf("%d nodes above the %d of allocation %s: %w", spec.Config.Nodes, j.NumNodes, j.ID, plugins.ErrUnsupported))
 		}
 		a := newAttempt(l, spec, tasks)
-		if err := a.startStep(ctx); err != nil {
+		if err := a.startStep(ctx, alloc); err != nil {
 			return fail(err)
 		}
 		return a, nil

@@ -35,11 +35,11 @@ func (p *srunProcess) signal(sig syscall.Signal) {
 	}
 }
 
-// startStep starts the attempt's srun step in Options.JobID and returns
+// startStep starts the attempt's srun step in allocation alloc and returns
 // once every task has started, or with an error (carrying srun's) when the
 // step ended first or ctx ended.
-func (a *attempt) startStep(ctx context.Context) error {
-	a.jobID = a.l.opts.JobID
+func (a *attempt) startStep(ctx context.Context, alloc string) error {
+	a.jobID = alloc
 	port, err := a.l.masterPort()
 	if err != nil {
 		return err
