@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // app holds what every command shares: global flags, the logger and the
@@ -48,7 +50,9 @@ command (standalone mode), so the first command works on a fresh machine:
   scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
 
 scavctl finds a daemon in this order: --nats, $SCAV_NATS, the discovery file a
-running scavd writes in its state directory, then nats://` + daemon.DefaultListen + `.`,
+running scavd writes in its state directory, then nats://` + daemon.DefaultListen + `.
+A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm
+allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,6 +97,28 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// standaloneLauncher is the launcher of a daemon scavctl starts itself:
+// inside a Slurm allocation ($SLURM_JOB_ID set, srun on PATH) the slurm
+// launcher, so that every attempt is a job step of the allocation; else nil,
+// the local launcher. $SCAV_LAUNCHER=local or slurm decides instead.
+func standaloneLauncher(log *zap.Logger) (plugins.Launcher, error) {
+	name := os.Getenv("SCAV_LAUNCHER")
+	if name == "" {
+		name = "local"
+		if _, err := exec.LookPath("srun"); err == nil && os.Getenv("SLURM_JOB_ID") != "" {
+			name = "slurm"
+		}
+	}
+	if name == "local" {
+		return nil, nil
+	}
+	l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(name, log)
+	if err != nil {
+		return nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
+	}
+	return l, nil
+}
+
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
 func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, func(), error) {
@@ -127,7 +153,11 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 	if !standalone {
 		return nil, nil, fmt.Errorf("%w (tried %v)", daemon.ErrNoDaemon, urls)
 	}
-	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true}, a.log.Named("scavd"))
+	launcher, err := standaloneLauncher(a.log.Named("scavd"))
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher}, a.log.Named("scavd"))
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
 		// Another scavctl is starting a daemon on this state directory: use it once it answers.
 		time.Sleep(100 * time.Millisecond)
