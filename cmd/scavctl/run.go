@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -188,6 +189,13 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		}
 	}()
 
+	daemonURL := c.NC.ConnectedUrlRedacted()
+	var lost atomic.Bool // the daemon went away; set before watchCtx is cancelled
+	watched := make(chan struct{})
+	go func() { // owned here; ends with watchCtx
+		defer close(watched)
+		watchDaemon(watchCtx, c.NC, daemonLostAfter, func() { lost.Store(true); cancel() })
+	}()
 	var final *telemetry.Event
 	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
 		if l != nil && l.Attempt < first || e != nil && e.Attempt < first && e.Kind != telemetry.EventSubmitted {
@@ -216,6 +224,12 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	})
 	cancel()
 	<-done
+	<-watched
+	if lost.Load() {
+		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
+			daemonURL, daemonLostAfter, job.ID)
+		return exitError{exitDaemonLost}
+	}
 	if !errors.Is(err, errFinished) {
 		return fmt.Errorf("follow output of %s: %w", job.ID, err)
 	}
@@ -233,6 +247,39 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return exitError{code}
 	}
 	return nil
+}
+
+// daemonLostAfter is how long scavctl run waits for a lost daemon to come
+// back before it stops following the job; exitDaemonLost is its exit status
+// then (EX_TEMPFAIL: the job may well go on).
+const (
+	daemonLostAfter = 15 * time.Second
+	exitDaemonLost  = 75
+)
+
+// watchDaemon calls lost once nc has not been connected for after (a
+// reconnect within it, as to a scavd restarted on the same address, is
+// fine), and returns; or returns when ctx ends.
+func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost func()) {
+	tick := time.NewTicker(after / 30)
+	defer tick.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			switch {
+			case nc.IsConnected():
+				since = time.Time{}
+			case since.IsZero():
+				since = now
+			case now.Sub(since) >= after:
+				lost()
+				return
+			}
+		}
+	}
 }
 
 // buildRunRequest turns flags and the command into the daemon's request.

@@ -33,8 +33,9 @@ func slurmCluster(t *testing.T, state string) *testslurm.Cluster {
 	return c
 }
 
-// startSlurmScavd runs scavd with the slurm launcher on state.
-func startSlurmScavd(t *testing.T, state string) {
+// startSlurmScavd runs scavd with the slurm launcher on state; it is
+// stopped (SIGTERM) at the end of the test unless it has been waited for.
+func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 	t.Helper()
 	scavd := filepath.Join(filepath.Dir(scavctlBin), "scavd")
 	if out, err := exec.Command("go", "build", "-o", scavd, "../scavd").CombinedOutput(); err != nil {
@@ -48,15 +49,17 @@ func startSlurmScavd(t *testing.T, state string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
+		if d.ProcessState == nil {
+			_ = d.Process.Signal(syscall.SIGTERM)
+			_ = d.Wait()
+		}
 		if t.Failed() {
 			t.Logf("scavd:\n%s", dlog.String())
 		}
 	})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := daemon.ReadDiscovery(state); err == nil {
-			return
+		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == d.Process.Pid {
+			return d
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("scavd did not start:\n%s", dlog.String())
@@ -246,4 +249,53 @@ func TestSlurmStandaloneInsideAnAllocation(t *testing.T) {
 	if len(js) != 1 || len(js[0]) != 1 || js[0][0].Launcher != "slurm" || js[0][0].Attempts[0].Handle != alloc+".0" {
 		t.Fatalf("jobs %+v: want one, run by the slurm launcher as step %s.0", js, alloc)
 	}
+}
+
+// TestSlurmJobSurvivesScavdCrash kills scavd (SIGKILL) under a submitted
+// job: the batch job goes on, the next scavd reattaches to it, and the job
+// finishes in its first attempt with every step recorded once.
+func TestSlurmJobSurvivesScavdCrash(t *testing.T) {
+	needTorch(t)
+	state := stateDir(t)
+	slurmCluster(t, state)
+	first := startSlurmScavd(t, state)
+	cmd, _, errOut := startJob(t, state, "--name", "crash", "--workers", "2", "--batch-size", "32", "--env", "OMP_NUM_THREADS=1",
+		"--", pythonBin, "examples/resumable_cnn.py", "--steps", "600")
+	id := waitForRecords(t, state, errOut, 2*30)
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	startSlurmScavd(t, state) // on another port: scavctl run does not find it again
+	var j daemon.Job
+	for deadline := time.Now().Add(2 * time.Minute); !j.State.Done(); time.Sleep(300 * time.Millisecond) {
+		if j = jobRecord(t, state, id); time.Now().After(deadline) {
+			t.Fatalf("job %s after the restart: %+v", id, j)
+		}
+	}
+	if j.State != daemon.StateSucceeded || len(j.Attempts) != 1 {
+		t.Fatalf("job record %+v: want succeeded in its first attempt, reattached", j)
+	}
+	// scavctl run, having lost its daemon, said so and let go.
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 75 || !strings.Contains(errOut.String(), "scavctl status "+id) {
+		t.Fatalf("scavctl run after losing scavd: %v, want exit 75 and how to follow the job:\n%s", err, errOut.String())
+	}
+	// Steps written to the socket as scavd died are lost with it (a crash
+	// has no goodbye); every other step is there, once per rank.
+	seen := map[[2]int64]int{}
+	for _, r := range steps(t, state, id) {
+		seen[[2]int64{int64(r.Rank), r.Step}]++
+	}
+	var missing []int64
+	for s := int64(1); s <= 600; s++ {
+		for rank := int64(0); rank < 2; rank++ {
+			if n := seen[[2]int64{rank, s}]; n > 1 {
+				t.Errorf("step %d rank %d: %d records", s, rank, n)
+			} else if n == 0 && (len(missing) == 0 || missing[len(missing)-1] != s) {
+				missing = append(missing, s)
+			}
+		}
+	}
+	if len(missing) > 5 {
+		t.Errorf("steps without a record: %v; want at most the few in flight at the crash", missing)
+	}
+	t.Logf("steps lost with the crashed scavd: %v", missing)
 }
