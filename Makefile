@@ -8,7 +8,7 @@ DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
 GOFLAGS_TEST ?= -timeout 20m
 
-.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop report-example clean
+.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-ops report-example clean
 
 all: build
 
@@ -83,6 +83,10 @@ bench-loop: setup build
 bench-sim:
 	SCAV_BENCH_SIM=$(CURDIR)/docs/bench-sim.md $(GO) test ./optimizer/sim -run TestBenchTable -count=1 -v | grep -v '^=== RUN'
 	@cat docs/bench-sim.md
+
+## bench-ops: prolog hook latency, lost-host detection, requeue release; writes docs/bench-ops.md (root)
+bench-ops: setup
+	GO=$(GO) sh tools/bench-ops.sh
 
 ## report-example: run a short optimised job; writes docs/top-example.txt and docs/report-example.{png,html}
 report-example: setup build

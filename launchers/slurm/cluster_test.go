@@ -242,9 +242,11 @@ echo done`, out.add))
 	}
 	out.await(t, ctx, 0, "run 1 USR1")
 	out.await(t, ctx, 1, "run 1 USR1")
-	if took := time.Since(begin); took > 20*time.Second {
+	took := time.Since(begin)
+	if took > 20*time.Second {
 		t.Errorf("the requeued job ran again after %v: it was not released from its BeginTime hold", took)
 	}
+	t.Logf("the requeued job ran again %.1fs after the requeue", took.Seconds())
 	res, err := h.Wait(ctx)
 	if err != nil || res.ExitCode != 0 || res.FailedRank != -1 || len(res.Ranks) != 2 {
 		t.Fatalf("Result %+v, %v; want the second run's success", res, err)
