@@ -34,13 +34,28 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects
 	if last == 0 && !follow {
 		return nil
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy})
+	var done func(*jetstream.MsgMetadata) bool
+	if !follow {
+		done = func(md *jetstream.MsgMetadata) bool { return md.Sequence.Stream >= last }
+	}
+	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}, stream, done, fn)
+}
+
+// consume delivers the messages of an ordered consumer of s to fn until fn
+// fails, ctx ends, or done (nil: never) says a message was the last wanted.
+// what names the stream in errors.
+func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsumerConfig, what string,
+	done func(*jetstream.MsgMetadata) bool, fn func(jetstream.Msg) error) error {
+	c, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", stream, err)
+		return fmt.Errorf("consume %s: %w", what, err)
+	}
+	if info := c.CachedInfo(); done != nil && info != nil && info.NumPending == 0 {
+		return nil // nothing to deliver, and no following
 	}
 	it, err := c.Messages()
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", stream, err)
+		return fmt.Errorf("consume %s: %w", what, err)
 	}
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
@@ -51,17 +66,17 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("consume %s: %w", stream, err)
+			return fmt.Errorf("consume %s: %w", what, err)
 		}
 		if err := fn(m); err != nil {
 			return err
 		}
-		if !follow {
+		if done != nil {
 			md, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("read metadata from %s: %w", stream, err)
+				return fmt.Errorf("read metadata from %s: %w", what, err)
 			}
-			if md.Sequence.Stream >= last {
+			if done(md) {
 				return nil
 			}
 		}
@@ -129,39 +144,15 @@ func ReplayLast(ctx context.Context, js jetstream.JetStream, stream string, subj
 	if !found && !follow {
 		return nil
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
-	if err != nil {
-		return fmt.Errorf("consume newest of %s: %w", stream, err)
+	var done func(*jetstream.MsgMetadata) bool
+	if !follow {
+		done = lastPending
 	}
-	it, err := c.Messages()
-	if err != nil {
-		return fmt.Errorf("consume newest of %s: %w", stream, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("consume newest of %s: %w", stream, err)
-		}
-		if err := fn(m); err != nil {
-			return err
-		}
-		if !follow {
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("read metadata from %s: %w", stream, err)
-			}
-			if md.NumPending == 0 {
-				return nil
-			}
-		}
-	}
+	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}, "newest of "+stream, done, fn)
 }
+
+// lastPending reports a message after which the consumer had nothing pending.
+func lastPending(md *jetstream.MsgMetadata) bool { return md.NumPending == 0 }
 
 // ReplaySince delivers the messages of stream on subjects taken since from
 // (by the time the stream stored them), oldest first, and returns once the
@@ -171,38 +162,6 @@ func ReplaySince(ctx context.Context, js jetstream.JetStream, stream string, sub
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects,
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from})
-	if err != nil {
-		return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
-	}
-	if info := c.CachedInfo(); info == nil || info.NumPending == 0 {
-		return nil
-	}
-	it, err := c.Messages()
-	if err != nil {
-		return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("consume %s since %s: %w", stream, from.Format(time.RFC3339), err)
-		}
-		if err := fn(m); err != nil {
-			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("read metadata from %s: %w", stream, err)
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
+	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from},
+		fmt.Sprintf("%s since %s", stream, from.Format(time.RFC3339)), lastPending, fn)
 }
