@@ -18,12 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -137,8 +136,8 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
 // kills the worker the crash left behind.
 func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	// Orphans of the crashed daemon come to this process, which reaps them.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("become subreaper: %v", err)
+	if err := subreaper.Become(); err != nil {
+		t.Fatal(err)
 	}
 	state, err := os.MkdirTemp("", "scav-")
 	if err != nil {
@@ -182,8 +181,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 		t.Fatalf("job after the restart: state %s, message %q", got.State, got.Message)
 	}
 	for {
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(-1, &ws, unix.WNOHANG, nil) // reap the killed orphan
+		subreaper.ReapOrphans() // the killed orphan
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 			break
 		}

@@ -40,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sys/unix"
@@ -108,7 +109,7 @@ func New(t testing.TB, n int) *Net {
 	if _, err := os.Stat(sshdPath); err != nil {
 		t.Skipf("SKIP: testnet needs %s (apt-get install -y openssh-server): %v", sshdPath, err)
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+	if err := subreaper.Become(); err != nil {
 		t.Fatalf("testnet: become subreaper: %v", err)
 	}
 	suffix := randHex(t, 3)[:5]
@@ -292,9 +293,9 @@ func (tn *Net) startSSHDs() {
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	hostPub := writeKey(t, filepath.Join(tn.Dir, "hostkey"))
+	hostPub := WriteKey(t, filepath.Join(tn.Dir, "hostkey"))
 	tn.KeyFile = filepath.Join(tn.Dir, "id_ed25519")
-	clientPub := writeKey(t, tn.KeyFile)
+	clientPub := WriteKey(t, tn.KeyFile)
 	if err := os.WriteFile(filepath.Join(tn.Dir, "authorized_keys"), gossh.MarshalAuthorizedKey(clientPub), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -528,8 +529,8 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// writeKey writes a new ed25519 private key in OpenSSH format and returns its public key.
-func writeKey(t testing.TB, path string) gossh.PublicKey {
+// WriteKey writes a new ed25519 private key in OpenSSH format and returns its public key.
+func WriteKey(t testing.TB, path string) gossh.PublicKey {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

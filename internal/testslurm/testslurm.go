@@ -21,7 +21,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -34,7 +33,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 )
 
 // AptInstall is the command that installs what the clusters need.
@@ -120,7 +119,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.StartTimeout = 30 * time.Second
 	}
 	// Orphans of slurmd (slurmstepd, job processes) become our children.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+	if err := subreaper.Become(); err != nil {
 		t.Fatalf("testslurm: become subreaper: %v", err)
 	}
 	dir := t.TempDir()
@@ -424,7 +423,7 @@ func (c *Cluster) stop() {
 func (c *Cluster) checkNothingLeft(t testing.TB) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ReapOrphans()
+		subreaper.ReapOrphans()
 		left := c.leftovers()
 		if len(left) == 0 {
 			return
@@ -437,25 +436,10 @@ func (c *Cluster) checkNothingLeft(t testing.TB) {
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
-			ReapOrphans()
+			subreaper.ReapOrphans()
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// ReapOrphans reaps every exited child of the test process without
-// blocking (the orphans it inherits as subreaper).
-func ReapOrphans() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
 	}
 }
 

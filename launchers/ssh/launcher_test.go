@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
@@ -201,7 +202,7 @@ read -r pid comm state ppid pgid rest < /proc/$$/stat; echo "$pid $pgid" >&2`}
 		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)
 		other := filepath.Join(t.TempDir(), "known_hosts")
-		line := knownhosts.Line([]string{hostAddr("127.0.0.1", s.port)}, writeKey(t, filepath.Join(t.TempDir(), "k")))
+		line := knownhosts.Line([]string{hostAddr("127.0.0.1", s.port)}, testnet.WriteKey(t, filepath.Join(t.TempDir(), "k")))
 		if err := os.WriteFile(other, []byte(line+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -3,10 +3,6 @@ package ssh
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
+	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"go.uber.org/zap"
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-	"golang.org/x/sys/unix"
 )
 
 const sshdPath = "/usr/sbin/sshd"
@@ -48,8 +45,8 @@ func startSSHD(t *testing.T) *testSSHD {
 	}
 	dir := t.TempDir()
 	s := &testSSHD{dir: dir, keyFile: filepath.Join(dir, "id_ed25519"), knownHosts: filepath.Join(dir, "known_hosts")}
-	hostPub := writeKey(t, filepath.Join(dir, "hostkey"))
-	clientPub := writeKey(t, s.keyFile)
+	hostPub := testnet.WriteKey(t, filepath.Join(dir, "hostkey"))
+	clientPub := testnet.WriteKey(t, s.keyFile)
 	s.hostKey = hostPub
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), gossh.MarshalAuthorizedKey(clientPub), 0o644); err != nil {
 		t.Fatal(err)
@@ -57,8 +54,8 @@ func startSSHD(t *testing.T) *testSSHD {
 	// Become the subreaper of what sshd orphans (session processes, worker
 	// descendants), so that the cleanup reaps them instead of leaving
 	// zombies to a PID 1 that may not reap.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("become subreaper: %v", err)
+	if err := subreaper.Become(); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatal(err)
@@ -132,27 +129,6 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func hostAddr(a string, port int) string { return net.JoinHostPort(a, strconv.Itoa(port)) }
 
-// writeKey writes a new ed25519 private key in OpenSSH format and returns its public key.
-func writeKey(t *testing.T, path string) gossh.PublicKey {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, err := gossh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sp, err := gossh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sp
-}
-
 // freeLoopbackPort returns a port free on both 127.0.0.1 and 127.0.0.2.
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
@@ -181,7 +157,7 @@ func checkNothingLeft(t *testing.T, sshdPID int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		reapOrphans()
+		subreaper.ReapOrphans()
 		left := leftovers(sshdPID)
 		if len(left) == 0 {
 			return
@@ -196,20 +172,6 @@ func checkNothingLeft(t *testing.T, sshdPID int) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// reapOrphans reaps every child of the test that has exited.
-func reapOrphans() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
 	}
 }
 
