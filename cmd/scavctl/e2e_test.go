@@ -105,6 +105,19 @@ func steps(t *testing.T, state, id string) []telemetry.StepRecord {
 	return jsonLines[telemetry.StepRecord](t, state, "steps", id, "-o", "json")
 }
 
+// jobRecord reads a job's record through `scavctl status -o json`.
+func jobRecord(t *testing.T, state, id string) daemon.Job {
+	t.Helper()
+	var j struct {
+		Job daemon.Job `json:"job"`
+	}
+	out, e, _ := scavctl(t, state, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("status %s: %v\n%s%s", id, err, out, e)
+	}
+	return j.Job
+}
+
 // jsonLines runs a scavctl command that prints one JSON object per line and decodes them.
 func jsonLines[T any](t *testing.T, state string, args ...string) []T {
 	t.Helper()
@@ -605,16 +618,10 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 	if from := int(ev["from_step"].(float64)); from < 20 || from%20 != 0 {
 		t.Fatalf("attempt 2 resumed from step %d, want a periodic checkpoint's (a multiple of 20)\n%s", from, errOut.String())
 	}
-	var j struct {
-		Job daemon.Job `json:"job"`
-	}
-	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
-	if err := json.Unmarshal([]byte(sout), &j); err != nil {
-		t.Fatal(err)
-	}
-	if j.Job.State != daemon.StateSucceeded || len(j.Job.Attempts) != 2 || j.Job.Attempts[1].Config.Workers != 1 ||
-		j.Job.Attempts[0].Move == nil || !j.Job.Attempts[0].Move.Fallback {
-		t.Fatalf("job record %+v: want succeeded after 2 attempts, the second at 1 worker after a fallback", j.Job)
+	j := jobRecord(t, state, id)
+	if j.State != daemon.StateSucceeded || len(j.Attempts) != 2 || j.Attempts[1].Config.Workers != 1 ||
+		j.Attempts[0].Move == nil || !j.Attempts[0].Move.Fallback {
+		t.Fatalf("job record %+v: want succeeded after 2 attempts, the second at 1 worker after a fallback", j)
 	}
 }
 
@@ -640,15 +647,9 @@ func TestUninstrumentedJobMovesBySignal(t *testing.T) {
 	if len(saved) != 2 || !strings.HasPrefix(saved[1], "attempt 2: saved step 3000 of 3000") {
 		t.Fatalf("checkpoints %q: want one at the move and the last at step 3000 in attempt 2", saved)
 	}
-	var j struct {
-		Job daemon.Job `json:"job"`
-	}
-	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
-	if err := json.Unmarshal([]byte(sout), &j); err != nil {
-		t.Fatal(err)
-	}
-	if len(j.Job.Attempts) != 2 || j.Job.Attempts[1].Config.Workers != 2 || j.Job.Attempts[1].Restore != j.Job.CheckpointDir {
-		t.Fatalf("attempts %+v: want the second at 2 workers restoring from %s", j.Job.Attempts, j.Job.CheckpointDir)
+	j := jobRecord(t, state, id)
+	if len(j.Attempts) != 2 || j.Attempts[1].Config.Workers != 2 || j.Attempts[1].Restore != j.CheckpointDir {
+		t.Fatalf("attempts %+v: want the second at 2 workers restoring from %s", j.Attempts, j.CheckpointDir)
 	}
 	for _, r := range steps(t, state, id) {
 		if r.From != telemetry.FromOutput || r.LocalSqr != nil {
@@ -707,17 +708,11 @@ func TestPreemptionNoticeCheckpointsAndRelaunches(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("scavctl run: %v\nstderr:\n%s", err, errOut.String())
 	}
-	var j struct {
-		Job daemon.Job `json:"job"`
-	}
-	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
-	if err := json.Unmarshal([]byte(sout), &j); err != nil {
-		t.Fatal(err)
-	}
-	a := j.Job.Attempts
-	if j.Job.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "pre-empted") ||
+	j := jobRecord(t, state, id)
+	a := j.Attempts
+	if j.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "pre-empted") ||
 		a[1].Restore == "" || a[1].Config.Workers != 2 || a[0].Move == nil || a[0].Move.Fallback {
-		t.Fatalf("job record %s: want succeeded after 2 attempts, the first moved for the pre-emption with an acknowledged checkpoint", sout)
+		t.Fatalf("job record %+v: want succeeded after 2 attempts, the first moved for the pre-emption with an acknowledged checkpoint", j)
 	}
 	resumed := events(logLines(t, state, id), "resumed")
 	if ev := resumed[2]; ev == nil || int64(ev["from_step"].(float64)) != a[0].LastStep {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -65,19 +64,6 @@ func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 			t.Fatalf("scavd did not start:\n%s", dlog.String())
 		}
 	}
-}
-
-// jobRecord reads a job's record through `scavctl status -o json`.
-func jobRecord(t *testing.T, state, id string) daemon.Job {
-	t.Helper()
-	var j struct {
-		Job daemon.Job `json:"job"`
-	}
-	out, e, _ := scavctl(t, state, "status", id, "-o", "json")
-	if err := json.Unmarshal([]byte(out), &j); err != nil {
-		t.Fatalf("status %s: %v\n%s%s", id, err, out, e)
-	}
-	return j.Job
 }
 
 // awaitAttempt polls until job id has step records from attempt n and

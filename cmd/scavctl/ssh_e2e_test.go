@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -106,17 +105,11 @@ func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("scavctl run: %v\n%s", err, errOut.String())
 	}
-	var j struct {
-		Job daemon.Job `json:"job"`
-	}
-	sout, _, _ := scavctl(t, state, "status", id, "-o", "json")
-	if err := json.Unmarshal([]byte(sout), &j); err != nil {
-		t.Fatal(err)
-	}
-	a := j.Job.Attempts
-	if j.Job.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "lost host "+tn.Hosts[1].Addr) ||
+	j := jobRecord(t, state, id)
+	a := j.Attempts
+	if j.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "lost host "+tn.Hosts[1].Addr) ||
 		a[1].Config.Workers != 1 || a[1].Restore == "" {
-		t.Fatalf("job record %s: want succeeded after a second attempt at 1 worker restored from a checkpoint", sout)
+		t.Fatalf("job record %+v: want succeeded after a second attempt at 1 worker restored from a checkpoint", j)
 	}
 	// The second attempt goes on from the checkpoint: the steps after it
 	// are done again, each step of the job is done.
