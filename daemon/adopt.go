@@ -70,6 +70,12 @@ func (s *supervisor) reattach(r *running, spec plugins.AttemptSpec) (plugins.Han
 func (s *supervisor) lost(r *running, cause error) {
 	j := r.snapshot()
 	msg := fmt.Sprintf("lost: scavd restarted while the job ran and could not reattach to it (%v)", cause)
+	switch n, err := s.stopLeftovers(context.Background(), j); {
+	case err != nil:
+		msg += fmt.Sprintf("; its workers may still run (%v): stop them before resuming it", err)
+	case n > 0:
+		msg += fmt.Sprintf("; what was left of it (%d) was stopped", n)
+	}
 	if ckpt, step := s.latestCheckpoint(r); ckpt != "" {
 		r.update(func(j *Job) { j.Resume = &ResumePoint{Checkpoint: ckpt, Step: step} })
 		msg += fmt.Sprintf("; continue from the checkpoint of step %d with: scavctl run --resume %s", step, j.ID)

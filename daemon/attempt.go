@@ -82,6 +82,8 @@ type outcome struct {
 	timing    MoveTiming
 	movedAt   time.Time
 	viaSignal bool // the move asked with the checkpoint signal, not the control channel
+	// detached: the daemon is stopping and leaves the attempt running.
+	detached bool
 }
 
 // moveLeadSteps is how many steps after the last one seen the workers are
@@ -200,6 +202,12 @@ func (s *supervisor) run(r *running, env []string, from resumePoint) {
 
 		out := s.watch(r, h, attempt, log)
 		telemetry.Drain(s.nc, steps) // the attempt's last steps count in its record
+		if out.detached {
+			stopCtl()
+			s.save(context.Background(), r.snapshot()) // still running: the next daemon reattaches
+			log.Info("scavd is stopping; the attempt goes on for the next scavd to reattach to", zap.Int("attempt", attempt), zap.String("handle", h.ID()))
+			return
+		}
 		if out.moved != nil && out.err == nil {
 			r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
 			s.save(context.Background(), r.snapshot())
@@ -287,7 +295,13 @@ func (s *supervisor) preempted(r *running, rec telemetry.StepRecord, log *zap.Lo
 	}
 	reason := fmt.Sprintf("pre-empted: rank %d received %s from the scheduler", rec.Rank, rec.ID)
 	log.Info("pre-emption notice; checkpointing and relaunching", zap.Int("attempt", rec.Attempt), zap.Int("rank", rec.Rank), zap.String("signal", rec.ID))
+	s.mu.Lock()
+	if s.closed { // the stop that follows checkpoints the job anyway
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		if _, err := s.moveJob(context.Background(), id, cfg, reason); err != nil {
@@ -325,9 +339,14 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 		res plugins.Result
 		err error
 	}
+	r.mu.Lock()
+	r.handle = h
+	r.mu.Unlock()
+	waitCtx, cancelWait := context.WithCancel(context.Background())
+	defer cancelWait() // a detached attempt is not waited for
 	wc := make(chan waited, 1)
-	go func() { // ends when the attempt does; Stop guarantees that
-		res, err := h.Wait(context.Background())
+	go func() { // ends when the attempt does (Stop guarantees that) or with waitCtx
+		res, err := h.Wait(waitCtx)
 		wc <- waited{res, err}
 	}()
 	var (
@@ -344,6 +363,7 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 		}
 	}()
 	grace := r.snapshot().Grace.D()
+	detach := r.detach
 	stop := func(g time.Duration) {
 		stops.Add(1)
 		go func() {
@@ -386,6 +406,15 @@ func (s *supervisor) watch(r *running, h plugins.Handle, attempt int, log *zap.L
 				out.moved.fail(nil)
 			}
 			return out
+		case <-detach:
+			detach = nil
+			if out.moved == nil && !out.stopped {
+				out.detached = true
+				return out
+			}
+			// Mid-move or stopping: the workers are checkpointing and exiting,
+			// and a stop finishes that as well as anything.
+			r.requestStop(0)
 		case g := <-r.stop:
 			if out.stopped {
 				stop(g) // asked again: a shorter grace kills sooner

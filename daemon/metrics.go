@@ -114,11 +114,12 @@ func (m *metricsServer) close() error {
 }
 
 var (
-	jobLabels = []string{"job", "name", "node"}
+	// job_id, not job: Prometheus sets job to the scrape job's name.
+	jobLabels = []string{"job_id", "name", "node"}
 	gpuLabels = []string{"node", "gpu", "uuid"}
 
 	descJobInfo   = prometheus.NewDesc("scavenger_job_info", "A job running on this node (value 1), with its launcher, policy and phase.", append(jobLabels, "launcher", "policy", "phase"), nil)
-	descSteps     = prometheus.NewDesc("scavenger_job_steps_total", "Optimizer steps the job has completed (rank 0), across attempts.", jobLabels, nil)
+	descSteps     = prometheus.NewDesc("scavenger_job_last_step", "The job's last optimizer step (rank 0); it goes back when an attempt restarts from an older checkpoint.", jobLabels, nil)
 	descStepRate  = prometheus.NewDesc("scavenger_job_steps_per_second", "The job's step rate (smoothed, current attempt).", jobLabels, nil)
 	descStepTime  = prometheus.NewDesc("scavenger_job_step_duration_seconds", "The job's smoothed time per step (current attempt).", jobLabels, nil)
 	descSamples   = prometheus.NewDesc("scavenger_job_samples_per_second", "Training samples the job processes per second (global batch times step rate).", jobLabels, nil)
@@ -129,17 +130,18 @@ var (
 	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job, as its policy last predicted it, less the time since.", jobLabels, nil)
 	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
 	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
-	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds_total", "CPU time (user+system) of the job's live processes on this node.", jobLabels, nil)
+	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
 	descJobRSS    = prometheus.NewDesc("scavenger_job_resident_memory_bytes", "Resident memory of the job's processes on this node.", jobLabels, nil)
 	descJobProcs  = prometheus.NewDesc("scavenger_job_processes", "Processes of the job on this node (workers and their descendants).", jobLabels, nil)
 
 	descGPUs       = prometheus.NewDesc("scavenger_node_gpus", "GPUs on the node, by where they are read from (nvml, nvidia-smi, none).", []string{"node", "source"}, nil)
-	descGPUUtil    = prometheus.NewDesc("scavenger_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU; job is the job whose processes use it (empty when none).", append(gpuLabels, "job"), nil)
+	descGPUUtil    = prometheus.NewDesc("scavenger_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU.", gpuLabels, nil)
+	descGPUJob     = prometheus.NewDesc("scavenger_gpu_job_info", "A job with processes on the GPU (value 1): join on node and gpu for utilisation per job.", append(gpuLabels, "job_id", "name"), nil)
 	descGPUMemUtil = prometheus.NewDesc("scavenger_gpu_memory_utilization_ratio", "Fraction of the last sample period the GPU's memory was read or written.", gpuLabels, nil)
 	descGPUMemUsed = prometheus.NewDesc("scavenger_gpu_memory_used_bytes", "GPU memory in use.", gpuLabels, nil)
 	descGPUMemTot  = prometheus.NewDesc("scavenger_gpu_memory_total_bytes", "GPU memory installed.", gpuLabels, nil)
-	descGPUJobMem  = prometheus.NewDesc("scavenger_gpu_job_memory_used_bytes", "GPU memory held by a job's processes.", append(gpuLabels, "job"), nil)
+	descGPUJobMem  = prometheus.NewDesc("scavenger_gpu_job_memory_used_bytes", "GPU memory held by a job's processes (job_id empty: processes of no job).", append(gpuLabels, "job_id"), nil)
 	descGPUPower   = prometheus.NewDesc("scavenger_gpu_power_watts", "GPU power draw.", gpuLabels, nil)
 	descGPULimit   = prometheus.NewDesc("scavenger_gpu_power_limit_watts", "GPU enforced power limit.", gpuLabels, nil)
 	descGPUTemp    = prometheus.NewDesc("scavenger_gpu_temperature_celsius", "GPU core temperature.", gpuLabels, nil)
@@ -171,7 +173,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
 		descRemaining, descFinish, descCost, descJobCPU, descJobCores, descJobRSS, descJobProcs,
-		descGPUs, descGPUUtil, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
+		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
 		descIngested, descDropped, descConns,
@@ -204,7 +206,7 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		names[j.ID] = j.Name
 		l := []string{j.ID, j.Name, node}
 		gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, j.Phase)...)
-		counter(descSteps, float64(last), l...)
+		gauge(descSteps, float64(last), l...)
 		if stepTime > 0 {
 			gauge(descStepRate, 1/stepTime, l...)
 			gauge(descStepTime, stepTime, l...)
@@ -242,7 +244,7 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
 		for _, u := range h.Jobs {
 			l := []string{u.Job, names[u.Job], node}
-			counter(descJobCPU, u.CPUSeconds, l...)
+			gauge(descJobCPU, u.CPUSeconds, l...)
 			opt(descJobCores, u.CPUCores, l...)
 			gauge(descJobRSS, float64(u.RSSBytes), l...)
 			gauge(descJobProcs, float64(len(u.Processes)), l...)
@@ -261,17 +263,11 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				mem[p.Job] += v
 			}
-			if g.Utilization != nil {
-				if len(mem) == 0 {
-					gauge(descGPUUtil, *g.Utilization, append(l, "")...)
-				}
-				for job := range mem {
-					gauge(descGPUUtil, *g.Utilization, append(l, job)...)
-				}
-			}
+			opt(descGPUUtil, g.Utilization, l...)
 			for job, v := range mem {
+				gauge(descGPUJobMem, v, append(l, job)...)
 				if job != "" {
-					gauge(descGPUJobMem, v, append(l, job)...)
+					gauge(descGPUJob, 1, append(l, job, names[job])...)
 				}
 			}
 			opt(descGPUMemUtil, g.MemoryUtilization, l...)

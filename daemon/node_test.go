@@ -154,7 +154,7 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 	}
 
 	// /metrics shows the job's progress and configuration under its labels.
-	labels := []string{`job="` + j.ID + `"`, `name="nodejob"`, `node="node-test.example"`}
+	labels := []string{`job_id="` + j.ID + `"`, `name="nodejob"`, `node="node-test.example"`}
 	var m map[string][]string
 	eventually(t, "a step rate in /metrics", 20*time.Second, func() bool {
 		m = scrape(t, d.MetricsAddr())
@@ -165,7 +165,7 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 		name string
 		min  float64
 	}{
-		{"scavenger_job_steps_total", 1}, {"scavenger_job_samples_per_second", 1}, {"scavenger_job_workers", 2},
+		{"scavenger_job_last_step", 1}, {"scavenger_job_samples_per_second", 1}, {"scavenger_job_workers", 2},
 		{"scavenger_job_global_batch_size", 16}, {"scavenger_job_step_duration_seconds", 0.01}, {"scavenger_job_info", 1},
 		{"scavenger_job_processes", 4}, {"scavenger_job_resident_memory_bytes", 1},
 	} {

@@ -74,14 +74,17 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 		lastStep: 42, stepTime: 0.5, noiseScale: 1234}
 	d := &Daemon{cfg: Config{Node: "gpu01.cluster"}, sup: &supervisor{jobs: map[string]*running{"cnn-000001": r}}, ingest: newIngest(nil, zap.NewNop()), node: n}
 	want := `
-# HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU; job is the job whose processes use it (empty when none).
+# HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU.
 # TYPE scavenger_gpu_utilization_ratio gauge
-scavenger_gpu_utilization_ratio{gpu="0",job="",node="gpu01.cluster",uuid="GPU-a"} 0.97
-scavenger_gpu_utilization_ratio{gpu="0",job="cnn-000001",node="gpu01.cluster",uuid="GPU-a"} 0.97
-scavenger_gpu_utilization_ratio{gpu="1",job="",node="gpu01.cluster",uuid="GPU-b"} 0
-# HELP scavenger_gpu_job_memory_used_bytes GPU memory held by a job's processes.
+scavenger_gpu_utilization_ratio{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 0.97
+scavenger_gpu_utilization_ratio{gpu="1",node="gpu01.cluster",uuid="GPU-b"} 0
+# HELP scavenger_gpu_job_info A job with processes on the GPU (value 1): join on node and gpu for utilisation per job.
+# TYPE scavenger_gpu_job_info gauge
+scavenger_gpu_job_info{gpu="0",job_id="cnn-000001",name="cnn",node="gpu01.cluster",uuid="GPU-a"} 1
+# HELP scavenger_gpu_job_memory_used_bytes GPU memory held by a job's processes (job_id empty: processes of no job).
 # TYPE scavenger_gpu_job_memory_used_bytes gauge
-scavenger_gpu_job_memory_used_bytes{gpu="0",job="cnn-000001",node="gpu01.cluster",uuid="GPU-a"} 5.36870912e+10
+scavenger_gpu_job_memory_used_bytes{gpu="0",job_id="",node="gpu01.cluster",uuid="GPU-a"} 0
+scavenger_gpu_job_memory_used_bytes{gpu="0",job_id="cnn-000001",node="gpu01.cluster",uuid="GPU-a"} 5.36870912e+10
 # HELP scavenger_gpu_ecc_errors_total Volatile ECC errors since the driver loaded, by type (corrected, uncorrected).
 # TYPE scavenger_gpu_ecc_errors_total counter
 scavenger_gpu_ecc_errors_total{gpu="0",node="gpu01.cluster",type="corrected",uuid="GPU-a"} 2
@@ -92,35 +95,35 @@ scavenger_gpu_xid_errors_total{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1
 # HELP scavenger_gpu_sm_clock_hertz GPU streaming-multiprocessor clock.
 # TYPE scavenger_gpu_sm_clock_hertz gauge
 scavenger_gpu_sm_clock_hertz{gpu="0",node="gpu01.cluster",uuid="GPU-a"} 1.98e+09
-# HELP scavenger_job_steps_total Optimizer steps the job has completed (rank 0), across attempts.
-# TYPE scavenger_job_steps_total counter
-scavenger_job_steps_total{job="cnn-000001",name="cnn",node="gpu01.cluster"} 42
+# HELP scavenger_job_last_step The job's last optimizer step (rank 0); it goes back when an attempt restarts from an older checkpoint.
+# TYPE scavenger_job_last_step gauge
+scavenger_job_last_step{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 42
 # HELP scavenger_job_steps_per_second The job's step rate (smoothed, current attempt).
 # TYPE scavenger_job_steps_per_second gauge
-scavenger_job_steps_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2
+scavenger_job_steps_per_second{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 2
 # HELP scavenger_job_samples_per_second Training samples the job processes per second (global batch times step rate).
 # TYPE scavenger_job_samples_per_second gauge
-scavenger_job_samples_per_second{job="cnn-000001",name="cnn",node="gpu01.cluster"} 128
+scavenger_job_samples_per_second{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 128
 # HELP scavenger_job_gradient_noise_scale The job's gradient noise scale B_simple, in samples (jobs under a policy).
 # TYPE scavenger_job_gradient_noise_scale gauge
-scavenger_job_gradient_noise_scale{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1234
+scavenger_job_gradient_noise_scale{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 1234
 # HELP scavenger_job_predicted_finish_timestamp_seconds When the job's policy last predicted it to finish, in Unix seconds.
 # TYPE scavenger_job_predicted_finish_timestamp_seconds gauge
-scavenger_job_predicted_finish_timestamp_seconds{job="cnn-000001",name="cnn",node="gpu01.cluster"} 1.79595e+09
+scavenger_job_predicted_finish_timestamp_seconds{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 1.79595e+09
 # HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
 # TYPE scavenger_job_predicted_cost_dollars gauge
-scavenger_job_predicted_cost_dollars{job="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
+scavenger_job_predicted_cost_dollars{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
 # HELP scavenger_job_info A job running on this node (value 1), with its launcher, policy and phase.
 # TYPE scavenger_job_info gauge
-scavenger_job_info{job="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
+scavenger_job_info{job_id="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
 # HELP scavenger_node_gpus GPUs on the node, by where they are read from (nvml, nvidia-smi, none).
 # TYPE scavenger_node_gpus gauge
 scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 `
 	if err := testutil.GatherAndCompare(d.Registry(), strings.NewReader(want),
-		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
+		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_info", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
 		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus",
-		"scavenger_job_steps_total", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
+		"scavenger_job_last_step", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
 		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
 		t.Error(err)
 	}

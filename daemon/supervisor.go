@@ -55,6 +55,11 @@ type running struct {
 	stop chan time.Duration // a stop request with its grace; buffered 1
 	move chan moveReq       // a move request; taken by the attempt's watcher
 	done chan struct{}
+	// detach, closed by a stopping daemon, leaves an attempt that outlives
+	// it running for the next daemon to reattach to.
+	detach     chan struct{}
+	detachOnce sync.Once
+	handle     plugins.Handle // the current attempt's
 
 	// Step tracking of the current attempt, from its step records.
 	lastStep int64
@@ -151,7 +156,7 @@ func (s *supervisor) resume(ctx context.Context, id string, env []string) (Job, 
 // launch records the job and runs it from from in its own goroutine, owned
 // by the supervisor (joined by close).
 func (s *supervisor) launch(ctx context.Context, j Job, env []string, from resumePoint, msg string) error {
-	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{})}
+	r := &running{job: j, stop: make(chan time.Duration, 1), move: make(chan moveReq), done: make(chan struct{}), detach: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -222,9 +227,29 @@ func (s *supervisor) close() {
 	}
 	s.mu.Unlock()
 	for _, r := range rs {
-		r.requestStop(0)
+		if s.leave(r) {
+			r.detachOnce.Do(func() { close(r.detach) })
+		} else {
+			r.requestStop(0)
+		}
 	}
 	s.wg.Wait()
+}
+
+// outliver is a handle whose attempt outlives the daemon (a submitted
+// batch job), so that the next daemon can reattach to it.
+type outliver interface{ Outlives() bool }
+
+// leave reports whether a stopping daemon leaves r's attempt running for
+// the next daemon instead of stopping it: a service's (not scavctl's own)
+// attempt that outlives it, through a launcher that can reattach to it.
+func (s *supervisor) leave(r *running) bool {
+	r.mu.Lock()
+	h := r.handle
+	r.mu.Unlock()
+	o, ok := h.(outliver)
+	_, rec := s.launcher.(plugins.Recoverer)
+	return s.restartDir != "" && rec && ok && o.Outlives()
 }
 
 // active lists the ids of the jobs still running here.

@@ -98,7 +98,7 @@ func TestNodeTelemetryOfAPyTorchJob(t *testing.T) {
 	cmd, _, errOut := startJob(t, state, "--name", "nodecnn", "--workers", "2", "--batch-size", "64", "--",
 		pythonBin, "examples/cnn.py", "--steps", "100000")
 	id := waitForRecords(t, state, errOut, 10)
-	labels := []string{`job="` + id + `"`, `name="nodecnn"`, `node="e2e-node"`}
+	labels := []string{`job_id="` + id + `"`, `name="nodecnn"`, `node="e2e-node"`}
 
 	var rate float64
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -139,7 +139,7 @@ func TestNodeTelemetryOfAPyTorchJob(t *testing.T) {
 			}
 		}
 	}
-	if v, ok := metricValue(t, info.Metrics, "scavenger_job_cpu_seconds_total", labels...); !ok || v <= 0 {
+	if v, ok := metricValue(t, info.Metrics, "scavenger_job_cpu_seconds", labels...); !ok || v <= 0 {
 		t.Errorf("job CPU seconds %v (present %v)", v, ok)
 	}
 	out, _, code := scavctl(t, state, "node")

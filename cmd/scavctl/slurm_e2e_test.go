@@ -237,18 +237,25 @@ func TestSlurmStandaloneInsideAnAllocation(t *testing.T) {
 	}
 }
 
-// TestSlurmJobSurvivesScavdCrash kills scavd (SIGKILL) under a submitted
-// job: the batch job goes on, the next scavd reattaches to it, and the job
-// finishes in its first attempt with every step recorded once.
-func TestSlurmJobSurvivesScavdCrash(t *testing.T) {
+// TestSlurmJobSurvivesScavd stops scavd under a submitted job, by a crash
+// (SIGKILL) and by a restart (SIGTERM: it leaves batch jobs running): the
+// batch job goes on, the next scavd reattaches to it, and the job finishes
+// in its first attempt with every step recorded once.
+func TestSlurmJobSurvivesScavd(t *testing.T) {
 	needTorch(t)
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { testSlurmJobSurvivesScavd(t, sig) })
+	}
+}
+
+func testSlurmJobSurvivesScavd(t *testing.T, sig syscall.Signal) {
 	state := stateDir(t)
 	slurmCluster(t, state)
 	first := startSlurmScavd(t, state)
 	cmd, _, errOut := startJob(t, state, "--name", "crash", "--workers", "2", "--batch-size", "32", "--env", "OMP_NUM_THREADS=1",
 		"--", pythonBin, "examples/resumable_cnn.py", "--steps", "600")
 	id := waitForRecords(t, state, errOut, 2*30)
-	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Process.Signal(sig)
 	_ = first.Wait()
 	startSlurmScavd(t, state) // on another port: scavctl run does not find it again
 	var j daemon.Job
@@ -264,8 +271,8 @@ func TestSlurmJobSurvivesScavdCrash(t *testing.T) {
 	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 75 || !strings.Contains(errOut.String(), "scavctl status "+id) {
 		t.Fatalf("scavctl run after losing scavd: %v, want exit 75 and how to follow the job:\n%s", err, errOut.String())
 	}
-	// Steps written to the socket as scavd died are lost with it (a crash
-	// has no goodbye); every other step is there, once per rank.
+	// Steps written to the socket as scavd went away are lost with it;
+	// every other step is there, once per rank.
 	seen := map[[2]int64]int{}
 	for _, r := range steps(t, state, id) {
 		seen[[2]int64{int64(r.Rank), r.Step}]++
@@ -283,5 +290,5 @@ func TestSlurmJobSurvivesScavdCrash(t *testing.T) {
 	if len(missing) > 5 {
 		t.Errorf("steps without a record: %v; want at most the few in flight at the crash", missing)
 	}
-	t.Logf("steps lost with the crashed scavd: %v", missing)
+	t.Logf("steps lost with the %s scavd: %v", sig, missing)
 }

@@ -100,6 +100,9 @@ func TestCleanupReportsLeftovers(t *testing.T) {
 	rec := &recorder{TB: t}
 	var pid int
 	t.Cleanup(func() { // runs after the testnet's cleanup
+		if pid == 0 {
+			return // New skipped the test
+		}
 		if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "processes left on") || !strings.Contains(rec.errs[0], strconv.Itoa(pid)+"(sleep,") {
 			t.Errorf("cleanup reported %q, want the sleep %d left behind", rec.errs, pid)
 		}

@@ -54,6 +54,11 @@ type attempt struct {
 
 var _ plugins.Handle = (*attempt)(nil)
 
+// Outlives reports whether the attempt goes on without the daemon that
+// started it: a submitted batch job does (a restarted daemon reattaches to
+// it with Recover); a job step ends with its srun.
+func (a *attempt) Outlives() bool { return a.batch }
+
 func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int) *attempt {
 	a := &attempt{
 		l: l, spec: spec, n: n,
@@ -426,6 +431,8 @@ func (a *attempt) kill() {
 		return
 	}
 	if err := a.signalTasks(ctx, unix.SIGKILL); err != nil {
-		a.logger.Debug("SIGKILL to the step", zap.Error(err))
+		// slurmctld does not answer: kill srun, or Stop would wait on it forever.
+		a.logger.Warn("SIGKILL to the step failed; killing srun", zap.Error(err))
+		a.srun.signal(unix.SIGKILL)
 	}
 }

@@ -25,10 +25,6 @@ const batchCancelDelay = 2 * time.Second
 // seen the launcher releases the job (see watch).
 const requeueSettleSeconds = 2
 
-// lostAfter is how long scontrol may fail to show a followed job before
-// the launcher gives it up as lost.
-const lostAfter = 60 * time.Second
-
 // submit writes the attempt's batch script and submits it with sbatch,
 // returning once Slurm has queued the job.
 func (a *attempt) submit(ctx context.Context) error {
@@ -120,8 +116,9 @@ func (a *attempt) watch() {
 	}
 	id := a.ID()
 	released := 0            // the restart count last released
-	var requeuedAt time.Time // when a new restart count was first seen
-	var failingSince time.Time
+	seen := 0                // the restart count last seen
+	var requeuedAt time.Time // when the restart count last changed
+	var failingSince, warned time.Time
 	tick := time.NewTicker(a.l.opts.PollInterval)
 	defer tick.Stop()
 	for {
@@ -130,16 +127,23 @@ func (a *attempt) watch() {
 		switch {
 		case err != nil:
 			if failingSince.IsZero() {
-				failingSince = time.Now()
+				failingSince, warned = time.Now(), time.Now()
 			}
-			if strings.Contains(err.Error(), "Invalid job id") || time.Since(failingSince) > lostAfter {
+			// Only Slurm saying so makes the job lost: a slurmctld that does not
+			// answer (restarting, failing over) leaves it running.
+			if strings.Contains(err.Error(), "Invalid job id") {
 				readAll(true)
 				a.mu.Lock()
 				a.lost = fmt.Errorf("%w: %w", ErrJobLost, err)
 				a.mu.Unlock()
 				return
 			}
-			a.logger.Debug("read job state", zap.Error(err))
+			if time.Since(warned) > time.Minute {
+				a.logger.Warn("cannot read the job's state; still following it", zap.Error(err), zap.Duration("for", time.Since(failingSince)))
+				warned = time.Now()
+			} else {
+				a.logger.Debug("read job state", zap.Error(err))
+			}
 		default:
 			failingSince = time.Time{}
 			a.mu.Lock()
@@ -149,8 +153,8 @@ func (a *attempt) watch() {
 			if j.State != prev {
 				a.logger.Debug("job state", zap.String("state", j.State), zap.String("reason", j.Reason), zap.Int("restarts", j.Restarts))
 			}
-			if j.Restarts > released && requeuedAt.IsZero() {
-				requeuedAt = time.Now()
+			if j.Restarts != seen { // a requeue (or the first look, after a Recover)
+				seen, requeuedAt = j.Restarts, time.Now()
 			}
 			// Release a requeued job from its BeginTime hold, but not in
 			// the second of the requeue or the next: slurmd refuses a job
@@ -159,7 +163,7 @@ func (a *attempt) watch() {
 			// Slurm's 120 s hold otherwise avoids.
 			if j.State == "PENDING" && j.Restarts > released && j.Reason == "BeginTime" &&
 				time.Now().Unix() >= requeuedAt.Unix()+requeueSettleSeconds {
-				released, requeuedAt = j.Restarts, time.Time{}
+				released = j.Restarts
 				if _, err := a.l.run(context.Background(), a.l.opts.Scontrol, "update", "JobId="+id, "StartTime=now"); err != nil {
 					a.logger.Warn("release requeued job", zap.Error(err))
 				} else {

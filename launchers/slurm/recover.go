@@ -51,3 +51,30 @@ func (l *Launcher) Recover(ctx context.Context, rs plugins.RecoverSpec) (plugins
 	go a.supervise()
 	return a, nil
 }
+
+// StopOrphaned cancels what is left of an attempt that a previous daemon
+// started and that cannot be reattached (a job step, whose srun died with
+// that daemon), so that it does not run on beside a resumed copy. A step
+// or job Slurm no longer runs is nothing to stop. It returns how many
+// (0 or 1) it cancelled.
+func (l *Launcher) StopOrphaned(ctx context.Context, rs plugins.RecoverSpec) (int, error) {
+	job, _, _ := strings.Cut(rs.HandleID, ".")
+	if _, err := strconv.Atoi(job); err != nil {
+		return 0, fmt.Errorf("stop orphans of job %s attempt %d: %q is not a Slurm job or step id: %w", rs.JobID, rs.Attempt, rs.HandleID, plugins.ErrUnknownHandle)
+	}
+	j, err := l.job(ctx, job)
+	if err != nil || j.final() {
+		return 0, nil // gone already
+	}
+	if !strings.Contains(rs.HandleID, ".") && j.Name != jobName(plugins.AttemptSpec{JobID: rs.JobID, Attempt: rs.Attempt}) {
+		return 0, nil // the id is another job's now
+	}
+	if _, err := l.run(ctx, l.opts.Scancel, rs.HandleID); err != nil {
+		if strings.Contains(err.Error(), "Invalid job id") {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("stop orphans of job %s attempt %d: %w", rs.JobID, rs.Attempt, err)
+	}
+	l.logger.Warn("cancelled what a previous daemon left running", zap.String("job", rs.JobID), zap.Int("attempt", rs.Attempt), zap.String("slurm", rs.HandleID))
+	return 1, nil
+}

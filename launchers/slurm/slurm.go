@@ -192,6 +192,12 @@ func New(opts Options) (*Launcher, error) {
 	if opts.WorkDir == "" {
 		opts.WorkDir = filepath.Join(os.TempDir(), "scavenger-slurm")
 	}
+	// Slurm resolves a relative --output against the job's --chdir, not ours.
+	wd, err := filepath.Abs(opts.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("new slurm launcher: work dir %s: %w", opts.WorkDir, err)
+	}
+	opts.WorkDir = wd
 	for _, c := range []struct {
 		p    *string
 		name string
