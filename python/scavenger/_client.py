@@ -164,6 +164,7 @@ class Client:
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
         self.preempted = 0  # pre-emption signals received
+        self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
         self._thread.start()
@@ -175,9 +176,11 @@ class Client:
         full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
         try:
             sig = signal.Signals[full]
-            if signal.getsignal(sig) not in (signal.SIG_DFL, None):
+            previous = signal.getsignal(sig)
+            if previous not in (signal.SIG_DFL, None):
                 return
             signal.signal(sig, self._on_preempt)
+            self._preempt_restore = (sig, previous)
         except (KeyError, ValueError, OSError) as e:  # unknown name; not the main thread
             print(f"scavenger: cannot handle SCAV_PREEMPT_SIGNAL={name!r} ({e}); "
                   "a pre-emption will end this job without a checkpoint", file=sys.stderr)
@@ -228,10 +231,20 @@ class Client:
                 "queued": len(self._queue)}
 
     def close(self, timeout: float = 1.0) -> None:
-        """Flush what is queued, waiting at most timeout seconds; idempotent."""
+        """Flush what is queued, waiting at most timeout seconds; idempotent.
+
+        The pre-emption signal gets its previous handler back: with no client
+        to tell the daemon, the signal does what it did before.
+        """
         if self._closed:
             return
         self._closed = True
+        if self._preempt_restore is not None:
+            try:
+                signal.signal(*self._preempt_restore)
+            except ValueError:  # not the main thread: the handler stays, and does nothing
+                pass
+            self._preempt_restore = None
         self._stop.set()
         self._thread.join(timeout)
 
@@ -253,6 +266,7 @@ class Client:
         lines = []
         while self._acks:
             lines.append(self._acks.popleft())
+        control = list(lines)  # acks and notices: never dropped while the worker lives
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
             merged = {**self._defaults, **fields}
@@ -266,7 +280,8 @@ class Client:
         try:
             self._sock.sendall(b"".join(lines))
         except OSError:
-            self._dropped_send += len(lines)
+            self._acks.extendleft(reversed(control))  # sent again on the next connection
+            self._dropped_send += len(lines) - len(control)
             self._disconnect()
             return
         self._sent += len(lines)

@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -217,6 +218,20 @@ class WireTest(unittest.TestCase):
         self.assertEqual(len(notices), 1, self.sink.messages())
         self.assertEqual((notices[0]["job"], notices[0]["step"], notices[0]["id"]), ("job_8", 3, "SIGUSR1"))
         self.assertEqual([m["step"] for m in msgs], [1, 2, 3, 4])
+
+    def test_preempt_handler_gone_after_close(self):
+        """Closed, the client hands the signal back: USR1 ends the worker as it did before."""
+        code = ("import os, signal, scavenger\n"
+                "scavenger.step(samples=1)\n"
+                "scavenger.close()\n"
+                "os.kill(os.getpid(), signal.SIGUSR1)\n"
+                "print('survived')\n")
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, "SCAV_SOCKET": self.sink.path,
+               "SCAV_JOB_ID": "job_10", "SCAV_ATTEMPT": "1", "RANK": "0", "WORLD_SIZE": "1",
+               "SCAV_PREEMPT_SIGNAL": "USR1"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, -signal.SIGUSR1, out)
+        self.assertNotIn("survived", out.stdout)
 
     def test_preempt_signal_left_to_the_script(self):
         """A script that handles the signal itself keeps its handler."""

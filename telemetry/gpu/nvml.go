@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
@@ -199,6 +200,15 @@ func (c *NVML) followXIDs() {
 			default:
 			}
 			e, ret := es.Wait(1000) // milliseconds: the stop is seen within a second
+			if ret != nvml.SUCCESS && ret != nvml.ERROR_TIMEOUT {
+				// A lost GPU answers at once, every time: wait before asking again.
+				select {
+				case <-c.stop:
+					return
+				case <-time.After(time.Second):
+				}
+				continue
+			}
 			if ret != nvml.SUCCESS || e.EventType&nvml.EventTypeXidCriticalError == 0 || e.Device == nil {
 				continue
 			}

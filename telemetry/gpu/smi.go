@@ -56,12 +56,12 @@ func (*SMI) Close() error { return nil }
 
 // Sample implements Collector: one nvidia-smi for the GPUs, one for their processes.
 func (s *SMI) Sample(ctx context.Context) ([]telemetry.GPUStat, error) {
-	out, err := s.run(ctx, "--query-gpu="+strings.Join(GPUQuery, ","), "--format=csv,noheader,nounits")
-	if err != nil {
-		return nil, err
+	out, runErr := s.run(ctx, "--query-gpu="+strings.Join(GPUQuery, ","), "--format=csv,noheader,nounits")
+	if len(out) == 0 {
+		return nil, runErr
 	}
-	gpus, err := ParseGPUs(out)
-	if err != nil {
+	gpus, err := ParseGPUs(out) // what a failing nvidia-smi printed still counts
+	if err = errors.Join(runErr, err); err != nil {
 		return gpus, err
 	}
 	apps, err := s.run(ctx, "--query-compute-apps="+strings.Join(AppsQuery, ","), "--format=csv,noheader,nounits")
@@ -81,7 +81,9 @@ func (s *SMI) run(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("run %s %s: %w: %s", s.bin, args[0], err, strings.TrimSpace(stderr.String()))
+		// nvidia-smi exits non-zero when one device cannot be read, after
+		// printing the others: those are still worth reading.
+		return out, fmt.Errorf("run %s %s: %w: %s", s.bin, args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

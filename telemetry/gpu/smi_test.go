@@ -248,6 +248,29 @@ func TestSMICollectorRunsTheQueries(t *testing.T) {
 	}
 }
 
+// TestSMIFailingDeviceKeepsTheOthers: nvidia-smi prints the devices it can
+// read and exits 1 for one it cannot; the others are still sampled.
+func TestSMIFailingDeviceKeepsTheOthers(t *testing.T) {
+	bin := fakeSMI(t, "h100x8.csv", "h100x8_apps.csv")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := strings.Replace(string(b), "h100x8.csv' ;;", "h100x8.csv'; echo 'Unable to determine the device handle for GPU 0000:9A:00.0: Unknown Error' >&2; exit 1 ;;", 1)
+	if err := os.WriteFile(bin, []byte(failing), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := OpenSMI(context.Background(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gpus, err := c.Sample(context.Background())
+	if len(gpus) != 8 || err == nil || !strings.Contains(err.Error(), "Unknown Error") {
+		t.Errorf("Sample = %d GPUs, %v; want the 8 printed and the failure", len(gpus), err)
+	}
+}
+
 func TestSMIAbsentIsUnavailable(t *testing.T) {
 	_, err := OpenSMI(context.Background(), filepath.Join(t.TempDir(), "nvidia-smi"))
 	if !errors.Is(err, ErrUnavailable) {
