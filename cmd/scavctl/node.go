@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,10 +113,7 @@ func printNodeSample(w io.Writer, s telemetry.NodeSample) {
 					jobs[p.Job] = true
 				}
 			}
-			var js []string
-			for j := range jobs {
-				js = append(js, j)
-			}
+			js := slices.Sorted(maps.Keys(jobs))
 			fmt.Fprintf(w, "%s\t%s\tgpu %d\tutil %s\tmem %s/%s\t%s %s %s\tpids %s jobs %s\n", at, s.Node, g.Index,
 				ratioPct(g.Utilization), bytesPtr(g.MemoryUsedBytes), bytesPtr(g.MemoryTotalBytes),
 				unit(g.PowerWatts, 1, "W"), unit(g.TemperatureCelsius, 1, "C"), unit(g.SMClockHertz, 1e6, "MHz"),

@@ -45,6 +45,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		if err := r.reload(ctx); err != nil {
 			r.log.Error("config reload failed; the running config stays", zap.Error(err))
 		}
+		if ctx.Err() != nil {
+			return // stopping: READY=1 must not follow STOPPING=1
+		}
 		if err := r.notify.Notify(sdnotify.Ready); err != nil {
 			r.log.Warn("notify systemd", zap.Error(err))
 		}
@@ -72,8 +75,10 @@ func (r *reloader) reload(ctx context.Context) error {
 		}
 		applied = append(applied, key)
 	}
-	r.log.Info("config reloaded", zap.String("file", next.path), zap.Strings("applied", applied),
-		zap.String("log_level", r.level.String()), zap.Duration("step_retention", r.current.StepRetention))
+	if len(errs) == 0 {
+		r.log.Info("config reloaded", zap.String("file", next.path), zap.Strings("applied", applied),
+			zap.String("log_level", r.level.String()), zap.Duration("step_retention", r.current.StepRetention))
+	}
 	if len(pending) > 0 {
 		r.log.Warn("config changes wait for a restart", zap.Strings("keys", pending))
 	}

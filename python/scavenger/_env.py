@@ -88,10 +88,18 @@ def resume_point(environ: Mapping[str, str] = os.environ) -> Tuple[Optional[str]
     step = max(0, env_int("SCAV_START_STEP", 0, environ) or 0)
     directory = environ.get("SCAV_CHECKPOINT_DIR", "")
     if (env_int("SLURM_RESTART_COUNT", 0, environ) or 0) > 0 and directory:
-        newest = _manifest_entry(directory)
-        if newest is not None:
-            return newest
+        # Read once a process: a checkpoint written later must not pair a new
+        # path with the step an earlier call returned.
+        key = (directory, environ.get("SLURM_RESTART_COUNT"))
+        if key not in _requeue_points:
+            _requeue_points[key] = _manifest_entry(directory)
+        if _requeue_points[key] is not None:
+            return _requeue_points[key]
     return restore, step
+
+
+# The newest checkpoint found at the first resume_point() of a requeued run.
+_requeue_points: dict = {}
 
 
 def _manifest_entry(directory: str) -> Optional[Tuple[str, int]]:

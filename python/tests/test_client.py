@@ -103,6 +103,7 @@ class EnvTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="scav-test-")
         self.addCleanup(shutil.rmtree, d)
         base = {"SCAV_CHECKPOINT_DIR": d, "SCAV_RESTORE": "", "SCAV_START_STEP": "0"}
+        self.addCleanup(_env._requeue_points.clear)
         self.assertEqual(_env.resume_point({**base, "SLURM_RESTART_COUNT": "1"}), (None, 0))
         with open(os.path.join(d, "ckpt-0000000040.pt"), "wb") as f:
             f.write(b"x")
@@ -115,8 +116,12 @@ class EnvTest(unittest.TestCase):
         with mock.patch.dict(os.environ, requeued, clear=True):
             self.assertEqual((scavenger.restore_path(), scavenger.start_step()),
                              (os.path.join(d, "ckpt-0000000040.pt"), 40))
+        # Read once: a checkpoint written since does not change the answer...
         with open(os.path.join(d, "latest.json"), "w", encoding="utf-8") as f:
             f.write("{damaged")
+        self.assertEqual(_env.resume_point(requeued)[1], 40)
+        # ... and a damaged manifest on a fresh read means a fresh start.
+        _env._requeue_points.clear()
         self.assertEqual(_env.resume_point(requeued), (None, 0))
 
 
