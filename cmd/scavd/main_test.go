@@ -72,36 +72,10 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	}
 }
 
-var (
-	scavdOnce sync.Once
-	scavdBin  string
-	scavdErr  error
-)
-
-// buildScavd builds scavd once for the tests that run it as a process.
-func buildScavd(t *testing.T) string {
-	t.Helper()
-	scavdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "scavd-test-")
-		if err != nil {
-			scavdErr = err
-			return
-		}
-		scavdBin = filepath.Join(dir, "scavd")
-		if out, err := exec.Command("go", "build", "-o", scavdBin, ".").CombinedOutput(); err != nil {
-			scavdErr = fmt.Errorf("build scavd: %v\n%s", err, out)
-		}
-	})
-	if scavdErr != nil {
-		t.Fatal(scavdErr)
-	}
-	return scavdBin
-}
-
 // startScavd runs scavd on state and returns it with a client once it answers.
 func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
 	t.Helper()
-	cmd := exec.Command(buildScavd(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
