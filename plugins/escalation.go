@@ -1,6 +1,9 @@
 package plugins
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Escalation is how a launcher stops an attempt's processes: SIGTERM when
 // stopping begins, SIGKILL when the earliest deadline asked for passes (a
@@ -48,4 +51,42 @@ func (e *Escalation) Close() {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
+}
+
+// StopRequests gathers the Stop calls of an attempt for its supervising
+// goroutine: the earliest SIGKILL deadline asked for wins, and every call
+// pokes C. Make it with NewStopRequests; it is safe for concurrent use.
+type StopRequests struct {
+	mu sync.Mutex
+	at time.Time
+	c  chan struct{}
+}
+
+// NewStopRequests returns an empty StopRequests.
+func NewStopRequests() *StopRequests { return &StopRequests{c: make(chan struct{}, 1)} }
+
+// Request asks for SIGKILL at most grace from now (at once for grace <= 0)
+// and pokes the supervisor; a later deadline than one already asked for
+// changes nothing.
+func (s *StopRequests) Request(grace time.Duration) {
+	deadline := time.Now().Add(max(grace, 0))
+	s.mu.Lock()
+	if s.at.IsZero() || deadline.Before(s.at) {
+		s.at = deadline
+	}
+	s.mu.Unlock()
+	select {
+	case s.c <- struct{}{}:
+	default: // a poke is pending; it reads the earliest deadline
+	}
+}
+
+// C is poked after each Request.
+func (s *StopRequests) C() <-chan struct{} { return s.c }
+
+// Deadline is the earliest deadline asked for (zero: none).
+func (s *StopRequests) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at
 }

@@ -34,3 +34,30 @@ func TestEscalation(t *testing.T) {
 	}
 	e.Close()
 }
+
+func TestStopRequestsKeepTheEarliestDeadline(t *testing.T) {
+	s := NewStopRequests()
+	if !s.Deadline().IsZero() {
+		t.Fatal("a deadline before any request")
+	}
+	s.Request(time.Hour)
+	first := s.Deadline()
+	s.Request(2 * time.Hour) // later: changes nothing
+	if got := s.Deadline(); !got.Equal(first) {
+		t.Errorf("a later request moved the deadline from %v to %v", first, got)
+	}
+	s.Request(-time.Second) // at once
+	if got := s.Deadline(); !got.Before(first) || time.Until(got) > 0 {
+		t.Errorf("deadline %v after a request for now", got)
+	}
+	select { // three requests, one pending poke
+	case <-s.C():
+	default:
+		t.Fatal("no poke")
+	}
+	select {
+	case <-s.C():
+		t.Fatal("a second poke for requests nobody had read")
+	default:
+	}
+}

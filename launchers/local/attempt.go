@@ -58,14 +58,13 @@ type attempt struct {
 	ranks  []*rankProc
 	pgid   int
 
-	stopCh chan struct{} // pokes the supervisor; capacity 1
-	done   chan struct{} // closed when result is final
+	stops *plugins.StopRequests // Stop calls, for the supervisor
+	done  chan struct{}         // closed when result is final
 
-	mu           sync.Mutex
-	stopDeadline time.Time // earliest SIGKILL time asked by Stop; zero if none
-	stopping     bool      // SIGTERM has been sent to the group
-	finished     bool      // ranks are being reaped: the group id is no longer ours
-	result       plugins.Result
+	mu       sync.Mutex
+	stopping bool // SIGTERM has been sent to the group
+	finished bool // ranks are being reaped: the group id is no longer ours
+	result   plugins.Result
 }
 
 var _ plugins.Handle = (*attempt)(nil)
@@ -76,7 +75,7 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, port int) *attempt {
 		spec:   spec,
 		port:   port,
 		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
-		stopCh: make(chan struct{}, 1),
+		stops:  plugins.NewStopRequests(),
 		done:   make(chan struct{}),
 	}
 }
@@ -213,16 +212,7 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // first Stop returns its error and the stop goes on. Stopping a finished
 // attempt does nothing; its Result keeps Stopped false.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	deadline := time.Now().Add(max(grace, 0))
-	a.mu.Lock()
-	if a.stopDeadline.IsZero() || deadline.Before(a.stopDeadline) {
-		a.stopDeadline = deadline
-	}
-	a.mu.Unlock()
-	select {
-	case a.stopCh <- struct{}{}:
-	default: // a poke is pending; it reads the earliest deadline
-	}
+	a.stops.Request(grace)
 	select {
 	case <-a.done:
 		return nil
@@ -296,10 +286,8 @@ func (a *attempt) supervise() {
 					beginStop(time.Now().Add(a.l.opts.Grace))
 				}
 			}
-		case <-a.stopCh:
-			a.mu.Lock()
-			deadline := a.stopDeadline
-			a.mu.Unlock()
+		case <-a.stops.C():
+			deadline := a.stops.Deadline()
 			if !stopByCall {
 				stopByCall = true
 				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))

@@ -28,28 +28,27 @@ type attempt struct {
 	logger *zap.Logger
 	batch  bool // submitted with sbatch
 
-	events chan event     // from the readers (step) or the watcher (batch); closed at the end
-	stopCh chan struct{}  // Stop was called
-	ready  chan struct{}  // step mode: the step and every task have started
-	done   chan struct{}  // the Result is published
-	over   chan struct{}  // the events are all in (closed with events' close)
-	srun   *srunProcess   // step mode
-	dir    string         // batch mode: script and output files
-	parser [2]*lineParser // stdout, stderr
+	events chan event            // from the readers (step) or the watcher (batch); closed at the end
+	stops  *plugins.StopRequests // Stop calls, for the supervisor
+	ready  chan struct{}         // step mode: the step and every task have started
+	done   chan struct{}         // the Result is published
+	over   chan struct{}         // the events are all in (closed with events' close)
+	srun   *srunProcess          // step mode
+	dir    string                // batch mode: script and output files
+	parser [2]*lineParser        // stdout, stderr
 
-	mu           sync.Mutex
-	jobID        string // the Slurm job
-	step         string // "<job>.<step>" once srun reported it
-	stopDeadline time.Time
-	stopping     bool
-	finished     bool
-	srunLines    []string  // srun's last unlabelled lines
-	lastJob      jobInfo   // batch mode: the last state read
-	cancelAt     time.Time // batch mode: when the watcher cancels a job still running after SIGKILL
-	lost         error     // batch mode: the job vanished
-	result       plugins.Result
-	resultErr    error
-	readyOnce    sync.Once
+	mu        sync.Mutex
+	jobID     string // the Slurm job
+	step      string // "<job>.<step>" once srun reported it
+	stopping  bool
+	finished  bool
+	srunLines []string  // srun's last unlabelled lines
+	lastJob   jobInfo   // batch mode: the last state read
+	cancelAt  time.Time // batch mode: when the watcher cancels a job still running after SIGKILL
+	lost      error     // batch mode: the job vanished
+	result    plugins.Result
+	resultErr error
+	readyOnce sync.Once
 }
 
 var _ plugins.Handle = (*attempt)(nil)
@@ -64,7 +63,7 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int) *attempt {
 		l: l, spec: spec, n: n,
 		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
 		events: make(chan event, 64),
-		stopCh: make(chan struct{}, 1),
+		stops:  plugins.NewStopRequests(),
 		ready:  make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -186,16 +185,7 @@ func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
 // returns its error and the stop goes on. Stopping a finished attempt does
 // nothing.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	deadline := time.Now().Add(max(grace, 0))
-	a.mu.Lock()
-	if a.stopDeadline.IsZero() || deadline.Before(a.stopDeadline) {
-		a.stopDeadline = deadline
-	}
-	a.mu.Unlock()
-	select {
-	case a.stopCh <- struct{}{}:
-	default:
-	}
+	a.stops.Request(grace)
 	select {
 	case <-a.done:
 		return nil
@@ -310,10 +300,8 @@ loop:
 				}
 				checkReady()
 			}
-		case <-a.stopCh:
-			a.mu.Lock()
-			deadline := a.stopDeadline
-			a.mu.Unlock()
+		case <-a.stops.C():
+			deadline := a.stops.Deadline()
 			if !stopByCall {
 				stopByCall = true
 				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))

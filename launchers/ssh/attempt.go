@@ -97,16 +97,15 @@ type attempt struct {
 	ranks  []*rankProc
 	port   int
 
-	stopCh chan struct{}
-	done   chan struct{}
-	kaWG   sync.WaitGroup // keepalive loops
+	stops *plugins.StopRequests // Stop calls, for the supervisor
+	done  chan struct{}
+	kaWG  sync.WaitGroup // keepalive loops
 
-	mu           sync.Mutex
-	stopDeadline time.Time
-	stopping     bool
-	finished     bool
-	exited       []bool
-	result       plugins.Result
+	mu       sync.Mutex
+	stopping bool
+	finished bool
+	exited   []bool
+	result   plugins.Result
 }
 
 var _ plugins.Handle = (*attempt)(nil)
@@ -118,7 +117,7 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, places []placement) *atte
 		places: places,
 		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
 		conns:  map[int]*conn{},
-		stopCh: make(chan struct{}, 1),
+		stops:  plugins.NewStopRequests(),
 		done:   make(chan struct{}),
 		exited: make([]bool, len(places)),
 	}
@@ -410,16 +409,7 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // Stop returns its error and the stop goes on. Stopping a finished attempt
 // does nothing.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	deadline := time.Now().Add(max(grace, 0))
-	a.mu.Lock()
-	if a.stopDeadline.IsZero() || deadline.Before(a.stopDeadline) {
-		a.stopDeadline = deadline
-	}
-	a.mu.Unlock()
-	select {
-	case a.stopCh <- struct{}{}:
-	default:
-	}
+	a.stops.Request(grace)
 	select {
 	case <-a.done:
 		return nil
@@ -539,10 +529,8 @@ func (a *attempt) supervise() {
 					beginStop(time.Now().Add(a.l.opts.Grace))
 				}
 			}
-		case <-a.stopCh:
-			a.mu.Lock()
-			deadline := a.stopDeadline
-			a.mu.Unlock()
+		case <-a.stops.C():
+			deadline := a.stops.Deadline()
 			if !stopByCall {
 				stopByCall = true
 				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
