@@ -57,6 +57,13 @@ func (a *attempt) submit(ctx context.Context) error {
 	args = append(args, script)
 	out, err := a.l.runWith(ctx, a.l.workerEnv(a.spec, port), a.l.opts.Sbatch, args...)
 	if err != nil {
+		// sbatch may have queued the job before it was cut short (a slow
+		// slurmctld, the timeout): its name is this attempt's alone.
+		cctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+		defer cancel()
+		if _, cerr := a.l.run(cctx, a.l.opts.Scancel, "--name="+jobName(a.spec)); cerr != nil {
+			a.logger.Debug("cancel what a failed sbatch may have queued", zap.Error(cerr))
+		}
 		return fmt.Errorf("submit: %w", err)
 	}
 	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // --parsable: "<id>[;<cluster>]"

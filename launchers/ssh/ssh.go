@@ -373,6 +373,13 @@ func (l *Launcher) probe(ctx context.Context, i int, orphans []orphan, dirs []st
 		return err
 	}
 	defer c.Close()
+	// A host that stalls after the handshake must not hold the probe (and
+	// every Start and Capabilities behind it): the cleanup gets its own
+	// bound, then the connection is closed under it.
+	cleanup, cancelCleanup := context.WithTimeout(context.Background(), l.opts.ProbeTimeout+killTimeout)
+	defer cancelCleanup()
+	stop := context.AfterFunc(cleanup, func() { _ = c.Close() })
+	defer stop()
 	if len(orphans) > 0 {
 		if _, err := output(c, orphanKillCommand(orphans)); err != nil {
 			return fmt.Errorf("kill the process groups left there: %w", err)
