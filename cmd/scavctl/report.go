@@ -36,8 +36,8 @@ type jobReport struct {
 	PriceUSDPerHour float64 `json:"price_usd_per_hour"`
 
 	// Noise is the gradient noise scale (samples) over the job, from rank
-	// 0's gradient norms, estimated as the controller does (times in
-	// seconds since the job started).
+	// 0's gradient norms step by step with the controller's estimator
+	// (times in seconds since the job started).
 	Noise []seriesPoint `json:"noise,omitempty"`
 	// Cost is the cumulative cost over the job; PredictedCost, per decision
 	// that predicted one, the cost at the finish it predicted.
@@ -244,9 +244,10 @@ const (
 	noiseWarmup    = 10
 )
 
-// noiseSeries estimates the gradient noise scale along rank 0's steps the
-// way the daemon's controller does (gns.Estimator over each step's local and
-// averaged squared norms, base batch m0) and returns at most n points of it,
+// noiseSeries estimates the gradient noise scale along rank 0's steps with
+// the controller's estimator (gns.Estimator over each step's local and
+// averaged squared norms, base batch m0; the controller averages a window of
+// steps first, so its estimate is smoother) and returns at most n points of it,
 // at seconds since t0, once the estimate averages noiseWarmup samples.
 // Steps without norms, or with a single gradient, are skipped.
 func noiseSeries(recs []telemetry.StepRecord, m0, t0 float64, n int) []seriesPoint {
@@ -265,11 +266,7 @@ func noiseSeries(recs []telemetry.StepRecord, m0, t0 float64, n int) []seriesPoi
 		all []seriesPoint
 	)
 	for _, r := range rs {
-		count := float64(r.World)
-		if r.Count > 0 {
-			count = float64(r.Count)
-		}
-		s := gns.Sample{LocalSqr: *r.LocalSqr, TotalSqr: *r.AvgSqr, Count: count, Scale: count * float64(r.LocalBatch) / m0, Biased: r.Biased}
+		s, _ := gradSample(r, m0)
 		next, err := est.Update(s)
 		if err != nil {
 			continue
@@ -325,4 +322,18 @@ func (r jobReport) print(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Total: %s, $%.4f at $%.2f/h; relaunches %.2fs\n", time.Duration(r.TotalS*float64(time.Second)).Round(time.Millisecond), r.CostUSD, r.PriceUSDPerHour, r.RelaunchS)
 	return nil
+}
+
+// gradSample is a step record's gradient statistics as a noise-scale
+// sample, with m0 the per-worker batch scale is measured against; ok is
+// false when the record has none.
+func gradSample(r telemetry.StepRecord, m0 float64) (s gns.Sample, ok bool) {
+	if r.LocalSqr == nil || r.AvgSqr == nil || r.LocalBatch <= 0 || m0 <= 0 {
+		return gns.Sample{}, false
+	}
+	count := float64(r.World)
+	if r.Count > 0 {
+		count = float64(r.Count)
+	}
+	return gns.Sample{LocalSqr: *r.LocalSqr, TotalSqr: *r.AvgSqr, Count: count, Scale: count * float64(r.LocalBatch) / m0, Biased: r.Biased}, true
 }

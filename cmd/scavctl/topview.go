@@ -82,12 +82,7 @@ func (t *topTracker) add(r telemetry.StepRecord, m0 float64) {
 			j.lastDts = j.lastDts[1:]
 		}
 	}
-	if r.LocalSqr != nil && r.AvgSqr != nil && r.LocalBatch > 0 && j.m0 > 0 {
-		count := float64(r.World)
-		if r.Count > 0 {
-			count = float64(r.Count)
-		}
-		s := gns.Sample{LocalSqr: *r.LocalSqr, TotalSqr: *r.AvgSqr, Count: count, Scale: count * float64(r.LocalBatch) / j.m0, Biased: r.Biased}
+	if s, ok := gradSample(r, j.m0); ok {
 		if e, err := j.est.Update(s); err == nil {
 			j.est = e
 		}
