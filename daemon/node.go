@@ -174,13 +174,7 @@ func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool
 	for _, k := range kinds {
 		subjects = append(subjects, telemetry.NodeSubject(n, k))
 	}
-	return telemetry.Replay(ctx, c.JS, telemetry.NodeStream, subjects, follow, func(m jetstream.Msg) error {
-		s, err := telemetry.DecodeNodeSample(m.Data())
-		if err != nil {
-			return nil
-		}
-		return fn(s)
-	})
+	return telemetry.Replay(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
 }
 
 // LatestNodeSamples delivers the newest node sample of each node and kind,
@@ -188,13 +182,7 @@ func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool
 // telemetry.ReplayLast. Messages this build cannot decode are skipped.
 func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error {
 	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	return telemetry.ReplayLast(ctx, c.JS, telemetry.NodeStream, subjects, follow, func(m jetstream.Msg) error {
-		s, err := telemetry.DecodeNodeSample(m.Data())
-		if err != nil {
-			return nil
-		}
-		return fn(s)
-	})
+	return telemetry.ReplayLast(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
 }
 
 // NodeSamplesSince delivers every node's samples of kind (both kinds when
@@ -205,11 +193,17 @@ func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Ti
 	if kind != "" {
 		subjects = []string{telemetry.NodeSubject("*", kind)}
 	}
-	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, func(m jetstream.Msg) error {
+	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, nodeSamples(fn))
+}
+
+// nodeSamples hands fn each message that decodes as a node sample and skips
+// the others (written by a newer build, or damaged).
+func nodeSamples(fn func(telemetry.NodeSample) error) func(jetstream.Msg) error {
+	return func(m jetstream.Msg) error {
 		s, err := telemetry.DecodeNodeSample(m.Data())
 		if err != nil {
 			return nil
 		}
 		return fn(s)
-	})
+	}
 }
