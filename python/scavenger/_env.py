@@ -6,7 +6,6 @@ variables. Outside Scavenger the SCAV_* variables are absent and the readers
 below fall back to torchrun's variables, then to the caller's defaults.
 """
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -103,16 +102,17 @@ _requeue_points: dict = {}
 
 
 def _manifest_entry(directory: str) -> Optional[Tuple[str, int]]:
-    """(path, step) of the checkpoint directory's manifest, or None when it has
-    none usable (checkpoint.latest() says why; resuming must not fail here)."""
+    """(path, step) of the checkpoint the directory's manifest names, or None
+    when it has none usable (checkpoint.latest() says why; resuming must not
+    fail here)."""
+    from . import checkpoint  # late: checkpoint imports this package
     try:
-        with open(os.path.join(directory, "latest.json"), encoding="utf-8") as f:
-            entry = json.load(f)
-        path = os.path.join(directory, os.path.basename(str(entry["checkpoint"])))
-        step = int(entry.get("step", 0))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        entry = checkpoint.read_manifest(directory)
+        path = checkpoint.latest(directory)
+        step = int(entry.get("step", 0)) if entry is not None else 0
+    except (checkpoint.CheckpointError, TypeError, ValueError):
         return None
-    if not os.path.isfile(path):
+    if entry is None or path is None:
         return None
     return path, max(0, step)
 
