@@ -267,21 +267,21 @@ read -r pid comm state ppid pgid rest < /proc/$$/stat; echo "$pid $pgid" >&2`}
 		}
 		// The worker behind the frozen link survives it (as on a real
 		// host that is cut off); kill it here, where the "host" is local.
-		var pgid int
-		deadline := time.Now().Add(10 * time.Second)
-		for pgid == 0 && time.Now().Before(deadline) {
-			for _, ln := range out.of(1) {
-				if s, ok := strings.CutPrefix(ln, "stdout: ready "); ok {
-					pgid, _ = strconv.Atoi(s)
+		ready := func(rank int) int { // the rank's process group, once it said it is ready
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				for _, ln := range out.of(rank) {
+					if s, ok := strings.CutPrefix(ln, "stdout: ready "); ok {
+						pg, _ := strconv.Atoi(s)
+						return pg
+					}
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			t.Fatalf("rank %d did not start: %q", rank, out.of(rank))
+			return 0
 		}
-		if pgid == 0 {
-			t.Fatalf("rank 1 did not start: %q", out.of(1))
-		}
+		pgid := ready(1)
 		t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-		out.await(t, 0, "stdout: ready "+strings.TrimPrefix(out.of(0)[0], "stdout: ready "), 5*time.Second)
+		ready(0)
 
 		p.freeze()
 		begin := time.Now()
