@@ -155,8 +155,8 @@ var (
 	descMemTotal = prometheus.NewDesc("scavenger_node_memory_total_bytes", "The node's memory.", []string{"node"}, nil)
 	descMemUsed  = prometheus.NewDesc("scavenger_node_memory_used_bytes", "The node's memory in use.", []string{"node"}, nil)
 	descMemAvail = prometheus.NewDesc("scavenger_node_memory_available_bytes", "The node's memory available to new processes.", []string{"node"}, nil)
-	descNetRx    = prometheus.NewDesc("scavenger_node_network_received_bytes_total", "Bytes received on the node's interfaces but loopback.", []string{"node"}, nil)
-	descNetTx    = prometheus.NewDesc("scavenger_node_network_transmitted_bytes_total", "Bytes sent on the node's interfaces but loopback.", []string{"node"}, nil)
+	descNetRx    = prometheus.NewDesc("scavenger_node_network_received_bytes_total", "Bytes received on a network interface (loopback left out).", []string{"node", "device"}, nil)
+	descNetTx    = prometheus.NewDesc("scavenger_node_network_transmitted_bytes_total", "Bytes sent on a network interface (loopback left out).", []string{"node", "device"}, nil)
 	descSampleAt = prometheus.NewDesc("scavenger_node_sample_timestamp_seconds", "When the node was last sampled, by kind (gpu, host), in Unix seconds.", []string{"node", "kind"}, nil)
 
 	descIngested = prometheus.NewDesc("scavenger_ingest_records_total", "Step records accepted on the telemetry socket and published.", []string{"node"}, nil)
@@ -239,8 +239,10 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descMemTotal, float64(h.MemoryTotalBytes), node)
 		gauge(descMemUsed, float64(h.MemoryUsedBytes), node)
 		gauge(descMemAvail, float64(h.MemoryAvailableBytes), node)
-		counter(descNetRx, float64(h.NetReceivedBytes), node)
-		counter(descNetTx, float64(h.NetSentBytes), node)
+		for _, n := range h.Net {
+			counter(descNetRx, float64(n.RxBytes), node, n.Name)
+			counter(descNetTx, float64(n.TxBytes), node, n.Name)
+		}
 		gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
 		for _, u := range h.Jobs {
 			l := []string{u.Job, names[u.Job], node}

@@ -35,7 +35,7 @@ type fakeHost struct {
 }
 
 func (f fakeHost) Sample(_ context.Context, jobs host.Jobs) (telemetry.HostStat, map[int]string, error) {
-	return telemetry.HostStat{CPUs: 8}, f.owners, f.err
+	return telemetry.HostStat{CPUs: 8, Net: []telemetry.NetDevice{{Name: "eth0", RxBytes: 1000, TxBytes: 2000}, {Name: "ib0", RxBytes: 5, TxBytes: 6}}}, f.owners, f.err
 }
 
 type nopPublisher struct{ n int }
@@ -116,13 +116,17 @@ scavenger_job_predicted_cost_dollars{job_id="cnn-000001",name="cnn",node="gpu01.
 # HELP scavenger_job_info A job running on this node (value 1), with its launcher, policy and phase.
 # TYPE scavenger_job_info gauge
 scavenger_job_info{job_id="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
+# HELP scavenger_node_network_received_bytes_total Bytes received on a network interface (loopback left out).
+# TYPE scavenger_node_network_received_bytes_total counter
+scavenger_node_network_received_bytes_total{device="eth0",node="gpu01.cluster"} 1000
+scavenger_node_network_received_bytes_total{device="ib0",node="gpu01.cluster"} 5
 # HELP scavenger_node_gpus GPUs on the node, by where they are read from (nvml, nvidia-smi, none).
 # TYPE scavenger_node_gpus gauge
 scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 `
 	if err := testutil.GatherAndCompare(d.Registry(), strings.NewReader(want),
 		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_info", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
-		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus",
+		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus", "scavenger_node_network_received_bytes_total",
 		"scavenger_job_last_step", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
 		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
 		t.Error(err)

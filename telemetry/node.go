@@ -104,8 +104,18 @@ type HostStat struct {
 	// loopback since boot.
 	NetReceivedBytes uint64 `json:"net_rx_bytes"`
 	NetSentBytes     uint64 `json:"net_tx_bytes"`
+	// Net holds each interface's counters (loopback left out): a counter of
+	// its own per device, which a vanishing interface does not set back.
+	Net []NetDevice `json:"net,omitempty"`
 	// Jobs sums the processes of each job running on the node.
 	Jobs []JobUsage `json:"jobs,omitempty"`
+}
+
+// NetDevice is one network interface's byte counters since it came up.
+type NetDevice struct {
+	Name    string `json:"name"`
+	RxBytes uint64 `json:"rx_bytes"`
+	TxBytes uint64 `json:"tx_bytes"`
 }
 
 // JobUsage is what one job's processes on the node use.
@@ -199,6 +209,11 @@ func (s *NodeSample) Validate() error {
 		for _, j := range h.Jobs {
 			if !ValidJobID(j.Job) {
 				return fmt.Errorf("host: job %q is not a job id", j.Job)
+			}
+		}
+		for _, n := range h.Net {
+			if n.Name == "" || len(n.Name) > 64 {
+				return fmt.Errorf("host: network interface name %q", n.Name)
 			}
 		}
 	}

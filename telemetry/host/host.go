@@ -90,6 +90,7 @@ func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, 
 			}
 			h.NetReceivedBytes += n.BytesRecv
 			h.NetSentBytes += n.BytesSent
+			h.Net = append(h.Net, telemetry.NetDevice{Name: n.Name, RxBytes: n.BytesRecv, TxBytes: n.BytesSent})
 		}
 	} else {
 		errs = append(errs, fmt.Errorf("read network counters: %w", err))
