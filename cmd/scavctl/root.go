@@ -119,6 +119,37 @@ func standaloneLauncher(log *zap.Logger) (plugins.Launcher, error) {
 	return l, nil
 }
 
+// daemonURLs are where a running daemon may answer, in order: the
+// discovery files of the state directory and of /var/lib/scavenger, then
+// the default address.
+func (a *app) daemonURLs() []string {
+	var urls []string
+	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
+		if info, err := daemon.ReadDiscovery(dir); err == nil {
+			urls = append(urls, info.NATS)
+		}
+	}
+	return append(urls, "nats://"+daemon.DefaultListen)
+}
+
+// dialFirst connects to the first of urls that answers within timeout (and
+// ctx); the error joins why each did not.
+func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duration) (*daemon.Client, error) {
+	var errs []error
+	for _, u := range urls {
+		c, err := daemon.Dial(ctx, u, timeout)
+		if err == nil {
+			a.log.Debug("using daemon", zap.String("nats", u))
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
 func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, func(), error) {
@@ -132,20 +163,9 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 	}
 	var urls []string
 	find := func() *daemon.Client {
-		urls = urls[:0]
-		for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-			if info, err := daemon.ReadDiscovery(dir); err == nil {
-				urls = append(urls, info.NATS)
-			}
-		}
-		urls = append(urls, "nats://"+daemon.DefaultListen)
-		for _, u := range urls {
-			if c, err := daemon.Dial(ctx, u, probe); err == nil {
-				a.log.Debug("using daemon", zap.String("nats", u))
-				return c
-			}
-		}
-		return nil
+		urls = a.daemonURLs()
+		c, _ := a.dialFirst(ctx, urls, probe)
+		return c
 	}
 	if c := find(); c != nil {
 		return c, c.Close, nil

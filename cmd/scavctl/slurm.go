@@ -100,27 +100,14 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 func (a *app) findDaemon(ctx context.Context) (*daemon.Client, error) {
 	urls := []string{a.natsURL}
 	if a.natsURL == "" {
-		urls = urls[:0]
-		for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-			if info, err := daemon.ReadDiscovery(dir); err == nil {
-				urls = append(urls, info.NATS)
-			}
-		}
-		urls = append(urls, "nats://"+daemon.DefaultListen)
+		urls = a.daemonURLs()
 	}
-	var errs []error
-	for _, u := range urls {
-		deadline, _ := ctx.Deadline()
-		c, err := daemon.Dial(ctx, u, time.Until(deadline))
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
+	deadline, _ := ctx.Deadline()
+	c, err := a.dialFirst(ctx, urls, time.Until(deadline))
+	if err != nil {
+		return nil, fmt.Errorf("no scavd answered (%w)", err)
 	}
-	return nil, fmt.Errorf("no scavd answered (%w)", errors.Join(errs...))
+	return c, nil
 }
 
 // appendLog appends line to path; a failure is reported on stderr only.
