@@ -13,33 +13,41 @@ import (
 )
 
 func newJobsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	return newListCmd(a, &cobra.Command{
 		Use:   "jobs",
 		Short: "List jobs, oldest first",
 		Long:  "jobs lists every job the daemon has a record of: its id, state, configuration and exit code.",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := a.json()
+	}, (*daemon.Client).Jobs, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j daemon.Job) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
+			exitText(j.ExitCode), age(j.Created), truncate(strings.Join(j.Command, " "), 60))
+	})
+}
+
+// newListCmd completes cmd into a command that fetches a list from the
+// daemon and prints it as a table (header, then one row per item) or, with
+// -o json, as a JSON array.
+func newListCmd[T any](a *app, cmd *cobra.Command, fetch func(*daemon.Client, context.Context) ([]T, error), header string, row func(T) string) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		asJSON, err := a.json()
+		if err != nil {
+			return err
+		}
+		return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			items, err := fetch(c, ctx)
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
-				jobs, err := c.Jobs(ctx)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return a.printJSON(jobs)
-				}
-				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND")
-				for _, j := range jobs {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.ID, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
-						exitText(j.ExitCode), age(j.Created), truncate(strings.Join(j.Command, " "), 60))
-				}
-				return tw.Flush()
-			})
-		},
+			if asJSON {
+				return a.printJSON(items)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, header)
+			for _, it := range items {
+				fmt.Fprintln(tw, row(it))
+			}
+			return tw.Flush()
+		})
 	}
 	addOutputFlag(a, cmd)
 	return cmd

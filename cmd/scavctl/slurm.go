@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -125,35 +124,13 @@ func appendLog(path, line string, stderr io.Writer) {
 }
 
 func newAllocationsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	return newListCmd(a, &cobra.Command{
 		Use:   "allocations",
 		Short: "List the Slurm allocations this node's hooks reported, newest first, with their Scavenger jobs",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := a.json()
-			if err != nil {
-				return err
-			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
-				as, err := c.Allocations(ctx)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return a.printJSON(as)
-				}
-				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ALLOCATION\tUSER\tPARTITION\tNODES\tSTARTED\tENDED\tJOBS")
-				for _, al := range as {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", al.Key(), dash(al.User), dash(al.Partition), dash(al.Nodes),
-						timeText(al.Started), timeText(al.Ended), len(al.Jobs))
-				}
-				return tw.Flush()
-			})
-		},
-	}
-	addOutputFlag(a, cmd)
-	return cmd
+	}, (*daemon.Client).Allocations, "ALLOCATION\tUSER\tPARTITION\tNODES\tSTARTED\tENDED\tJOBS", func(al daemon.Allocation) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%d", al.Key(), dash(al.User), dash(al.Partition), dash(al.Nodes),
+			timeText(al.Started), timeText(al.Ended), len(al.Jobs))
+	})
 }
 
 func timeText(t *time.Time) string {
