@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -78,6 +79,19 @@ func (s *StopRequests) Request(grace time.Duration) {
 	select {
 	case s.c <- struct{}{}:
 	default: // a poke is pending; it reads the earliest deadline
+	}
+}
+
+// Stop is Handle.Stop's common part: Request(grace), then wait until done
+// (the attempt's end) is closed or ctx ends, whose error it returns (the
+// stop goes on).
+func (s *StopRequests) Stop(ctx context.Context, grace time.Duration, done <-chan struct{}) error {
+	s.Request(grace)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -212,13 +212,10 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // first Stop returns its error and the stop goes on. Stopping a finished
 // attempt does nothing; its Result keeps Stopped false.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	a.stops.Request(grace)
-	select {
-	case <-a.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, ctx.Err())
+	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
+		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, err)
 	}
+	return nil
 }
 
 // signalGroup sends sig to the process group unless cleanup has begun.

@@ -185,13 +185,10 @@ func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
 // returns its error and the stop goes on. Stopping a finished attempt does
 // nothing.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	a.stops.Request(grace)
-	select {
-	case <-a.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop %s: %w", a.what(), ctx.Err())
+	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
+		return fmt.Errorf("stop %s: %w", a.what(), err)
 	}
+	return nil
 }
 
 // supervise consumes the events of the attempt until the last one, stops

@@ -409,13 +409,10 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 // Stop returns its error and the stop goes on. Stopping a finished attempt
 // does nothing.
 func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	a.stops.Request(grace)
-	select {
-	case <-a.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, ctx.Err())
+	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
+		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, err)
 	}
+	return nil
 }
 
 // killAll sends sig to the groups of the ranks, only of those still
