@@ -184,17 +184,24 @@ func TestLoadSharedTraces(t *testing.T) {
 	}
 }
 
+// parseFailed reports whether a reader failed, and fails t unless it failed
+// with a *ParseError.
+func parseFailed(t *testing.T, err error) bool {
+	t.Helper()
+	var pe *ParseError
+	if err != nil && !errors.As(err, &pe) {
+		t.Fatalf("error %v is not a *ParseError", err)
+	}
+	return err != nil
+}
+
 func FuzzReadPlacements(f *testing.F) {
 	f.Add("placement,local_bsz,step_time,sync_time\n1,4,0.5,0.1\n22,8,0.9,0.3\n")
 	f.Add("local_bsz,step_time,sync_time,placement\n4,0.5,0.1,1234\n")
 	f.Add("placement,local_bsz\n\"1,4\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		rows, err := ReadPlacements(strings.NewReader(in), "f.csv")
-		if err != nil {
-			var pe *ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParseError", err)
-			}
+		if parseFailed(t, err) {
 			return
 		}
 		for _, r := range rows {
@@ -210,11 +217,7 @@ func FuzzReadValidation(f *testing.F) {
 	f.Add("iteration,progress,metric,grad_var,grad_sqr\n1,1,1,1,1\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		rows, err := ReadValidation(strings.NewReader(in), "f.csv")
-		if err != nil {
-			var pe *ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParseError", err)
-			}
+		if parseFailed(t, err) {
 			return
 		}
 		for i := 1; i < len(rows); i++ {
@@ -230,11 +233,7 @@ func FuzzReadScalability(f *testing.F) {
 	f.Add("local_bsz,step_time,sync_time,num_nodes,num_replicas\n36,1.3,0.5,5,40\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		rows, err := ReadScalability(strings.NewReader(in), "f.csv")
-		if err != nil {
-			var pe *ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParseError", err)
-			}
+		if parseFailed(t, err) {
 			return
 		}
 		for _, r := range rows {
