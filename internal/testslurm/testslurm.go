@@ -293,10 +293,6 @@ func (c *Cluster) poll(t testing.TB, d time.Duration, what string, f func() erro
 	}
 }
 
-// Env returns the environment for Slurm commands of this cluster: the
-// test's environment with SLURM_CONF set.
-func (c *Cluster) Env() []string { return append([]string(nil), c.env...) }
-
 // Setenv points this process's Slurm commands at the cluster (SLURM_CONF)
 // for the rest of the test, with t.Setenv.
 func (c *Cluster) Setenv(t *testing.T) { t.Setenv("SLURM_CONF", c.Conf) }

@@ -470,16 +470,3 @@ func palette(i int) color.Color {
 	cs := []color.Color{blue, orange, green, red, color.RGBA{R: 120, B: 160, A: 255}, color.RGBA{G: 120, B: 120, A: 255}}
 	return cs[i%len(cs)]
 }
-
-// integerTicks marks every whole number of an axis (worker counts).
-type integerTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (integerTicks) Ticks(lo, hi float64) []plot.Tick {
-	step := math.Max(1, math.Ceil((hi-lo)/8))
-	var t []plot.Tick
-	for v := math.Ceil(lo); v <= hi; v += step {
-		t = append(t, plot.Tick{Value: v, Label: fmt.Sprint(v)})
-	}
-	return t
-}
