@@ -436,7 +436,7 @@ func (a *attempt) killAll(sig syscall.Signal, liveOnly bool) error {
 			continue
 		}
 		wg.Go(func() {
-			if err := a.exec(c, killCommand(name, pgids)); err != nil {
+			if err := signalGroups(c, killCommand(name, pgids)); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("host %s: %w", c.host.Addr, err))
 				mu.Unlock()
@@ -447,21 +447,18 @@ func (a *attempt) killAll(sig syscall.Signal, liveOnly bool) error {
 	return errors.Join(errs...)
 }
 
-// exec runs cmd in a new session on c, bounded by killTimeout.
-func (a *attempt) exec(c *conn, cmd string) error {
-	sess, err := c.client.NewSession()
-	if err != nil {
-		return err
+// signalGroups runs a killCommand on c. It succeeded when the command says
+// so, even when sshd closed the session without an exit status (seen on a
+// loaded machine): a retry would signal the groups twice.
+func signalGroups(c *conn, cmd string) error {
+	out, err := output(c.client, cmd)
+	if strings.HasSuffix(out, killDone+"\n") {
+		return nil
 	}
-	defer sess.Close()
-	ran := make(chan error, 1)
-	go func() { ran <- sess.Run(cmd) }()
-	select {
-	case err := <-ran:
-		return err
-	case <-time.After(killTimeout):
-		return fmt.Errorf("remote %q took over %v", cmd, killTimeout)
+	if err == nil {
+		err = fmt.Errorf("remote %q did not finish", cmd)
 	}
+	return err
 }
 
 // signalRanks signals the live ranks from the supervisor, logging failures.
