@@ -104,8 +104,11 @@ type attempt struct {
 	mu       sync.Mutex
 	stopping bool
 	finished bool
-	exited   []bool
-	result   plugins.Result
+	// signals counts the Signal calls in flight: the connections they use
+	// stay open until they are done (their rank may end at the signal).
+	signals sync.WaitGroup
+	exited  []bool
+	result  plugins.Result
 }
 
 var _ plugins.Handle = (*attempt)(nil)
@@ -396,7 +399,9 @@ func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
 		a.mu.Unlock()
 		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, plugins.ErrStopped)
 	}
+	a.signals.Add(1)
 	a.mu.Unlock()
+	defer a.signals.Done()
 	if err := a.killAll(sig, true); err != nil {
 		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, err)
 	}
@@ -447,17 +452,9 @@ func (a *attempt) killAll(sig syscall.Signal, liveOnly bool) error {
 	return errors.Join(errs...)
 }
 
-// signalGroups runs a killCommand on c. It succeeded when the command says
-// so, even when sshd closed the session without an exit status (seen on a
-// loaded machine): a retry would signal the groups twice.
+// signalGroups runs a killCommand on c, bounded like every remote command.
 func signalGroups(c *conn, cmd string) error {
-	out, err := output(c.client, cmd)
-	if strings.HasSuffix(out, killDone+"\n") {
-		return nil
-	}
-	if err == nil {
-		err = fmt.Errorf("remote %q did not finish", cmd)
-	}
+	_, err := output(c.client, cmd)
 	return err
 }
 
@@ -544,8 +541,9 @@ func (a *attempt) supervise() {
 		a.logger.Warn("kill leftover processes", zap.Error(err))
 	}
 	a.mu.Lock()
-	a.finished = true
+	a.finished = true // no Signal starts from now on
 	a.mu.Unlock()
+	a.signals.Wait() // bounded: each remote command is (killTimeout)
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
 	drainBy := time.Now().Add(outputDrainTimeout)

@@ -47,19 +47,15 @@ func remoteCommand(dir string, env, argv []string) string {
 	return "exec /bin/sh -c " + Quote(b.String()) + " scav-worker"
 }
 
-// killDone is what a killCommand prints once every group was signalled.
-const killDone = "scav-signalled"
-
 // killCommand builds a command that sends sig (a name without "SIG") to
-// each process group in pgids, ignoring groups that are already gone, and
-// then prints killDone.
+// each process group in pgids, ignoring groups that are already gone.
 func killCommand(sig string, pgids []int) string {
 	var b strings.Builder
 	b.WriteString("for p in")
 	for _, p := range pgids {
 		b.WriteString(" " + strconv.Itoa(p))
 	}
-	b.WriteString("; do kill -s " + Quote(sig) + ` -- "-$p" 2>/dev/null; done; echo ` + killDone)
+	b.WriteString("; do kill -s " + Quote(sig) + ` -- "-$p" 2>/dev/null; done; exit 0`)
 	return b.String()
 }
 
