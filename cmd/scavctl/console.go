@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -103,20 +104,13 @@ type stepStatus struct {
 	world   int
 	batch   int
 	records int64
-	window  []point // rank 0's recent steps
+	rate    stepstats.Rate
 	// The policy's view, from its decisions: phase and forecast to finish.
 	phase        string
 	predictedS   float64
 	predictedUSD float64
 	plannedAt    time.Time
 }
-
-type point struct {
-	t       float64
-	samples int
-}
-
-const rateWindow = 20
 
 func newStepStatus(cfg plugins.Config) *stepStatus {
 	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch}
@@ -140,33 +134,7 @@ func (s *stepStatus) observe(r telemetry.StepRecord) {
 	if r.GlobalBatch > 0 {
 		s.batch = r.GlobalBatch
 	}
-	if r.Rank != 0 {
-		return
-	}
-	samples := r.GlobalBatch
-	if samples == 0 {
-		samples = r.Samples * r.World
-	}
-	s.window = append(s.window, point{r.Time, samples})
-	if len(s.window) > rateWindow {
-		s.window = s.window[1:]
-	}
-}
-
-// rate is the samples per second over the recent window (0 when unknown).
-func (s *stepStatus) rate() float64 {
-	if len(s.window) < 2 {
-		return 0
-	}
-	first, last := s.window[0], s.window[len(s.window)-1]
-	n := 0
-	for _, p := range s.window[1:] {
-		n += p.samples
-	}
-	if dt := last.t - first.t; dt > 0 {
-		return float64(n) / dt
-	}
-	return 0
+	s.rate.Add(r)
 }
 
 func (s *stepStatus) line() string {
@@ -177,7 +145,7 @@ func (s *stepStatus) line() string {
 		parts = append(parts, s.phase)
 	}
 	parts = append(parts, fmt.Sprintf("step %d", s.step))
-	if r := s.rate(); r > 0 {
+	if r := s.rate.PerSecond(); r > 0 {
 		parts = append(parts, fmt.Sprintf("%.0f samples/s", r))
 	}
 	parts = append(parts, fmt.Sprintf("%d workers", s.world))

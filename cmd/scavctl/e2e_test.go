@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -560,7 +561,7 @@ func TestClosedLoopMovesWithoutLosingOrRepeatingSteps(t *testing.T) {
 		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	id := jobID(t, errOut)
-	var rep jobReport
+	var rep report.JobReport
 	rout, _, _ := scavctl(t, state, "report", id, "-o", "json")
 	if err := json.Unmarshal([]byte(rout), &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, rout)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/report"
 )
 
 func newJobsCmd(a *app) *cobra.Command {
@@ -19,7 +20,7 @@ func newJobsCmd(a *app) *cobra.Command {
 		Long:  "jobs lists every job the daemon has a record of: its id, state, configuration and exit code.",
 	}, (*daemon.Client).Jobs, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j daemon.Job) string {
 		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
-			exitText(j.ExitCode), age(j.Created), truncate(strings.Join(j.Command, " "), 60))
+			exitText(j.ExitCode), report.AgeText(time.Since(j.Created)), truncate(strings.Join(j.Command, " "), 60))
 	})
 }
 
@@ -58,19 +59,6 @@ func exitText(code *int) string {
 		return "-"
 	}
 	return fmt.Sprint(*code)
-}
-
-func age(t time.Time) string {
-	d := time.Since(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func truncate(s string, n int) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -86,9 +87,9 @@ split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).
 						return err
 					}
 					if asJSON {
-						return a.printJSON(summarize(recs))
+						return a.printJSON(stepstats.Summarize(recs))
 					}
-					return summarize(recs).print(a.stdout)
+					return printSummary(a.stdout, stepstats.Summarize(recs))
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 				if !asJSON {

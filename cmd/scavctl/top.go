@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -90,8 +91,8 @@ type topSource interface {
 // topSession holds top's state between frames.
 type topSession struct {
 	src      topSource
-	tr       *topTracker
-	nt       *nodeTracker
+	tr       *report.TopTracker
+	nt       *report.NodeTracker
 	samples  chan telemetry.NodeSample // node samples followed live
 	jobs     []daemon.Job
 	m0       map[string]float64
@@ -102,7 +103,7 @@ type topSession struct {
 
 // top runs `scavctl top` until ctx is done or the user quits.
 func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
-	s := &topSession{src: c, tr: newTopTracker(), nt: newNodeTracker(), samples: make(chan telemetry.NodeSample, 1024),
+	s := &topSession{src: c, tr: report.NewTopTracker(), nt: report.NewNodeTracker(), samples: make(chan telemetry.NodeSample, 1024),
 		m0: map[string]float64{}, interval: o.interval}
 	if info, err := c.Ping(ctx); err == nil {
 		s.node = info.Node
@@ -162,11 +163,7 @@ func (s *topSession) refresh(ctx context.Context) error {
 	s.jobs = jobs
 	for _, j := range jobs {
 		if _, ok := s.m0[j.ID]; !ok {
-			m0 := j.Config.GlobalBatch
-			if len(j.Attempts) > 0 {
-				m0 = j.Attempts[0].Config.GlobalBatch
-			}
-			s.m0[j.ID] = float64(m0)
+			s.m0[j.ID] = report.BaseBatch(j)
 		}
 	}
 	return nil
@@ -182,7 +179,7 @@ func (s *topSession) history(ctx context.Context) {
 			continue
 		}
 		_ = s.src.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error {
-			s.tr.add(r, s.m0[r.Job])
+			s.tr.Add(r, s.m0[r.Job])
 			return nil
 		})
 	}
@@ -199,7 +196,7 @@ func (s *topSession) nodeHistory(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	add := func(n telemetry.NodeSample) error {
-		s.nt.add(n)
+		s.nt.Add(n)
 		return nil
 	}
 	_ = s.src.NodeSamplesSince(ctx, telemetry.NodeHost, time.Now().Add(-topRateHistory), add)
@@ -232,9 +229,9 @@ func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
 	for {
 		select {
 		case r := <-recs:
-			s.tr.add(r, s.m0[r.Job])
+			s.tr.Add(r, s.m0[r.Job])
 		case n := <-s.samples:
-			s.nt.add(n)
+			s.nt.Add(n)
 		default:
 			return
 		}
@@ -242,7 +239,7 @@ func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
 }
 
 // tick refreshes the records and returns the frame to show.
-func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord) topFrame {
+func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord) report.TopFrame {
 	s.note = ""
 	if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
 		s.note = "scavctl: " + err.Error()
@@ -251,9 +248,9 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 	return s.frame()
 }
 
-func (s *topSession) frame() topFrame {
+func (s *topSession) frame() report.TopFrame {
 	now := time.Now()
-	f := buildFrame(s.jobs, s.tr, buildNodes(s.nt, now), now)
+	f := report.BuildTopFrame(s.jobs, s.tr, report.BuildNodes(s.nt, now), now)
 	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
 	return f
 }
@@ -270,7 +267,7 @@ func (s *topSession) plain(ctx context.Context, w io.Writer, once bool, recs <-c
 		f.Note, f.Interval = "", 0
 	}
 	for {
-		lines := renderTop(f, width, 0)
+		lines := report.RenderTop(f, width, 0)
 		if once {
 			lines = lines[:len(lines)-1] // no key help in a script's frame
 		}
@@ -339,12 +336,12 @@ func (s *topSession) live(ctx context.Context, out *os.File, recs <-chan telemet
 
 // drawFrame draws f over the whole terminal out, each line cleared first so
 // that a full-width line never wraps.
-func drawFrame(out *os.File, f topFrame) error {
+func drawFrame(out *os.File, f report.TopFrame) error {
 	w, h, err := term.GetSize(int(out.Fd()))
 	if err != nil || w <= 0 || h <= 0 {
 		w, h = 80, 24
 	}
-	lines := renderTop(f, w, h)
+	lines := report.RenderTop(f, w, h)
 	var b strings.Builder
 	for i, l := range lines {
 		fmt.Fprintf(&b, "\x1b[%d;1H%s%s", i+1, escClearLine, l)

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/report"
+	"github.com/scavenger-ml/scavenger/report/reporttest"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -148,7 +150,11 @@ func thisNode(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clip(telemetry.SubjectNode(h), 22)
+	name := []rune(telemetry.SubjectNode(h))
+	if len(name) > 22 {
+		name = append(name[:21], '+') // cut as top cuts a cell
+	}
+	return string(name)
 }
 
 // jobRowShown reports whether screen shows job id's row, with its
@@ -192,7 +198,7 @@ func TestReportFormatsOnARealOptimisedJob(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("report -o json: exit %d\n%s", code, e)
 	}
-	var rep jobReport
+	var rep report.JobReport
 	if err := json.Unmarshal([]byte(jout), &rep); err != nil {
 		t.Fatalf("report -o json: %v\n%s", err, jout)
 	}
@@ -240,7 +246,7 @@ func TestReportFormatsOnARealOptimisedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkReportHTML(t, string(page), 5)
+	reporttest.CheckHTML(t, string(page), 5)
 	parseSVGFile(t, svg)
 	f, err := os.Open(pngf)
 	if err != nil {

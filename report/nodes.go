@@ -1,8 +1,7 @@
-package main
+package report
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -10,31 +9,33 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
-// This file holds the node and GPU rows of `scavctl top`, as pure values and
-// functions like topview.go: the node tracker keeps the newest samples of
-// each node (those on scav.node.<node>.gpu|host), buildNodes turns them into
-// rows, and nodeSection lays them out within the lines renderTop gives it.
+// This file holds the node and GPU rows of `scavctl top`, like top.go: the
+// node tracker keeps the newest samples of each node (those on
+// scav.node.<node>.gpu|host), BuildNodes turns them into rows, and
+// nodeSection lays them out within the lines RenderTop gives it.
 
 // topStaleAfter is the age past which a node's newest sample is marked stale
 // (a daemon samples every 5 s by default), unless the node samples so seldom
 // that three of its periods are longer.
 const topStaleAfter = 30 * time.Second
 
-// nodeTracker keeps the newest GPU and host samples of each node, and the
+// NodeTracker keeps the newest GPU and host samples of each node, and the
 // host sample before the newest (for network rates). It keeps no clock.
-type nodeTracker struct {
+type NodeTracker struct {
 	nodes map[string]*nodeTrack
 }
 
+// nodeTrack is what the tracker holds of one node.
 type nodeTrack struct {
 	host, prevHost, gpu *telemetry.NodeSample
 }
 
-func newNodeTracker() *nodeTracker { return &nodeTracker{nodes: map[string]*nodeTrack{}} }
+// NewNodeTracker returns a tracker that knows no node.
+func NewNodeTracker() *NodeTracker { return &NodeTracker{nodes: map[string]*nodeTrack{}} }
 
-// add takes one sample; a sample no newer than the one held of its node and
+// Add takes one sample; a sample no newer than the one held of its node and
 // kind (a replayed one) is ignored.
-func (t *nodeTracker) add(s telemetry.NodeSample) {
+func (t *NodeTracker) Add(s telemetry.NodeSample) {
 	n := t.nodes[s.Node]
 	if n == nil {
 		n = &nodeTrack{}
@@ -54,8 +55,8 @@ func (t *nodeTracker) add(s telemetry.NodeSample) {
 	}
 }
 
-// topNode is what top shows of one node.
-type topNode struct {
+// TopNode is what top shows of one node.
+type TopNode struct {
 	Name string
 	// Host is the newest host reading (nil before one), taken at HostAt.
 	Host   *telemetry.HostStat
@@ -76,25 +77,25 @@ type topNode struct {
 
 // stale reports whether the node's newest sample is older, at now, than
 // topStaleAfter or three of its sampling periods, whichever is longer.
-func (n topNode) stale(now time.Time) bool {
+func (n TopNode) stale(now time.Time) bool {
 	return now.Sub(n.at()) > max(topStaleAfter, 3*n.Period)
 }
 
 // at is when the node last sampled (zero before any sample).
-func (n topNode) at() time.Time {
+func (n TopNode) at() time.Time {
 	if n.HostAt.After(n.GPUAt) {
 		return n.HostAt
 	}
 	return n.GPUAt
 }
 
-// buildNodes returns the tracker's nodes at now, sorted by name, the stale
-// ones (topNode.stale) last: those are the ones left out when the screen is
-// short. It is pure.
-func buildNodes(t *nodeTracker, now time.Time) []topNode {
-	var out []topNode
+// BuildNodes returns the tracker's nodes at now, sorted by name, the stale
+// ones (TopNode.stale) last: those are the ones left out when the screen is
+// short.
+func BuildNodes(t *NodeTracker, now time.Time) []TopNode {
+	var out []TopNode
 	for name, n := range t.nodes {
-		row := topNode{Name: name, RxBps: -1, TxBps: -1}
+		row := TopNode{Name: name, RxBps: -1, TxBps: -1}
 		var errs []string
 		if h := n.host; h != nil {
 			row.Host, row.HostAt = h.Host, h.Time
@@ -130,7 +131,7 @@ func buildNodes(t *nodeTracker, now time.Time) []topNode {
 
 // jobUsage sums, per job, the CPU cores and resident memory the newest host
 // samples of every node attribute to it.
-func jobUsage(nodes []topNode) map[string]telemetry.JobUsage {
+func jobUsage(nodes []TopNode) map[string]telemetry.JobUsage {
 	out := map[string]telemetry.JobUsage{}
 	for _, n := range nodes {
 		if n.Host == nil {
@@ -153,46 +154,13 @@ func jobUsage(nodes []topNode) map[string]telemetry.JobUsage {
 	return out
 }
 
-// topCol is a column of one of top's tables.
-type topCol struct {
-	name  string
-	width int
-	left  bool
-}
-
-// tableLine lays cells out in cols, clipped and padded, trailing blanks cut.
-func tableLine(cols []topCol, cells ...string) string {
-	var b strings.Builder
-	for i, c := range cols {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		v := clip(cells[i], c.width)
-		pad := strings.Repeat(" ", c.width-len([]rune(v)))
-		if c.left {
-			b.WriteString(v + pad)
-		} else {
-			b.WriteString(pad + v)
-		}
-	}
-	return strings.TrimRight(b.String(), " ")
-}
-
-func colNames(cols []topCol) []string {
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.name
-	}
-	return names
-}
-
 // nodeSection lays the nodes out in at most room lines (any number when
 // room < 0), width characters wide: a header and a line per node, then a
 // header and a line per GPU. When the GPUs do not fit, each node's GPUs
 // collapse into one line; when the nodes do not fit either, the GPU lines
 // go and the last node line counts the nodes left out. Fewer than 2 lines
 // of room show nothing.
-func nodeSection(nodes []topNode, now time.Time, width, room int) []string {
+func nodeSection(nodes []TopNode, now time.Time, width, room int) []string {
 	if len(nodes) == 0 || (room >= 0 && room < 2) {
 		return nil
 	}
@@ -252,7 +220,7 @@ func nodeSection(nodes []topNode, now time.Time, width, room int) []string {
 
 // nodeLine is a node's line: CPU busy of the CPUs, load, memory, network
 // rates, its GPUs and the age of its newest sample.
-func nodeLine(cols []topCol, n topNode, now time.Time) string {
+func nodeLine(cols []topCol, n TopNode, now time.Time) string {
 	cpu, load, mem, net := "-", "-", "-", "-"
 	if h := n.Host; h != nil {
 		cpu = fmt.Sprintf("-/%d", h.CPUs)
@@ -281,7 +249,7 @@ func nodeLine(cols []topCol, n topNode, now time.Time) string {
 	age := "-"
 	if at := n.at(); !at.IsZero() {
 		d := max(0, now.Sub(at))
-		age = ageText(d)
+		age = AgeText(d)
 		if n.stale(now) {
 			age = "stale " + age
 		}
@@ -303,7 +271,7 @@ func gpuLine(cols []topCol, node string, g telemetry.GPUStat, stale bool) string
 // gpuSummaryLine is the line of a node's GPUs collapsed: their count and
 // name, mean utilisation, memory and power summed, the hottest temperature
 // and every job on them.
-func gpuSummaryLine(cols []topCol, n topNode) string {
+func gpuSummaryLine(cols []topCol, n TopNode) string {
 	var util, power, temp float64
 	var nUtil, nPower, nTemp int
 	var used, total uint64
@@ -356,126 +324,9 @@ func gpuSummaryLine(cols []topCol, n topNode) string {
 	return tableLine(cols, cells...)
 }
 
-// gpuJobs names the jobs of processes, each once, in order, and counts the
-// processes no job claims ("-": no process).
-func gpuJobs(procs []telemetry.GPUProcess) string {
-	if len(procs) == 0 {
-		return "-"
-	}
-	var jobs []string
-	seen := map[string]bool{}
-	other := 0
-	for _, p := range procs {
-		switch {
-		case p.Job == "":
-			other++
-		case !seen[p.Job]:
-			seen[p.Job] = true
-			jobs = append(jobs, p.Job)
-		}
-	}
-	if other > 0 {
-		jobs = append(jobs, fmt.Sprintf("+%d pid", other))
-	}
-	return strings.Join(jobs, ",")
-}
-
-// shortGPUName drops the vendor words of a GPU's name, then its last words
-// while it is longer than n ("NVIDIA H100 80GB HBM3" -> "H100 80GB").
-func shortGPUName(name string, n int) string {
-	words := strings.Fields(name)
-	for len(words) > 1 {
-		switch strings.ToLower(words[0]) {
-		case "nvidia", "tesla", "geforce", "quadro":
-			words = words[1:]
-			continue
-		}
-		break
-	}
-	for len(words) > 1 && len(strings.Join(words, " ")) > n {
-		words = words[:len(words)-1]
-	}
-	if len(words) == 0 {
-		return "-"
-	}
-	return clip(strings.Join(words, " "), n)
-}
-
-// bytesShort formats a byte count (or rate) in at most 5 characters, in
-// binary units: 512, 1.5K, 71G, 2.0T.
-func bytesShort(v float64) string {
-	if !(v >= 0) || math.IsInf(v, 0) {
-		return "-"
-	}
-	if v < 1024 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	for _, u := range []string{"K", "M", "G", "T", "P"} {
-		v /= 1024
-		if v < 9.95 {
-			return fmt.Sprintf("%.1f%s", v, u)
-		}
-		if v < 1023.5 || u == "P" {
-			return fmt.Sprintf("%.0f%s", v, u)
-		}
-	}
-	return "-"
-}
-
-func memPair(used, total *uint64) string {
-	if used == nil && total == nil {
-		return "-"
-	}
-	u, t := "-", "-"
-	if used != nil {
-		u = bytesShort(float64(*used))
-	}
-	if total != nil {
-		t = bytesShort(float64(*total))
-	}
-	return u + "/" + t
-}
-
-func watts(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fW", *v)
-}
-
-func celsius(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fC", *v)
-}
-
-func loadText(v float64) string {
-	if v < 10 {
-		return fmt.Sprintf("%.2f", v)
-	}
-	if v < 1000 {
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
-
-// coresText formats a job's CPU cores: 0.25, 3.1, 12.
-func coresText(v *float64) string {
-	switch {
-	case v == nil:
-		return "-"
-	case *v < 10:
-		return fmt.Sprintf("%.2f", *v)
-	case *v < 100:
-		return fmt.Sprintf("%.1f", *v)
-	}
-	return fmt.Sprintf("%.0f", *v)
-}
-
 // collapsedSize is the number of lines nodeSection needs with every node's
 // GPUs collapsed into one line.
-func collapsedSize(nodes []topNode) int {
+func collapsedSize(nodes []TopNode) int {
 	if len(nodes) == 0 {
 		return 0
 	}
@@ -489,17 +340,4 @@ func collapsedSize(nodes []topNode) int {
 		n += 1 + withGPUs
 	}
 	return n
-}
-
-// ageText formats an age in at most 3 characters: 4s, 12m, 3h, 9d.
-func ageText(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours())/24)
 }

@@ -1,8 +1,7 @@
-package main
+package report
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -18,8 +18,8 @@ var topNow = time.Date(2026, 11, 29, 10, 30, 0, 0, time.UTC)
 
 // topFixture is a frame with every kind of row: optimised with a forecast,
 // probing, plain running, starting, finished, failed, and a long id.
-func topFixture(extra int) topFrame {
-	f := topFrame{Now: topNow, Node: "gpu-node-07", Interval: 2 * time.Second, Jobs: []topRow{
+func topFixture(extra int) TopFrame {
+	f := TopFrame{Now: topNow, Node: "gpu-node-07", Interval: 2 * time.Second, Jobs: []TopRow{
 		{ID: "resnet50-imagenet-4f9a2c", State: "optimised", Active: true, Workers: 8, Batch: 2048, Step: 123456, SamplesPerS: 15234.5, StepS: 0.1344, Noise: 18234, LeftS: 7384, CostUSD: 412.77, Predicted: true},
 		{ID: "bert-5c1d00", State: "probing", Active: true, Workers: 2, Batch: 64, Step: 207, SamplesPerS: 2419, StepS: 0.0265, Noise: 717.3},
 		{ID: "cnn-0a0b0c", State: "running", Active: true, Workers: 1, Batch: 32, Step: 12, StepS: 0.0126, CostUSD: 0.0004},
@@ -28,7 +28,7 @@ func topFixture(extra int) topFrame {
 		{ID: "broken-ffffff", State: "failed", Workers: 2, Batch: 64, Step: 3},
 	}}
 	for i := 0; i < extra; i++ {
-		f.Jobs = append(f.Jobs, topRow{ID: fmt.Sprintf("old-%06d", i), State: "succeeded", Workers: 1, Batch: 32, Step: int64(100 * (i + 1)), CostUSD: 0.01 * float64(i)})
+		f.Jobs = append(f.Jobs, TopRow{ID: fmt.Sprintf("old-%06d", i), State: "succeeded", Workers: 1, Batch: 32, Step: int64(100 * (i + 1)), CostUSD: 0.01 * float64(i)})
 	}
 	return f
 }
@@ -36,22 +36,22 @@ func topFixture(extra int) topFrame {
 func TestTopRenderGolden(t *testing.T) {
 	for _, c := range []struct {
 		name          string
-		f             topFrame
+		f             TopFrame
 		width, height int
 	}{
 		{"80x24", topFixture(4), 80, 24},
 		{"80x24-overflow", topFixture(40), 80, 24},
-		{"80x24-empty", topFrame{Now: topNow, Node: "n1", Interval: time.Second}, 80, 24},
+		{"80x24-empty", TopFrame{Now: topNow, Node: "n1", Interval: time.Second}, 80, 24},
 		{"132x10", topFixture(20), 132, 10},
 		{"40x6", topFixture(0), 40, 6},
-		{"80x24-note", func() topFrame {
+		{"80x24-note", func() TopFrame {
 			f := topFixture(0)
 			f.Note = "scavctl: list jobs: jobs request: nats: timeout"
 			return f
 		}(), 80, 24},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lines := renderTop(c.f, c.width, c.height)
+			lines := RenderTop(c.f, c.width, c.height)
 			checkFrame(t, lines, c.width, c.height)
 			golden(t, filepath.Join("testdata", "top-"+c.name+".txt"), strings.Join(lines, "\n")+"\n")
 		})
@@ -77,56 +77,38 @@ func checkFrame(t *testing.T, lines []string, width, height int) {
 	}
 }
 
-// golden compares got with the file at path; -update rewrites it.
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (rerun with -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("output differs from %s (rerun with -update if the change is intended):\n--- got\n%s--- want\n%s", path, got, want)
-	}
-}
-
 func TestTopTracker(t *testing.T) {
-	tr := newTopTracker()
+	tr := NewTopTracker()
 	rec := func(step int64, rank int, tm, dt, local, avg float64) telemetry.StepRecord {
 		return telemetry.StepRecord{Job: "j", Rank: rank, World: 2, Step: step, Time: tm, Seconds: dt, GlobalBatch: 64, LocalBatch: 32,
-			LocalSqr: f64(local), AvgSqr: f64(avg)}
+			LocalSqr: ptr(local), AvgSqr: ptr(avg)}
 	}
 	for s := int64(1); s <= 30; s++ {
-		tr.add(rec(s, 0, float64(s)*0.5, 0.5, 3, 2), 64)
-		tr.add(rec(s, 1, float64(s)*0.5, 9, 3, 2), 64) // rank 1 does not count
+		tr.Add(rec(s, 0, float64(s)*0.5, 0.5, 3, 2), 64)
+		tr.Add(rec(s, 1, float64(s)*0.5, 9, 3, 2), 64) // rank 1 does not count
 	}
-	tr.add(rec(10, 0, 99, 100, 3, 2), 64) // a replayed step does not count
+	tr.Add(rec(10, 0, 99, 100, 3, 2), 64) // a replayed step does not count
 	j := tr.jobs["j"]
 	if j.step != 30 {
 		t.Errorf("step %d, want 30", j.step)
 	}
-	if r := j.rate(); r != 128 {
+	if r := j.rate.PerSecond(); r != 128 {
 		t.Errorf("rate %v samples/s, want 64 per 0.5 s = 128", r)
 	}
-	if m := median(j.lastDts); m != 0.5 {
+	if m := stepstats.Median(j.lastDts); m != 0.5 {
 		t.Errorf("median step time %v, want 0.5", m)
 	}
 	// Local 3, averaged 2 over 2 gradients of 32 at M0 = 64 (scale 1):
 	// |G|² = (2·2−3)/1 = 1 and tr Σ = (3−2)·1/1 = 1, so B_noise = 64·1/1.
-	if n := j.noise(); abs(n-64) > 1e-9 {
+	if n := j.noiseScale(); abs(n-64) > 1e-9 {
 		t.Errorf("noise scale %v, want 64", n)
 	}
 	// A relaunch starts the speed over.
 	next := rec(31, 0, 40, 2, 3, 2)
 	next.Attempt = 2
-	tr.add(next, 64)
-	if j.rate() != 0 || median(j.lastDts) != 2 || j.step != 31 {
-		t.Errorf("after a relaunch: rate %v, step time %v, step %d; want no rate yet, 2 s, 31", j.rate(), median(j.lastDts), j.step)
+	tr.Add(next, 64)
+	if j.rate.PerSecond() != 0 || stepstats.Median(j.lastDts) != 2 || j.step != 31 {
+		t.Errorf("after a relaunch: rate %v, step time %v, step %d; want no rate yet, 2 s, 31", j.rate.PerSecond(), stepstats.Median(j.lastDts), j.step)
 	}
 	if tr.jobs["other"] != nil {
 		t.Error("a job without records is tracked")
@@ -150,7 +132,7 @@ func TestTopBuildFrame(t *testing.T) {
 			}},
 		{ID: "run-a", State: daemon.StateStarting, Created: topNow.Add(-2 * time.Minute), Config: plugins.Config{Workers: 4, GlobalBatch: 64}},
 	}
-	f := buildFrame(jobs, newTopTracker(), nil, topNow)
+	f := BuildTopFrame(jobs, NewTopTracker(), nil, topNow)
 	var order []string
 	for _, r := range f.Jobs {
 		order = append(order, r.ID)
@@ -174,20 +156,13 @@ func TestTopBuildFrame(t *testing.T) {
 	}
 }
 
-func abs(v float64) float64 {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
 func TestTopTextFormats(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{siText(0), "-"}, {siText(3.14), "3.1"}, {siText(950), "950"}, {siText(12345), "12.3k"}, {siText(4.5e6), "4.5M"},
 		{msText(0.0126), "12.6ms"}, {msText(0.345), "345ms"}, {msText(1.234), "1.23s"}, {msText(75), "1m15s"},
 		{durText(42), "42s"}, {durText(185), "3m05s"}, {durText(7800), "2h10m"}, {durText(3*86400 + 4*3600), "3d04h"},
 		{clip("abcdef", 4), "abc+"}, {clip("abc", 4), "abc"},
-		{costText(topRow{CostUSD: 0.5, Active: true, Predicted: true}), "~$0.50"}, {costText(topRow{CostUSD: 1234}), "$1234"},
+		{costText(TopRow{CostUSD: 0.5, Active: true, Predicted: true}), "~$0.50"}, {costText(TopRow{CostUSD: 1234}), "$1234"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

@@ -1,25 +1,22 @@
-package main
+package report
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"time"
-	"unicode/utf8"
 
 	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/optimizer/gns"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
-// This file holds what `scavctl top` shows, as pure values and functions:
-// the tracker folds step records into per-job figures, buildFrame joins them
-// with the job records, and renderTop lays a frame out for a terminal of a
-// given size. top.go does the I/O.
+// This file holds the jobs of `scavctl top`: the tracker folds step records
+// into per-job figures, BuildTopFrame joins them with the job records, and
+// RenderTop lays a frame out for a terminal of a given size.
 
-// topTracker folds rank 0's step records into the live figures of each job.
+// TopTracker folds rank 0's step records into the live figures of each job.
 // It keeps no clock: times come from the records.
-type topTracker struct {
+type TopTracker struct {
 	jobs map[string]*jobTrack
 }
 
@@ -27,34 +24,24 @@ type topTracker struct {
 type jobTrack struct {
 	step    int64
 	attempt int
-	world   int
-	batch   int
-	window  []ratePoint // the last rateWindow steps of rank 0
-	est     gns.Estimator
-	m0      float64
-	lastDts []float64
+	rate    stepstats.Rate
+	noise   stepstats.Noise
+	lastDts []float64 // the step times of the rate's steps
 }
 
-type ratePoint struct {
-	t       float64
-	samples int
-}
+// NewTopTracker returns a tracker that knows no job.
+func NewTopTracker() *TopTracker { return &TopTracker{jobs: map[string]*jobTrack{}} }
 
-// topWindow is the number of recent steps rates and step times are taken over.
-const topWindow = 20
-
-func newTopTracker() *topTracker { return &topTracker{jobs: map[string]*jobTrack{}} }
-
-// add takes one step record of job; m0 is the job's base batch for the noise
-// scale (its first attempt's global batch). Records of ranks other than 0,
-// and those of steps already seen, are ignored.
-func (t *topTracker) add(r telemetry.StepRecord, m0 float64) {
+// Add takes one step record of a job; m0 is the job's base batch for the
+// noise scale (BaseBatch). Records of ranks other than 0, and those of steps
+// already seen, are ignored.
+func (t *TopTracker) Add(r telemetry.StepRecord, m0 float64) {
 	if r.Rank != 0 || !r.IsStep() {
 		return
 	}
 	j := t.jobs[r.Job]
 	if j == nil {
-		j = &jobTrack{m0: m0}
+		j = &jobTrack{noise: stepstats.Noise{M0: m0}}
 		t.jobs[r.Job] = j
 	}
 	if r.Step <= j.step {
@@ -62,76 +49,43 @@ func (t *topTracker) add(r telemetry.StepRecord, m0 float64) {
 	}
 	if r.Attempt != j.attempt {
 		// A new configuration: its speed is not the last one's.
-		j.attempt, j.window, j.lastDts = r.Attempt, nil, nil
+		j.attempt, j.lastDts = r.Attempt, nil
+		j.rate.Reset()
 	}
-	j.step, j.world = r.Step, r.World
-	if r.GlobalBatch > 0 {
-		j.batch = r.GlobalBatch
-	}
-	samples := r.GlobalBatch
-	if samples == 0 {
-		samples = r.Samples * r.World
-	}
-	j.window = append(j.window, ratePoint{r.Time, samples})
-	if len(j.window) > topWindow {
-		j.window = j.window[1:]
-	}
+	j.step = r.Step
+	j.rate.Add(r)
 	if r.Seconds > 0 {
 		j.lastDts = append(j.lastDts, r.Seconds)
-		if len(j.lastDts) > topWindow {
+		if len(j.lastDts) > stepstats.RateSteps {
 			j.lastDts = j.lastDts[1:]
 		}
 	}
-	if s, ok := gradSample(r, j.m0); ok {
-		if e, err := j.est.Update(s); err == nil {
-			j.est = e
-		}
-	}
+	j.noise.Add(r)
 }
 
-// rate is the samples per second over the window (0 when unknown).
-func (j *jobTrack) rate() float64 {
-	if len(j.window) < 2 {
-		return 0
-	}
-	n := 0
-	for _, p := range j.window[1:] {
-		n += p.samples
-	}
-	if dt := j.window[len(j.window)-1].t - j.window[0].t; dt > 0 {
-		return float64(n) / dt
-	}
-	return 0
-}
-
-// noise is the gradient noise scale once the estimate averages enough samples (0 before).
-func (j *jobTrack) noise() float64 {
-	if j.est.Steps() < noiseWarmup {
-		return 0
-	}
-	v := j.est.NoiseScale(j.m0)
-	if math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0
-	}
+// noiseScale is the gradient noise scale once the estimate averages enough
+// samples (0 before: stepstats.Noise).
+func (j *jobTrack) noiseScale() float64 {
+	v, _ := j.noise.Scale()
 	return v
 }
 
-// topFrame is one screen of `scavctl top`: the nodes (from the samples on
+// TopFrame is one screen of `scavctl top`: the nodes (from the samples on
 // scav.node.<node>.gpu|host) above the jobs.
-type topFrame struct {
+type TopFrame struct {
 	// Now is the time of the frame; Node the daemon's node; Interval the refresh.
 	Now      time.Time
 	Node     string
 	Interval time.Duration
 	// Nodes are the nodes that sampled, by name; none when no sample came.
-	Nodes []topNode
-	Jobs  []topRow
+	Nodes []TopNode
+	Jobs  []TopRow
 	// Note is a line at the bottom (an error fetching, say); empty: the key help.
 	Note string
 }
 
-// topRow is one job's line.
-type topRow struct {
+// TopRow is one job's line.
+type TopRow struct {
 	ID             string
 	State          string // the job's state, or the policy's phase while it runs
 	Active         bool
@@ -151,22 +105,22 @@ type topRow struct {
 	RSSBytes uint64
 }
 
-// buildFrame joins job records with the tracker's figures and the nodes'
+// BuildTopFrame joins job records with the tracker's figures and the nodes'
 // per-job usage: the active jobs first, oldest first, then the finished
-// ones, newest first. It is pure.
-func buildFrame(jobs []daemon.Job, tr *topTracker, nodes []topNode, now time.Time) topFrame {
-	f := topFrame{Now: now, Nodes: nodes}
+// ones, newest first.
+func BuildTopFrame(jobs []daemon.Job, tr *TopTracker, nodes []TopNode, now time.Time) TopFrame {
+	f := TopFrame{Now: now, Nodes: nodes}
 	usage := jobUsage(nodes)
 	for _, j := range jobs {
-		row := topRow{ID: j.ID, State: string(j.State), Active: !j.State.Done(), Workers: j.Config.Workers, Batch: j.Config.GlobalBatch}
+		row := TopRow{ID: j.ID, State: string(j.State), Active: !j.State.Done(), Workers: j.Config.Workers, Batch: j.Config.GlobalBatch}
 		if row.Active && j.State == daemon.StateRunning && j.Phase != "" {
 			row.State = j.Phase
 		}
 		if t := tr.jobs[j.ID]; t != nil {
 			row.Step = t.step
-			row.SamplesPerS = t.rate()
-			row.StepS = median(t.lastDts)
-			row.Noise = t.noise()
+			row.SamplesPerS = t.rate.PerSecond()
+			row.StepS = stepstats.Median(t.lastDts)
+			row.Noise = t.noiseScale()
 		}
 		for _, at := range j.Attempts {
 			row.Step = max(row.Step, at.LastStep)
@@ -222,12 +176,12 @@ func buildFrame(jobs []daemon.Job, tr *topTracker, nodes []topNode, now time.Tim
 	return f
 }
 
-// renderTop lays frame f out as at most height lines of at most width
+// RenderTop lays frame f out as at most height lines of at most width
 // characters: a title; the nodes and their GPUs (nodeSection), in the lines
 // the jobs leave, though at least a few; a header and one row per job (the
 // rest counted on the last row when they do not fit); and a help line. A
-// height of 0 or less lays everything out. It is pure.
-func renderTop(f topFrame, width, height int) []string {
+// height of 0 or less lays everything out.
+func RenderTop(f TopFrame, width, height int) []string {
 	if width < 20 {
 		width = 20
 	}
@@ -319,102 +273,4 @@ func renderTop(f topFrame, width, height int) []string {
 		lines[i] = clip(l, width)
 	}
 	return lines
-}
-
-// clip cuts s to n characters, marking the cut with "+" (top writes ASCII
-// only, for any terminal at the end of an SSH session).
-func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	if n <= 1 {
-		return string([]rune(s)[:n])
-	}
-	return string([]rune(s)[:n-1]) + "+"
-}
-
-func configText(k, b int) string {
-	if b <= 0 {
-		return fmt.Sprintf("%dx-", k)
-	}
-	return fmt.Sprintf("%dx%d", k, b)
-}
-
-func stepText(s int64) string {
-	if s <= 0 {
-		return "-"
-	}
-	return fmt.Sprint(s)
-}
-
-// siText formats a non-negative quantity in at most 6 characters: 950, 12.3k, 4.5M.
-func siText(v float64) string {
-	switch {
-	case !(v > 0) || math.IsInf(v, 0):
-		return "-"
-	case v < 10:
-		return fmt.Sprintf("%.1f", v)
-	case v < 10e3:
-		return fmt.Sprintf("%.0f", v)
-	case v < 1e6:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	case v < 1e9:
-		return fmt.Sprintf("%.1fM", v/1e6)
-	}
-	return fmt.Sprintf("%.1fG", v/1e9)
-}
-
-// msText formats a step time in at most 7 characters: 71.7ms, 712ms, 1.23s, 42s.
-func msText(s float64) string {
-	switch {
-	case !(s > 0) || math.IsInf(s, 0):
-		return "-"
-	case s < 0.1:
-		return fmt.Sprintf("%.1fms", s*1e3)
-	case s < 1:
-		return fmt.Sprintf("%.0fms", s*1e3)
-	case s < 10:
-		return fmt.Sprintf("%.2fs", s)
-	}
-	return durText(s)
-}
-
-func leftText(r topRow) string {
-	if !r.Active || !r.Predicted {
-		return "-"
-	}
-	return "~" + durText(r.LeftS)
-}
-
-// durText formats seconds compactly: 42s, 3m05s, 2h10m, 3d04h.
-func durText(s float64) string {
-	d := time.Duration(s * float64(time.Second)).Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
-}
-
-func costText(r topRow) string {
-	if !(r.CostUSD > 0) {
-		return "-"
-	}
-	var v string
-	switch {
-	case r.CostUSD < 100:
-		v = fmt.Sprintf("$%.2f", r.CostUSD)
-	case r.CostUSD < 100e3:
-		v = fmt.Sprintf("$%.0f", r.CostUSD)
-	default:
-		v = fmt.Sprintf("$%.0fk", r.CostUSD/1e3)
-	}
-	if r.Active && r.Predicted {
-		return "~" + v
-	}
-	return v
 }

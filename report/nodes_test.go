@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 // (telemetry/gpu/testdata) and gives its processes to jobs in turn.
 func recordedGPUs(t *testing.T, name string, jobs ...string) []telemetry.GPUStat {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "telemetry", "gpu", "testdata", name+".golden.json"))
+	b, err := os.ReadFile(filepath.Join("..", "telemetry", "gpu", "testdata", name+".golden.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +54,16 @@ func gpuAt(node string, ago time.Duration, gpus []telemetry.GPUStat) telemetry.N
 }
 
 // nodesOf folds samples into a tracker and returns its nodes.
-func nodesOf(samples ...telemetry.NodeSample) []topNode {
-	tr := newNodeTracker()
+func nodesOf(samples ...telemetry.NodeSample) []TopNode {
+	tr := NewNodeTracker()
 	for _, s := range samples {
-		tr.add(s)
+		tr.Add(s)
 	}
-	return buildNodes(tr, topNow)
+	return BuildNodes(tr, topNow)
 }
 
 // withNodes is frame f with nodes, the jobs' CPU and memory taken from them.
-func withNodes(f topFrame, nodes []topNode) topFrame {
+func withNodes(f TopFrame, nodes []TopNode) TopFrame {
 	f.Nodes = nodes
 	u := jobUsage(nodes)
 	for i, r := range f.Jobs {
@@ -97,13 +97,13 @@ func TestTopNodesGolden(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name          string
-		f             topFrame
+		f             TopFrame
 		width, height int
 	}{
 		{"80x24-gpus", withNodes(topFixture(4), nodesOf(fresh("gpu-node-07", recordedGPUs(t, "geforce_na+geforce_na_apps", bert), bertUse)...)), 0, 0},
 		{"80x24-8gpus", withNodes(topFixture(0), nodesOf(fresh("gpu-node-07", h100, resnetUse, bertUse)...)), 0, 0},
 		{"80x24-8gpus-collapsed", withNodes(topFixture(10), nodesOf(fresh("gpu-node-07", h100, resnetUse, bertUse)...)), 0, 0},
-		{"80x24-nogpu", withNodes(topFrame{Now: topNow, Node: "cpu-box", Interval: time.Second, Jobs: []topRow{
+		{"80x24-nogpu", withNodes(TopFrame{Now: topNow, Node: "cpu-box", Interval: time.Second, Jobs: []TopRow{
 			{ID: "cnn-0a0b0c", State: "running", Active: true, Workers: 2, Batch: 64, Step: 1234, SamplesPerS: 912, StepS: 0.0702},
 		}}, nodesOf(
 			hostAt("cpu-box", 1*time.Second, 5<<20, 1<<20, telemetry.JobUsage{Job: "cnn-0a0b0c", CPUCores: ptr(1.98), RSSBytes: 900 << 20}),
@@ -121,7 +121,7 @@ func TestTopNodesGolden(t *testing.T) {
 			c.width, c.height = 80, 24
 		}
 		t.Run(c.name, func(t *testing.T) {
-			lines := renderTop(c.f, c.width, c.height)
+			lines := RenderTop(c.f, c.width, c.height)
 			checkFrame(t, lines, c.width, c.height)
 			golden(t, filepath.Join("testdata", "top-"+c.name+".txt"), strings.Join(lines, "\n")+"\n")
 		})
@@ -129,12 +129,12 @@ func TestTopNodesGolden(t *testing.T) {
 }
 
 func TestTopNodeTracker(t *testing.T) {
-	tr := newNodeTracker()
-	tr.add(hostAt("a", 10*time.Second, 1000, 500))
-	tr.add(hostAt("a", 5*time.Second, 6000, 1500))
-	tr.add(hostAt("a", 20*time.Second, 0, 0)) // replayed: older than the newest
-	tr.add(gpuAt("a", 5*time.Second, nil))
-	nodes := buildNodes(tr, topNow)
+	tr := NewNodeTracker()
+	tr.Add(hostAt("a", 10*time.Second, 1000, 500))
+	tr.Add(hostAt("a", 5*time.Second, 6000, 1500))
+	tr.Add(hostAt("a", 20*time.Second, 0, 0)) // replayed: older than the newest
+	tr.Add(gpuAt("a", 5*time.Second, nil))
+	nodes := BuildNodes(tr, topNow)
 	if len(nodes) != 1 {
 		t.Fatalf("%d nodes, want 1", len(nodes))
 	}
@@ -146,8 +146,8 @@ func TestTopNodeTracker(t *testing.T) {
 		t.Errorf("node %+v: want a GPU sample without GPUs, 5 s old", n)
 	}
 	// A counter going back (a reboot) gives no rate.
-	tr.add(hostAt("a", time.Second, 10, 10))
-	if n := buildNodes(tr, topNow)[0]; n.RxBps >= 0 {
+	tr.Add(hostAt("a", time.Second, 10, 10))
+	if n := BuildNodes(tr, topNow)[0]; n.RxBps >= 0 {
 		t.Errorf("rate %v after the counters went back: want unknown", n.RxBps)
 	}
 }
@@ -162,7 +162,7 @@ func TestTopJobUsage(t *testing.T) {
 		hostAt("a", time.Second, 0, 0, telemetry.JobUsage{Job: "dist", CPUCores: ptr(1.5), RSSBytes: 100}, telemetry.JobUsage{Job: "done", RSSBytes: 7}),
 		hostAt("b", time.Second, 0, 0, telemetry.JobUsage{Job: "dist", CPUCores: ptr(2.0), RSSBytes: 50}),
 	)
-	f := buildFrame(jobs, newTopTracker(), nodes, topNow)
+	f := BuildTopFrame(jobs, NewTopTracker(), nodes, topNow)
 	d := f.Jobs[0]
 	if d.ID != "dist" || d.CPUCores == nil || *d.CPUCores != 3.5 || d.RSSBytes != 150 {
 		t.Errorf("dist: %+v: want 3.5 cores and 150 bytes summed over both nodes", d)
@@ -219,7 +219,7 @@ func TestTopNodesFitAnyHeight(t *testing.T) {
 		for nodes := 1; nodes <= 5; nodes += 4 {
 			f := withNodes(topFixture(jobs), nodesOf(samples[:2*nodes]...))
 			for h := 3; h <= 40; h++ {
-				lines := renderTop(f, 80, h)
+				lines := RenderTop(f, 80, h)
 				checkFrame(t, lines, 80, h)
 				text := strings.Join(lines, "\n")
 				if h >= 6 && !strings.Contains(text, "\nJOB ") {

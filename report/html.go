@@ -1,0 +1,177 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/optimizer/plot"
+	"github.com/scavenger-ml/scavenger/stepstats"
+)
+
+// Figures is what the report's figures draw (plot.Panels lays them out).
+func (r JobReport) Figures() plot.JobReport {
+	f := plot.JobReport{Title: r.Job}
+	t0 := r.start
+	type key struct{ k, b int }
+	var order []key
+	measured := map[key][]float64{}
+	predicted := map[key]float64{}
+	for _, at := range r.Timeline {
+		end := at.Started.Add(time.Duration(at.WallS * float64(time.Second)))
+		f.Attempts = append(f.Attempts, plot.Span{StartS: at.Started.Sub(t0).Seconds(), EndS: end.Sub(t0).Seconds(),
+			Workers: at.Config.Workers, Batch: at.Config.GlobalBatch})
+		k := key{at.Config.Workers, at.Config.GlobalBatch}
+		if _, ok := measured[k]; !ok {
+			order = append(order, k)
+			measured[k] = nil
+		}
+		if at.MeasuredStepS > 0 {
+			measured[k] = append(measured[k], at.MeasuredStepS)
+		}
+		switch {
+		case at.ModelStepS > 0:
+			predicted[k] = at.ModelStepS
+		case at.PredictedStepS > 0 && len(r.Candidates) == 0:
+			predicted[k] = at.PredictedStepS
+		}
+	}
+	for _, k := range order {
+		f.StepTimes = append(f.StepTimes, plot.StepTime{Label: plot.ConfigLabel(k.k, k.b), MeasuredS: stepstats.Median(measured[k]), PredictedS: predicted[k]})
+	}
+	for _, p := range r.Noise {
+		f.Noise = append(f.Noise, plot.XY{X: p.T, Y: p.V})
+	}
+	for _, p := range r.Cost {
+		f.Cost = append(f.Cost, plot.XY{X: p.T, Y: p.V})
+	}
+	for _, p := range r.PredictedCost {
+		f.PredictedCost = append(f.PredictedCost, plot.XY{X: p.T, Y: p.V})
+	}
+	for _, c := range r.Candidates {
+		f.Candidates = append(f.Candidates, plot.Candidate{Label: plot.ConfigLabel(c.Workers, c.Batch), TimeS: c.TotalS, CostUSD: c.TotalUSD, Chosen: c.Chosen})
+	}
+	f.PredictedLabel = "predicted when chosen"
+	if len(r.Candidates) > 0 {
+		f.PredictedLabel = fmt.Sprintf("predicted by the model at step %d", r.CandidatesStep)
+		f.CandidatesNote = fmt.Sprintf("decision at step %d, objective %s", r.CandidatesStep, orDash(r.Objective))
+	}
+	return f
+}
+
+// orDash is s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// HTML writes the report as one self-contained page: its figures (the
+// panels of plot.Panels(r.Figures())) as inline SVG and its tables.
+func (r JobReport) HTML(w io.Writer, panels []plot.Panel) error {
+	type fig struct {
+		Name string
+		SVG  template.HTML
+	}
+	var figs []fig
+	for _, p := range panels {
+		var b bytes.Buffer
+		if err := plot.WritePanel(&b, p, "svg"); err != nil {
+			return fmt.Errorf("draw figure %s of %s: %w", p.Name, r.Job, err)
+		}
+		figs = append(figs, fig{Name: p.Name, SVG: template.HTML(inlineSVG(b.String()))})
+	}
+	var text bytes.Buffer
+	if err := r.Print(&text); err != nil {
+		return err // Print names the report
+	}
+	data := struct {
+		R         JobReport
+		Figures   []fig
+		Text      string
+		Decisions []decisionRow
+	}{R: r, Figures: figs, Text: text.String(), Decisions: r.decisionRows()}
+	if err := reportHTML.Execute(w, data); err != nil {
+		return fmt.Errorf("render html report of %s: %w", r.Job, err)
+	}
+	return nil
+}
+
+// inlineSVG drops the XML prolog of an SVG document so that it can sit in HTML.
+func inlineSVG(s string) string {
+	if i := strings.Index(s, "<svg"); i > 0 {
+		return s[i:]
+	}
+	return s
+}
+
+// decisionRow is one row of the HTML report's decision table.
+type decisionRow struct {
+	Step                   int64
+	Phase, From, To        string
+	Reason                 string
+	PredictedS, PredictedD string
+	Candidates             int
+}
+
+// decisionRows are the rows of the HTML report's decision table.
+func (r JobReport) decisionRows() []decisionRow {
+	var out []decisionRow
+	for _, d := range r.decisions {
+		row := decisionRow{Step: d.Step, Phase: d.Phase, Reason: d.Reason, Candidates: len(d.Candidates),
+			From: plot.ConfigLabel(d.From.Workers, d.From.GlobalBatch), To: plot.ConfigLabel(d.To.Workers, d.To.GlobalBatch),
+			PredictedS: "-", PredictedD: "-"}
+		if d.PredictedS > 0 {
+			row.PredictedS = fmt.Sprintf("%.1f s", d.PredictedS)
+			row.PredictedD = fmt.Sprintf("$%.4f", d.PredictedUSD)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// reportHTML is the page HTML fills.
+var reportHTML = template.Must(template.New("report").Funcs(template.FuncMap{
+	"ms":  func(s float64) string { return fmt.Sprintf("%.1f", s*1e3) },
+	"usd": func(v float64) string { return fmt.Sprintf("$%.4f", v) },
+	"sec": func(v float64) string { return fmt.Sprintf("%.1f s", v) },
+	"cfg": plot.ConfigLabel,
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Scavenger report: {{.R.Job}}</title>
+<style>
+body{font-family:sans-serif;margin:1.5em;max-width:80em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:.2em .6em;text-align:right;font-size:90%}
+th{background:#f3f3f3}td.l{text-align:left}
+.figs{display:flex;flex-wrap:wrap;gap:1em}
+.figs figure{margin:0}
+.figs svg{width:36em;height:auto;border:1px solid #eee}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
+</style></head><body>
+<h1>Job {{.R.Job}}</h1>
+<p>State <b>{{.R.State}}</b>{{if .R.Policy}}, policy <b>{{.R.Policy}}</b>, objective <b>{{.R.Objective}}</b>, {{.R.Decisions}} decision(s){{end}}.
+Total {{sec .R.TotalS}}, {{usd .R.CostUSD}} at ${{printf "%.2f" .R.PriceUSDPerHour}}/h; relaunches {{sec .R.RelaunchS}}.</p>
+<div class="figs">{{range .Figures}}
+<figure id="fig-{{.Name}}">{{.SVG}}</figure>{{end}}
+</div>
+<h2>Attempts</h2>
+<table><tr><th>#</th><th>configuration</th><th>steps</th><th>wall</th><th>step measured (ms)</th><th>predicted when chosen (ms)</th><th>model (ms)</th><th class="l">ended by</th></tr>
+{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{if .PredictedStepS}}{{ms .PredictedStepS}}{{else}}-{{end}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
+{{end}}</table>
+{{if .Decisions}}<h2>Decisions</h2>
+<table><tr><th>step</th><th class="l">phase</th><th>from</th><th>to</th><th>predicted time</th><th>predicted cost</th><th>candidates</th><th class="l">reason</th></tr>
+{{range .Decisions}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.PredictedS}}</td><td>{{.PredictedD}}</td><td>{{.Candidates}}</td><td class="l">{{.Reason}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.Candidates}}<h2>Candidates of the decision at step {{.R.CandidatesStep}}</h2>
+<table><tr><th>configuration</th><th>step (ms)</th><th>time to finish</th><th>cost to finish</th><th>chosen</th></tr>
+{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{sec .TotalS}}</td><td>{{usd .TotalUSD}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
+{{end}}</table>{{end}}
+<h2>Text report</h2>
+<pre>{{.Text}}</pre>
+</body></html>
+`))
