@@ -3,95 +3,13 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
-	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
-
-// ErrBadRequest marks a request the daemon refused because of its content.
-var ErrBadRequest = errors.New("bad request")
-
-// API verbs served on scav.api.<verb>.
-const (
-	VerbPing   = "ping"
-	VerbRun    = "run"
-	VerbStop   = "stop"
-	VerbJob    = "job"
-	VerbJobs   = "jobs"
-	VerbStats  = "stats"
-	VerbMove   = "move"
-	VerbResume = "resume"
-	// VerbAllocation reports a scheduler allocation's begin or end (prolog/epilog hooks).
-	VerbAllocation = "allocation"
-	// VerbAllocations lists the allocations the hooks reported.
-	VerbAllocations = "allocations"
-)
-
-// ResumeRequest asks the daemon to continue a stopped job from its last
-// checkpoint (the body of scav.api.resume); Env is the workers' environment.
-type ResumeRequest struct {
-	Job string   `json:"job"`
-	Env []string `json:"env,omitempty"`
-}
-
-// MoveRequest asks the daemon to relaunch a running job at another
-// configuration (the body of scav.api.move). The reply comes once the
-// workers have checkpointed and exited, or the move has failed.
-type MoveRequest struct {
-	Job    string         `json:"job"`
-	Config plugins.Config `json:"config"`
-	Reason string         `json:"reason,omitempty"`
-}
-
-// StopRequest asks the daemon to stop a job (the body of scav.api.stop).
-type StopRequest struct {
-	Job   string   `json:"job"`
-	Grace Duration `json:"grace,omitempty"`
-}
-
-// JobRequest names a job (the body of scav.api.job).
-type JobRequest struct {
-	Job string `json:"job"`
-}
-
-// Info describes a daemon (the answer to scav.api.ping and part of stats).
-type Info struct {
-	Node       string   `json:"node"`
-	Version    string   `json:"version"`
-	PID        int      `json:"pid"`
-	Standalone bool     `json:"standalone"`
-	Socket     string   `json:"socket"`
-	NATS       string   `json:"nats"`
-	Active     []string `json:"active"`
-	// Metrics is the address of the Prometheus endpoint, when it is served.
-	Metrics string `json:"metrics,omitempty"`
-}
-
-// Stats is the answer to scav.api.stats.
-type Stats struct {
-	Info   Info        `json:"info"`
-	Ingest IngestStats `json:"ingest"`
-}
-
-// apiTimeout bounds a request's work; a move waits for the workers to checkpoint.
-func apiTimeout(verb string) time.Duration {
-	if verb == VerbMove {
-		return 10 * time.Minute
-	}
-	return 10 * time.Second
-}
-
-// reply is the envelope of every API answer.
-type reply struct {
-	Error string          `json:"error,omitempty"`
-	Data  json.RawMessage `json:"data,omitempty"`
-}
 
 // serveAPI subscribes the request/reply handlers; the subscriptions end with the connection.
 func (d *Daemon) serveAPI(nc *nats.Conn) error {

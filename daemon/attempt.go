@@ -6,12 +6,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -27,41 +25,6 @@ import (
 //
 // A next attempt that cannot start puts the job back on the configuration it
 // came from.
-
-// Attempt is one launch of a job, as kept in its record.
-type Attempt struct {
-	Attempt int            `json:"attempt"`
-	Config  plugins.Config `json:"config"`
-	Started time.Time      `json:"started"`
-	Ended   *time.Time     `json:"ended,omitempty"`
-	// FirstStep and LastStep bound the steps this attempt completed (0: none).
-	FirstStep int64 `json:"first_step,omitempty"`
-	LastStep  int64 `json:"last_step,omitempty"`
-	// Restore is the checkpoint it started from.
-	Restore string `json:"restore,omitempty"`
-	// Handle is the launcher's id of the attempt, to reattach to it after a
-	// daemon restart.
-	Handle string `json:"handle,omitempty"`
-	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
-	EndReason string `json:"end_reason,omitempty"`
-	// Move breaks down the relaunch that ended this attempt, when one did.
-	Move *MoveTiming `json:"move,omitempty"`
-}
-
-// MoveTiming breaks a relaunch into its parts, in seconds.
-type MoveTiming struct {
-	// Checkpoint: from the request to rank 0's acknowledgement (the step
-	// still to run, then the checkpoint write).
-	Checkpoint float64 `json:"checkpoint_s"`
-	// Exit: from the acknowledgement to the last worker's exit.
-	Exit float64 `json:"exit_s"`
-	// Start: from the exit to the new attempt's processes existing.
-	Start float64 `json:"start_s,omitempty"`
-	// FirstStep: from the start to the new attempt's first step (restore included).
-	FirstStep float64 `json:"first_step_s,omitempty"`
-	// Fallback is set when the workers did not acknowledge and were stopped.
-	Fallback bool `json:"fallback,omitempty"`
-}
 
 // moveReq asks a running job to relaunch at another configuration.
 type moveReq struct {
@@ -580,16 +543,4 @@ func (s *supervisor) latestCheckpoint(r *running) (string, int64) {
 		return dir, 0
 	}
 	return "", 0
-}
-
-// parseSignal reads a signal name, with or without its SIG prefix.
-func parseSignal(name string) (syscall.Signal, error) {
-	n := strings.ToUpper(name)
-	if !strings.HasPrefix(n, "SIG") {
-		n = "SIG" + n
-	}
-	if sig := unix.SignalNum(n); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q (use e.g. SIGUSR1)", name)
 }

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,17 +27,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
-
-// Version is the build's version, set by the linker.
-var Version = "dev"
-
-// DefaultListen is where a scavd's embedded NATS server listens unless told otherwise.
-const DefaultListen = "127.0.0.1:4233"
 
 // Config is what a daemon needs to start. Zero values take defaults.
 type Config struct {
@@ -101,26 +95,6 @@ type Daemon struct {
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-// DefaultStateDir is the directory systemd made for the service
-// ($STATE_DIRECTORY, from StateDirectory=) when there is one, else
-// $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger) for a user, and
-// /var/lib/scavenger for root.
-func DefaultStateDir() string {
-	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/scavenger"
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "scavenger")
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "state", "scavenger")
-	}
-	return filepath.Join(os.TempDir(), "scavenger")
 }
 
 // Start brings a daemon up. Close must be called to stop it.
@@ -328,7 +302,7 @@ func (d *Daemon) shutdown() error {
 
 func (d *Daemon) info() Info {
 	return Info{
-		Node: d.cfg.Node, Version: Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
+		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.sup.active(), Metrics: d.MetricsAddr(),
 	}
 }

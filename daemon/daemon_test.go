@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -26,7 +27,7 @@ import (
 
 // startDaemon runs a real daemon (embedded nats-server with JetStream on a
 // random port, state in a temporary directory) and a client connected to it.
-func startDaemon(t *testing.T) (*Daemon, *Client) {
+func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "scavd-test-")
@@ -37,7 +38,7 @@ func startDaemon(t *testing.T) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)
@@ -167,7 +168,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 }
 
 // runAndWatch submits req and collects the job's output until it finishes.
-func runAndWatch(t *testing.T, c *Client, req RunRequest, during func(Job)) (Job, []telemetry.LogLine, telemetry.Event) {
+func runAndWatch(t *testing.T, c *api.Client, req RunRequest, during func(Job)) (Job, []telemetry.LogLine, telemetry.Event) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -342,7 +343,7 @@ func TestJoinsExternalNATS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "jetstream")); err == nil {
 		t.Errorf("a daemon joining external NATS created an embedded store")
 	}
-	c, err := Dial(ctx, ns.ClientURL(), 5*time.Second)
+	c, err := api.Dial(ctx, ns.ClientURL(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,14 +379,19 @@ func TestOneDaemonPerStateDir(t *testing.T) {
 }
 
 func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
-	d, c := startDaemon(t)
+	d, _ := startDaemon(t)
+	nc, err := nats.Connect(d.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
 	acks := make(chan []byte, 4)
-	sub, err := c.NC.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
+	sub, err := nc.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if err := c.NC.Flush(); err != nil {
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -406,7 +412,7 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	}()
 	var line string
 	for deadline := time.Now().Add(10 * time.Second); line == ""; {
-		if err := c.NC.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
+		if err := nc.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -469,7 +475,7 @@ func TestMoveUninstrumentedJobBySignal(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			cl, err := Dial(ctx, d.URL(), 5*time.Second)
+			cl, err := api.Dial(ctx, d.URL(), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,16 +22,6 @@ type Publisher interface {
 	Publish(subject string, data []byte) error
 }
 
-// IngestStats counts what the telemetry socket received.
-type IngestStats struct {
-	// Accepted counts records that passed validation and were handed to NATS.
-	Accepted int64 `json:"accepted"`
-	// Dropped counts rejected lines by reason (telemetry.Drop* and "publish_failed").
-	Dropped map[string]int64 `json:"dropped"`
-	// Connections is the number of open worker connections.
-	Connections int64 `json:"connections"`
-}
-
 const (
 	maxIngestConns = 4096
 	batchRecords   = 512

@@ -205,7 +205,7 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		noise := r.noise()
 		names[j.ID] = j.Name
 		l := []string{j.ID, j.Name, node}
-		gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, j.Phase)...)
+		gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, string(j.Phase))...)
 		gauge(descSteps, float64(last), l...)
 		if stepTime > 0 {
 			gauge(descStepRate, 1/stepTime, l...)

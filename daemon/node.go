@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -155,55 +154,4 @@ func startNodeSampler(ctx context.Context, node string, every time.Duration, gpu
 	}
 	n.start()
 	return n, g.Close, nil
-}
-
-// NodeSamples replays the node samples of node (every node when empty) and
-// kind (telemetry.NodeGPU, telemetry.NodeHost, or both when empty), oldest
-// first; see telemetry.Replay for follow. Messages this build cannot decode
-// are skipped.
-func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool, fn func(telemetry.NodeSample) error) error {
-	kinds := []string{telemetry.NodeGPU, telemetry.NodeHost}
-	if kind != "" {
-		kinds = []string{kind}
-	}
-	n := "*"
-	if node != "" {
-		n = telemetry.SubjectNode(node)
-	}
-	subjects := make([]string, 0, len(kinds))
-	for _, k := range kinds {
-		subjects = append(subjects, telemetry.NodeSubject(n, k))
-	}
-	return telemetry.Replay(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
-}
-
-// LatestNodeSamples delivers the newest node sample of each node and kind,
-// then, with follow, every new one until ctx is done or fn fails; see
-// telemetry.ReplayLast. Messages this build cannot decode are skipped.
-func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	return telemetry.ReplayLast(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
-}
-
-// NodeSamplesSince delivers every node's samples of kind (both kinds when
-// empty) taken since from, oldest first, and returns; see
-// telemetry.ReplaySince. Messages this build cannot decode are skipped.
-func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	if kind != "" {
-		subjects = []string{telemetry.NodeSubject("*", kind)}
-	}
-	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, nodeSamples(fn))
-}
-
-// nodeSamples hands fn each message that decodes as a node sample and skips
-// the others (written by a newer build, or damaged).
-func nodeSamples(fn func(telemetry.NodeSample) error) func(jetstream.Msg) error {
-	return func(m jetstream.Msg) error {
-		s, err := telemetry.DecodeNodeSample(m.Data())
-		if err != nil {
-			return nil
-		}
-		return fn(s)
-	}
 }

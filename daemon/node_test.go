@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -39,7 +40,7 @@ finally:
 
 // startNodeDaemon runs a daemon that samples its node every 200 ms and
 // serves /metrics on a free port.
-func startNodeDaemon(t *testing.T) (*Daemon, *Client) {
+func startNodeDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "scavd-node-")
@@ -51,7 +52,7 @@ func startNodeDaemon(t *testing.T) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)

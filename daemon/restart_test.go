@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -28,7 +29,7 @@ fi
 trap 'exit 0' TERM
 sleep 60 & wait`
 
-func startAt(t *testing.T, state string, resume bool) (*Daemon, *Client) {
+func startAt(t *testing.T, state string, resume bool) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1", ResumeJobs: resume},
@@ -36,7 +37,7 @@ func startAt(t *testing.T, state string, resume bool) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -83,7 +84,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	c, err := Dial(ctx, info.NATS, 5*time.Second)
+	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,6 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
-// ErrNoJob is returned for a job id the daemon does not know.
-var ErrNoJob = errors.New("no such job")
-
 // supervisor owns the jobs this daemon runs: it starts their attempts through
 // the launcher, forwards their output, keeps their records and stops them.
 type supervisor struct {

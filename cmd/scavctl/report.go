@@ -10,9 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -45,10 +46,10 @@ type jobReport struct {
 	PredictedCost []seriesPoint `json:"predicted_cost,omitempty"`
 	// Candidates are the predictions the latest model-based decision chose
 	// among (CandidatesStep is that decision's step).
-	Candidates     []daemon.CandidatePrediction `json:"candidates,omitempty"`
-	CandidatesStep int64                        `json:"candidates_step,omitempty"`
+	Candidates     []api.CandidatePrediction `json:"candidates,omitempty"`
+	CandidatesStep int64                     `json:"candidates_step,omitempty"`
 
-	decisions []daemon.Decision
+	decisions []api.Decision
 	start     time.Time // the origin of the series' times
 }
 
@@ -59,7 +60,7 @@ type seriesPoint struct {
 }
 
 type reportAttempt struct {
-	daemon.Attempt
+	api.Attempt
 	WallS float64 `json:"wall_s"`
 	// MeasuredStepS is the median step time of rank 0 after the warm-up;
 	// PredictedStepS what the policy predicted for this configuration when it chose it.
@@ -100,7 +101,7 @@ png one file per figure as well.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				rep, err := buildReport(ctx, c, args[0], time.Now())
 				if err != nil {
 					return err
@@ -138,7 +139,7 @@ func reportFormat(format, output string, outputSet bool) (string, error) {
 }
 
 // buildReport fetches a job's record and rank 0's step records and makes its report.
-func buildReport(ctx context.Context, c *daemon.Client, id string, now time.Time) (jobReport, error) {
+func buildReport(ctx context.Context, c *api.Client, id string, now time.Time) (jobReport, error) {
 	j, err := c.Job(ctx, id)
 	if err != nil {
 		return jobReport{}, err
@@ -158,7 +159,7 @@ func buildReport(ctx context.Context, c *daemon.Client, id string, now time.Time
 
 // makeReport is the report of job j from rank 0's step records; now ends
 // what is still running. It is pure.
-func makeReport(j daemon.Job, recs []telemetry.StepRecord, now time.Time) jobReport {
+func makeReport(j api.Job, recs []telemetry.StepRecord, now time.Time) jobReport {
 	dts := map[int][]float64{}
 	seen := map[int]int{}
 	for _, r := range recs {

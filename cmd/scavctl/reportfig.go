@@ -231,7 +231,7 @@ type reportDecision struct {
 func (r jobReport) decisionRows() []reportDecision {
 	var out []reportDecision
 	for _, d := range r.decisions {
-		row := reportDecision{Step: d.Step, Phase: d.Phase, Reason: d.Reason, Candidates: len(d.Candidates),
+		row := reportDecision{Step: d.Step, Phase: string(d.Phase), Reason: d.Reason, Candidates: len(d.Candidates),
 			From: plot.ConfigLabel(d.From.Workers, d.From.GlobalBatch), To: plot.ConfigLabel(d.To.Workers, d.To.GlobalBatch),
 			PredictedS: "-", PredictedD: "-"}
 		if d.PredictedS > 0 {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -50,7 +52,7 @@ command (standalone mode), so the first command works on a fresh machine:
   scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
 
 scavctl finds a daemon in this order: --nats, $SCAV_NATS, the discovery file a
-running scavd writes in its state directory, then nats://` + daemon.DefaultListen + `.
+running scavd writes in its state directory, then nats://` + api.DefaultListen + `.
 A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm
 allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 		SilenceUsage:  true,
@@ -69,7 +71,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	root.AddCommand(newTopCmd(a))
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
-	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
+	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
 	root.AddCommand(newNodeCmd(a))
@@ -125,19 +127,19 @@ func standaloneLauncher(log *zap.Logger) (plugins.Launcher, error) {
 func (a *app) daemonURLs() []string {
 	var urls []string
 	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-		if info, err := daemon.ReadDiscovery(dir); err == nil {
+		if info, err := api.ReadDiscovery(dir); err == nil {
 			urls = append(urls, info.NATS)
 		}
 	}
-	return append(urls, "nats://"+daemon.DefaultListen)
+	return append(urls, "nats://"+api.DefaultListen)
 }
 
 // dialFirst connects to the first of urls that answers within timeout (and
 // ctx); the error joins why each did not.
-func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duration) (*daemon.Client, error) {
+func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duration) (*api.Client, error) {
 	var errs []error
 	for _, u := range urls {
-		c, err := daemon.Dial(ctx, u, timeout)
+		c, err := api.Dial(ctx, u, timeout)
 		if err == nil {
 			a.log.Debug("using daemon", zap.String("nats", u))
 			return c, nil
@@ -152,17 +154,17 @@ func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duratio
 
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
-func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, func(), error) {
+func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func(), error) {
 	const probe = 750 * time.Millisecond
 	if a.natsURL != "" {
-		c, err := daemon.Dial(ctx, a.natsURL, 3*time.Second)
+		c, err := api.Dial(ctx, a.natsURL, 3*time.Second)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w; start one with `scavd --listen ...`, or drop --nats/$SCAV_NATS to let scavctl start its own", err)
 		}
 		return c, c.Close, nil
 	}
 	var urls []string
-	find := func() *daemon.Client {
+	find := func() *api.Client {
 		urls = a.daemonURLs()
 		c, _ := a.dialFirst(ctx, urls, probe)
 		return c
@@ -171,7 +173,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 		return c, c.Close, nil
 	}
 	if !standalone {
-		return nil, nil, fmt.Errorf("%w (tried %v)", daemon.ErrNoDaemon, urls)
+		return nil, nil, fmt.Errorf("%w (tried %v)", api.ErrNoDaemon, urls)
 	}
 	launcher, err := standaloneLauncher(a.log.Named("scavd"))
 	if err != nil {
@@ -188,7 +190,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 	if err != nil {
 		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
 	}
-	c, err := daemon.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("connect to in-process scavd: %w", err)
@@ -206,7 +208,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 }
 
 // withDaemon runs f against a running daemon; it starts none.
-func (a *app) withDaemon(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+func (a *app) withDaemon(ctx context.Context, f func(context.Context, *api.Client) error) error {
 	c, release, err := a.connect(ctx, false)
 	if err != nil {
 		return err
@@ -217,7 +219,7 @@ func (a *app) withDaemon(ctx context.Context, f func(context.Context, *daemon.Cl
 
 // withClient runs f against a daemon found or, failing that, started in process.
 // Ctrl-C or SIGTERM cancels f's context.
-func (a *app) withClient(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+func (a *app) withClient(ctx context.Context, f func(context.Context, *api.Client) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, release, err := a.connect(ctx, true)

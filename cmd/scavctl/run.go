@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -114,7 +114,7 @@ job's exit code.`,
 // runJob submits the job, streams its output until it finishes and returns
 // its exit code as an exitError.
 func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
-	var req daemon.RunRequest
+	var req api.RunRequest
 	if f.resume == "" {
 		var err error
 		if req, err = buildRunRequest(f, args); err != nil {
@@ -131,7 +131,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	defer release()
-	var job daemon.Job
+	var job api.Job
 	first := 1 // the first attempt whose output is this command's
 	if f.resume != "" {
 		env, err := workerEnv(f.env)
@@ -150,17 +150,14 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
 
 	st := newStepStatus(job.Config)
-	sub, err := c.NC.Subscribe(telemetry.StepSubject(job.ID), func(m *nats.Msg) {
-		recs, _ := telemetry.DecodeBatch(m.Data)
-		for _, r := range recs {
-			st.observe(r)
-		}
+	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
+		st.observe(r)
 		con.setStatus(st.line())
 	})
 	if err != nil {
-		return fmt.Errorf("follow steps of %s: %w", job.ID, err)
+		return err
 	}
-	defer sub.Unsubscribe()
+	defer feed.Close()
 
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -189,12 +186,12 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		}
 	}()
 
-	daemonURL := c.NC.ConnectedUrlRedacted()
+	daemonURL := c.URL()
 	var lost atomic.Bool // the daemon went away; set before watchCtx is cancelled
 	watched := make(chan struct{})
 	go func() { // owned here; ends with watchCtx
 		defer close(watched)
-		watchDaemon(watchCtx, c.NC, daemonLostAfter, func() { lost.Store(true); cancel() })
+		watchDaemon(watchCtx, c, daemonLostAfter, func() { lost.Store(true); cancel() })
 	}()
 	var final *telemetry.Event
 	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
@@ -233,7 +230,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	if !errors.Is(err, errFinished) {
 		return fmt.Errorf("follow output of %s: %w", job.ID, err)
 	}
-	telemetry.Drain(c.NC, sub)
+	feed.Drain()
 	con.setStatus(st.line())
 	code := 0
 	if final.ExitCode != nil {
@@ -257,10 +254,13 @@ const (
 	exitDaemonLost  = 75
 )
 
+// connection is what watchDaemon needs of a client.
+type connection interface{ Connected() bool }
+
 // watchDaemon calls lost once nc has not been connected for after (a
 // reconnect within it, as to a scavd restarted on the same address, is
 // fine), and returns; or returns when ctx ends.
-func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost func()) {
+func watchDaemon(ctx context.Context, nc connection, after time.Duration, lost func()) {
 	tick := time.NewTicker(after / 30)
 	defer tick.Stop()
 	var since time.Time
@@ -270,7 +270,7 @@ func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost f
 			return
 		case now := <-tick.C:
 			switch {
-			case nc.IsConnected():
+			case nc.Connected():
 				since = time.Time{}
 			case since.IsZero():
 				since = now
@@ -283,7 +283,7 @@ func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost f
 }
 
 // buildRunRequest turns flags and the command into the daemon's request.
-func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
+func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	var errs []error
 	dir, err := os.Getwd()
 	if err != nil {
@@ -314,12 +314,12 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	req := daemon.RunRequest{
+	req := api.RunRequest{
 		Name: f.name, Command: args, Dir: dir, Env: env,
 		Config:        plugins.Config{Workers: minW, GlobalBatch: minB},
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
-		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
+		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
 	}
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
@@ -360,9 +360,9 @@ func parseRange(flag, v string) (lo, hi int, err error) {
 
 // optimize turns the optimizer flags into the request's part, checking that
 // they fit together.
-func (f runFlags) optimize(minW, maxW, minB, maxB int) (daemon.Optimize, error) {
-	o := daemon.Optimize{
-		Policy: f.policy, Objective: f.objective, Deadline: daemon.Duration(f.deadline), BudgetUSD: f.budget,
+func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
+	o := api.Optimize{
+		Policy: f.policy, Objective: f.objective, Deadline: api.Duration(f.deadline), BudgetUSD: f.budget,
 		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
 	}
 	targets := 0

@@ -7,7 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -154,13 +155,13 @@ type topRow struct {
 // buildFrame joins job records with the tracker's figures and the nodes'
 // per-job usage: the active jobs first, oldest first, then the finished
 // ones, newest first. It is pure.
-func buildFrame(jobs []daemon.Job, tr *topTracker, nodes []topNode, now time.Time) topFrame {
+func buildFrame(jobs []api.Job, tr *topTracker, nodes []topNode, now time.Time) topFrame {
 	f := topFrame{Now: now, Nodes: nodes}
 	usage := jobUsage(nodes)
 	for _, j := range jobs {
 		row := topRow{ID: j.ID, State: string(j.State), Active: !j.State.Done(), Workers: j.Config.Workers, Batch: j.Config.GlobalBatch}
-		if row.Active && j.State == daemon.StateRunning && j.Phase != "" {
-			row.State = j.Phase
+		if row.Active && j.State == api.StateRunning && j.Phase != "" {
+			row.State = string(j.Phase)
 		}
 		if t := tr.jobs[j.ID]; t != nil {
 			row.Step = t.step

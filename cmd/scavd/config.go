@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
@@ -91,9 +93,9 @@ func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 // bindFlags registers a flag for every setting, bound to s, and sets s to the
 // defaults: the flags' defaults are the built-in defaults.
 func bindFlags(f *pflag.FlagSet, s *settings) {
-	f.StringVar(&s.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
+	f.StringVar(&s.StateDir, "state-dir", api.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
 	f.StringVar(&s.NATS, "nats", "", "join this NATS server instead of embedding one")
-	f.StringVar(&s.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
+	f.StringVar(&s.Listen, "listen", api.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -64,7 +66,7 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       daemon.Version,
+		Version:       api.Version,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l := newLoader(cmd.Flags(), config, cmd.Flags().Changed("config"))
 			if checkConfig {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zaptest"
 
@@ -73,7 +75,7 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 }
 
 // startScavd runs scavd on state and returns it with a client once it answers.
-func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
+func startScavd(t *testing.T, state string) (*exec.Cmd, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	var errOut bytes.Buffer
@@ -90,8 +92,8 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
-			if c, err := daemon.Dial(ctx, info.NATS, 2*time.Second); err == nil {
+		if info, err := api.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
+			if c, err := api.Dial(ctx, info.NATS, 2*time.Second); err == nil {
 				t.Cleanup(c.Close)
 				return cmd, c
 			}
@@ -122,7 +124,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	first, c := startScavd(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	j, err := c.Run(ctx, daemon.RunRequest{Name: "crash", Dir: state, Config: plugins.Config{Workers: 1},
+	j, err := c.Run(ctx, api.RunRequest{Name: "crash", Dir: state, Config: plugins.Config{Workers: 1},
 		Command: []string{"/bin/sh", "-c", `echo $$ > "$0"; exec sleep 120`, pidFile}})
 	if err != nil {
 		t.Fatal(err)
@@ -144,14 +146,14 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	}
 
 	_, c2 := startScavd(t, state)
-	var got daemon.Job
+	var got api.Job
 	for got, _ = c2.Job(ctx, j.ID); !got.State.Done(); got, _ = c2.Job(ctx, j.ID) {
 		if ctx.Err() != nil {
 			t.Fatalf("the restarted daemon did not settle the job: %+v", got)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got.State != daemon.StateFailed || !strings.Contains(got.Message, "lost") || !strings.Contains(got.Message, "1 leftover worker") {
+	if got.State != api.StateFailed || !strings.Contains(got.Message, "lost") || !strings.Contains(got.Message, "1 leftover worker") {
 		t.Fatalf("job after the restart: state %s, message %q", got.State, got.Message)
 	}
 	for {
