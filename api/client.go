@@ -283,3 +283,32 @@ func (f *StepFeed) Drain() { telemetry.Drain(f.nc, f.sub) }
 
 // Close stops the feed.
 func (f *StepFeed) Close() { _ = f.sub.Unsubscribe() }
+
+// DaemonURLs are where a running daemon may answer, in order: the discovery
+// files of stateDir and of /var/lib/scavenger, then the default address.
+func DaemonURLs(stateDir string) []string {
+	var urls []string
+	for _, dir := range []string{stateDir, "/var/lib/scavenger"} {
+		if info, err := ReadDiscovery(dir); err == nil {
+			urls = append(urls, info.NATS)
+		}
+	}
+	return append(urls, "nats://"+DefaultListen)
+}
+
+// DialFirst connects to the first of urls whose daemon answers within
+// timeout (and ctx); the error joins why each did not.
+func DialFirst(ctx context.Context, urls []string, timeout time.Duration) (*Client, error) {
+	var errs []error
+	for _, u := range urls {
+		c, err := Dial(ctx, u, timeout)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}

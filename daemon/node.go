@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/gpu"
 	"github.com/scavenger-ml/scavenger/telemetry/host"
@@ -31,7 +32,7 @@ type HostReader interface {
 // goroutine is started by start and joined by stop.
 type nodeSampler struct {
 	log   *zap.Logger
-	pub   Publisher
+	pub   ingest.Publisher
 	node  string // as it appears in subjects
 	every time.Duration
 	gpus  GPUReader
@@ -47,9 +48,9 @@ type nodeSampler struct {
 	done   chan struct{}
 }
 
-// start samples at once, then every period, until stop.
-func (n *nodeSampler) start() {
-	ctx, cancel := context.WithCancel(context.Background())
+// start samples at once, then every period, until stop or the end of ctx.
+func (n *nodeSampler) start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	n.cancel, n.done = cancel, make(chan struct{})
 	go func() {
 		defer close(n.done)
@@ -143,7 +144,7 @@ func (n *nodeSampler) latest() (gpus, hosts *telemetry.NodeSample) {
 }
 
 // startNodeSampler opens the collectors and starts sampling every period.
-func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub Publisher, jobs func() []string, log *zap.Logger) (*nodeSampler, func() error, error) {
+func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub ingest.Publisher, jobs func() []string, log *zap.Logger) (*nodeSampler, func() error, error) {
 	g, err := gpu.Open(ctx, gpuSource, log)
 	if err != nil {
 		return nil, nil, err
@@ -152,6 +153,6 @@ func startNodeSampler(ctx context.Context, node string, every time.Duration, gpu
 		log: log, pub: pub, node: telemetry.SubjectNode(node), every: every, gpus: g, host: host.New(), jobs: jobs,
 		failing: map[string]string{},
 	}
-	n.start()
+	n.start(ctx)
 	return n, g.Close, nil
 }

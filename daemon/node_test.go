@@ -109,11 +109,11 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 	d, c := startNodeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	j, err := c.Run(ctx, RunRequest{Name: "nodejob", Command: []string{python3(), "-c", stepWriter}, Dir: t.TempDir(), Env: os.Environ(),
-		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: Duration(time.Second),
+	j, err := c.Run(ctx, api.RunRequest{Name: "nodejob", Command: []string{python3(), "-c", stepWriter}, Dir: t.TempDir(), Env: os.Environ(),
+		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: api.Duration(time.Second),
 		// A policy with one configuration to choose: it observes (and
 		// estimates the gradient noise scale) but never moves the job.
-		Optimize: Optimize{Policy: "adaptive", TargetSamples: 1 << 20, MinWorkers: 2, MaxWorkers: 2, MinBatch: 16, MaxBatch: 16}})
+		Optimize: api.Optimize{Policy: "adaptive", TargetSamples: 1 << 20, MinWorkers: 2, MaxWorkers: 2, MinBatch: 16, MaxBatch: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}

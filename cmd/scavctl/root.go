@@ -7,19 +7,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // app holds what every command shares: global flags, the logger and the
@@ -99,59 +98,6 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// standaloneLauncher is the launcher of a daemon scavctl starts itself:
-// inside a Slurm allocation ($SLURM_JOB_ID set, srun on PATH) the slurm
-// launcher, so that every attempt is a job step of the allocation; else nil,
-// the local launcher. $SCAV_LAUNCHER=local or slurm decides instead.
-func standaloneLauncher(log *zap.Logger) (plugins.Launcher, error) {
-	name := os.Getenv("SCAV_LAUNCHER")
-	if name == "" {
-		name = "local"
-		if _, err := exec.LookPath("srun"); err == nil && os.Getenv("SLURM_JOB_ID") != "" {
-			name = "slurm"
-		}
-	}
-	if name == "local" {
-		return nil, nil
-	}
-	l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(name, log)
-	if err != nil {
-		return nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
-	}
-	return l, nil
-}
-
-// daemonURLs are where a running daemon may answer, in order: the
-// discovery files of the state directory and of /var/lib/scavenger, then
-// the default address.
-func (a *app) daemonURLs() []string {
-	var urls []string
-	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-		if info, err := api.ReadDiscovery(dir); err == nil {
-			urls = append(urls, info.NATS)
-		}
-	}
-	return append(urls, "nats://"+api.DefaultListen)
-}
-
-// dialFirst connects to the first of urls that answers within timeout (and
-// ctx); the error joins why each did not.
-func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duration) (*api.Client, error) {
-	var errs []error
-	for _, u := range urls {
-		c, err := api.Dial(ctx, u, timeout)
-		if err == nil {
-			a.log.Debug("using daemon", zap.String("nats", u))
-			return c, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
 func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func(), error) {
@@ -165,8 +111,8 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 	}
 	var urls []string
 	find := func() *api.Client {
-		urls = a.daemonURLs()
-		c, _ := a.dialFirst(ctx, urls, probe)
+		urls = api.DaemonURLs(a.stateDir)
+		c, _ := api.DialFirst(ctx, urls, probe)
 		return c
 	}
 	if c := find(); c != nil {
@@ -175,9 +121,9 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 	if !standalone {
 		return nil, nil, fmt.Errorf("%w (tried %v)", api.ErrNoDaemon, urls)
 	}
-	launcher, err := standaloneLauncher(a.log.Named("scavd"))
+	launcher, releaseLauncher, err := builtin.Open(ctx, builtin.Standalone(), builtin.Options{KillOnParentDeath: true}, a.log.Named("scavd"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
 	}
 	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher}, a.log.Named("scavd"))
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
@@ -188,11 +134,13 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		}
 	}
 	if err != nil {
+		releaseLauncher()
 		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
 	}
 	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
+		releaseLauncher()
 		return nil, nil, fmt.Errorf("connect to in-process scavd: %w", err)
 	}
 	return c, func() {
@@ -204,6 +152,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		if err := d.Close(); err != nil {
 			a.log.Warn("stop in-process scavd", zap.Error(err))
 		}
+		releaseLauncher()
 	}, nil
 }
 

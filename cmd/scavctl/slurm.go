@@ -99,10 +99,10 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 func (a *app) findDaemon(ctx context.Context) (*api.Client, error) {
 	urls := []string{a.natsURL}
 	if a.natsURL == "" {
-		urls = a.daemonURLs()
+		urls = api.DaemonURLs(a.stateDir)
 	}
 	deadline, _ := ctx.Deadline()
-	c, err := a.dialFirst(ctx, urls, time.Until(deadline))
+	c, err := api.DialFirst(ctx, urls, time.Until(deadline))
 	if err != nil {
 		return nil, fmt.Errorf("no scavd answered (%w)", err)
 	}

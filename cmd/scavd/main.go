@@ -10,13 +10,12 @@ import (
 	"os"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -90,15 +89,11 @@ func servePlugin(name string) error {
 		name = "local"
 	}
 	log := plugins.NewPluginLogger(zapcore.InfoLevel)
-	reaper, err := local.StartReaper(context.Background(), log)
+	l, release, err := builtin.Open(context.Background(), name, builtin.Options{KillOnParentDeath: true}, log)
 	if err != nil {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}
-	defer reaper.Stop()
-	l, err := daemon.Builtins(daemon.BuiltinOptions{KillOnParentDeath: true, Reaper: reaper}).New(name, log)
-	if err != nil {
-		return fmt.Errorf("serve launcher plugin: %w", err)
-	}
+	defer release()
 	plugins.Serve(l)
 	return nil
 }

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -40,7 +40,7 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	sum := sha256.Sum256(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, closePlugin, err := daemon.LoadPlugin(ctx, bin, hex.EncodeToString(sum[:]), zaptest.NewLogger(t))
+	l, closePlugin, err := builtin.OpenPlugin(ctx, bin, hex.EncodeToString(sum[:]), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("load scavd as a plugin: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	if !strings.Contains(got, "rank 0 of 2") || !strings.Contains(got, "rank 1 of 2") {
 		t.Fatalf("output %q", got)
 	}
-	if _, _, err := daemon.LoadPlugin(ctx, bin, "00", zaptest.NewLogger(t)); err == nil {
+	if _, _, err := builtin.OpenPlugin(ctx, bin, "00", zaptest.NewLogger(t)); err == nil {
 		t.Fatal("a malformed checksum was accepted")
 	}
 }
@@ -221,7 +221,7 @@ func TestSSHFlagsMakeALauncher(t *testing.T) {
 			"--ssh-key", tn.KeyFile, "--ssh-known-hosts", tn.KnownHosts, "--ssh-forward-telemetry=" + strconv.FormatBool(forward)}); err != nil {
 			t.Fatal(err)
 		}
-		l, err := daemon.Builtins(s.builtinOptions()).New("ssh", zaptest.NewLogger(t))
+		l, err := builtin.Catalog(s.builtinOptions(), nil).New("ssh", zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatalf("new ssh launcher: %v", err)
 		}

@@ -1,4 +1,4 @@
-package daemon
+package jobs
 
 import (
 	"crypto/rand"
