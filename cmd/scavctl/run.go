@@ -131,19 +131,9 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	defer release()
-	var job api.Job
-	first := 1 // the first attempt whose output is this command's
-	if f.resume != "" {
-		env, err := workerEnv(f.env)
-		if err != nil {
-			return err
-		}
-		if job, err = c.Resume(ctx, f.resume, env); err != nil {
-			return fmt.Errorf("resume job: %w", err)
-		}
-		first = job.Attempt + 1
-	} else if job, err = c.Run(ctx, req); err != nil {
-		return fmt.Errorf("submit job: %w", err)
+	job, first, err := submit(ctx, c, f, req)
+	if err != nil {
+		return err
 	}
 	con := newConsole(a.stdout, a.stderr, f.statusTick)
 	defer con.close()
@@ -161,40 +151,99 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var interrupted os.Signal // set by the goroutine below; read after joining it
-	done := make(chan struct{})
-	go func() { // owned here; ends when the job's output is done (cancel or finish)
-		defer close(done)
-		signals := 0
+	interrupted := forwardSignals(watchCtx, c, job.ID, f.grace, sigs, con)
+	final, err := followJob(watchCtx, c, job.ID, first, con, st)
+	cancel()
+	sig := <-interrupted
+	if errors.Is(err, errDaemonLost) {
+		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
+			c.URL(), daemonLostAfter, job.ID)
+		return exitError{exitDaemonLost}
+	}
+	if err != nil {
+		return err
+	}
+	feed.Drain()
+	con.setStatus(st.line())
+	code := 0
+	if final.ExitCode != nil {
+		code = *final.ExitCode
+	}
+	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
+	if sig, ok := sig.(syscall.Signal); ok && code == 0 {
+		code = 128 + int(sig) // the shell's convention for a command ended by a signal
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// submit submits req, or with --resume resumes that job; first is the first
+// attempt whose output is this command's.
+func submit(ctx context.Context, c *api.Client, f runFlags, req api.RunRequest) (job api.Job, first int, err error) {
+	if f.resume == "" {
+		if job, err = c.Run(ctx, req); err != nil {
+			return job, 0, fmt.Errorf("submit job: %w", err)
+		}
+		return job, 1, nil
+	}
+	env, err := workerEnv(f.env)
+	if err != nil {
+		return job, 0, err
+	}
+	if job, err = c.Resume(ctx, f.resume, env); err != nil {
+		return job, 0, fmt.Errorf("resume job: %w", err)
+	}
+	return job, job.Attempt + 1, nil
+}
+
+// forwardSignals stops the job at the first signal (with grace) and kills it
+// at the second, until ctx ends; the channel then gives the first signal
+// (nil: none came).
+func forwardSignals(ctx context.Context, c *api.Client, id string, grace time.Duration, sigs <-chan os.Signal, con *console) <-chan os.Signal {
+	out := make(chan os.Signal, 1)
+	go func() { // owned by the caller: it ends with ctx, and the caller reads out
+		var first os.Signal
+		defer func() { out <- first }()
 		for {
 			select {
-			case <-watchCtx.Done():
+			case <-ctx.Done():
 				return
 			case s := <-sigs:
-				grace := f.grace
-				if signals++; signals == 1 {
-					interrupted = s
-					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, job.ID, f.grace)
+				g := grace
+				if first == nil {
+					first = s
+					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, id, grace)
 				} else {
-					grace = time.Millisecond
-					con.notef("%s: killing job %s now", s, job.ID)
+					g = time.Millisecond
+					con.notef("%s: killing job %s now", s, id)
 				}
-				if _, err := c.Stop(watchCtx, job.ID, grace); err != nil && watchCtx.Err() == nil {
-					con.notef("stop %s: %v", job.ID, err)
+				if _, err := c.Stop(ctx, id, g); err != nil && ctx.Err() == nil {
+					con.notef("stop %s: %v", id, err)
 				}
 			}
 		}
 	}()
+	return out
+}
 
-	daemonURL := c.URL()
-	var lost atomic.Bool // the daemon went away; set before watchCtx is cancelled
+// errDaemonLost says that the daemon was gone for daemonLostAfter.
+var errDaemonLost = errors.New("lost the daemon")
+
+// followJob prints the job's output and events from attempt first on until
+// its final event, which it returns; errDaemonLost when the daemon goes away.
+func followJob(ctx context.Context, c *api.Client, id string, first int, con *console, st *stepStatus) (*telemetry.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool // the daemon went away; set before ctx is cancelled
 	watched := make(chan struct{})
-	go func() { // owned here; ends with watchCtx
+	go func() { // joined below; ends with ctx
 		defer close(watched)
-		watchDaemon(watchCtx, c, daemonLostAfter, func() { lost.Store(true); cancel() })
+		watchDaemon(ctx, c, daemonLostAfter, func() { lost.Store(true); cancel() })
 	}()
 	var final *telemetry.Event
-	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+	err := c.Output(ctx, id, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
 		if l != nil && l.Attempt < first || e != nil && e.Attempt < first && e.Kind != telemetry.EventSubmitted {
 			return nil // the output of a run before this one (--resume)
 		}
@@ -220,30 +269,14 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return nil
 	})
 	cancel()
-	<-done
 	<-watched
-	if lost.Load() {
-		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
-			daemonURL, daemonLostAfter, job.ID)
-		return exitError{exitDaemonLost}
+	switch {
+	case lost.Load():
+		return nil, errDaemonLost
+	case !errors.Is(err, errFinished):
+		return nil, fmt.Errorf("follow output of %s: %w", id, err)
 	}
-	if !errors.Is(err, errFinished) {
-		return fmt.Errorf("follow output of %s: %w", job.ID, err)
-	}
-	feed.Drain()
-	con.setStatus(st.line())
-	code := 0
-	if final.ExitCode != nil {
-		code = *final.ExitCode
-	}
-	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
-	if sig, ok := interrupted.(syscall.Signal); ok && code == 0 {
-		code = 128 + int(sig) // the shell's convention for a command ended by a signal
-	}
-	if code != 0 {
-		return exitError{code}
-	}
-	return nil
+	return final, nil
 }
 
 // daemonLostAfter is how long scavctl run waits for a lost daemon to come
