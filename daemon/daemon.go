@@ -1,25 +1,28 @@
-// Package daemon is scavd, the node agent: it runs (or joins) the NATS server
-// and its JetStream store, serves the scav.api.* request/reply API for
-// scavctl, supervises the jobs launched on this node, and ingests the workers'
-// step telemetry from a unix socket.
+// Package daemon is scavd, the node agent, as wiring: it runs (or joins) the
+// NATS server and its JetStream store, takes the state directory's lock,
+// serves the scav.api.* request/reply API (api/) from the job registry
+// (daemon/jobs), the telemetry socket (daemon/ingest) and the allocation
+// records (daemon/allocs), samples the node and serves /metrics, and talks
+// to systemd. What each part does lives in its package.
 //
 // A Daemon's life:
 //
-//	Start: state dir -> NATS (embedded or external) -> store -> ingest socket
-//	       -> API -> settle the previous daemon's jobs (restart.go)
-//	       -> discovery file
-//	Close: remove discovery file -> stop jobs (SIGTERM, grace, SIGKILL)
+//	Start: state dir + lock -> NATS (embedded or external) -> store
+//	       -> ingest socket + control relay -> launcher -> job registry
+//	       -> API -> node sampler, /metrics -> settle the previous daemon's
+//	       jobs (jobs.Registry.Recover) -> discovery file
+//	Close: remove discovery file -> node sampler, /metrics -> stop the jobs
+//	       (checkpoint within the grace, then SIGKILL; bounded)
 //	       -> close ingest -> drain NATS -> shut the embedded server down
+//	       -> release the launcher
 package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,17 +31,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/allocs"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
-	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
-
-// Version is the build's version, set by the linker.
-var Version = "dev"
-
-// DefaultListen is where a scavd's embedded NATS server listens unless told otherwise.
-const DefaultListen = "127.0.0.1:4233"
 
 // Config is what a daemon needs to start. Zero values take defaults.
 type Config struct {
@@ -84,16 +85,20 @@ type Config struct {
 
 // Daemon is a running scavd.
 type Daemon struct {
-	cfg    Config
-	log    *zap.Logger
-	ns     *server.Server
-	nc     *nats.Conn
-	store  *telemetry.Store
-	ingest *Ingest
-	sup    *supervisor
-	allocs *allocations
-	reaper *local.Reaper
-	lock   *os.File
+	cfg Config
+	log *zap.Logger
+	// root is the daemon's own context: the jobs live as long as it does.
+	root       context.Context
+	cancelRoot context.CancelFunc
+	ns         *server.Server
+	nc         *nats.Conn
+	store      *telemetry.Store
+	ingest     *ingest.Server
+	jobs       *jobs.Registry
+	allocs     *allocs.Store
+	// releaseLauncher releases the launcher the daemon opened itself.
+	releaseLauncher func()
+	lock            *os.File
 	// node samples the node's GPUs and host; metrics serves /metrics.
 	node      *nodeSampler
 	closeGPUs func() error
@@ -103,33 +108,13 @@ type Daemon struct {
 	closeErr  error
 }
 
-// DefaultStateDir is the directory systemd made for the service
-// ($STATE_DIRECTORY, from StateDirectory=) when there is one, else
-// $XDG_STATE_HOME/scavenger (or ~/.local/state/scavenger) for a user, and
-// /var/lib/scavenger for root.
-func DefaultStateDir() string {
-	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/scavenger"
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "scavenger")
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "state", "scavenger")
-	}
-	return filepath.Join(os.TempDir(), "scavenger")
-}
-
 // Start brings a daemon up. Close must be called to stop it.
 func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err error) {
 	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir()
+		cfg.StateDir = api.DefaultStateDir()
 	}
 	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
+		cfg.Listen = api.DefaultListen
 	}
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(cfg.StateDir, "scavd.sock")
@@ -141,6 +126,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
 	}
 	d := &Daemon{cfg: cfg, log: log}
+	// The daemon's root: its jobs outlive the context Start was called with.
+	d.root, d.cancelRoot = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
 			d.shutdown() // undo what had started
@@ -164,20 +151,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.store, err = telemetry.OpenStore(ctx, js, cfg.Retention); err != nil {
 		return nil, err
 	}
-	if d.ingest, err = ListenIngest(cfg.Socket, d.nc, log.Named("ingest")); err != nil {
+	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, log.Named("ingest")); err != nil {
 		return nil, err
 	}
-	// Control messages for any job reach the workers connected here.
-	if _, err := d.nc.Subscribe(telemetry.AllControl, func(m *nats.Msg) {
-		c, err := telemetry.DecodeControl(m.Data)
-		if err != nil {
-			log.Warn("control message", zap.String("subject", m.Subject), zap.Error(err))
-			return
-		}
-		n := d.ingest.Send(c)
-		log.Debug("control sent", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Int("workers", n))
-	}); err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", telemetry.AllControl, err)
+	if _, err := d.ingest.Relay(d.nc); err != nil {
+		return nil, err
 	}
 	pyPath, err := extractPythonClient(filepath.Join(cfg.StateDir, "python"))
 	if err != nil {
@@ -185,22 +163,20 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	launcher := cfg.Launcher
 	if launcher == nil {
-		// Workers' orphans are re-parented to us and reaped, since PID 1 may not reap them.
-		if d.reaper, err = local.StartReaper(context.WithoutCancel(ctx), log); err != nil {
+		if launcher, d.releaseLauncher, err = builtin.Open(d.root, "local", builtin.Options{KillOnParentDeath: cfg.Standalone}, log); err != nil {
 			return nil, err
 		}
-		launcher = local.New(local.Options{Logger: log, KillOnParentDeath: cfg.Standalone, Reaper: d.reaper})
 	}
-	d.sup = &supervisor{
-		log: log.Named("jobs"), launcher: launcher, pub: d.nc, nc: d.nc, kv: d.store.Jobs, node: cfg.Node,
-		socket: d.ingest.Path(), ckptRoot: filepath.Join(cfg.StateDir, "checkpoints"), pyPath: pyPath,
-		jobs: map[string]*running{},
+	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
+	o := jobs.Options{
+		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
+		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
+		Allocations: d.allocs,
 	}
-	d.allocs = &allocations{kv: d.store.Allocations, node: cfg.Node, stop: func(id string) { _, _ = d.sup.stopJob(id, 0) }}
-	d.sup.allocs = d.allocs
 	if !cfg.Standalone {
-		d.sup.restartDir, d.sup.resumeJobs = filepath.Join(cfg.StateDir, restartDir), cfg.ResumeJobs
+		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
 	}
+	d.jobs = jobs.New(d.root, o)
 	if err := d.serveAPI(d.nc); err != nil {
 		return nil, err
 	}
@@ -210,8 +186,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := d.nc.FlushTimeout(5 * time.Second); err != nil {
 		return nil, fmt.Errorf("flush api subscriptions: %w", err)
 	}
-	d.sup.recoverJobs(ctx)
-	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
+	d.jobs.Recover(ctx)
+	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}
 	log.Info("scavd ready", zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
@@ -241,7 +217,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	<-ctx.Done()
 	stopNotify()
 	<-notified
-	jobs := d.sup.active()
+	jobs := d.jobs.Active()
 	d.log.Info("scavd stopping", zap.Strings("jobs", jobs))
 	if err := d.cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
 		d.log.Warn("notify systemd", zap.Error(err))
@@ -268,17 +244,17 @@ func (d *Daemon) URL() string {
 // Socket is the telemetry socket's path.
 func (d *Daemon) Socket() string { return d.ingest.Path() }
 
-// Ingest returns the telemetry socket's counters.
-func (d *Daemon) IngestStats() IngestStats { return d.ingest.Stats() }
+// IngestStats returns the telemetry socket's counters.
+func (d *Daemon) IngestStats() api.IngestStats { return d.ingest.Stats() }
 
 // Active lists the jobs still running on this daemon.
-func (d *Daemon) Active() []string { return d.sup.active() }
+func (d *Daemon) Active() []string { return d.jobs.Active() }
 
 // Wait blocks until no job runs on this daemon or ctx is done.
 func (d *Daemon) Wait(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	for len(d.sup.active()) > 0 {
+	for len(d.jobs.Active()) > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -298,11 +274,11 @@ func (d *Daemon) Close() error {
 func (d *Daemon) shutdown() error {
 	var errs []error
 	if d.lock != nil {
-		removeDiscovery(d.cfg.StateDir, os.Getpid())
+		api.RemoveDiscovery(d.cfg.StateDir, os.Getpid())
 	}
 	errs = append(errs, d.stopNode())
-	if d.sup != nil {
-		d.sup.close()
+	if d.jobs != nil {
+		d.jobs.Close(d.root)
 	}
 	if d.ingest != nil {
 		d.ingest.Close()
@@ -317,8 +293,11 @@ func (d *Daemon) shutdown() error {
 		d.ns.Shutdown()
 		d.ns.WaitForShutdown()
 	}
-	if d.reaper != nil {
-		d.reaper.Stop()
+	if d.releaseLauncher != nil {
+		d.releaseLauncher()
+	}
+	if d.cancelRoot != nil {
+		d.cancelRoot()
 	}
 	if d.lock != nil {
 		d.lock.Close()
@@ -326,46 +305,9 @@ func (d *Daemon) shutdown() error {
 	return errors.Join(errs...)
 }
 
-func (d *Daemon) info() Info {
-	return Info{
-		Node: d.cfg.Node, Version: Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
-		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.sup.active(), Metrics: d.MetricsAddr(),
+func (d *Daemon) info() api.Info {
+	return api.Info{
+		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
+		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
 	}
-}
-
-// getJob reads one job record.
-func getJob(ctx context.Context, kv jetstream.KeyValue, id string) (Job, error) {
-	if !telemetry.ValidJobID(id) {
-		return Job{}, fmt.Errorf("%w: %q is not a job id", ErrBadRequest, id)
-	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Job{}, fmt.Errorf("job %s: %w", id, ErrNoJob)
-	}
-	if err != nil {
-		return Job{}, fmt.Errorf("read job %s: %w", id, err)
-	}
-	var j Job
-	if err := json.Unmarshal(e.Value(), &j); err != nil {
-		return Job{}, fmt.Errorf("decode job %s: %w", id, err)
-	}
-	return j, nil
-}
-
-// listJobs reads every job record, oldest first.
-func listJobs(ctx context.Context, kv jetstream.KeyValue) ([]Job, error) {
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	jobs := []Job{}
-	for k := range keys.Keys() {
-		j, err := getJob(ctx, kv, k)
-		if err != nil {
-			continue // deleted between list and get
-		}
-		jobs = append(jobs, j)
-	}
-	sortJobs(jobs)
-	return jobs, nil
 }

@@ -19,14 +19,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // startDaemon runs a real daemon (embedded nats-server with JetStream on a
 // random port, state in a temporary directory) and a client connected to it.
-func startDaemon(t *testing.T) (*Daemon, *Client) {
+func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "scavd-test-")
@@ -37,7 +37,7 @@ func startDaemon(t *testing.T) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)
@@ -166,155 +166,6 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 	}
 }
 
-// runAndWatch submits req and collects the job's output until it finishes.
-func runAndWatch(t *testing.T, c *Client, req RunRequest, during func(Job)) (Job, []telemetry.LogLine, telemetry.Event) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	j, err := c.Run(ctx, req)
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if during != nil {
-		during(j)
-	}
-	var lines []telemetry.LogLine
-	var final telemetry.Event
-	errDone := fmt.Errorf("done")
-	err = c.Output(ctx, j.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
-		if l != nil {
-			lines = append(lines, *l)
-		} else if e.Kind == telemetry.EventFinished {
-			final = *e
-			return errDone
-		}
-		return nil
-	})
-	if err != errDone {
-		t.Fatalf("follow output: %v", err)
-	}
-	j, err = c.Job(ctx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j, lines, final
-}
-
-func TestJobLifecycle(t *testing.T) {
-	_, c := startDaemon(t)
-	dir := t.TempDir()
-
-	t.Run("success", func(t *testing.T) {
-		j, lines, final := runAndWatch(t, c, RunRequest{
-			Command: []string{"/bin/sh", "-c", `echo "rank $RANK of $WORLD_SIZE batch $SCAV_LOCAL_BATCH/{batch_size}"; echo oops >&2`},
-			Dir:     dir, Config: plugins.Config{Workers: 2, GlobalBatch: 8},
-		}, nil)
-		if j.State != StateSucceeded || *final.ExitCode != 0 || *j.ExitCode != 0 {
-			t.Fatalf("job %s state %s exit %v, event %+v", j.ID, j.State, *j.ExitCode, final)
-		}
-		got := map[string]bool{}
-		for _, l := range lines {
-			got[fmt.Sprintf("%d %s %s", l.Rank, l.Stream, l.Line)] = true
-		}
-		for _, want := range []string{"0 stdout rank 0 of 2 batch 4/8", "1 stdout rank 1 of 2 batch 4/8", "0 stderr oops", "1 stderr oops"} {
-			if !got[want] {
-				t.Errorf("missing output line %q in %v", want, got)
-			}
-		}
-	})
-
-	t.Run("rank fails", func(t *testing.T) {
-		j, _, final := runAndWatch(t, c, RunRequest{
-			Command: []string{"/bin/sh", "-c", `if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60`},
-			Dir:     dir, Config: plugins.Config{Workers: 2},
-		}, nil)
-		if j.State != StateFailed || *final.ExitCode != 3 || j.Result == nil || j.Result.FailedRank != 1 {
-			t.Fatalf("job state %s, exit %v, result %+v; want failed, 3, rank 1", j.State, *final.ExitCode, j.Result)
-		}
-		if !strings.Contains(final.Message, "rank 1 exited with 3") {
-			t.Errorf("final message %q does not name the failed rank", final.Message)
-		}
-	})
-
-	t.Run("stop", func(t *testing.T) {
-		start := time.Now()
-		j, lines, final := runAndWatch(t, c, RunRequest{
-			Command: []string{"/bin/sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done`},
-			Dir:     dir, Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second),
-		}, func(j Job) {
-			time.Sleep(300 * time.Millisecond)
-			if _, err := c.Stop(context.Background(), j.ID, 0); err != nil {
-				t.Errorf("stop: %v", err)
-			}
-		})
-		if j.State != StateStopped {
-			t.Fatalf("state %s (%s), want stopped", j.State, final.Message)
-		}
-		if time.Since(start) > 5*time.Second {
-			t.Errorf("stop took %s although the worker exits on TERM", time.Since(start))
-		}
-		sawTerm := false
-		for _, l := range lines {
-			sawTerm = sawTerm || l.Line == "got TERM"
-		}
-		if !sawTerm {
-			t.Errorf("the worker did not see SIGTERM: output %v", lines)
-		}
-	})
-
-	t.Run("bad requests", func(t *testing.T) {
-		for _, req := range []RunRequest{
-			{Command: nil, Config: plugins.Config{Workers: 1}},
-			{Command: []string{"true"}, Config: plugins.Config{Workers: 0}},
-			{Command: []string{"true"}, Config: plugins.Config{Workers: 3, GlobalBatch: 64}},
-			{Command: []string{"true"}, Config: plugins.Config{Workers: 1}, Name: "a.b"},
-		} {
-			if _, err := c.Run(context.Background(), req); err == nil || !strings.Contains(err.Error(), "bad request") {
-				t.Errorf("Run(%+v) = %v, want a bad-request error", req, err)
-			}
-		}
-		if _, err := c.Job(context.Background(), "nope-000000"); err == nil || !strings.Contains(err.Error(), "no such job") {
-			t.Errorf("Job(unknown) = %v, want no such job", err)
-		}
-	})
-
-	t.Run("command not found", func(t *testing.T) {
-		j, _, final := runAndWatch(t, c, RunRequest{Command: []string{"/nonexistent/train"}, Dir: dir, Config: plugins.Config{Workers: 1}}, nil)
-		if j.State != StateFailed || *final.ExitCode == 0 || !strings.Contains(final.Message, "/nonexistent/train") {
-			t.Fatalf("state %s exit %v message %q; want failed naming the command", j.State, *final.ExitCode, final.Message)
-		}
-	})
-}
-
-func TestDefaultName(t *testing.T) {
-	for _, c := range []struct {
-		cmd  []string
-		want string
-	}{
-		{[]string{"/usr/bin/python3", "examples/cnn.py", "--steps", "5"}, "cnn"},
-		{[]string{"python", "-u", "train.py"}, "train"},
-		{[]string{"torchrun", "--nproc_per_node={workers}", "my-train.py"}, "my-train"},
-		{[]string{"/bin/sh", "-c", "echo hi"}, "sh"},
-		{[]string{"./run.sh"}, "run"},
-		{[]string{"???"}, "job"},
-	} {
-		if got := defaultName(c.cmd); got != c.want {
-			t.Errorf("defaultName(%q) = %q, want %q", c.cmd, got, c.want)
-		}
-	}
-}
-
-func TestWithPythonPath(t *testing.T) {
-	got := withPythonPath([]string{"A=1", "PYTHONPATH=/x:/y"}, "/client")
-	if fmt.Sprint(got) != "[A=1 PYTHONPATH=/client:/x:/y]" {
-		t.Fatalf("got %v", got)
-	}
-	got = withPythonPath([]string{"A=1"}, "/client")
-	if fmt.Sprint(got) != "[A=1 PYTHONPATH=/client]" {
-		t.Fatalf("got %v", got)
-	}
-}
-
 func TestJoinsExternalNATS(t *testing.T) {
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
 	if err != nil {
@@ -342,13 +193,13 @@ func TestJoinsExternalNATS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "jetstream")); err == nil {
 		t.Errorf("a daemon joining external NATS created an embedded store")
 	}
-	c, err := Dial(ctx, ns.ClientURL(), 5*time.Second)
+	c, err := api.Dial(ctx, ns.ClientURL(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	j, lines, final := runAndWatch(t, c, RunRequest{Command: []string{"/bin/echo", "hello"}, Dir: state, Config: plugins.Config{Workers: 1}}, nil)
-	if j.State != StateSucceeded || len(lines) != 1 || lines[0].Line != "hello" || *final.ExitCode != 0 {
+	j, lines, final := runAndWatch(t, c, api.RunRequest{Command: []string{"/bin/echo", "hello"}, Dir: state, Config: plugins.Config{Workers: 1}}, nil)
+	if j.State != api.StateSucceeded || len(lines) != 1 || lines[0].Line != "hello" || *final.ExitCode != 0 {
 		t.Fatalf("job on external NATS: state %s, lines %v, final %+v", j.State, lines, final)
 	}
 }
@@ -378,14 +229,19 @@ func TestOneDaemonPerStateDir(t *testing.T) {
 }
 
 func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
-	d, c := startDaemon(t)
+	d, _ := startDaemon(t)
+	nc, err := nats.Connect(d.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
 	acks := make(chan []byte, 4)
-	sub, err := c.NC.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
+	sub, err := nc.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if err := c.NC.Flush(); err != nil {
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -406,7 +262,7 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	}()
 	var line string
 	for deadline := time.Now().Add(10 * time.Second); line == ""; {
-		if err := c.NC.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
+		if err := nc.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -444,96 +300,3 @@ const movableScript = `trap 'echo "world $WORLD_SIZE" > "$SCAV_CHECKPOINT_DIR/ck
 echo "attempt $SCAV_ATTEMPT world $WORLD_SIZE rank $RANK restore=$SCAV_RESTORE"
 if [ "$SCAV_ATTEMPT" -ge 2 ]; then exit 0; fi
 while :; do sleep 0.05; done`
-
-func TestMoveUninstrumentedJobBySignal(t *testing.T) {
-	for _, c := range []struct {
-		name        string
-		to          int
-		wantWorkers int // of the attempt that finished the job
-		wantMove    string
-	}{
-		{"to 2 workers", 2, 2, ""},
-		{"to an impossible count goes back", 3, 1, "could not start"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			dir, err := os.MkdirTemp("", "scavd-move-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
-			log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-			d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0",
-				Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2})}, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			cl, err := Dial(ctx, d.URL(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			var moveErr error
-			j, lines, final := runAndWatch(t, cl, RunRequest{
-				Command: []string{"/bin/sh", "-c", movableScript}, Dir: dir,
-				Config: plugins.Config{Workers: 1}, CheckpointSignal: "SIGUSR1", Grace: Duration(10 * time.Second),
-			}, func(j Job) {
-				time.Sleep(300 * time.Millisecond)
-				_, moveErr = cl.Move(ctx, j.ID, plugins.Config{Workers: c.to}, "test")
-			})
-			if moveErr != nil {
-				t.Fatalf("move: %v", moveErr)
-			}
-			if j.State != StateSucceeded || *final.ExitCode != 0 {
-				t.Fatalf("job %s: state %s, exit %d, %s", j.ID, j.State, *final.ExitCode, final.Message)
-			}
-			last := j.Attempts[len(j.Attempts)-1]
-			if len(j.Attempts) != 2 || last.Config.Workers != c.wantWorkers || last.Restore != j.CheckpointDir {
-				t.Fatalf("attempts %+v; want 2, the last at %d workers restoring from %s", j.Attempts, c.wantWorkers, j.CheckpointDir)
-			}
-			if j.Attempts[0].Move == nil || !strings.HasPrefix(j.Attempts[0].EndReason, "moved") {
-				t.Errorf("first attempt's end not recorded as a move: %+v", j.Attempts[0])
-			}
-			want := fmt.Sprintf("attempt %d world %d rank %d restore=%s", last.Attempt, c.wantWorkers, c.wantWorkers-1, j.CheckpointDir)
-			found := false
-			for _, l := range lines {
-				found = found || l.Line == want
-			}
-			if !found {
-				t.Errorf("no line %q in %v", want, lines)
-			}
-			if _, err := os.Stat(filepath.Join(j.CheckpointDir, "ckpt-1")); err != nil {
-				t.Errorf("the first attempt did not checkpoint: %v", err)
-			}
-			if c.wantMove != "" {
-				var msgs []string
-				_ = cl.Output(ctx, j.ID, false, func(_ *telemetry.LogLine, e *telemetry.Event) error {
-					if e != nil && e.Kind == telemetry.EventMoved {
-						msgs = append(msgs, e.Message)
-					}
-					return nil
-				})
-				if !strings.Contains(strings.Join(msgs, "\n"), c.wantMove) {
-					t.Errorf("move events %q do not say %q", msgs, c.wantMove)
-				}
-			}
-		})
-	}
-}
-
-func TestMoveRefusedWithoutAWayToCheckpoint(t *testing.T) {
-	_, c := startDaemon(t)
-	ctx := context.Background()
-	j, _, _ := runAndWatch(t, c, RunRequest{Command: []string{"/bin/sh", "-c", "sleep 1"}, Dir: os.TempDir(), Config: plugins.Config{Workers: 1}},
-		func(j Job) {
-			time.Sleep(200 * time.Millisecond)
-			_, err := c.Move(ctx, j.ID, plugins.Config{Workers: 2}, "test")
-			if err == nil || !strings.Contains(err.Error(), "--checkpoint-signal") {
-				t.Errorf("move of a job without telemetry or checkpoint signal: %v", err)
-			}
-		})
-	if j.State != StateSucceeded || len(j.Attempts) != 1 {
-		t.Fatalf("a refused move disturbed the job: %+v", j)
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -29,7 +31,7 @@ func (d *Daemon) startNode(ctx context.Context) error {
 	}
 	if every > 0 {
 		var err error
-		if d.node, d.closeGPUs, err = startNodeSampler(ctx, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.sup.active, d.log.Named("node")); err != nil {
+		if d.node, d.closeGPUs, err = startNodeSampler(d.root, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.jobs.Active, d.log.Named("node")); err != nil {
 			return err
 		}
 	}
@@ -46,7 +48,7 @@ func (d *Daemon) startNode(ctx context.Context) error {
 func (d *Daemon) stopNode() error {
 	var errs []error
 	if d.metrics != nil {
-		errs = append(errs, d.metrics.close())
+		errs = append(errs, d.metrics.close(d.root))
 	}
 	if d.node != nil {
 		d.node.stop()
@@ -68,8 +70,12 @@ func (d *Daemon) MetricsAddr() string {
 // Registry returns a new Prometheus registry holding the daemon's metrics
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
+	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats})
+}
+
+func newRegistry(c *daemonCollector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &daemonCollector{d: d})
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), c)
 	return reg
 }
 
@@ -102,8 +108,9 @@ func serveMetrics(listen string, reg *prometheus.Registry, log *zap.Logger) (*me
 	return m, nil
 }
 
-func (m *metricsServer) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// close shuts the endpoint down, giving scrapes in flight 5s (and ctx).
+func (m *metricsServer) close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := m.srv.Shutdown(ctx)
 	<-m.done
@@ -166,7 +173,12 @@ var (
 
 // daemonCollector reads the daemon's jobs, node samples and ingest counters
 // at each scrape.
-type daemonCollector struct{ d *Daemon }
+type daemonCollector struct {
+	node    string
+	running func() []jobs.Status
+	latest  func() (gpus, hosts *telemetry.NodeSample)
+	ingest  func() api.IngestStats
+}
 
 // Describe implements prometheus.Collector.
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -184,151 +196,149 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
-	d := c.d
-	node := d.cfg.Node
-	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	m := metricSink{ch: ch, node: c.node}
+	names := m.jobs(c.running())
+	gs, hs := c.latest()
+	m.host(hs, names)
+	m.gpus(gs, names)
+	st := c.ingest()
+	m.counter(descIngested, float64(st.Accepted), m.node)
+	m.gauge(descConns, float64(st.Connections), m.node)
+	for _, reason := range ingest.DropReasons {
+		m.counter(descDropped, float64(st.Dropped[reason]), m.node, reason)
 	}
-	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
-	}
-	opt := func(desc *prometheus.Desc, v *float64, labels ...string) {
-		if v != nil {
-			gauge(desc, *v, labels...)
-		}
-	}
+}
 
-	names := map[string]string{} // job id -> name, for the node samples' job labels
-	for _, r := range d.sup.runningJobs() {
-		j := r.snapshot()
-		last, stepTime, _ := r.progress()
-		noise := r.noise()
+// metricSink writes one scrape's metrics of a node.
+type metricSink struct {
+	ch   chan<- prometheus.Metric
+	node string
+}
+
+func (m metricSink) gauge(desc *prometheus.Desc, v float64, labels ...string) {
+	m.ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+}
+
+func (m metricSink) counter(desc *prometheus.Desc, v float64, labels ...string) {
+	m.ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+}
+
+// opt writes a gauge whose value may be unknown (nil: none).
+func (m metricSink) opt(desc *prometheus.Desc, v *float64, labels ...string) {
+	if v != nil {
+		m.gauge(desc, *v, labels...)
+	}
+}
+
+// jobs writes the running jobs' series and returns their names by id, for
+// the node samples' job labels.
+func (m metricSink) jobs(running []jobs.Status) map[string]string {
+	names := map[string]string{}
+	for _, st := range running {
+		j, p := st.Job, st.Progress
 		names[j.ID] = j.Name
-		l := []string{j.ID, j.Name, node}
-		gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, j.Phase)...)
-		gauge(descSteps, float64(last), l...)
-		if stepTime > 0 {
-			gauge(descStepRate, 1/stepTime, l...)
-			gauge(descStepTime, stepTime, l...)
+		l := []string{j.ID, j.Name, m.node}
+		m.gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, string(j.Phase))...)
+		m.gauge(descSteps, float64(p.LastStep), l...)
+		if p.StepTime > 0 {
+			m.gauge(descStepRate, 1/p.StepTime, l...)
+			m.gauge(descStepTime, p.StepTime, l...)
 			if j.Config.GlobalBatch > 0 {
-				gauge(descSamples, float64(j.Config.GlobalBatch)/stepTime, l...)
+				m.gauge(descSamples, float64(j.Config.GlobalBatch)/p.StepTime, l...)
 			}
 		}
-		gauge(descWorkers, float64(j.Config.Workers), l...)
-		gauge(descBatch, float64(j.Config.GlobalBatch), l...)
-		gauge(descAttempt, float64(j.Attempt), l...)
-		if noise > 0 {
-			gauge(descNoise, noise, l...)
+		m.gauge(descWorkers, float64(j.Config.Workers), l...)
+		m.gauge(descBatch, float64(j.Config.GlobalBatch), l...)
+		m.gauge(descAttempt, float64(j.Attempt), l...)
+		if p.Noise > 0 {
+			m.gauge(descNoise, p.Noise, l...)
 		}
 		for i := len(j.Decisions) - 1; i >= 0; i-- {
 			if dec := j.Decisions[i]; dec.PredictedS > 0 {
-				gauge(descRemaining, max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0), l...)
-				gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
-				gauge(descCost, dec.PredictedUSD, l...)
+				m.gauge(descRemaining, max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0), l...)
+				m.gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
+				m.gauge(descCost, dec.PredictedUSD, l...)
 				break
 			}
 		}
 	}
+	return names
+}
 
-	gs, hs := d.node.latest()
-	if hs != nil && hs.Host != nil {
-		h := hs.Host
-		gauge(descCPUs, float64(h.CPUs), node)
-		opt(descCPUUtil, h.CPUUtilization, node)
-		gauge(descLoad1, h.Load1, node)
-		gauge(descMemTotal, float64(h.MemoryTotalBytes), node)
-		gauge(descMemUsed, float64(h.MemoryUsedBytes), node)
-		gauge(descMemAvail, float64(h.MemoryAvailableBytes), node)
-		for _, n := range h.Net {
-			counter(descNetRx, float64(n.RxBytes), node, n.Name)
-			counter(descNetTx, float64(n.TxBytes), node, n.Name)
+// host writes the node's host sample (none when hs is nil).
+func (m metricSink) host(hs *telemetry.NodeSample, names map[string]string) {
+	if hs == nil || hs.Host == nil {
+		return
+	}
+	h, node := hs.Host, m.node
+	m.gauge(descCPUs, float64(h.CPUs), node)
+	m.opt(descCPUUtil, h.CPUUtilization, node)
+	m.gauge(descLoad1, h.Load1, node)
+	m.gauge(descMemTotal, float64(h.MemoryTotalBytes), node)
+	m.gauge(descMemUsed, float64(h.MemoryUsedBytes), node)
+	m.gauge(descMemAvail, float64(h.MemoryAvailableBytes), node)
+	for _, n := range h.Net {
+		m.counter(descNetRx, float64(n.RxBytes), node, n.Name)
+		m.counter(descNetTx, float64(n.TxBytes), node, n.Name)
+	}
+	m.gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
+	for _, u := range h.Jobs {
+		l := []string{u.Job, names[u.Job], node}
+		m.gauge(descJobCPU, u.CPUSeconds, l...)
+		m.opt(descJobCores, u.CPUCores, l...)
+		m.gauge(descJobRSS, float64(u.RSSBytes), l...)
+		m.gauge(descJobProcs, float64(len(u.Processes)), l...)
+	}
+}
+
+// gpus writes the node's GPU sample (none when gs is nil).
+func (m metricSink) gpus(gs *telemetry.NodeSample, names map[string]string) {
+	if gs == nil {
+		return
+	}
+	m.gauge(descGPUs, float64(len(gs.GPUs)), m.node, gs.Source)
+	m.gauge(descSampleAt, unixSeconds(gs.Time), m.node, telemetry.NodeGPU)
+	for _, g := range gs.GPUs {
+		l := []string{m.node, strconv.Itoa(g.Index), g.UUID}
+		mem := map[string]float64{}
+		for _, p := range g.Processes {
+			v := 0.0
+			if p.MemoryUsedBytes != nil {
+				v = float64(*p.MemoryUsedBytes)
+			}
+			mem[p.Job] += v
 		}
-		gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
-		for _, u := range h.Jobs {
-			l := []string{u.Job, names[u.Job], node}
-			gauge(descJobCPU, u.CPUSeconds, l...)
-			opt(descJobCores, u.CPUCores, l...)
-			gauge(descJobRSS, float64(u.RSSBytes), l...)
-			gauge(descJobProcs, float64(len(u.Processes)), l...)
+		m.opt(descGPUUtil, g.Utilization, l...)
+		for job, v := range mem {
+			m.gauge(descGPUJobMem, v, append(l, job)...)
+			if job != "" {
+				m.gauge(descGPUJob, 1, append(l, job, names[job])...)
+			}
+		}
+		m.opt(descGPUMemUtil, g.MemoryUtilization, l...)
+		m.optUint(descGPUMemUsed, g.MemoryUsedBytes, l...)
+		m.optUint(descGPUMemTot, g.MemoryTotalBytes, l...)
+		m.opt(descGPUPower, g.PowerWatts, l...)
+		m.opt(descGPULimit, g.PowerLimitWatts, l...)
+		m.opt(descGPUTemp, g.TemperatureCelsius, l...)
+		m.opt(descGPUClock, g.SMClockHertz, l...)
+		if g.ECCCorrected != nil {
+			m.counter(descGPUECC, float64(*g.ECCCorrected), append(l, "corrected")...)
+		}
+		if g.ECCUncorrected != nil {
+			m.counter(descGPUECC, float64(*g.ECCUncorrected), append(l, "uncorrected")...)
+		}
+		if g.XIDErrors != nil {
+			m.counter(descGPUXID, float64(*g.XIDErrors), l...)
 		}
 	}
-	if gs != nil {
-		gauge(descGPUs, float64(len(gs.GPUs)), node, gs.Source)
-		gauge(descSampleAt, unixSeconds(gs.Time), node, telemetry.NodeGPU)
-		for _, g := range gs.GPUs {
-			l := []string{node, strconv.Itoa(g.Index), g.UUID}
-			mem := map[string]float64{}
-			for _, p := range g.Processes {
-				v := 0.0
-				if p.MemoryUsedBytes != nil {
-					v = float64(*p.MemoryUsedBytes)
-				}
-				mem[p.Job] += v
-			}
-			opt(descGPUUtil, g.Utilization, l...)
-			for job, v := range mem {
-				gauge(descGPUJobMem, v, append(l, job)...)
-				if job != "" {
-					gauge(descGPUJob, 1, append(l, job, names[job])...)
-				}
-			}
-			opt(descGPUMemUtil, g.MemoryUtilization, l...)
-			if g.MemoryUsedBytes != nil {
-				gauge(descGPUMemUsed, float64(*g.MemoryUsedBytes), l...)
-			}
-			if g.MemoryTotalBytes != nil {
-				gauge(descGPUMemTot, float64(*g.MemoryTotalBytes), l...)
-			}
-			opt(descGPUPower, g.PowerWatts, l...)
-			opt(descGPULimit, g.PowerLimitWatts, l...)
-			opt(descGPUTemp, g.TemperatureCelsius, l...)
-			opt(descGPUClock, g.SMClockHertz, l...)
-			if g.ECCCorrected != nil {
-				counter(descGPUECC, float64(*g.ECCCorrected), append(l, "corrected")...)
-			}
-			if g.ECCUncorrected != nil {
-				counter(descGPUECC, float64(*g.ECCUncorrected), append(l, "uncorrected")...)
-			}
-			if g.XIDErrors != nil {
-				counter(descGPUXID, float64(*g.XIDErrors), l...)
-			}
-		}
-	}
+}
 
-	st := d.ingest.Stats()
-	counter(descIngested, float64(st.Accepted), node)
-	gauge(descConns, float64(st.Connections), node)
-	for _, reason := range dropReasons {
-		counter(descDropped, float64(st.Dropped[reason]), node, reason)
+// optUint writes a gauge of a count that may be unknown (nil: none).
+func (m metricSink) optUint(desc *prometheus.Desc, v *uint64, labels ...string) {
+	if v != nil {
+		m.gauge(desc, float64(*v), labels...)
 	}
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
-// runningJobs lists the jobs running here.
-func (s *supervisor) runningJobs() []*running {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rs := make([]*running, 0, len(s.jobs))
-	for _, r := range s.jobs {
-		rs = append(rs, r)
-	}
-	return rs
-}
-
-// setNoise records the job's latest gradient noise scale.
-func (r *running) setNoise(v float64) {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return
-	}
-	r.mu.Lock()
-	r.noiseScale = v
-	r.mu.Unlock()
-}
-
-// noise is the job's latest gradient noise scale (0 when none is known).
-func (r *running) noise() float64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.noiseScale
-}

@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/gpu"
 	"github.com/scavenger-ml/scavenger/telemetry/host"
@@ -32,7 +32,7 @@ type HostReader interface {
 // goroutine is started by start and joined by stop.
 type nodeSampler struct {
 	log   *zap.Logger
-	pub   Publisher
+	pub   ingest.Publisher
 	node  string // as it appears in subjects
 	every time.Duration
 	gpus  GPUReader
@@ -48,9 +48,9 @@ type nodeSampler struct {
 	done   chan struct{}
 }
 
-// start samples at once, then every period, until stop.
-func (n *nodeSampler) start() {
-	ctx, cancel := context.WithCancel(context.Background())
+// start samples at once, then every period, until stop or the end of ctx.
+func (n *nodeSampler) start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	n.cancel, n.done = cancel, make(chan struct{})
 	go func() {
 		defer close(n.done)
@@ -144,7 +144,7 @@ func (n *nodeSampler) latest() (gpus, hosts *telemetry.NodeSample) {
 }
 
 // startNodeSampler opens the collectors and starts sampling every period.
-func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub Publisher, jobs func() []string, log *zap.Logger) (*nodeSampler, func() error, error) {
+func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub ingest.Publisher, jobs func() []string, log *zap.Logger) (*nodeSampler, func() error, error) {
 	g, err := gpu.Open(ctx, gpuSource, log)
 	if err != nil {
 		return nil, nil, err
@@ -153,57 +153,6 @@ func startNodeSampler(ctx context.Context, node string, every time.Duration, gpu
 		log: log, pub: pub, node: telemetry.SubjectNode(node), every: every, gpus: g, host: host.New(), jobs: jobs,
 		failing: map[string]string{},
 	}
-	n.start()
+	n.start(ctx)
 	return n, g.Close, nil
-}
-
-// NodeSamples replays the node samples of node (every node when empty) and
-// kind (telemetry.NodeGPU, telemetry.NodeHost, or both when empty), oldest
-// first; see telemetry.Replay for follow. Messages this build cannot decode
-// are skipped.
-func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool, fn func(telemetry.NodeSample) error) error {
-	kinds := []string{telemetry.NodeGPU, telemetry.NodeHost}
-	if kind != "" {
-		kinds = []string{kind}
-	}
-	n := "*"
-	if node != "" {
-		n = telemetry.SubjectNode(node)
-	}
-	subjects := make([]string, 0, len(kinds))
-	for _, k := range kinds {
-		subjects = append(subjects, telemetry.NodeSubject(n, k))
-	}
-	return telemetry.Replay(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
-}
-
-// LatestNodeSamples delivers the newest node sample of each node and kind,
-// then, with follow, every new one until ctx is done or fn fails; see
-// telemetry.ReplayLast. Messages this build cannot decode are skipped.
-func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	return telemetry.ReplayLast(ctx, c.JS, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
-}
-
-// NodeSamplesSince delivers every node's samples of kind (both kinds when
-// empty) taken since from, oldest first, and returns; see
-// telemetry.ReplaySince. Messages this build cannot decode are skipped.
-func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	if kind != "" {
-		subjects = []string{telemetry.NodeSubject("*", kind)}
-	}
-	return telemetry.ReplaySince(ctx, c.JS, telemetry.NodeStream, subjects, from, nodeSamples(fn))
-}
-
-// nodeSamples hands fn each message that decodes as a node sample and skips
-// the others (written by a newer build, or damaged).
-func nodeSamples(fn func(telemetry.NodeSample) error) func(jetstream.Msg) error {
-	return func(m jetstream.Msg) error {
-		s, err := telemetry.DecodeNodeSample(m.Data())
-		if err != nil {
-			return nil
-		}
-		return fn(s)
-	}
 }

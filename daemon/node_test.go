@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -39,7 +40,7 @@ finally:
 
 // startNodeDaemon runs a daemon that samples its node every 200 ms and
 // serves /metrics on a free port.
-func startNodeDaemon(t *testing.T) (*Daemon, *Client) {
+func startNodeDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "scavd-node-")
@@ -51,7 +52,7 @@ func startNodeDaemon(t *testing.T) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)
@@ -108,11 +109,11 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 	d, c := startNodeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	j, err := c.Run(ctx, RunRequest{Name: "nodejob", Command: []string{python3(), "-c", stepWriter}, Dir: t.TempDir(), Env: os.Environ(),
-		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: Duration(time.Second),
+	j, err := c.Run(ctx, api.RunRequest{Name: "nodejob", Command: []string{python3(), "-c", stepWriter}, Dir: t.TempDir(), Env: os.Environ(),
+		Config: plugins.Config{Workers: 2, GlobalBatch: 16}, Grace: api.Duration(time.Second),
 		// A policy with one configuration to choose: it observes (and
 		// estimates the gradient noise scale) but never moves the job.
-		Optimize: Optimize{Policy: "adaptive", TargetSamples: 1 << 20, MinWorkers: 2, MaxWorkers: 2, MinBatch: 16, MaxBatch: 16}})
+		Optimize: api.Optimize{Policy: "adaptive", TargetSamples: 1 << 20, MinWorkers: 2, MaxWorkers: 2, MinBatch: 16, MaxBatch: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}

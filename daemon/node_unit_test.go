@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -45,7 +49,7 @@ func (p *nopPublisher) Publish(string, []byte) error { p.n++; return nil }
 func f64(v float64) *float64 { return &v }
 func u64(v uint64) *uint64   { return &v }
 
-// Job metrics come from the supervisor's state at scrape time, the
+// api.Job metrics come from the supervisor's state at scrape time, the
 // predictions from the last decision that made one. GPU metrics carry the job whose processes use the device, from the host
 // collector's process tree; a free device has an empty job label.
 func TestGPUMetricsByDeviceAndJob(t *testing.T) {
@@ -68,11 +72,12 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 		t.Errorf("processes %+v: want 100 and 101 in cnn-000001, 999 in no job", p)
 	}
 	decided := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	r := &running{job: Job{ID: "cnn-000001", Name: "cnn", Launcher: "local", Attempt: 2, Phase: "optimised",
-		Config: plugins.Config{Workers: 2, GlobalBatch: 64}, Optimize: Optimize{Policy: "scavenger"},
-		Decisions: []Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: "optimised"}}},
-		lastStep: 42, stepTime: 0.5, noiseScale: 1234}
-	d := &Daemon{cfg: Config{Node: "gpu01.cluster"}, sup: &supervisor{jobs: map[string]*running{"cnn-000001": r}}, ingest: newIngest(nil, zap.NewNop()), node: n}
+	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", Launcher: "local", Attempt: 2, Phase: policy.PhaseOptimised,
+		Config: plugins.Config{Workers: 2, GlobalBatch: 64}, Optimize: api.Optimize{Policy: "scavenger"},
+		Decisions: []api.Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: policy.PhaseOptimised}}},
+		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5, Noise: 1234}}
+	c := &daemonCollector{node: "gpu01.cluster", running: func() []jobs.Status { return []jobs.Status{st} }, latest: n.latest,
+		ingest: func() api.IngestStats { return api.IngestStats{} }}
 	want := `
 # HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU.
 # TYPE scavenger_gpu_utilization_ratio gauge
@@ -124,14 +129,14 @@ scavenger_node_network_received_bytes_total{device="ib0",node="gpu01.cluster"} 5
 # TYPE scavenger_node_gpus gauge
 scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 `
-	if err := testutil.GatherAndCompare(d.Registry(), strings.NewReader(want),
+	if err := testutil.GatherAndCompare(newRegistry(c), strings.NewReader(want),
 		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_info", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
 		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus", "scavenger_node_network_received_bytes_total",
 		"scavenger_job_last_step", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
 		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
 		t.Error(err)
 	}
-	if problems, err := testutil.GatherAndLint(d.Registry()); err != nil || len(problems) > 0 {
+	if problems, err := testutil.GatherAndLint(newRegistry(c)); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }

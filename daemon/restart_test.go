@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -28,7 +30,7 @@ fi
 trap 'exit 0' TERM
 sleep 60 & wait`
 
-func startAt(t *testing.T, state string, resume bool) (*Daemon, *Client) {
+func startAt(t *testing.T, state string, resume bool) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1", ResumeJobs: resume},
@@ -36,7 +38,7 @@ func startAt(t *testing.T, state string, resume bool) (*Daemon, *Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatal(err)
@@ -57,8 +59,8 @@ func TestRestartResumesStoppedJobs(t *testing.T) {
 	work := t.TempDir()
 
 	d1, c1 := startAt(t, state, true)
-	j, err := c1.Run(ctx, RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: work,
-		Env: []string{"MINE=kept", "PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second)})
+	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: work,
+		Env: []string{"MINE=kept", "PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,19 +72,19 @@ func TestRestartResumesStoppedJobs(t *testing.T) {
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(state, restartDir, j.ID+".json")); err != nil {
+	if _, err := os.Stat(filepath.Join(state, jobs.RestartSubdir, j.ID+".json")); err != nil {
 		t.Fatalf("the job's environment was not kept: %v", err)
 	}
 
 	d2, c2 := startAt(t, state, true)
 	defer d2.Close()
 	defer c2.Close()
-	var got Job
+	var got api.Job
 	eventually(t, "the job resumed", 10*time.Second, func() bool {
 		got, err = c2.Job(ctx, j.ID)
-		return err == nil && got.State == StateRunning && got.Attempt == 2
+		return err == nil && got.State == api.StateRunning && got.Attempt == 2
 	})
-	if a := got.Attempts; len(a) != 2 || a[0].EndReason != string(StateStopped) || a[1].Restore != filepath.Join(j.CheckpointDir, "ckpt-7") {
+	if a := got.Attempts; len(a) != 2 || a[0].EndReason != string(api.StateStopped) || a[1].Restore != filepath.Join(j.CheckpointDir, "ckpt-7") {
 		t.Errorf("attempts %+v", a)
 	}
 	var second []byte
@@ -101,7 +103,7 @@ func TestRestartResumesStoppedJobs(t *testing.T) {
 	if err := d2.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(state, restartDir, j.ID+".json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(state, jobs.RestartSubdir, j.ID+".json")); !os.IsNotExist(err) {
 		t.Errorf("the environment of a job stopped by its user is kept: %v", err)
 	}
 }
@@ -139,7 +141,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 
 	d1, c1 := startAt(t, state, true)
 	c1.Close()
-	lost := func(id, handle string) Job {
+	lost := func(id, handle string) api.Job {
 		ckpt := filepath.Join(state, "checkpoints", id)
 		if err := os.MkdirAll(ckpt, 0o700); err != nil {
 			t.Fatal(err)
@@ -150,15 +152,15 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		j := Job{ID: id, Name: id, Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: dir, Config: plugins.Config{Workers: 1, LRScale: 1},
-			Mode: plugins.ModeAuto, CheckpointDir: ckpt, Grace: Duration(time.Second), Node: "n1", Launcher: "local",
-			State: StateRunning, Attempt: 1, Created: time.Now().UTC(), Attempts: []Attempt{{Attempt: 1, Started: time.Now().UTC(), Handle: handle}}}
-		d1.sup.save(ctx, j)
-		b, _ := json.Marshal(restartEntry{Job: id, Env: []string{"MINE=" + id, "PATH=" + os.Getenv("PATH")}})
-		if err := os.MkdirAll(filepath.Join(state, restartDir), 0o700); err != nil {
+		j := api.Job{ID: id, Name: id, Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: dir, Config: plugins.Config{Workers: 1, LRScale: 1},
+			Mode: plugins.ModeAuto, CheckpointDir: ckpt, Grace: api.Duration(time.Second), Node: "n1", Launcher: "local",
+			State: api.StateRunning, Attempt: 1, Created: time.Now().UTC(), Attempts: []api.Attempt{{Attempt: 1, Started: time.Now().UTC(), Handle: handle}}}
+		putRecord(t, d1, j)
+		b, _ := json.Marshal(map[string]any{"job": id, "env": []string{"MINE=" + id, "PATH=" + os.Getenv("PATH")}})
+		if err := os.MkdirAll(filepath.Join(state, jobs.RestartSubdir), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(state, restartDir, id+".json"), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(state, jobs.RestartSubdir, id+".json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return j
@@ -168,7 +170,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 	reused := lost("reused-000001", strconv.Itoa(stranger.Process.Pid))
 	other := lost("other-000001", "")
 	other.Node = "n2" // another node's job is none of this daemon's business
-	d1.sup.save(ctx, other)
+	putRecord(t, d1, other)
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 	defer c2.Close()
 	eventually(t, "the lost job resumed", 10*time.Second, func() bool {
 		j, err := c2.Job(ctx, gone.ID)
-		return err == nil && j.State == StateRunning && j.Attempt == 2
+		return err == nil && j.State == api.StateRunning && j.Attempt == 2
 	})
 	select {
 	case err := <-leftoverDone:
@@ -189,7 +191,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 	for _, id := range []string{alive.ID, reused.ID} {
 		eventually(t, "job "+id+" resumed", 10*time.Second, func() bool {
 			j, err := c2.Job(ctx, id)
-			return err == nil && j.State == StateRunning && j.Attempt == 2
+			return err == nil && j.State == api.StateRunning && j.Attempt == 2
 		})
 	}
 	if j, _ := c2.Job(ctx, alive.ID); !strings.Contains(j.Attempts[0].EndReason, "lost") {
@@ -198,7 +200,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 	if err := syscall.Kill(stranger.Process.Pid, 0); err != nil {
 		t.Errorf("a program that is no job's worker was killed: %v", err)
 	}
-	if j, _ := c2.Job(ctx, other.ID); j.State != StateRunning {
+	if j, _ := c2.Job(ctx, other.ID); j.State != api.StateRunning {
 		t.Errorf("another node's job was touched: %s %q", j.State, j.Message)
 	}
 	eventually(t, "the resumed job's output", 10*time.Second, func() bool {
@@ -216,20 +218,20 @@ func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	}
 	defer os.RemoveAll(state)
 	d1, c1 := startAt(t, state, false)
-	j, err := c1.Run(ctx, RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 1}, Grace: Duration(5 * time.Second)})
+	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the job running", 10*time.Second, func() bool {
 		j, err := c1.Job(ctx, j.ID)
-		return err == nil && j.State == StateRunning
+		return err == nil && j.State == api.StateRunning
 	})
 	c1.Close()
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if kept, _ := os.ReadDir(filepath.Join(state, restartDir)); len(kept) > 0 {
+	if kept, _ := os.ReadDir(filepath.Join(state, jobs.RestartSubdir)); len(kept) > 0 {
 		t.Errorf("environments kept without resume_jobs: %v", kept)
 	}
 	d2, c2 := startAt(t, state, false)
@@ -237,7 +239,16 @@ func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	defer c2.Close()
 	// Start settles the previous daemon's jobs before it returns: a resumed
 	// job would be active now.
-	if got, err := c2.Job(ctx, j.ID); err != nil || got.State != StateStopped || len(d2.Active()) != 0 {
+	if got, err := c2.Job(ctx, j.ID); err != nil || got.State != api.StateStopped || len(d2.Active()) != 0 {
 		t.Errorf("job %s %q, active %v, %v", got.State, got.Message, d2.Active(), err)
+	}
+}
+
+// putRecord writes j into the job bucket as a daemon before this one left it.
+func putRecord(t *testing.T, d *Daemon, j api.Job) {
+	t.Helper()
+	b, _ := json.Marshal(j)
+	if _, err := d.store.Jobs.Put(context.Background(), j.ID, b); err != nil {
+		t.Fatal(err)
 	}
 }

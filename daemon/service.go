@@ -62,7 +62,7 @@ func (d *Daemon) notifyService(ctx context.Context, sd *sdnotify.Notifier, watch
 
 // status is the one-line summary systemctl status shows.
 func (d *Daemon) status() string {
-	jobs := d.sup.active()
+	jobs := d.jobs.Active()
 	n := len(jobs)
 	switch n {
 	case 0:

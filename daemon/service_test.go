@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -74,7 +75,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		t.Errorf("ready message %q has no status", ready)
 	}
 	// Ready means serving: the discovery file is written, the socket listens.
-	info, err := ReadDiscovery(state)
+	info, err := api.ReadDiscovery(state)
 	if err != nil {
 		t.Fatalf("ready, but no discovery file: %v", err)
 	}
@@ -83,14 +84,14 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	c, err := Dial(ctx, info.NATS, 5*time.Second)
+	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 
 	next("WATCHDOG=1")
-	j, err := c.Run(ctx, RunRequest{Command: []string{"/bin/sh", "-c", "sleep 60"}, Dir: dir, Config: plugins.Config{Workers: 1}, Grace: Duration(time.Second)})
+	j, err := c.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", "sleep 60"}, Dir: dir, Config: plugins.Config{Workers: 1}, Grace: api.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 
 func TestDefaultStateDirIsSystemds(t *testing.T) {
 	t.Setenv("STATE_DIRECTORY", "/var/lib/scavenger:/var/lib/other")
-	if got := DefaultStateDir(); got != "/var/lib/scavenger" {
+	if got := api.DefaultStateDir(); got != "/var/lib/scavenger" {
 		t.Fatalf("DefaultStateDir() = %q with STATE_DIRECTORY set", got)
 	}
 }
@@ -137,7 +138,7 @@ func TestRunWithoutServiceManager(t *testing.T) {
 		done <- Run(ctx, Config{StateDir: state, Listen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	}()
 	eventually(t, "the discovery file", 10*time.Second, func() bool {
-		_, err := ReadDiscovery(state)
+		_, err := api.ReadDiscovery(state)
 		return err == nil
 	})
 	cancel()

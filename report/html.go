@@ -122,7 +122,7 @@ type decisionRow struct {
 func (r JobReport) decisionRows() []decisionRow {
 	var out []decisionRow
 	for _, d := range r.decisions {
-		row := decisionRow{Step: d.Step, Phase: d.Phase, Reason: d.Reason, Candidates: len(d.Candidates),
+		row := decisionRow{Step: d.Step, Phase: string(d.Phase), Reason: d.Reason, Candidates: len(d.Candidates),
 			From: plot.ConfigLabel(d.From.Workers, d.From.GlobalBatch), To: plot.ConfigLabel(d.To.Workers, d.To.GlobalBatch),
 			PredictedS: "-", PredictedD: "-"}
 		if d.PredictedS > 0 {

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -154,9 +155,9 @@ func TestTopNodeTracker(t *testing.T) {
 
 func TestTopJobUsage(t *testing.T) {
 	started := topNow.Add(-time.Hour)
-	jobs := []daemon.Job{
-		{ID: "dist", State: daemon.StateRunning, Created: started, Started: &started, Config: plugins.Config{Workers: 2, GlobalBatch: 64}},
-		{ID: "done", State: daemon.StateSucceeded, Created: started, Started: &started, Ended: &started},
+	jobs := []api.Job{
+		{ID: "dist", State: api.StateRunning, Created: started, Started: &started, Config: plugins.Config{Workers: 2, GlobalBatch: 64}},
+		{ID: "done", State: api.StateSucceeded, Created: started, Started: &started, Ended: &started},
 	}
 	nodes := nodesOf(
 		hostAt("a", time.Second, 0, 0, telemetry.JobUsage{Job: "dist", CPUCores: ptr(1.5), RSSBytes: 100}, telemetry.JobUsage{Job: "done", RSSBytes: 7}),

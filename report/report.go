@@ -15,7 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -48,16 +49,16 @@ type JobReport struct {
 	PredictedCost []stepstats.Point `json:"predicted_cost,omitempty"`
 	// Candidates are the predictions the latest model-based decision chose
 	// among (CandidatesStep is that decision's step).
-	Candidates     []daemon.CandidatePrediction `json:"candidates,omitempty"`
-	CandidatesStep int64                        `json:"candidates_step,omitempty"`
+	Candidates     []api.CandidatePrediction `json:"candidates,omitempty"`
+	CandidatesStep int64                     `json:"candidates_step,omitempty"`
 
-	decisions []daemon.Decision
+	decisions []api.Decision
 	start     time.Time // the origin of the series' times
 }
 
 // Attempt is one attempt of a job's timeline, with its step times.
 type Attempt struct {
-	daemon.Attempt
+	api.Attempt
 	WallS float64 `json:"wall_s"`
 	// MeasuredStepS is the median step time of rank 0 after the warm-up;
 	// PredictedStepS what the policy predicted for this configuration when it chose it.
@@ -76,7 +77,7 @@ const warmup = 3
 
 // Make is the report of job j from rank 0's step records; now ends what
 // is still running.
-func Make(j daemon.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
+func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	price := j.Optimize.PriceUSDPerHour
 	if price == 0 {
 		price = 1
@@ -123,7 +124,7 @@ func Make(j daemon.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 
 // BaseBatch is the batch job j's noise scale is measured against: its first
 // attempt's global batch (the configured one before any attempt).
-func BaseBatch(j daemon.Job) float64 {
+func BaseBatch(j api.Job) float64 {
 	if len(j.Attempts) > 0 {
 		return float64(j.Attempts[0].Config.GlobalBatch)
 	}
@@ -133,7 +134,7 @@ func BaseBatch(j daemon.Job) float64 {
 // timeline sets the report's attempts: their wall time, measured step time
 // (rank 0's after the warm-up), the step time predicted when they were
 // chosen and by the latest model, and the relaunch overhead.
-func (r *JobReport) timeline(j daemon.Job, recs []telemetry.StepRecord, now time.Time) {
+func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Time) {
 	dts := map[int][]float64{}
 	seen := map[int]int{}
 	for _, rec := range recs {

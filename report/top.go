@@ -5,7 +5,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -108,13 +109,13 @@ type TopRow struct {
 // BuildTopFrame joins job records with the tracker's figures and the nodes'
 // per-job usage: the active jobs first, oldest first, then the finished
 // ones, newest first.
-func BuildTopFrame(jobs []daemon.Job, tr *TopTracker, nodes []TopNode, now time.Time) TopFrame {
+func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Time) TopFrame {
 	f := TopFrame{Now: now, Nodes: nodes}
 	usage := jobUsage(nodes)
 	for _, j := range jobs {
 		row := TopRow{ID: j.ID, State: string(j.State), Active: !j.State.Done(), Workers: j.Config.Workers, Batch: j.Config.GlobalBatch}
-		if row.Active && j.State == daemon.StateRunning && j.Phase != "" {
-			row.State = j.Phase
+		if row.Active && j.State == api.StateRunning && j.Phase != "" {
+			row.State = string(j.Phase)
 		}
 		if t := tr.jobs[j.ID]; t != nil {
 			row.Step = t.step

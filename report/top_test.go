@@ -8,7 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -118,19 +119,19 @@ func TestTopTracker(t *testing.T) {
 func TestTopBuildFrame(t *testing.T) {
 	started := topNow.Add(-time.Hour)
 	ended := topNow.Add(-10 * time.Minute)
-	jobs := []daemon.Job{
-		{ID: "done-old", State: daemon.StateSucceeded, Created: topNow.Add(-3 * time.Hour), Started: &started, Ended: &started,
+	jobs := []api.Job{
+		{ID: "done-old", State: api.StateSucceeded, Created: topNow.Add(-3 * time.Hour), Started: &started, Ended: &started,
 			Config: plugins.Config{Workers: 1, GlobalBatch: 32}},
-		{ID: "done-new", State: daemon.StateFailed, Created: topNow.Add(-2 * time.Hour), Started: &started, Ended: &ended,
-			Config: plugins.Config{Workers: 1, GlobalBatch: 32}, Optimize: daemon.Optimize{PriceUSDPerHour: 6}},
-		{ID: "run-b", State: daemon.StateRunning, Phase: "optimised", Created: topNow.Add(-time.Minute), Started: &started,
-			Config: plugins.Config{Workers: 2, GlobalBatch: 128}, Optimize: daemon.Optimize{Policy: "scavenger", PriceUSDPerHour: 3.6},
-			Decisions: []daemon.Decision{
+		{ID: "done-new", State: api.StateFailed, Created: topNow.Add(-2 * time.Hour), Started: &started, Ended: &ended,
+			Config: plugins.Config{Workers: 1, GlobalBatch: 32}, Optimize: api.Optimize{PriceUSDPerHour: 6}},
+		{ID: "run-b", State: api.StateRunning, Phase: "optimised", Created: topNow.Add(-time.Minute), Started: &started,
+			Config: plugins.Config{Workers: 2, GlobalBatch: 128}, Optimize: api.Optimize{Policy: "scavenger", PriceUSDPerHour: 3.6},
+			Decisions: []api.Decision{
 				{Time: topNow.Add(-30 * time.Minute), PredictedS: 600, PredictedUSD: 1},               // stale: superseded
 				{Time: topNow.Add(-10 * time.Minute), PredictedS: 1800, PredictedUSD: 1.8},            // 1200 s left of 1800
 				{Time: topNow.Add(-5 * time.Minute), Reason: "probe", To: plugins.Config{Workers: 1}}, // no forecast
 			}},
-		{ID: "run-a", State: daemon.StateStarting, Created: topNow.Add(-2 * time.Minute), Config: plugins.Config{Workers: 4, GlobalBatch: 64}},
+		{ID: "run-a", State: api.StateStarting, Created: topNow.Add(-2 * time.Minute), Config: plugins.Config{Workers: 4, GlobalBatch: 64}},
 	}
 	f := BuildTopFrame(jobs, NewTopTracker(), nil, topNow)
 	var order []string

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -98,4 +99,12 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 		*b.kv = kv
 	}
 	return st, nil
+}
+
+// KVConflict reports that a key-value write lost a compare-and-set race: a
+// Create found the key, or an Update was not at the revision it named.
+func KVConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

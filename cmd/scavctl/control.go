@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/spf13/cobra"
 )
 
 func newStopCmd(a *app) *cobra.Command {
@@ -17,7 +17,7 @@ func newStopCmd(a *app) *cobra.Command {
 		Short: "Stop a running job: SIGTERM to its workers, SIGKILL after the grace period",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				j, err := c.Stop(ctx, args[0], grace)
 				if err != nil {
 					return err
@@ -44,7 +44,7 @@ configuration cannot start, the job goes back to the one it had.`,
 		Example: "  scavctl move cnn-48b214 --workers 2 --batch-size 128",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				j, err := c.Job(ctx, args[0])
 				if err != nil {
 					return err

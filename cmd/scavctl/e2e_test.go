@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -107,10 +107,10 @@ func steps(t *testing.T, state, id string) []telemetry.StepRecord {
 }
 
 // jobRecord reads a job's record through `scavctl status -o json`.
-func jobRecord(t *testing.T, state, id string) daemon.Job {
+func jobRecord(t *testing.T, state, id string) api.Job {
 	t.Helper()
 	var j struct {
-		Job daemon.Job `json:"job"`
+		Job api.Job `json:"job"`
 	}
 	out, e, _ := scavctl(t, state, "status", id, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &j); err != nil {
@@ -620,7 +620,7 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 		t.Fatalf("attempt 2 resumed from step %d, want a periodic checkpoint's (a multiple of 20)\n%s", from, errOut.String())
 	}
 	j := jobRecord(t, state, id)
-	if j.State != daemon.StateSucceeded || len(j.Attempts) != 2 || j.Attempts[1].Config.Workers != 1 ||
+	if j.State != api.StateSucceeded || len(j.Attempts) != 2 || j.Attempts[1].Config.Workers != 1 ||
 		j.Attempts[0].Move == nil || !j.Attempts[0].Move.Fallback {
 		t.Fatalf("job record %+v: want succeeded after 2 attempts, the second at 1 worker after a fallback", j)
 	}
@@ -711,7 +711,7 @@ func TestPreemptionNoticeCheckpointsAndRelaunches(t *testing.T) {
 	}
 	j := jobRecord(t, state, id)
 	a := j.Attempts
-	if j.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "pre-empted") ||
+	if j.State != api.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "pre-empted") ||
 		a[1].Restore == "" || a[1].Config.Workers != 2 || a[0].Move == nil || a[0].Move.Fallback {
 		t.Fatalf("job record %+v: want succeeded after 2 attempts, the first moved for the pre-emption with an acknowledged checkpoint", j)
 	}

@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/report"
 )
 
@@ -18,7 +18,7 @@ func newJobsCmd(a *app) *cobra.Command {
 		Use:   "jobs",
 		Short: "List jobs, oldest first",
 		Long:  "jobs lists every job the daemon has a record of: its id, state, configuration and exit code.",
-	}, (*daemon.Client).Jobs, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j daemon.Job) string {
+	}, (*api.Client).Jobs, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j api.Job) string {
 		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
 			exitText(j.ExitCode), report.AgeText(time.Since(j.Created)), truncate(strings.Join(j.Command, " "), 60))
 	})
@@ -27,14 +27,14 @@ func newJobsCmd(a *app) *cobra.Command {
 // newListCmd completes cmd into a command that fetches a list from the
 // daemon and prints it as a table (header, then one row per item) or, with
 // -o json, as a JSON array.
-func newListCmd[T any](a *app, cmd *cobra.Command, fetch func(*daemon.Client, context.Context) ([]T, error), header string, row func(T) string) *cobra.Command {
+func newListCmd[T any](a *app, cmd *cobra.Command, fetch func(*api.Client, context.Context) ([]T, error), header string, row func(T) string) *cobra.Command {
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		asJSON, err := a.json()
 		if err != nil {
 			return err
 		}
-		return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+		return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 			items, err := fetch(c, ctx)
 			if err != nil {
 				return err

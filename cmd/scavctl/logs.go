@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -31,7 +32,7 @@ with -o json it prints one JSON object per line (attempt, rank, stream, line, t)
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				if _, err := c.Job(ctx, args[0]); err != nil {
 					return err
 				}
@@ -77,7 +78,7 @@ split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				if _, err := c.Job(ctx, args[0]); err != nil {
 					return err
 				}

@@ -12,9 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -49,7 +50,7 @@ published on scav.node.<node>.gpu and scav.node.<node>.host.`,
 			if len(args) == 1 {
 				node = args[0]
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				var from time.Time
 				if since > 0 {
 					from = time.Now().Add(-since)

@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // startScavd builds scavd and runs it on state with node sampling every
 // 300 ms and /metrics on a free port; it returns the daemon's discovery info
 // once it is ready. The test's cleanup stops it with SIGTERM.
-func startScavd(t *testing.T, state string) daemon.Info {
+func startScavd(t *testing.T, state string) api.Info {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "scavd")
 	build := exec.Command("go", "build", "-o", bin, "../scavd")
@@ -54,7 +55,7 @@ func startScavd(t *testing.T, state string) daemon.Info {
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid && info.Metrics != "" {
+		if info, err := api.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid && info.Metrics != "" {
 			return info
 		}
 		if time.Now().After(deadline) {

@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -43,7 +44,7 @@ png one file per figure as well.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				rep, err := buildReport(ctx, c, args[0], time.Now())
 				if err != nil {
 					return err
@@ -81,7 +82,7 @@ func reportFormat(format, output string, outputSet bool) (string, error) {
 }
 
 // buildReport fetches a job's record and rank 0's step records and makes its report.
-func buildReport(ctx context.Context, c *daemon.Client, id string, now time.Time) (report.JobReport, error) {
+func buildReport(ctx context.Context, c *api.Client, id string, now time.Time) (report.JobReport, error) {
 	j, err := c.Job(ctx, id)
 	if err != nil {
 		return report.JobReport{}, err

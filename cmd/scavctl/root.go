@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // app holds what every command shares: global flags, the logger and the
@@ -50,7 +51,7 @@ command (standalone mode), so the first command works on a fresh machine:
   scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
 
 scavctl finds a daemon in this order: --nats, $SCAV_NATS, the discovery file a
-running scavd writes in its state directory, then nats://` + daemon.DefaultListen + `.
+running scavd writes in its state directory, then nats://` + api.DefaultListen + `.
 A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm
 allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 		SilenceUsage:  true,
@@ -69,7 +70,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	root.AddCommand(newTopCmd(a))
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
-	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", daemon.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
+	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
 	root.AddCommand(newNodeCmd(a))
@@ -97,85 +98,32 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// standaloneLauncher is the launcher of a daemon scavctl starts itself:
-// inside a Slurm allocation ($SLURM_JOB_ID set, srun on PATH) the slurm
-// launcher, so that every attempt is a job step of the allocation; else nil,
-// the local launcher. $SCAV_LAUNCHER=local or slurm decides instead.
-func standaloneLauncher(log *zap.Logger) (plugins.Launcher, error) {
-	name := os.Getenv("SCAV_LAUNCHER")
-	if name == "" {
-		name = "local"
-		if _, err := exec.LookPath("srun"); err == nil && os.Getenv("SLURM_JOB_ID") != "" {
-			name = "slurm"
-		}
-	}
-	if name == "local" {
-		return nil, nil
-	}
-	l, err := daemon.Builtins(daemon.BuiltinOptions{}).New(name, log)
-	if err != nil {
-		return nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
-	}
-	return l, nil
-}
-
-// daemonURLs are where a running daemon may answer, in order: the
-// discovery files of the state directory and of /var/lib/scavenger, then
-// the default address.
-func (a *app) daemonURLs() []string {
-	var urls []string
-	for _, dir := range []string{a.stateDir, "/var/lib/scavenger"} {
-		if info, err := daemon.ReadDiscovery(dir); err == nil {
-			urls = append(urls, info.NATS)
-		}
-	}
-	return append(urls, "nats://"+daemon.DefaultListen)
-}
-
-// dialFirst connects to the first of urls that answers within timeout (and
-// ctx); the error joins why each did not.
-func (a *app) dialFirst(ctx context.Context, urls []string, timeout time.Duration) (*daemon.Client, error) {
-	var errs []error
-	for _, u := range urls {
-		c, err := daemon.Dial(ctx, u, timeout)
-		if err == nil {
-			a.log.Debug("using daemon", zap.String("nats", u))
-			return c, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
-func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, func(), error) {
+func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func(), error) {
 	const probe = 750 * time.Millisecond
 	if a.natsURL != "" {
-		c, err := daemon.Dial(ctx, a.natsURL, 3*time.Second)
+		c, err := api.Dial(ctx, a.natsURL, 3*time.Second)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w; start one with `scavd --listen ...`, or drop --nats/$SCAV_NATS to let scavctl start its own", err)
 		}
 		return c, c.Close, nil
 	}
 	var urls []string
-	find := func() *daemon.Client {
-		urls = a.daemonURLs()
-		c, _ := a.dialFirst(ctx, urls, probe)
+	find := func() *api.Client {
+		urls = api.DaemonURLs(a.stateDir)
+		c, _ := api.DialFirst(ctx, urls, probe)
 		return c
 	}
 	if c := find(); c != nil {
 		return c, c.Close, nil
 	}
 	if !standalone {
-		return nil, nil, fmt.Errorf("%w (tried %v)", daemon.ErrNoDaemon, urls)
+		return nil, nil, fmt.Errorf("%w (tried %v)", api.ErrNoDaemon, urls)
 	}
-	launcher, err := standaloneLauncher(a.log.Named("scavd"))
+	launcher, releaseLauncher, err := builtin.Open(ctx, builtin.Standalone(), builtin.Options{KillOnParentDeath: true}, a.log.Named("scavd"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
 	}
 	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher}, a.log.Named("scavd"))
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
@@ -186,11 +134,13 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 		}
 	}
 	if err != nil {
+		releaseLauncher()
 		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
 	}
-	c, err := daemon.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
 	if err != nil {
 		d.Close()
+		releaseLauncher()
 		return nil, nil, fmt.Errorf("connect to in-process scavd: %w", err)
 	}
 	return c, func() {
@@ -202,11 +152,12 @@ func (a *app) connect(ctx context.Context, standalone bool) (*daemon.Client, fun
 		if err := d.Close(); err != nil {
 			a.log.Warn("stop in-process scavd", zap.Error(err))
 		}
+		releaseLauncher()
 	}, nil
 }
 
 // withDaemon runs f against a running daemon; it starts none.
-func (a *app) withDaemon(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+func (a *app) withDaemon(ctx context.Context, f func(context.Context, *api.Client) error) error {
 	c, release, err := a.connect(ctx, false)
 	if err != nil {
 		return err
@@ -217,7 +168,7 @@ func (a *app) withDaemon(ctx context.Context, f func(context.Context, *daemon.Cl
 
 // withClient runs f against a daemon found or, failing that, started in process.
 // Ctrl-C or SIGTERM cancels f's context.
-func (a *app) withClient(ctx context.Context, f func(context.Context, *daemon.Client) error) error {
+func (a *app) withClient(ctx context.Context, f func(context.Context, *api.Client) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, release, err := a.connect(ctx, true)

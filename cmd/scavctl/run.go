@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -114,7 +114,7 @@ job's exit code.`,
 // runJob submits the job, streams its output until it finishes and returns
 // its exit code as an exitError.
 func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
-	var req daemon.RunRequest
+	var req api.RunRequest
 	if f.resume == "" {
 		var err error
 		if req, err = buildRunRequest(f, args); err != nil {
@@ -131,73 +131,119 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	defer release()
-	var job daemon.Job
-	first := 1 // the first attempt whose output is this command's
-	if f.resume != "" {
-		env, err := workerEnv(f.env)
-		if err != nil {
-			return err
-		}
-		if job, err = c.Resume(ctx, f.resume, env); err != nil {
-			return fmt.Errorf("resume job: %w", err)
-		}
-		first = job.Attempt + 1
-	} else if job, err = c.Run(ctx, req); err != nil {
-		return fmt.Errorf("submit job: %w", err)
+	job, first, err := submit(ctx, c, f, req)
+	if err != nil {
+		return err
 	}
 	con := newConsole(a.stdout, a.stderr, f.statusTick)
 	defer con.close()
 	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
 
 	st := newStepStatus(job.Config)
-	sub, err := c.NC.Subscribe(telemetry.StepSubject(job.ID), func(m *nats.Msg) {
-		recs, _ := telemetry.DecodeBatch(m.Data)
-		for _, r := range recs {
-			st.observe(r)
-		}
+	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
+		st.observe(r)
 		con.setStatus(st.line())
 	})
 	if err != nil {
-		return fmt.Errorf("follow steps of %s: %w", job.ID, err)
+		return err
 	}
-	defer sub.Unsubscribe()
+	defer feed.Close()
 
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var interrupted os.Signal // set by the goroutine below; read after joining it
-	done := make(chan struct{})
-	go func() { // owned here; ends when the job's output is done (cancel or finish)
-		defer close(done)
-		signals := 0
+	interrupted := forwardSignals(watchCtx, c, job.ID, f.grace, sigs, con)
+	final, err := followJob(watchCtx, c, job.ID, first, con, st)
+	cancel()
+	sig := <-interrupted
+	if errors.Is(err, errDaemonLost) {
+		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
+			c.URL(), daemonLostAfter, job.ID)
+		return exitError{exitDaemonLost}
+	}
+	if err != nil {
+		return err
+	}
+	feed.Drain()
+	con.setStatus(st.line())
+	code := 0
+	if final.ExitCode != nil {
+		code = *final.ExitCode
+	}
+	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
+	if sig, ok := sig.(syscall.Signal); ok && code == 0 {
+		code = 128 + int(sig) // the shell's convention for a command ended by a signal
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// submit submits req, or with --resume resumes that job; first is the first
+// attempt whose output is this command's.
+func submit(ctx context.Context, c *api.Client, f runFlags, req api.RunRequest) (job api.Job, first int, err error) {
+	if f.resume == "" {
+		if job, err = c.Run(ctx, req); err != nil {
+			return job, 0, fmt.Errorf("submit job: %w", err)
+		}
+		return job, 1, nil
+	}
+	env, err := workerEnv(f.env)
+	if err != nil {
+		return job, 0, err
+	}
+	if job, err = c.Resume(ctx, f.resume, env); err != nil {
+		return job, 0, fmt.Errorf("resume job: %w", err)
+	}
+	return job, job.Attempt + 1, nil
+}
+
+// forwardSignals stops the job at the first signal (with grace) and kills it
+// at the second, until ctx ends; the channel then gives the first signal
+// (nil: none came).
+func forwardSignals(ctx context.Context, c *api.Client, id string, grace time.Duration, sigs <-chan os.Signal, con *console) <-chan os.Signal {
+	out := make(chan os.Signal, 1)
+	go func() { // owned by the caller: it ends with ctx, and the caller reads out
+		var first os.Signal
+		defer func() { out <- first }()
 		for {
 			select {
-			case <-watchCtx.Done():
+			case <-ctx.Done():
 				return
 			case s := <-sigs:
-				grace := f.grace
-				if signals++; signals == 1 {
-					interrupted = s
-					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, job.ID, f.grace)
+				g := grace
+				if first == nil {
+					first = s
+					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, id, grace)
 				} else {
-					grace = time.Millisecond
-					con.notef("%s: killing job %s now", s, job.ID)
+					g = time.Millisecond
+					con.notef("%s: killing job %s now", s, id)
 				}
-				if _, err := c.Stop(watchCtx, job.ID, grace); err != nil && watchCtx.Err() == nil {
-					con.notef("stop %s: %v", job.ID, err)
+				if _, err := c.Stop(ctx, id, g); err != nil && ctx.Err() == nil {
+					con.notef("stop %s: %v", id, err)
 				}
 			}
 		}
 	}()
+	return out
+}
 
-	daemonURL := c.NC.ConnectedUrlRedacted()
-	var lost atomic.Bool // the daemon went away; set before watchCtx is cancelled
+// errDaemonLost says that the daemon was gone for daemonLostAfter.
+var errDaemonLost = errors.New("lost the daemon")
+
+// followJob prints the job's output and events from attempt first on until
+// its final event, which it returns; errDaemonLost when the daemon goes away.
+func followJob(ctx context.Context, c *api.Client, id string, first int, con *console, st *stepStatus) (*telemetry.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool // the daemon went away; set before ctx is cancelled
 	watched := make(chan struct{})
-	go func() { // owned here; ends with watchCtx
+	go func() { // joined below; ends with ctx
 		defer close(watched)
-		watchDaemon(watchCtx, c.NC, daemonLostAfter, func() { lost.Store(true); cancel() })
+		watchDaemon(ctx, c, daemonLostAfter, func() { lost.Store(true); cancel() })
 	}()
 	var final *telemetry.Event
-	err = c.Output(watchCtx, job.ID, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+	err := c.Output(ctx, id, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
 		if l != nil && l.Attempt < first || e != nil && e.Attempt < first && e.Kind != telemetry.EventSubmitted {
 			return nil // the output of a run before this one (--resume)
 		}
@@ -223,30 +269,14 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return nil
 	})
 	cancel()
-	<-done
 	<-watched
-	if lost.Load() {
-		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
-			daemonURL, daemonLostAfter, job.ID)
-		return exitError{exitDaemonLost}
+	switch {
+	case lost.Load():
+		return nil, errDaemonLost
+	case !errors.Is(err, errFinished):
+		return nil, fmt.Errorf("follow output of %s: %w", id, err)
 	}
-	if !errors.Is(err, errFinished) {
-		return fmt.Errorf("follow output of %s: %w", job.ID, err)
-	}
-	telemetry.Drain(c.NC, sub)
-	con.setStatus(st.line())
-	code := 0
-	if final.ExitCode != nil {
-		code = *final.ExitCode
-	}
-	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
-	if sig, ok := interrupted.(syscall.Signal); ok && code == 0 {
-		code = 128 + int(sig) // the shell's convention for a command ended by a signal
-	}
-	if code != 0 {
-		return exitError{code}
-	}
-	return nil
+	return final, nil
 }
 
 // daemonLostAfter is how long scavctl run waits for a lost daemon to come
@@ -257,10 +287,13 @@ const (
 	exitDaemonLost  = 75
 )
 
+// connection is what watchDaemon needs of a client.
+type connection interface{ Connected() bool }
+
 // watchDaemon calls lost once nc has not been connected for after (a
 // reconnect within it, as to a scavd restarted on the same address, is
 // fine), and returns; or returns when ctx ends.
-func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost func()) {
+func watchDaemon(ctx context.Context, nc connection, after time.Duration, lost func()) {
 	tick := time.NewTicker(after / 30)
 	defer tick.Stop()
 	var since time.Time
@@ -270,7 +303,7 @@ func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost f
 			return
 		case now := <-tick.C:
 			switch {
-			case nc.IsConnected():
+			case nc.Connected():
 				since = time.Time{}
 			case since.IsZero():
 				since = now
@@ -283,7 +316,7 @@ func watchDaemon(ctx context.Context, nc *nats.Conn, after time.Duration, lost f
 }
 
 // buildRunRequest turns flags and the command into the daemon's request.
-func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
+func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	var errs []error
 	dir, err := os.Getwd()
 	if err != nil {
@@ -314,12 +347,12 @@ func buildRunRequest(f runFlags, args []string) (daemon.RunRequest, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	req := daemon.RunRequest{
+	req := api.RunRequest{
 		Name: f.name, Command: args, Dir: dir, Env: env,
 		Config:        plugins.Config{Workers: minW, GlobalBatch: minB},
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
-		CheckpointDir: ckpt, Grace: daemon.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
+		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
 	}
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
@@ -360,9 +393,9 @@ func parseRange(flag, v string) (lo, hi int, err error) {
 
 // optimize turns the optimizer flags into the request's part, checking that
 // they fit together.
-func (f runFlags) optimize(minW, maxW, minB, maxB int) (daemon.Optimize, error) {
-	o := daemon.Optimize{
-		Policy: f.policy, Objective: f.objective, Deadline: daemon.Duration(f.deadline), BudgetUSD: f.budget,
+func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
+	o := api.Optimize{
+		Policy: f.policy, Objective: f.objective, Deadline: api.Duration(f.deadline), BudgetUSD: f.budget,
 		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
 	}
 	targets := 0

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/spf13/cobra"
 )
 
 // hookBudget bounds a prolog or epilog hook from start to exit: Slurm waits
@@ -31,7 +31,7 @@ The hooks fail open: whatever goes wrong (no scavd, a slow one, a bad
 environment), they say so on stderr and in --log, and exit 0, because a failing
 prolog drains the node.`,
 	}
-	cmd.AddCommand(newHookCmd(a, "prolog", daemon.AllocationBegin), newHookCmd(a, "epilog", daemon.AllocationEnd), newAllocationsCmd(a))
+	cmd.AddCommand(newHookCmd(a, "prolog", api.AllocationBegin), newHookCmd(a, "epilog", api.AllocationEnd), newAllocationsCmd(a))
 	return cmd
 }
 
@@ -74,7 +74,7 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 	if id == "" {
 		return "", errors.New("SLURM_JOB_ID is not set: run this from Slurm's Prolog/Epilog")
 	}
-	alloc := daemon.Allocation{Scheduler: "slurm", ID: id, User: os.Getenv("SLURM_JOB_USER"),
+	alloc := api.Allocation{Scheduler: "slurm", ID: id, User: os.Getenv("SLURM_JOB_USER"),
 		Partition: os.Getenv("SLURM_JOB_PARTITION"), Nodes: os.Getenv("SLURM_JOB_NODELIST")}
 	if uid, err := strconv.Atoi(os.Getenv("SLURM_JOB_UID")); err == nil {
 		alloc.UID = uid
@@ -84,11 +84,11 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 		return "", err
 	}
 	defer c.Close()
-	rec, err := c.ReportAllocation(ctx, daemon.AllocationEvent{Event: event, Allocation: alloc})
+	rec, err := c.ReportAllocation(ctx, api.AllocationEvent{Event: event, Allocation: alloc})
 	if err != nil {
 		return "", fmt.Errorf("report allocation slurm.%s: %w", id, err)
 	}
-	if event == daemon.AllocationEnd && len(rec.Jobs) > 0 {
+	if event == api.AllocationEnd && len(rec.Jobs) > 0 {
 		return fmt.Sprintf("recorded the end of slurm.%s on %s; its jobs %v are stopped if still running", id, rec.Node, rec.Jobs), nil
 	}
 	return fmt.Sprintf("recorded the %s of slurm.%s on %s", event, id, rec.Node), nil
@@ -96,13 +96,13 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 
 // findDaemon connects to a running daemon within ctx, trying the same places
 // as connect, but never starts one and never waits past ctx.
-func (a *app) findDaemon(ctx context.Context) (*daemon.Client, error) {
+func (a *app) findDaemon(ctx context.Context) (*api.Client, error) {
 	urls := []string{a.natsURL}
 	if a.natsURL == "" {
-		urls = a.daemonURLs()
+		urls = api.DaemonURLs(a.stateDir)
 	}
 	deadline, _ := ctx.Deadline()
-	c, err := a.dialFirst(ctx, urls, time.Until(deadline))
+	c, err := api.DialFirst(ctx, urls, time.Until(deadline))
 	if err != nil {
 		return nil, fmt.Errorf("no scavd answered (%w)", err)
 	}
@@ -127,7 +127,7 @@ func newAllocationsCmd(a *app) *cobra.Command {
 	return newListCmd(a, &cobra.Command{
 		Use:   "allocations",
 		Short: "List the Slurm allocations this node's hooks reported, newest first, with their Scavenger jobs",
-	}, (*daemon.Client).Allocations, "ALLOCATION\tUSER\tPARTITION\tNODES\tSTARTED\tENDED\tJOBS", func(al daemon.Allocation) string {
+	}, (*api.Client).Allocations, "ALLOCATION\tUSER\tPARTITION\tNODES\tSTARTED\tENDED\tJOBS", func(al api.Allocation) string {
 		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%d", al.Key(), dash(al.User), dash(al.Partition), dash(al.Nodes),
 			timeText(al.Started), timeText(al.Ended), len(al.Jobs))
 	})

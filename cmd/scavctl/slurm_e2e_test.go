@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 )
 
@@ -57,7 +58,7 @@ func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 		}
 	})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == d.Process.Pid {
+		if info, err := api.ReadDiscovery(state); err == nil && info.PID == d.Process.Pid {
 			return d
 		}
 		if time.Now().After(deadline) {
@@ -68,7 +69,7 @@ func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 
 // awaitAttempt polls until job id has step records from attempt n and
 // returns its record.
-func awaitAttempt(t *testing.T, state, id string, n int) daemon.Job {
+func awaitAttempt(t *testing.T, state, id string, n int) api.Job {
 	t.Helper()
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		for _, r := range steps(t, state, id) {
@@ -110,7 +111,7 @@ func TestSlurmSubmittedJobMovesAndIsPreempted(t *testing.T) {
 	}
 	j = jobRecord(t, state, id)
 	a := j.Attempts
-	if j.State != daemon.StateSucceeded || len(a) != 3 || a[0].Config.Workers != 2 || a[1].Config.Workers != 1 ||
+	if j.State != api.StateSucceeded || len(a) != 3 || a[0].Config.Workers != 2 || a[1].Config.Workers != 1 ||
 		!strings.Contains(a[1].EndReason, "pre-empted") || a[2].Restore == "" || a[2].Config.Workers != 1 {
 		t.Fatalf("job record %+v: want 3 attempts (2 workers; 1; 1 after the pre-emption, restored)", j)
 	}
@@ -118,7 +119,7 @@ func TestSlurmSubmittedJobMovesAndIsPreempted(t *testing.T) {
 	// Every batch job is a Slurm job of its own that the hooks reported.
 	for _, at := range a {
 		key := "slurm." + at.Handle
-		var al daemon.Allocation
+		var al api.Allocation
 		for deadline := time.Now().Add(20 * time.Second); al.Ended == nil; time.Sleep(200 * time.Millisecond) {
 			if al = allocation(t, state, key); time.Now().After(deadline) {
 				t.Fatalf("allocation %s after the job: %+v; want reported by the prolog and the epilog", key, al)
@@ -155,7 +156,7 @@ func TestSlurmJobInsideAnAllocation(t *testing.T) {
 	alloc := strings.TrimSpace(out)
 	var id string
 	for deadline := time.Now().Add(60 * time.Second); id == ""; time.Sleep(200 * time.Millisecond) {
-		for _, js := range jsonLines[[]daemon.Job](t, state, "jobs", "-o", "json") {
+		for _, js := range jsonLines[[]api.Job](t, state, "jobs", "-o", "json") {
 			for _, j := range js {
 				if j.Name == "inside" {
 					id = j.ID
@@ -183,7 +184,7 @@ func TestSlurmJobInsideAnAllocation(t *testing.T) {
 	}
 	j := jobRecord(t, state, id)
 	a := j.Attempts
-	if j.State != daemon.StateSucceeded || j.Allocation != "slurm."+alloc || len(a) != 2 || a[1].Config.Workers != 1 {
+	if j.State != api.StateSucceeded || j.Allocation != "slurm."+alloc || len(a) != 2 || a[1].Config.Workers != 1 {
 		t.Fatalf("job record %+v: want succeeded in allocation %s after a move to 1 worker", j, alloc)
 	}
 	for _, at := range a {
@@ -231,7 +232,7 @@ func TestSlurmStandaloneInsideAnAllocation(t *testing.T) {
 			t.Errorf("output of allocation %s lacks %q:\n%s", alloc, want, b)
 		}
 	}
-	js := jsonLines[[]daemon.Job](t, state, "jobs", "-o", "json")
+	js := jsonLines[[]api.Job](t, state, "jobs", "-o", "json")
 	if len(js) != 1 || len(js[0]) != 1 || js[0][0].Launcher != "slurm" || js[0][0].Attempts[0].Handle != alloc+".0" {
 		t.Fatalf("jobs %+v: want one, run by the slurm launcher as step %s.0", js, alloc)
 	}
@@ -258,13 +259,13 @@ func testSlurmJobSurvivesScavd(t *testing.T, sig syscall.Signal) {
 	_ = first.Process.Signal(sig)
 	_ = first.Wait()
 	startSlurmScavd(t, state) // on another port: scavctl run does not find it again
-	var j daemon.Job
+	var j api.Job
 	for deadline := time.Now().Add(2 * time.Minute); !j.State.Done(); time.Sleep(300 * time.Millisecond) {
 		if j = jobRecord(t, state, id); time.Now().After(deadline) {
 			t.Fatalf("job %s after the restart: %+v", id, j)
 		}
 	}
-	if j.State != daemon.StateSucceeded || len(j.Attempts) != 1 {
+	if j.State != api.StateSucceeded || len(j.Attempts) != 1 {
 		t.Fatalf("job record %+v: want succeeded in its first attempt, reattached", j)
 	}
 	// scavctl run, having lost its daemon, said so and let go.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -73,7 +75,7 @@ func TestSlurmHooksTieJobsToTheAllocation(t *testing.T) {
 			long.Wait()
 		}
 	}()
-	var alloc daemon.Allocation
+	var alloc api.Allocation
 	for deadline := time.Now().Add(30 * time.Second); len(alloc.Jobs) < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the allocation never listed both jobs: %+v\n%s", alloc, longErr.String())
@@ -98,7 +100,7 @@ func TestSlurmHooksTieJobsToTheAllocation(t *testing.T) {
 	}
 	for _, id := range alloc.Jobs {
 		var j struct {
-			Job daemon.Job `json:"job"`
+			Job api.Job `json:"job"`
 		}
 		out, _, _ := scavctl(t, state, "status", id, "-o", "json")
 		if err := json.Unmarshal([]byte(out), &j); err != nil || j.Job.Allocation != "slurm.4711" || !j.Job.State.Done() {
@@ -108,10 +110,10 @@ func TestSlurmHooksTieJobsToTheAllocation(t *testing.T) {
 }
 
 // allocation reads one allocation record through `scavctl slurm allocations`.
-func allocation(t *testing.T, state, key string) daemon.Allocation {
+func allocation(t *testing.T, state, key string) api.Allocation {
 	t.Helper()
 	out, e, code := scavctl(t, state, "slurm", "allocations", "-o", "json")
-	var as []daemon.Allocation
+	var as []api.Allocation
 	if err := json.Unmarshal([]byte(out), &as); code != 0 || err != nil {
 		t.Fatalf("slurm allocations: exit %d, %v\n%s%s", code, err, out, e)
 	}
@@ -120,7 +122,7 @@ func allocation(t *testing.T, state, key string) daemon.Allocation {
 			return a
 		}
 	}
-	return daemon.Allocation{}
+	return api.Allocation{}
 }
 
 // BenchmarkSlurmPrologHook measures a prolog hook from exec to exit against a

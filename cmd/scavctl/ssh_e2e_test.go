@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -77,7 +78,7 @@ func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 		}
 	})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := daemon.ReadDiscovery(state); err == nil {
+		if _, err := api.ReadDiscovery(state); err == nil {
 			return state
 		}
 		if time.Now().After(deadline) {
@@ -107,7 +108,7 @@ func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	}
 	j := jobRecord(t, state, id)
 	a := j.Attempts
-	if j.State != daemon.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "lost host "+tn.Hosts[1].Addr) ||
+	if j.State != api.StateSucceeded || len(a) != 2 || !strings.Contains(a[0].EndReason, "lost host "+tn.Hosts[1].Addr) ||
 		a[1].Config.Workers != 1 || a[1].Restore == "" {
 		t.Fatalf("job record %+v: want succeeded after a second attempt at 1 worker restored from a checkpoint", j)
 	}

@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/spf13/cobra"
 )
 
 func newStatusCmd(a *app) *cobra.Command {
@@ -22,7 +22,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *daemon.Client) error {
+			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
 				return a.showStatus(ctx, c, args[0], asJSON)
 			})
 		},
@@ -31,7 +31,7 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSON bool) error {
+func (a *app) showStatus(ctx context.Context, c *api.Client, id string, asJSON bool) error {
 	j, err := c.Job(ctx, id)
 	if err != nil {
 		return err
@@ -42,8 +42,8 @@ func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSO
 	}
 	if asJSON {
 		out := struct {
-			Job      daemon.Job `json:"job"`
-			LastStep any        `json:"last_step"`
+			Job      api.Job `json:"job"`
+			LastStep any     `json:"last_step"`
 		}{Job: j}
 		if ok {
 			out.LastStep = last
@@ -76,7 +76,7 @@ func (a *app) showStatus(ctx context.Context, c *daemon.Client, id string, asJSO
 		row("Last step", "none reported")
 	}
 	if j.Phase != "" {
-		row("Phase", j.Phase)
+		row("Phase", string(j.Phase))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -69,7 +69,7 @@ top needs a running scavd; it starts none.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return a.withDaemon(ctx, func(ctx context.Context, c *daemon.Client) error {
+			return a.withDaemon(ctx, func(ctx context.Context, c *api.Client) error {
 				return a.top(ctx, c, o)
 			})
 		},
@@ -81,8 +81,8 @@ top needs a running scavd; it starts none.`,
 
 // topSource is what top reads from a daemon.
 type topSource interface {
-	Ping(ctx context.Context) (daemon.Info, error)
-	Jobs(ctx context.Context) ([]daemon.Job, error)
+	Ping(ctx context.Context) (api.Info, error)
+	Jobs(ctx context.Context) ([]api.Job, error)
 	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
 	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
 	NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error
@@ -94,7 +94,7 @@ type topSession struct {
 	tr       *report.TopTracker
 	nt       *report.NodeTracker
 	samples  chan telemetry.NodeSample // node samples followed live
-	jobs     []daemon.Job
+	jobs     []api.Job
 	m0       map[string]float64
 	node     string
 	interval time.Duration
@@ -102,7 +102,7 @@ type topSession struct {
 }
 
 // top runs `scavctl top` until ctx is done or the user quits.
-func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
+func (a *app) top(ctx context.Context, c *api.Client, o topOptions) error {
 	s := &topSession{src: c, tr: report.NewTopTracker(), nt: report.NewNodeTracker(), samples: make(chan telemetry.NodeSample, 1024),
 		m0: map[string]float64{}, interval: o.interval}
 	if info, err := c.Ping(ctx); err == nil {
@@ -111,22 +111,19 @@ func (a *app) top(ctx context.Context, c *daemon.Client, o topOptions) error {
 	// Live steps first, then the history of the active jobs: the tracker
 	// ignores the steps it already has, so none counts twice.
 	recs := make(chan telemetry.StepRecord, 8192)
-	sub, err := c.NC.Subscribe(telemetry.AllSteps, func(m *nats.Msg) {
-		batch, _ := telemetry.DecodeBatch(m.Data)
-		for _, r := range batch {
-			if r.Rank != 0 {
-				continue
-			}
-			select {
-			case recs <- r:
-			default: // top is behind: drop, the next records catch up
-			}
+	feed, err := c.FollowSteps("", func(r telemetry.StepRecord) {
+		if r.Rank != 0 {
+			return
+		}
+		select {
+		case recs <- r:
+		default: // top is behind: drop, the next records catch up
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", telemetry.AllSteps, err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer feed.Close()
 	if err := s.refresh(ctx); err != nil {
 		return err
 	}

@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 
-	"github.com/spf13/cobra"
+	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/spf13/cobra"
 )
 
 func newVersionCmd(a *app) *cobra.Command {
@@ -13,6 +13,6 @@ func newVersionCmd(a *app) *cobra.Command {
 		Use:   "version",
 		Short: "Print scavctl's version",
 		Args:  cobra.NoArgs,
-		Run:   func(*cobra.Command, []string) { fmt.Fprintln(a.stdout, "scavctl", daemon.Version) },
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(a.stdout, "scavctl", api.Version) },
 	}
 }

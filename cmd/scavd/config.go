@@ -15,11 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -91,13 +94,13 @@ func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 // bindFlags registers a flag for every setting, bound to s, and sets s to the
 // defaults: the flags' defaults are the built-in defaults.
 func bindFlags(f *pflag.FlagSet, s *settings) {
-	f.StringVar(&s.StateDir, "state-dir", daemon.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
+	f.StringVar(&s.StateDir, "state-dir", api.DefaultStateDir(), "state directory: JetStream store, socket, checkpoints")
 	f.StringVar(&s.NATS, "nats", "", "join this NATS server instead of embedding one")
-	f.StringVar(&s.Listen, "listen", daemon.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
+	f.StringVar(&s.Listen, "listen", api.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
-	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(daemon.Builtins(daemon.BuiltinOptions{}).Names(), ", "))
+	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
 	f.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn, error (reloadable)")
@@ -126,9 +129,9 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 }
 
 // builtinOptions configure the built-in launchers from the settings.
-func (s settings) builtinOptions() daemon.BuiltinOptions {
-	return daemon.BuiltinOptions{
-		SSH: daemon.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
+func (s settings) builtinOptions() builtin.Options {
+	return builtin.Options{
+		SSH: builtin.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
 			KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry},
 		Slurm: slurm.Options{JobID: s.Slurm.JobID, Partition: s.Slurm.Partition, Grace: s.Slurm.Grace, SbatchArgs: s.Slurm.SbatchArgs,
 			SrunArgs: s.Slurm.SrunArgs, WorkDir: s.Slurm.WorkDir, PollInterval: s.Slurm.Poll},
@@ -307,7 +310,7 @@ func (s settings) validate() []fieldError {
 		if s.PluginSHA256 != "" {
 			bad("plugin_sha256", "given without plugin")
 		}
-		names := daemon.Builtins(daemon.BuiltinOptions{}).Names()
+		names := builtin.Names()
 		if !contains(names, s.Launcher) {
 			bad("launcher", "%q is not a built-in launcher: %s", s.Launcher, strings.Join(names, ", "))
 		}

@@ -9,12 +9,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -64,7 +65,7 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       daemon.Version,
+		Version:       api.Version,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l := newLoader(cmd.Flags(), config, cmd.Flags().Changed("config"))
 			if checkConfig {
@@ -88,15 +89,11 @@ func servePlugin(name string) error {
 		name = "local"
 	}
 	log := plugins.NewPluginLogger(zapcore.InfoLevel)
-	reaper, err := local.StartReaper(context.Background(), log)
+	l, release, err := builtin.Open(context.Background(), name, builtin.Options{KillOnParentDeath: true}, log)
 	if err != nil {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}
-	defer reaper.Stop()
-	l, err := daemon.Builtins(daemon.BuiltinOptions{KillOnParentDeath: true, Reaper: reaper}).New(name, log)
-	if err != nil {
-		return fmt.Errorf("serve launcher plugin: %w", err)
-	}
+	defer release()
 	plugins.Serve(l)
 	return nil
 }

@@ -18,10 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
+
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -38,7 +40,7 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	sum := sha256.Sum256(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, closePlugin, err := daemon.LoadPlugin(ctx, bin, hex.EncodeToString(sum[:]), zaptest.NewLogger(t))
+	l, closePlugin, err := builtin.OpenPlugin(ctx, bin, hex.EncodeToString(sum[:]), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("load scavd as a plugin: %v", err)
 	}
@@ -67,13 +69,13 @@ func TestServesBuiltinLauncherAsPlugin(t *testing.T) {
 	if !strings.Contains(got, "rank 0 of 2") || !strings.Contains(got, "rank 1 of 2") {
 		t.Fatalf("output %q", got)
 	}
-	if _, _, err := daemon.LoadPlugin(ctx, bin, "00", zaptest.NewLogger(t)); err == nil {
+	if _, _, err := builtin.OpenPlugin(ctx, bin, "00", zaptest.NewLogger(t)); err == nil {
 		t.Fatal("a malformed checksum was accepted")
 	}
 }
 
 // startScavd runs scavd on state and returns it with a client once it answers.
-func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
+func startScavd(t *testing.T, state string) (*exec.Cmd, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	var errOut bytes.Buffer
@@ -90,8 +92,8 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *daemon.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		if info, err := daemon.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
-			if c, err := daemon.Dial(ctx, info.NATS, 2*time.Second); err == nil {
+		if info, err := api.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
+			if c, err := api.Dial(ctx, info.NATS, 2*time.Second); err == nil {
 				t.Cleanup(c.Close)
 				return cmd, c
 			}
@@ -122,7 +124,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	first, c := startScavd(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	j, err := c.Run(ctx, daemon.RunRequest{Name: "crash", Dir: state, Config: plugins.Config{Workers: 1},
+	j, err := c.Run(ctx, api.RunRequest{Name: "crash", Dir: state, Config: plugins.Config{Workers: 1},
 		Command: []string{"/bin/sh", "-c", `echo $$ > "$0"; exec sleep 120`, pidFile}})
 	if err != nil {
 		t.Fatal(err)
@@ -144,14 +146,14 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	}
 
 	_, c2 := startScavd(t, state)
-	var got daemon.Job
+	var got api.Job
 	for got, _ = c2.Job(ctx, j.ID); !got.State.Done(); got, _ = c2.Job(ctx, j.ID) {
 		if ctx.Err() != nil {
 			t.Fatalf("the restarted daemon did not settle the job: %+v", got)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got.State != daemon.StateFailed || !strings.Contains(got.Message, "lost") || !strings.Contains(got.Message, "1 leftover worker") {
+	if got.State != api.StateFailed || !strings.Contains(got.Message, "lost") || !strings.Contains(got.Message, "1 leftover worker") {
 		t.Fatalf("job after the restart: state %s, message %q", got.State, got.Message)
 	}
 	for {
@@ -219,7 +221,7 @@ func TestSSHFlagsMakeALauncher(t *testing.T) {
 			"--ssh-key", tn.KeyFile, "--ssh-known-hosts", tn.KnownHosts, "--ssh-forward-telemetry=" + strconv.FormatBool(forward)}); err != nil {
 			t.Fatal(err)
 		}
-		l, err := daemon.Builtins(s.builtinOptions()).New("ssh", zaptest.NewLogger(t))
+		l, err := builtin.Catalog(s.builtinOptions(), nil).New("ssh", zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatalf("new ssh launcher: %v", err)
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // serve runs the daemon with the settings l loads until SIGINT or SIGTERM,
@@ -38,21 +40,20 @@ func serve(ctx context.Context, l loader) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dcfg := cfg.daemonConfig()
-	switch {
-	case cfg.Plugin != "":
-		lc, closePlugin, err := daemon.LoadPlugin(ctx, cfg.Plugin, cfg.PluginSHA256, log)
-		if err != nil {
-			return err
-		}
-		defer closePlugin()
-		dcfg.Launcher = lc
-	case cfg.Launcher != "local":
-		lc, err := daemon.Builtins(cfg.builtinOptions()).New(cfg.Launcher, log)
-		if err != nil {
-			return fmt.Errorf("launcher: %w", err)
-		}
-		dcfg.Launcher = lc
+	open := func() (plugins.Launcher, func(), error) {
+		return builtin.Open(ctx, cfg.Launcher, cfg.builtinOptions(), log)
 	}
+	if cfg.Plugin != "" {
+		open = func() (plugins.Launcher, func(), error) {
+			return builtin.OpenPlugin(ctx, cfg.Plugin, cfg.PluginSHA256, log)
+		}
+	}
+	lc, release, err := open()
+	if err != nil {
+		return err
+	}
+	defer release()
+	dcfg.Launcher = lc
 	dcfg.Notify = sdnotify.FromEnv()
 	if dcfg.Watchdog, err = sdnotify.WatchdogInterval(); err != nil {
 		log.Warn("systemd watchdog off", zap.Error(err))

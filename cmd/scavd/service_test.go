@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -293,7 +294,7 @@ func TestServiceLifecycle(t *testing.T) {
 	i = logs.wait(t, i, "config reloaded", `"applied":["step_retention","log_level"]`, `"log_level":"debug"`)
 	logs.wait(t, i, "config changes wait for a restart", `"keys":["listen"]`)
 	// The step stream keeps 2h now.
-	info, err := daemon.ReadDiscovery(state)
+	info, err := api.ReadDiscovery(state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestRestartResumesJobs(t *testing.T) {
 	defer os.RemoveAll(state)
 	work := t.TempDir()
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_format: json\n", state))
-	start := func() (*exec.Cmd, *daemon.Client) {
+	start := func() (*exec.Cmd, *api.Client) {
 		t.Helper()
 		notify := listenNotify(t)
 		cmd := exec.Command(bin, "--config", config)
@@ -435,11 +436,11 @@ func TestRestartResumesJobs(t *testing.T) {
 			}
 		})
 		notify.expect(t, "READY=1")
-		info, err := daemon.ReadDiscovery(state)
+		info, err := api.ReadDiscovery(state)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := daemon.Dial(t.Context(), info.NATS, 5*time.Second)
+		c, err := api.Dial(t.Context(), info.NATS, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,8 +456,8 @@ trap 'exit 0' TERM
 sleep 60 & wait`
 
 	first, c1 := start()
-	j, err := c1.Run(t.Context(), daemon.RunRequest{Command: []string{"/bin/sh", "-c", script}, Dir: work,
-		Env: []string{"PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: daemon.Duration(5 * time.Second)})
+	j, err := c1.Run(t.Context(), api.RunRequest{Command: []string{"/bin/sh", "-c", script}, Dir: work,
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ sleep 60 & wait`
 	_, c2 := start()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		got, err := c2.Job(t.Context(), j.ID)
-		if err == nil && got.State == daemon.StateRunning && got.Attempt == 2 {
+		if err == nil && got.State == api.StateRunning && got.Attempt == 2 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -145,7 +145,7 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 		return Decision{}, err
 	}
 	if t.reports < adaptiveWarmReports && !t.throughputOnly() {
-		d := t.stay("waiting for a first noise estimate")
+		d := t.warmingUp("waiting for a first noise estimate")
 		d.WaitSteps = t.spec.ProbeSteps
 		return d, nil
 	}
@@ -212,7 +212,9 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 			}
 		}
 		p.probed++
-		return Decision{Config: c, Reason: fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate), WaitSteps: t.spec.ProbeSteps, Predictions: d.Predictions, Chosen: -1}, nil
+		pd := t.probe(c, fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate))
+		pd.Predictions = d.Predictions
+		return pd, nil
 	}
 	cur := -1
 	for i, pr := range d.Predictions {

@@ -80,7 +80,7 @@ func (p *partial) observe(o Observation) (Decision, error) {
 	switch p.phase {
 	case phaseWarm:
 		if !t.warm() {
-			return t.stay(t.warmReason()), nil
+			return t.warmingUp(t.warmReason()), nil
 		}
 		p.start = o.Config.Type
 		p.probes = cornerProbes(t.spec.Candidates, o.Config.Type)
@@ -107,7 +107,7 @@ func (p *partial) observe(o Observation) (Decision, error) {
 		}
 		for i, c := range p.probes {
 			if !t.measured(c) {
-				return Decision{Config: c, Reason: fmt.Sprintf("scavenger search: probe %d of %d", i+1, len(p.probes)), WaitSteps: t.spec.ProbeSteps, Chosen: -1}, nil
+				return t.probe(c, fmt.Sprintf("scavenger search: probe %d of %d", i+1, len(p.probes))), nil
 			}
 		}
 		models, _, err := t.fit()
@@ -129,7 +129,7 @@ func (p *partial) observe(o Observation) (Decision, error) {
 			if c == o.Config {
 				return t.waitToMeasure(fmt.Sprintf("probing %s", o.Config)), nil
 			}
-			return Decision{Config: c, Reason: fmt.Sprintf("scavenger search: one probe of type %s at its best configuration under the %s shape", typ, p.start), WaitSteps: t.spec.ProbeSteps, Chosen: -1}, nil
+			return t.probe(c, fmt.Sprintf("scavenger search: one probe of type %s at its best configuration under the %s shape", typ, p.start)), nil
 		}
 		d, err := t.decide(models)
 		if err != nil {

@@ -135,8 +135,10 @@ const ThroughputOnlyReason = "throughput only (no gradient statistics): "
 type Decision struct {
 	// Config is the configuration to run next (the current one to stay).
 	Config predict.Candidate `json:"config"`
-	// Reason says why.
+	// Reason says why, in words for people; code reads Phase.
 	Reason string `json:"reason"`
+	// Phase is where the policy is after this decision.
+	Phase Phase `json:"phase"`
 	// WaitSteps asks for the next report after this many steps (0: the
 	// caller's default interval).
 	WaitSteps float64 `json:"wait_steps,omitempty"`
@@ -151,6 +153,22 @@ type Decision struct {
 	// does not change (adaptive: once the noise forecast is mature).
 	Commit bool `json:"commit,omitempty"`
 }
+
+// Phase is where a policy is in its search. The values are what job
+// records and events carry.
+type Phase string
+
+// The phases of a policy.
+const (
+	// PhaseWarmup: waiting for a stable noise estimate before deciding.
+	PhaseWarmup Phase = "warm-up"
+	// PhaseProbing: measuring configurations to fit the model.
+	PhaseProbing Phase = "probing"
+	// PhaseOptimised: running at the configuration the policy chose (or
+	// staying where it is because searching does not pay); a continuous
+	// policy may still move from here as the noise scale grows.
+	PhaseOptimised Phase = "optimised"
+)
 
 // Policy turns telemetry into decisions.
 type Policy interface {
@@ -499,13 +517,27 @@ func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	return objective.Choose(preds, o)
 }
 
+// stay keeps the current configuration with the search over (or not worth it).
 func (t *tracker) stay(reason string) Decision {
-	return Decision{Config: t.last.Config, Reason: reason, Chosen: -1}
+	return Decision{Config: t.last.Config, Reason: reason, Phase: PhaseOptimised, Chosen: -1}
+}
+
+// warmingUp keeps the current configuration while the noise estimate settles.
+func (t *tracker) warmingUp(reason string) Decision {
+	d := t.stay(reason)
+	d.Phase = PhaseWarmup
+	return d
+}
+
+// probe moves to c to measure it.
+func (t *tracker) probe(c predict.Candidate, reason string) Decision {
+	return Decision{Config: c, Reason: reason, Phase: PhaseProbing, WaitSteps: t.spec.ProbeSteps, Chosen: -1}
 }
 
 // waitToMeasure asks for the rest of a probe's steps on the current config.
 func (t *tracker) waitToMeasure(reason string) Decision {
 	d := t.stay(reason)
+	d.Phase = PhaseProbing
 	have := 0.0
 	if m := t.meas[t.last.Config]; m != nil {
 		have = m.steps
@@ -524,7 +556,7 @@ func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) 
 	if err != nil {
 		return Decision{}, err
 	}
-	return Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Predictions: preds, Chosen: ch.Index}, nil
+	return Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: PhaseOptimised, Predictions: preds, Chosen: ch.Index}, nil
 }
 
 // fixed never moves.

@@ -48,7 +48,7 @@ func (p *search) observe(o Observation) (Decision, error) {
 	switch p.phase {
 	case phaseWarm:
 		if !t.warm() {
-			return t.stay(t.warmReason()), nil
+			return t.warmingUp(t.warmReason()), nil
 		}
 		p.probes = p.plan(t.spec.Candidates, o.Config)
 		p.phase = phaseProbe
@@ -65,7 +65,7 @@ func (p *search) observe(o Observation) (Decision, error) {
 		}
 		for _, c := range p.probes {
 			if !t.measured(c) {
-				return Decision{Config: c, Reason: fmt.Sprintf("%s search: probe %d of %d", p.name, done+1, len(p.probes)), WaitSteps: t.spec.ProbeSteps, Chosen: -1}, nil
+				return t.probe(c, fmt.Sprintf("%s search: probe %d of %d", p.name, done+1, len(p.probes))), nil
 			}
 		}
 		models, _, err := t.fit()
@@ -144,7 +144,7 @@ func (p *none) observe(o Observation) (Decision, error) {
 		return t.stay("stored-model choice made; staying (" + p.final.Reason + ")"), nil
 	}
 	if !t.warm() {
-		return t.stay("waiting for the noise estimate to stabilise"), nil
+		return t.warmingUp("waiting for the noise estimate to stabilise"), nil
 	}
 	models := map[string]predict.StepTimer{}
 	for typ, m := range p.stored {

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
+
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -17,23 +18,23 @@ import (
 // second from three candidates, rank 0's step records with gradient norms
 // (the first attempt's from the difference estimator), and a time after it
 // ended.
-func SyntheticJob() (daemon.Job, []telemetry.StepRecord, time.Time) {
+func SyntheticJob() (api.Job, []telemetry.StepRecord, time.Time) {
 	t0 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	p := func(t time.Time) *time.Time { return &t }
 	c1, c2 := plugins.Config{Workers: 1, GlobalBatch: 32}, plugins.Config{Workers: 2, GlobalBatch: 128}
-	j := daemon.Job{
-		ID: "syn-000001", State: daemon.StateSucceeded, Config: c2, Created: t0, Started: p(t0), Ended: p(at(100)),
-		Optimize: daemon.Optimize{Policy: "scavenger", Objective: "time", PriceUSDPerHour: 36},
-		Attempts: []daemon.Attempt{
+	j := api.Job{
+		ID: "syn-000001", State: api.StateSucceeded, Config: c2, Created: t0, Started: p(t0), Ended: p(at(100)),
+		Optimize: api.Optimize{Policy: "scavenger", Objective: "time", PriceUSDPerHour: 36},
+		Attempts: []api.Attempt{
 			{Attempt: 1, Config: c1, Started: at(0.5), Ended: p(at(30)), FirstStep: 1, LastStep: 100, EndReason: "moved: probe",
-				Move: &daemon.MoveTiming{Checkpoint: 0.5, Exit: 0.1, Start: 0.2, FirstStep: 1.2}},
+				Move: &api.MoveTiming{Checkpoint: 0.5, Exit: 0.1, Start: 0.2, FirstStep: 1.2}},
 			{Attempt: 2, Config: c2, Started: at(32), Ended: p(at(100)), FirstStep: 101, LastStep: 300, EndReason: "succeeded"},
 		},
-		Decisions: []daemon.Decision{
+		Decisions: []api.Decision{
 			{Time: at(20), Step: 60, From: c1, To: c2, Reason: "probe 2 of 2", Phase: "probing"},
 			{Time: at(50), Step: 160, From: c2, To: c2, Reason: "least time", Phase: "optimised", PredictedStepS: 0.3, PredictedS: 50, PredictedUSD: 0.5,
-				Alternatives: 3, Candidates: []daemon.CandidatePrediction{
+				Alternatives: 3, Candidates: []api.CandidatePrediction{
 					{Type: "local", Workers: 1, Batch: 32, StepS: 0.25, TotalS: 120, TotalUSD: 1.2},
 					{Type: "local", Workers: 2, Batch: 64, StepS: 0.2, TotalS: 70, TotalUSD: 0.7},
 					{Type: "local", Workers: 2, Batch: 128, StepS: 0.3, TotalS: 50, TotalUSD: 0.5, Chosen: true},

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/api"
 )
 
 func main() {
@@ -54,10 +54,10 @@ func run() error {
 		_ = cmd.Wait()
 	}()
 	ctx := context.Background()
-	var info daemon.Info
+	var info api.Info
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if info, err = daemon.ReadDiscovery(state); err == nil {
+		if info, err = api.ReadDiscovery(state); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -65,7 +65,7 @@ func run() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c, err := daemon.Dial(ctx, info.NATS, 5*time.Second)
+	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func run() error {
 	wg.Wait()
 	<-sampleDone
 	// Let the daemon finish what the writers handed it, then count drops.
-	var final daemon.Stats
+	var final api.Stats
 	for prev := int64(-1); ; prev = final.Ingest.Accepted {
 		time.Sleep(300 * time.Millisecond)
 		if final, err = c.Stats(ctx); err != nil {

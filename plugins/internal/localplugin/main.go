@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -16,10 +16,10 @@ func main() {
 	log := plugins.NewPluginLogger(zapcore.DebugLevel)
 	// The plugin process reaps its workers' orphans itself, so that none is
 	// left a zombie when it exits.
-	reaper, err := local.StartReaper(context.Background(), log)
+	l, release, err := builtin.Open(context.Background(), "local", builtin.Options{KillOnParentDeath: true}, log)
 	if err != nil {
-		log.Fatal("start reaper", zap.Error(err))
+		log.Fatal("open the local launcher", zap.Error(err))
 	}
-	defer reaper.Stop()
-	plugins.Serve(local.New(local.Options{Logger: log, KillOnParentDeath: true, Reaper: reaper}))
+	defer release()
+	plugins.Serve(l)
 }

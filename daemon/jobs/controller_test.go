@@ -1,8 +1,10 @@
-package daemon
+package jobs
 
 import (
 	"testing"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
 
@@ -51,16 +53,15 @@ func TestRecordCandidates(t *testing.T) {
 }
 
 func TestDecidedKeepsTheLatestCandidatesOnly(t *testing.T) {
-	r := &running{}
-	with := func(step int64) Decision {
-		return Decision{Step: step, Phase: "optimised", Candidates: []CandidatePrediction{{Workers: 1, Batch: 32, Chosen: true}}}
+	var j api.Job
+	with := func(step int64) api.Decision {
+		return api.Decision{Step: step, Phase: policy.PhaseOptimised, Candidates: []api.CandidatePrediction{{Workers: 1, Batch: 32, Chosen: true}}}
 	}
-	r.decided(with(10))
-	r.decided(Decision{Step: 20, Phase: "probing"})
-	r.decided(with(30))
-	r.decided(Decision{Step: 40, Phase: "probing"})
-	j := r.snapshot()
-	if len(j.Decisions) != 4 || j.Phase != "probing" {
+	addDecision(&j, with(10))
+	addDecision(&j, api.Decision{Step: 20, Phase: policy.PhaseProbing})
+	addDecision(&j, with(30))
+	addDecision(&j, api.Decision{Step: 40, Phase: policy.PhaseProbing})
+	if len(j.Decisions) != 4 || j.Phase != policy.PhaseProbing {
 		t.Fatalf("decisions %+v", j.Decisions)
 	}
 	for _, d := range j.Decisions {

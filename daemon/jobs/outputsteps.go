@@ -1,4 +1,4 @@
-package daemon
+package jobs
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
-	"github.com/scavenger-ml/scavenger/telemetry/progress"
+	textprogress "github.com/scavenger-ml/scavenger/telemetry/progress"
 )
 
 // maxStepsPerLine caps the step records one progress line may stand for (a
@@ -22,8 +22,8 @@ const maxStepsPerLine = 1000
 // as soon as the job's workers report steps themselves.
 type outputSteps struct {
 	mu      sync.Mutex
-	base    *progress.Parser
-	parsers map[[2]any]*progress.Parser
+	base    *textprogress.Parser
+	parsers map[[2]any]*textprogress.Parser
 	source  *[2]any
 	attempt int
 	cfg     plugins.Config
@@ -32,11 +32,11 @@ type outputSteps struct {
 
 // newOutputSteps builds the reader from the job's --step-regex ("" for the built-ins).
 func newOutputSteps(stepRegex string, publish func(telemetry.StepRecord) error) (*outputSteps, error) {
-	p, err := progress.New(stepRegex)
+	p, err := textprogress.New(stepRegex)
 	if err != nil {
 		return nil, err
 	}
-	return &outputSteps{base: p, parsers: map[[2]any]*progress.Parser{}, publish: publish}, nil
+	return &outputSteps{base: p, parsers: map[[2]any]*textprogress.Parser{}, publish: publish}, nil
 }
 
 // attemptStarted forgets the streams of the attempt before.
@@ -44,12 +44,12 @@ func (o *outputSteps) attemptStarted(attempt int, cfg plugins.Config) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.attempt, o.cfg, o.source = attempt, cfg, nil
-	o.parsers = map[[2]any]*progress.Parser{}
+	o.parsers = map[[2]any]*textprogress.Parser{}
 }
 
-// line reads one output line of rank's stream.
-func (o *outputSteps) line(r *running, rank int, stream plugins.Stream, text string, log *zap.Logger) {
-	if _, _, reported := r.progress(); reported {
+// line reads one output line of rank's stream of job, whose steps prog follows.
+func (o *outputSteps) line(job string, prog *progress, rank int, stream plugins.Stream, text string, log *zap.Logger) {
+	if prog.now().Stepped {
 		return // the workers report steps themselves: no need to read the output
 	}
 	o.mu.Lock()
@@ -71,7 +71,7 @@ func (o *outputSteps) line(r *running, rank int, stream plugins.Stream, text str
 		o.source = &key
 	}
 	n := min(st.Delta, maxStepsPerLine)
-	first := r.claimSteps(n)
+	first := prog.claimSteps(n)
 	if first == 0 {
 		return // the workers report steps themselves
 	}
@@ -79,7 +79,7 @@ func (o *outputSteps) line(r *running, rank int, stream plugins.Stream, text str
 	for i := int64(0); i < n; i++ {
 		t := st.Time.Add(-time.Duration(float64(n-1-i) * per * float64(time.Second)))
 		rec := telemetry.StepRecord{
-			V: telemetry.SchemaVersion, Job: r.id(), Attempt: o.attempt, Rank: 0, World: o.cfg.Workers,
+			V: telemetry.SchemaVersion, Job: job, Attempt: o.attempt, Rank: 0, World: o.cfg.Workers,
 			Step: first + i, Time: float64(t.UnixNano()) / 1e9, Seconds: per,
 			Samples: o.cfg.LocalBatch(), LocalBatch: o.cfg.LocalBatch(), GlobalBatch: o.cfg.GlobalBatch,
 			From: telemetry.FromOutput,

@@ -1,4 +1,11 @@
-package daemon
+// Package ingest serves a node's telemetry socket: the unix socket its
+// workers write step records, checkpoint acknowledgements and pre-emption
+// notices to (newline-delimited JSON, one object a line), and the control
+// relay that carries checkpoint requests from NATS back to the workers of a
+// job connected here. It validates and batches what it reads, publishes it
+// on the job's subjects, and counts what it drops; nothing a worker writes
+// can crash or stall it.
+package ingest
 
 import (
 	"bufio"
@@ -14,22 +21,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nats-io/nats.go"
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Publisher is what ingest needs of NATS: publish a payload on a subject.
 type Publisher interface {
 	Publish(subject string, data []byte) error
-}
-
-// IngestStats counts what the telemetry socket received.
-type IngestStats struct {
-	// Accepted counts records that passed validation and were handed to NATS.
-	Accepted int64 `json:"accepted"`
-	// Dropped counts rejected lines by reason (telemetry.Drop* and "publish_failed").
-	Dropped map[string]int64 `json:"dropped"`
-	// Connections is the number of open worker connections.
-	Connections int64 `json:"connections"`
 }
 
 const (
@@ -41,14 +40,14 @@ const (
 	dropTooMany    = "too_many_connections"
 )
 
-var dropReasons = []string{telemetry.DropOversized, telemetry.DropMalformed, telemetry.DropVersion, telemetry.DropInvalid, dropPublish, dropTooMany}
+// DropReasons are the reasons Stats counts dropped lines under.
+var DropReasons = []string{telemetry.DropOversized, telemetry.DropMalformed, telemetry.DropVersion, telemetry.DropInvalid, dropPublish, dropTooMany}
 
-// Ingest serves the node's telemetry socket: workers write newline-delimited
+// Server serves the node's telemetry socket: workers write newline-delimited
 // JSON step records; valid ones are published on their job's step subject,
 // batched per read so that one NATS message may carry many records. Bad lines
-// are counted and dropped with a rate-limited log line; nothing a worker
-// writes can crash or stall the daemon.
-type Ingest struct {
+// are counted and dropped with a rate-limited log line.
+type Server struct {
 	log  *zap.Logger
 	pub  Publisher
 	ln   net.Listener
@@ -67,10 +66,10 @@ type Ingest struct {
 	wg sync.WaitGroup
 }
 
-// ListenIngest creates the unix socket at path (its directory made 0700 and
+// Listen creates the unix socket at path (its directory made 0700 and
 // the socket 0600, so that only this user's processes can write) and starts
 // serving it. A stale socket file left by a dead daemon is replaced.
-func ListenIngest(path string, pub Publisher, log *zap.Logger) (*Ingest, error) {
+func Listen(path string, pub Publisher, log *zap.Logger) (*Server, error) {
 	if len(path) > 107 {
 		return nil, fmt.Errorf("listen on telemetry socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir or --socket", path, len(path))
 	}
@@ -90,34 +89,34 @@ func ListenIngest(path string, pub Publisher, log *zap.Logger) (*Ingest, error) 
 		ln.Close()
 		return nil, fmt.Errorf("restrict telemetry socket %s: %w", path, err)
 	}
-	in := newIngest(pub, log)
+	in := newServer(pub, log)
 	in.ln, in.path = ln, path
 	in.wg.Add(1)
 	go in.accept()
 	return in, nil
 }
 
-// newIngest makes an Ingest with its counters, not yet listening.
-func newIngest(pub Publisher, log *zap.Logger) *Ingest {
-	in := &Ingest{
+// newServer makes a Server with its counters, not yet listening.
+func newServer(pub Publisher, log *zap.Logger) *Server {
+	in := &Server{
 		log: log, pub: pub,
-		dropped:  make(map[string]*atomic.Int64, len(dropReasons)),
+		dropped:  make(map[string]*atomic.Int64, len(DropReasons)),
 		open:     make(map[net.Conn]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
 		lastWarn: make(map[string]time.Time),
 	}
-	for _, r := range dropReasons {
+	for _, r := range DropReasons {
 		in.dropped[r] = new(atomic.Int64)
 	}
 	return in
 }
 
 // Path is the socket's file name (what workers get as SCAV_SOCKET).
-func (in *Ingest) Path() string { return in.path }
+func (in *Server) Path() string { return in.path }
 
 // Stats returns the counters so far.
-func (in *Ingest) Stats() IngestStats {
-	s := IngestStats{Accepted: in.accepted.Load(), Connections: in.conns.Load(), Dropped: map[string]int64{}}
+func (in *Server) Stats() api.IngestStats {
+	s := api.IngestStats{Accepted: in.accepted.Load(), Connections: in.conns.Load(), Dropped: map[string]int64{}}
 	for r, c := range in.dropped {
 		if n := c.Load(); n > 0 {
 			s.Dropped[r] = n
@@ -128,7 +127,7 @@ func (in *Ingest) Stats() IngestStats {
 
 // Close stops accepting, closes every connection, waits for the readers
 // (each publishes what it had read) and removes the socket. It is idempotent.
-func (in *Ingest) Close() {
+func (in *Server) Close() {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -144,7 +143,7 @@ func (in *Ingest) Close() {
 	_ = os.Remove(in.path)
 }
 
-func (in *Ingest) accept() {
+func (in *Server) accept() {
 	defer in.wg.Done()
 	for {
 		c, err := in.ln.Accept()
@@ -190,7 +189,7 @@ type peer struct {
 
 // serve reads one connection until EOF or close. p is the connection's
 // writable side (nil when reading from a plain reader, as the fuzzer does).
-func (in *Ingest) serve(c io.Reader, p *peer) {
+func (in *Server) serve(c io.Reader, p *peer) {
 	r := bufio.NewReaderSize(c, readBufBytes)
 	var b batch
 	for {
@@ -218,7 +217,7 @@ func (in *Ingest) serve(c io.Reader, p *peer) {
 // handle validates one line: a step joins the batch; a hello registers the
 // connection; an ack or a preempt notice is published at once (after the
 // steps before it).
-func (in *Ingest) handle(b *batch, line []byte, p *peer) {
+func (in *Server) handle(b *batch, line []byte, p *peer) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
@@ -268,7 +267,7 @@ func (in *Ingest) handle(b *batch, line []byte, p *peer) {
 	b.n++
 }
 
-func (in *Ingest) flush(b *batch) {
+func (in *Server) flush(b *batch) {
 	if b.n == 0 {
 		return
 	}
@@ -282,12 +281,12 @@ func (in *Ingest) flush(b *batch) {
 }
 
 // drop counts a rejected line and logs at most once a second per reason.
-func (in *Ingest) drop(reason, detail string) {
+func (in *Server) drop(reason, detail string) {
 	in.dropped[reason].Add(1)
 	in.warn(reason, detail)
 }
 
-func (in *Ingest) warn(reason, detail string) {
+func (in *Server) warn(reason, detail string) {
 	now := time.Now()
 	in.mu.Lock()
 	last := in.lastWarn[reason]
@@ -303,7 +302,7 @@ func (in *Ingest) warn(reason, detail string) {
 }
 
 // unregister forgets p's job; in.mu must be held.
-func (in *Ingest) unregister(p *peer) {
+func (in *Server) unregister(p *peer) {
 	if set := in.peers[p.job]; set != nil {
 		delete(set, p)
 		if len(set) == 0 {
@@ -315,7 +314,7 @@ func (in *Ingest) unregister(p *peer) {
 // Send writes a control message to every connected worker of its job and
 // returns how many it reached. A worker that does not take the line within a
 // second is skipped (and counted out): control never stalls the daemon.
-func (in *Ingest) Send(c telemetry.Control) int {
+func (in *Server) Send(c telemetry.Control) int {
 	in.mu.Lock()
 	peers := make([]*peer, 0, len(in.peers[c.Job]))
 	for p := range in.peers[c.Job] {
@@ -363,4 +362,23 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// Relay forwards the control messages of every job (telemetry.AllControl)
+// from nc to the workers of that job connected here; the subscription ends
+// with the connection or when unsubscribed.
+func (in *Server) Relay(nc *nats.Conn) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(telemetry.AllControl, func(m *nats.Msg) {
+		c, err := telemetry.DecodeControl(m.Data)
+		if err != nil {
+			in.log.Warn("control message", zap.String("subject", m.Subject), zap.Error(err))
+			return
+		}
+		n := in.Send(c)
+		in.log.Debug("control sent", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Int("workers", n))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", telemetry.AllControl, err)
+	}
+	return sub, nil
 }

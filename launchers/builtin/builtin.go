@@ -1,10 +1,17 @@
-package daemon
+// Package builtin is the catalog of the launchers linked into scavd and
+// scavctl (local, ssh and slurm; they run in process) and the one place a
+// program picks and opens its launcher: a built-in by name, an external
+// plugin binary by path and checksum, or, for a daemon scavctl starts
+// itself, the one its environment calls for.
+package builtin
 
 import (
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 
 	"go.uber.org/zap"
 
@@ -14,15 +21,13 @@ import (
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
-// BuiltinOptions configure the built-in launchers; each launcher reads its own part.
-type BuiltinOptions struct {
+// Options configure the built-in launchers; each launcher reads its own part.
+type Options struct {
 	// KillOnParentDeath ties local workers to this process.
 	KillOnParentDeath bool
-	// Reaper, when set, collects the orphans of local workers.
-	Reaper *local.Reaper
 	// SSH configures the "ssh" launcher (scavd's --ssh-* flags).
 	SSH SSHOptions
-	// Slurm configures the "slurm" launcher; its Logger is set by Builtins.
+	// Slurm configures the "slurm" launcher; its Logger is set by Catalog.
 	Slurm slurm.Options
 }
 
@@ -74,14 +79,15 @@ func newSSH(o SSHOptions, log *zap.Logger) (plugins.Launcher, error) {
 	return l, nil
 }
 
-// Builtins is the catalog of the launchers linked into scavd; they run in
-// process. "local" starts workers on this node; "ssh" starts them on the
-// hosts of opts.SSH (and fails, naming the flags, without hosts); "slurm"
-// runs them as srun steps of an allocation, or submits them with sbatch.
-func Builtins(opts BuiltinOptions) *plugins.Catalog {
+// Catalog is the catalog of the built-in launchers. "local" starts workers
+// on this node (their orphans collected by reaper, when set); "ssh" starts
+// them on the hosts of opts.SSH (and fails, naming the flags, without
+// hosts); "slurm" runs them as srun steps of an allocation, or submits them
+// with sbatch.
+func Catalog(opts Options, reaper *local.Reaper) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
-		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: opts.Reaper}), nil
+		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: reaper}), nil
 	})
 	_ = c.Register("ssh", func(log *zap.Logger) (plugins.Launcher, error) { return newSSH(opts.SSH, log) })
 	_ = c.Register("slurm", func(log *zap.Logger) (plugins.Launcher, error) {
@@ -92,12 +98,54 @@ func Builtins(opts BuiltinOptions) *plugins.Catalog {
 	return c
 }
 
-// LoadPlugin starts an external launcher plugin binary whose sha256 is
+// Names lists the built-in launchers.
+func Names() []string { return Catalog(Options{}, nil).Names() }
+
+// Open opens the built-in launcher called name ("" is "local"). The local
+// launcher comes with the orphan reaper it needs: this process becomes the
+// subreaper of the workers' descendants, since PID 1 may not reap them.
+// The returned function releases what Open started.
+func Open(ctx context.Context, name string, opts Options, log *zap.Logger) (plugins.Launcher, func(), error) {
+	if name == "" {
+		name = "local"
+	}
+	var reaper *local.Reaper
+	release := func() {}
+	if name == "local" {
+		var err error
+		if reaper, err = local.StartReaper(context.WithoutCancel(ctx), log); err != nil { // it lives until release
+			return nil, nil, fmt.Errorf("open launcher local: %w", err)
+		}
+		release = reaper.Stop
+	}
+	l, err := Catalog(opts, reaper).New(name, log)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("open launcher: %w", err)
+	}
+	return l, release, nil
+}
+
+// OpenPlugin starts an external launcher plugin binary whose sha256 is
 // sumHex and returns its launcher and the function that ends it.
-func LoadPlugin(ctx context.Context, path, sumHex string, log *zap.Logger) (plugins.Launcher, func(), error) {
+func OpenPlugin(ctx context.Context, path, sumHex string, log *zap.Logger) (plugins.Launcher, func(), error) {
 	sum, err := hex.DecodeString(sumHex)
 	if err != nil || len(sum) != 32 {
 		return nil, nil, fmt.Errorf("launcher plugin %s: --plugin-sha256 %q is not a sha256 in hex (sha256sum prints it)", path, sumHex)
 	}
 	return plugins.Load(ctx, path, sum, log)
+}
+
+// Standalone names the launcher of a daemon scavctl starts itself: inside a
+// Slurm allocation ($SLURM_JOB_ID set, srun on PATH) "slurm", so that every
+// attempt is a job step of the allocation; else "local". $SCAV_LAUNCHER
+// decides instead when set.
+func Standalone() string {
+	if name := os.Getenv("SCAV_LAUNCHER"); name != "" {
+		return name
+	}
+	if _, err := exec.LookPath("srun"); err == nil && os.Getenv("SLURM_JOB_ID") != "" {
+		return "slurm"
+	}
+	return "local"
 }

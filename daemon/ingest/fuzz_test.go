@@ -1,10 +1,12 @@
-package daemon
+package ingest
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -35,7 +37,7 @@ func FuzzIngestReader(f *testing.F) {
 	f.Add([]byte(`{"v":2}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		col := &collector{msgs: map[string][][]byte{}}
-		in := newIngest(col, zap.NewNop())
+		in := newServer(col, zap.NewNop())
 		in.serve(bytes.NewReader(data), nil)
 		var published int64
 		for subj, msgs := range col.msgs {
@@ -56,4 +58,9 @@ func FuzzIngestReader(f *testing.F) {
 			t.Fatalf("accepted %d, published %d", s.Accepted, published)
 		}
 	})
+}
+
+func stepLine(job string, rank, world int, step int64) string {
+	return fmt.Sprintf(`{"v":1,"job":%q,"attempt":1,"rank":%d,"world":%d,"step":%d,"t":%f,"dt":0.01,"samples":8,"local_sqr":2,"avg_sqr":1}`,
+		job, rank, world, step, float64(time.Now().UnixNano())/1e9)
 }

@@ -1,4 +1,4 @@
-package daemon
+package jobs
 
 import (
 	"encoding/json"

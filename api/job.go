@@ -1,0 +1,131 @@
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// JobState is where a job is in its life.
+//
+//	starting -> running -> succeeded | failed
+//	    |          |
+//	    |          +--> stopping -> stopped | failed
+//	    +--> failed (the launcher could not start it)
+type JobState string
+
+// Job states.
+const (
+	StateStarting  JobState = "starting"
+	StateRunning   JobState = "running"
+	StateStopping  JobState = "stopping"
+	StateSucceeded JobState = "succeeded"
+	StateFailed    JobState = "failed"
+	StateStopped   JobState = "stopped"
+)
+
+// Done reports whether the state is final.
+func (s JobState) Done() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateStopped
+}
+
+// Job is a job's record, kept in the job bucket under its id.
+type Job struct {
+	ID            string             `json:"id"`
+	Name          string             `json:"name"`
+	Command       []string           `json:"command"`
+	Dir           string             `json:"dir"`
+	Config        plugins.Config     `json:"config"`
+	Mode          plugins.LaunchMode `json:"mode"`
+	CheckpointDir string             `json:"checkpoint_dir"`
+	Grace         Duration           `json:"grace"`
+	// CheckpointSignal is the signal that makes an uninstrumented job checkpoint.
+	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// StepRegex reads an uninstrumented job's progress off its output.
+	StepRegex string `json:"step_regex,omitempty"`
+	Node      string `json:"node"`
+	Launcher  string `json:"launcher"`
+	// Allocation is the scheduler allocation the job runs in ("slurm.4711").
+	Allocation string     `json:"allocation,omitempty"`
+	State      JobState   `json:"state"`
+	Attempt    int        `json:"attempt"`
+	Created    time.Time  `json:"created"`
+	Started    *time.Time `json:"started,omitempty"`
+	Ended      *time.Time `json:"ended,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	// Optimize is what the job asked of the optimizer; Phase is where its
+	// policy is (warm-up, probing, optimised) and Decisions what it decided.
+	Optimize  Optimize     `json:"optimize,omitempty"`
+	Phase     policy.Phase `json:"phase,omitempty"`
+	Decisions []Decision   `json:"decisions,omitempty"`
+	// Attempts lists the job's launches, the latest last.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Resume is where a stopped job can continue (scavctl run --resume).
+	Resume *ResumePoint `json:"resume,omitempty"`
+	// Result is how the last attempt ended, rank by rank.
+	Result *plugins.Result `json:"result,omitempty"`
+	// Message says in words why the job is in its state, when it is not obvious.
+	Message string `json:"message,omitempty"`
+}
+
+// ResumePoint is a checkpoint a job can continue from.
+type ResumePoint struct {
+	Checkpoint string `json:"checkpoint"`
+	Step       int64  `json:"step"`
+}
+
+// Attempt is one launch of a job, as kept in its record.
+type Attempt struct {
+	Attempt int            `json:"attempt"`
+	Config  plugins.Config `json:"config"`
+	Started time.Time      `json:"started"`
+	Ended   *time.Time     `json:"ended,omitempty"`
+	// FirstStep and LastStep bound the steps this attempt completed (0: none).
+	FirstStep int64 `json:"first_step,omitempty"`
+	LastStep  int64 `json:"last_step,omitempty"`
+	// Restore is the checkpoint it started from.
+	Restore string `json:"restore,omitempty"`
+	// Handle is the launcher's id of the attempt, to reattach to it after a
+	// daemon restart.
+	Handle string `json:"handle,omitempty"`
+	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
+	EndReason string `json:"end_reason,omitempty"`
+	// Move breaks down the relaunch that ended this attempt, when one did.
+	Move *MoveTiming `json:"move,omitempty"`
+}
+
+// MoveTiming breaks a relaunch into its parts, in seconds.
+type MoveTiming struct {
+	// Checkpoint: from the request to rank 0's acknowledgement (the step
+	// still to run, then the checkpoint write).
+	Checkpoint float64 `json:"checkpoint_s"`
+	// Exit: from the acknowledgement to the last worker's exit.
+	Exit float64 `json:"exit_s"`
+	// Start: from the exit to the new attempt's processes existing.
+	Start float64 `json:"start_s,omitempty"`
+	// FirstStep: from the start to the new attempt's first step (restore included).
+	FirstStep float64 `json:"first_step_s,omitempty"`
+	// Fallback is set when the workers did not acknowledge and were stopped.
+	Fallback bool `json:"fallback,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes as "30s" in JSON.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("parse duration %q: %w", b, err)
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,172 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/progress"
+)
+
+// RunRequest asks the daemon to run a job (the body of scav.api.run).
+type RunRequest struct {
+	// Name is a human name; the job id is derived from it.
+	Name string `json:"name,omitempty"`
+	// Command is the training command and its arguments (templates allowed).
+	Command []string `json:"command"`
+	// Dir is the working directory; Env the complete environment of the workers.
+	Dir string   `json:"dir"`
+	Env []string `json:"env,omitempty"`
+	// Config is the configuration to start at.
+	Config plugins.Config `json:"config"`
+	// Mode is the launch mode (auto, ranks, self).
+	Mode plugins.LaunchMode `json:"mode,omitempty"`
+	// CheckpointDir is where the job keeps checkpoints; empty: under the state directory.
+	CheckpointDir string `json:"checkpoint_dir,omitempty"`
+	// Grace is how long workers get between SIGTERM and SIGKILL when stopped,
+	// and how long they get to checkpoint before a move falls back to a stop.
+	Grace Duration `json:"grace,omitempty"`
+	// CheckpointSignal, for scripts that do not use the python client, is the
+	// signal (e.g. "SIGUSR1") that makes them checkpoint into
+	// SCAV_CHECKPOINT_DIR and exit, so that they can be moved.
+	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// StepRegex reads the progress of a script without the python client off
+	// its output (named groups step, rate, total); empty: tqdm and "step N" lines.
+	StepRegex string `json:"step_regex,omitempty"`
+	// Optimize, when its policy moves, lets the daemon move the job to the
+	// configuration that best meets its objective.
+	Optimize Optimize `json:"optimize,omitempty"`
+	// Allocation is the scheduler allocation the job runs in, as
+	// "<scheduler>.<id>" (scavctl run sets "slurm.$SLURM_JOB_ID").
+	Allocation string `json:"allocation,omitempty"`
+}
+
+// Validate collects every problem with the request.
+func (r *RunRequest) Validate() error {
+	var errs []error
+	if len(r.Command) == 0 || r.Command[0] == "" {
+		errs = append(errs, errors.New("no command: give it after --, e.g. scavctl run -- python train.py"))
+	}
+	if r.Name != "" && !telemetry.ValidJobID(r.Name) {
+		errs = append(errs, fmt.Errorf("name %q: use 1-64 letters, digits, '-' or '_'", r.Name))
+	}
+	if r.Config.Workers < 1 {
+		errs = append(errs, fmt.Errorf("workers %d: need at least 1", r.Config.Workers))
+	}
+	if r.Config.GlobalBatch < 0 {
+		errs = append(errs, fmt.Errorf("batch size %d: must not be negative", r.Config.GlobalBatch))
+	}
+	if r.Config.Workers > 0 && r.Config.GlobalBatch > 0 && r.Config.GlobalBatch%r.Config.Workers != 0 {
+		errs = append(errs, fmt.Errorf("batch size %d is not divisible by %d workers", r.Config.GlobalBatch, r.Config.Workers))
+	}
+	if r.Dir != "" && !filepath.IsAbs(r.Dir) {
+		errs = append(errs, fmt.Errorf("working directory %q is not absolute", r.Dir))
+	}
+	if r.Grace.D() < 0 {
+		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))
+	}
+	if r.Optimize.Active() {
+		spec, _, err := r.Optimize.Spec(r.Config, 0)
+		if err == nil {
+			_, err = policy.New(r.Optimize.Policy, spec, nil)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := progress.New(r.StepRegex); err != nil {
+		errs = append(errs, err)
+	}
+	if r.Allocation != "" && !ValidAllocationKey(r.Allocation) {
+		errs = append(errs, fmt.Errorf("allocation %q: want <scheduler>.<id>, e.g. slurm.4711", r.Allocation))
+	}
+	if r.CheckpointSignal != "" {
+		if _, err := ParseSignal(r.CheckpointSignal); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint signal: %w", err))
+		}
+	}
+	switch r.Mode {
+	case "", plugins.ModeAuto, plugins.ModeRanks, plugins.ModeSelf:
+	default:
+		errs = append(errs, fmt.Errorf("launch mode %q: use auto, ranks or self", r.Mode))
+	}
+	return errors.Join(errs...)
+}
+
+// API verbs served on scav.api.<verb>.
+const (
+	VerbPing   = "ping"
+	VerbRun    = "run"
+	VerbStop   = "stop"
+	VerbJob    = "job"
+	VerbJobs   = "jobs"
+	VerbStats  = "stats"
+	VerbMove   = "move"
+	VerbResume = "resume"
+	// VerbAllocation reports a scheduler allocation's begin or end (prolog/epilog hooks).
+	VerbAllocation = "allocation"
+	// VerbAllocations lists the allocations the hooks reported.
+	VerbAllocations = "allocations"
+)
+
+// ResumeRequest asks the daemon to continue a stopped job from its last
+// checkpoint (the body of scav.api.resume); Env is the workers' environment.
+type ResumeRequest struct {
+	Job string   `json:"job"`
+	Env []string `json:"env,omitempty"`
+}
+
+// MoveRequest asks the daemon to relaunch a running job at another
+// configuration (the body of scav.api.move). The reply comes once the
+// workers have checkpointed and exited, or the move has failed.
+type MoveRequest struct {
+	Job    string         `json:"job"`
+	Config plugins.Config `json:"config"`
+	Reason string         `json:"reason,omitempty"`
+}
+
+// StopRequest asks the daemon to stop a job (the body of scav.api.stop).
+type StopRequest struct {
+	Job   string   `json:"job"`
+	Grace Duration `json:"grace,omitempty"`
+}
+
+// JobRequest names a job (the body of scav.api.job).
+type JobRequest struct {
+	Job string `json:"job"`
+}
+
+// Timeout bounds the work of a request of verb; a move waits for the
+// workers to checkpoint.
+func Timeout(verb string) time.Duration {
+	if verb == VerbMove {
+		return 10 * time.Minute
+	}
+	return 10 * time.Second
+}
+
+// Reply is the envelope of every API answer: Error, or Data.
+type Reply struct {
+	Error string          `json:"error,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+// ParseSignal reads a signal name, with or without its SIG prefix.
+func ParseSignal(name string) (unix.Signal, error) {
+	n := strings.ToUpper(name)
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	if sig := unix.SignalNum(n); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q (use e.g. SIGUSR1)", name)
+}

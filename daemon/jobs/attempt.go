@@ -1,0 +1,374 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// One attempt, from the runner's side. It ends when its workers do, when the
+// job is stopped, or when the job moves to another configuration:
+//
+//	running --move--> checkpointing --rank 0 acked, workers exited--> (next attempt)
+//	                       |  (instrumented: control message; else the checkpoint signal)
+//	                       +--no ack within the grace--> stop; the next attempt starts
+//	                                                     from the last complete checkpoint
+//
+// A move is asked for by a user (Registry.Move), by the job's controller (a
+// verdict) or by a pre-emption notice (a move to the same configuration).
+
+// moveLeadSteps is how many steps after the last one seen the workers are
+// asked to checkpoint at, at least; moveLeadTime bounds it from below in time
+// so that the message reaches every rank first.
+const (
+	moveLeadSteps = 2
+	moveLeadTime  = 300 * time.Millisecond
+)
+
+// callTimeout bounds a launcher call that is not a Start or a Stop.
+const callTimeout = 30 * time.Second
+
+// outcome is how one attempt ended.
+type outcome struct {
+	res     plugins.Result
+	err     error
+	stopped bool
+	// moved is set when the attempt ended for a move, with where to resume.
+	moved     *moveReq
+	restore   string
+	lastStep  int64
+	timing    api.MoveTiming
+	movedAt   time.Time
+	viaSignal bool // the move asked with the checkpoint signal, not the control channel
+	// detached: the daemon is stopping and leaves the attempt running.
+	detached bool
+}
+
+// watch is one attempt's watch: the state the runner keeps while it waits
+// for the attempt to end.
+type watch struct {
+	r     *runner
+	h     plugins.Handle
+	n     int // the attempt
+	grace time.Duration
+	kill  context.Context
+	out   outcome
+
+	stops     sync.WaitGroup // Stop calls in flight; a later one may shorten the grace
+	acks      chan telemetry.StepRecord
+	ackSub    *nats.Subscription
+	deadline  <-chan time.Time
+	acked     time.Time
+	preempted bool
+}
+
+// waited is what Handle.Wait returned.
+type waited struct {
+	res plugins.Result
+	err error
+}
+
+// watch waits for attempt n, whose handle is h, to end, handling stop and
+// move requests, the controller's verdicts and pre-emption notices.
+func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) outcome {
+	w := &watch{r: r, h: h, n: n, grace: r.rec.job.Grace.D(), kill: kill}
+	waitCtx, cancelWait := context.WithCancel(kill)
+	wc := make(chan waited, 1)
+	go func() { // ends when the attempt does (Stop guarantees that) or with waitCtx
+		res, err := h.Wait(waitCtx)
+		wc <- waited{res, err}
+	}()
+	defer func() {
+		if w.ackSub != nil {
+			_ = w.ackSub.Unsubscribe()
+		}
+		if w.out.detached {
+			cancelWait() // a detached attempt is not waited for
+			<-wc
+		}
+		cancelWait()
+	}()
+	killed, closing := kill.Done(), shutdown.Done()
+	for {
+		select {
+		case res := <-wc:
+			w.stops.Wait()
+			w.ended(res)
+			return w.out
+		case <-closing:
+			closing = nil // acted on once
+			if w.out.moved == nil && !w.out.stopped && r.leave(h) {
+				w.out.detached = true
+				return w.out
+			}
+			// Mid-move or stopping: the workers are checkpointing and exiting,
+			// and a stop finishes that as well as anything.
+			w.stop(w.grace)
+		case <-killed:
+			killed = nil
+			w.kill9()
+		case g := <-r.stops:
+			w.stop(g)
+		case m := <-r.moves:
+			if err := w.move(m); err != nil {
+				m.fail(err)
+			}
+		case v := <-r.verdicts:
+			w.verdict(v)
+		case rec := <-r.preempts:
+			w.preempt(rec)
+		case a := <-w.acks:
+			w.ack(a)
+		case <-w.deadline:
+			w.deadline = nil
+			w.graceOver()
+		}
+	}
+}
+
+// leave reports whether a stopping daemon leaves the attempt of h running
+// for the next daemon instead of stopping it: a service's (not scavctl's
+// own) attempt that outlives it, through a launcher that can reattach to it.
+func (r *runner) leave(h plugins.Handle) bool {
+	o, ok := h.(interface{ Outlives() bool })
+	_, rec := r.g.o.Launcher.(plugins.Recoverer)
+	return r.g.o.RestartDir != "" && rec && ok && o.Outlives()
+}
+
+// stopAttempt ends the attempt in the background with grace g; the watch
+// joins it before it returns.
+func (w *watch) stopAttempt(g time.Duration) {
+	w.stops.Add(1)
+	go func() {
+		defer w.stops.Done()
+		// The workers must go even when the daemon's time is up: bounded, not cancelled.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.kill), g+killTimeout)
+		defer cancel()
+		if err := w.h.Stop(ctx, g); err != nil {
+			w.r.log.Warn("stop", zap.Error(err))
+		}
+	}()
+}
+
+// kill9 ends the attempt now: the daemon's grace is over.
+func (w *watch) kill9() {
+	w.r.log.Warn("the daemon is out of time; killing the workers", zap.Int("attempt", w.n))
+	w.out.stopped = true
+	w.stopAttempt(time.Millisecond)
+}
+
+// stop handles a stop request with grace g: the workers checkpoint (when
+// they can) and exit within it, or are killed.
+func (w *watch) stop(g time.Duration) {
+	if w.out.stopped {
+		w.stopAttempt(g) // asked again: a shorter grace kills sooner
+		return
+	}
+	w.out.stopped = true
+	if w.out.moved != nil {
+		// A checkpoint is already on its way: it serves the stop as well.
+		w.out.moved.fail(fmt.Errorf("the job is stopping"))
+		w.out.moved = nil
+	}
+	w.r.rec.job.State = api.StateStopping
+	w.r.save(w.kill)
+	msg := fmt.Sprintf("SIGTERM to the workers, SIGKILL after %s", g)
+	if w.ackSub == nil {
+		if viaSignal, err := w.checkpoint(); err == nil {
+			w.out.viaSignal = viaSignal
+			msg = fmt.Sprintf("asked the workers to checkpoint and exit; SIGKILL after %s", g)
+		}
+	}
+	w.r.event(telemetry.EventStopping, w.n, msg)
+	if w.ackSub != nil || w.out.viaSignal {
+		w.deadline = time.After(g) // the grace is for checkpointing; then kill
+	} else {
+		w.stopAttempt(g)
+	}
+}
+
+// move begins a move: the workers checkpoint and exit, and the runner
+// relaunches them at m.cfg. A move that cannot begin is an error, and m is
+// not answered.
+func (w *watch) move(m moveReq) error {
+	if w.out.moved != nil || w.out.stopped {
+		return fmt.Errorf("the job is already moving or stopping")
+	}
+	viaSignal, err := w.checkpoint()
+	if err != nil {
+		return err
+	}
+	w.out.moved, w.out.movedAt, w.out.viaSignal = &m, time.Now(), viaSignal
+	w.deadline = time.After(w.grace)
+	return nil
+}
+
+// verdict records a decision of the job's controller and, when it names
+// another configuration, moves the job there.
+func (w *watch) verdict(v verdict) {
+	j := &w.r.rec.job
+	addDecision(j, v.dec)
+	w.r.save(w.kill)
+	w.r.decided(w.n, v.dec)
+	if v.dec.To == j.Config {
+		return
+	}
+	w.r.log.Info("moving", zap.Int("workers", v.dec.To.Workers), zap.Int("batch", v.dec.To.GlobalBatch), zap.String("reason", v.dec.Reason))
+	m := moveReq{cfg: v.dec.To, reason: v.dec.Reason, reply: v.reply} // the controller hears how it ends
+	if err := w.move(m); err != nil {
+		w.r.log.Warn("move", zap.Error(err))
+		w.r.event(telemetry.EventMoved, w.n, fmt.Sprintf("move to %d workers, batch %d failed: %v", v.dec.To.Workers, v.dec.To.GlobalBatch, err))
+		m.fail(err)
+	}
+}
+
+// preempt turns a worker's pre-emption notice (its scheduler is about to
+// end the allocation) into a move at the same configuration: the workers
+// checkpoint, and the next attempt resumes from it. Every rank sends one;
+// the first for this attempt acts.
+func (w *watch) preempt(rec telemetry.StepRecord) {
+	if rec.Attempt != w.n || w.preempted {
+		return
+	}
+	w.preempted = true
+	if w.out.stopped || w.r.g.shuttingDown() { // the stop checkpoints the job anyway
+		return
+	}
+	w.r.log.Info("pre-emption notice; checkpointing and relaunching", zap.Int("attempt", rec.Attempt), zap.Int("rank", rec.Rank), zap.String("signal", rec.ID))
+	m := moveReq{cfg: w.r.rec.job.Config, reason: fmt.Sprintf("pre-empted: rank %d received %s from the scheduler", rec.Rank, rec.ID), reply: make(chan error, 1)}
+	if err := w.move(m); err != nil {
+		w.r.log.Warn("pre-empted job could not checkpoint", zap.Error(err))
+	}
+}
+
+// ack takes a worker's acknowledgement of the checkpoint request.
+func (w *watch) ack(a telemetry.StepRecord) {
+	if a.Rank == 0 && a.Checkpoint != "" && w.out.restore == "" {
+		w.acked = time.Now()
+		w.out.restore, w.out.lastStep = a.Checkpoint, a.Step
+		w.out.timing.Checkpoint = w.acked.Sub(w.out.movedAt).Seconds()
+	}
+}
+
+// graceOver handles the end of the grace of a stop or a move: a stop kills
+// what is left; a move that got no acknowledgement falls back to a stop.
+func (w *watch) graceOver() {
+	if w.out.stopped {
+		w.r.log.Warn("workers still running when the grace ended; killing them", zap.Duration("grace", w.grace))
+		w.stopAttempt(time.Millisecond)
+		return
+	}
+	if w.out.restore == "" && w.out.moved != nil {
+		w.r.log.Warn("no checkpoint acknowledged within the grace; stopping the attempt", zap.Duration("grace", w.grace))
+		w.out.timing.Fallback = true
+		w.stopAttempt(w.grace)
+	}
+}
+
+// ended takes the attempt's end and settles where a move or a stop goes on from.
+func (w *watch) ended(res waited) {
+	out := &w.out
+	out.res, out.err = res.res, res.err
+	if out.stopped && out.restore == "" && (out.viaSignal || w.ackSub != nil) {
+		out.restore, out.lastStep = w.r.latestCheckpoint()
+	}
+	if out.moved == nil {
+		return
+	}
+	switch {
+	case out.viaSignal || out.timing.Fallback:
+		// The script checkpointed by convention, or was stopped: resume from
+		// the newest complete checkpoint there is.
+		out.restore, out.lastStep = w.r.latestCheckpoint()
+		out.timing.Checkpoint = time.Since(out.movedAt).Seconds()
+	case out.restore == "":
+		// The workers exited without acknowledging a checkpoint (one died
+		// writing it?): go on from the last complete one, if any.
+		if out.restore, out.lastStep = w.r.latestCheckpoint(); out.restore == "" {
+			out.moved.fail(fmt.Errorf("the workers exited before checkpointing (exit %d) and left no checkpoint", res.res.ExitCode))
+			out.moved = nil
+			return
+		}
+		w.r.log.Warn("the workers exited without acknowledging the checkpoint; going on from the last complete one",
+			zap.String("checkpoint", out.restore), zap.Int64("step", out.lastStep), zap.Int("exit_code", res.res.ExitCode))
+		out.timing.Fallback = true
+	default:
+		out.timing.Exit = time.Since(w.acked).Seconds()
+	}
+	out.res, out.err = plugins.Result{}, nil
+	out.moved.fail(nil)
+}
+
+// checkpoint asks the attempt's workers to checkpoint and exit: over the
+// control channel when they report steps (viaSignal false), else with the
+// job's checkpoint signal.
+func (w *watch) checkpoint() (viaSignal bool, err error) {
+	j := &w.r.rec.job
+	pr := w.r.prog.now()
+	if !pr.Stepped {
+		if j.CheckpointSignal == "" {
+			return false, fmt.Errorf("job %s reports no steps and has no --checkpoint-signal: it cannot be moved without losing work", j.ID)
+		}
+		sig, err := api.ParseSignal(j.CheckpointSignal)
+		if err != nil {
+			return false, err
+		}
+		ctx, cancel := context.WithTimeout(w.kill, callTimeout)
+		defer cancel()
+		if err := w.h.Signal(ctx, sig); err != nil {
+			return false, fmt.Errorf("send %s to job %s: %w", j.CheckpointSignal, j.ID, err)
+		}
+		return true, nil
+	}
+	ch := make(chan telemetry.StepRecord, 64)
+	sub, err := w.r.g.o.NC.Subscribe(telemetry.AckSubject(j.ID), func(m *nats.Msg) {
+		if a, err := telemetry.DecodeStep(m.Data); err == nil && a.Attempt == w.n {
+			select {
+			case ch <- a:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("follow acks of %s: %w", j.ID, err)
+	}
+	w.acks, w.ackSub = ch, sub
+	lead := int64(moveLeadSteps)
+	if pr.StepTime > 0 {
+		lead = max(lead, int64(moveLeadTime.Seconds()/pr.StepTime)+1)
+	}
+	c := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: fmt.Sprintf("%s-%d-%d", j.ID, w.n, pr.LastStep), Job: j.ID,
+		Attempt: w.n, AfterStep: pr.LastStep + lead, Dir: j.CheckpointDir}
+	if err := w.r.g.o.NC.Publish(telemetry.ControlSubject(j.ID), c.Encode()); err != nil {
+		return false, fmt.Errorf("send checkpoint request to %s: %w", j.ID, err)
+	}
+	return false, nil
+}
+
+// latestCheckpoint is the newest complete checkpoint in the job's directory
+// (from its manifest) and the step it holds; without a manifest, the
+// directory itself when the script left files there (it knows their names),
+// at an unknown step (0).
+func (r *runner) latestCheckpoint() (string, int64) {
+	return latestCheckpoint(r.rec.job.CheckpointDir)
+}
+
+// addDecision records d in j. Only the latest candidate set is kept, so
+// that a job that decides often does not grow its record without bound.
+func addDecision(j *api.Job, d api.Decision) {
+	if len(d.Candidates) > 0 {
+		for i := range j.Decisions {
+			j.Decisions[i].Candidates = nil
+		}
+	}
+	j.Decisions = append(j.Decisions, d)
+	j.Phase = d.Phase
+}

@@ -1,0 +1,170 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// maxRecordedCandidates bounds the candidates kept per decision, so that a
+// wide search space does not bloat the job record.
+const maxRecordedCandidates = 64
+
+// recordCandidates converts a decision's predictions for the job record,
+// keeping the chosen one when there are more than maxRecordedCandidates.
+func recordCandidates(preds []predict.Prediction, chosen int) []api.CandidatePrediction {
+	if len(preds) == 0 {
+		return nil
+	}
+	conv := func(i int) api.CandidatePrediction {
+		p := preds[i]
+		return api.CandidatePrediction{Type: p.Type, Workers: p.Workers, Batch: p.Batch,
+			StepS: p.StepTime, TotalS: p.TotalS, TotalUSD: p.TotalUSD, Chosen: i == chosen}
+	}
+	n := min(len(preds), maxRecordedCandidates)
+	if chosen >= n {
+		n-- // leave room for the chosen one
+	}
+	out := make([]api.CandidatePrediction, 0, n+1)
+	for i := 0; i < n; i++ {
+		out = append(out, conv(i))
+	}
+	if chosen >= n && chosen < len(preds) {
+		out = append(out, conv(chosen))
+	}
+	return out
+}
+
+// controller runs a job's policy online: it feeds the job's step records to
+// the observer, asks the policy at each report and hands every new verdict
+// to the job's runner, which records it and moves the job. It never writes
+// the record and never calls the launcher.
+type controller struct {
+	pol      policy.Policy
+	obs      *observer
+	current  func() (attempt int, cfg plugins.Config) // the runner's attempt now
+	prog     *progress
+	verdicts chan<- verdict
+	recs     chan telemetry.StepRecord
+	log      *zap.Logger
+}
+
+// verdict is a decision the controller hands the runner. When the decision
+// moves the job, reply (buffered) says how the move went: nil once the
+// workers have checkpointed and exited.
+type verdict struct {
+	dec   api.Decision
+	reply chan error
+}
+
+// newController builds the controller of job j, which the runner follows
+// through current, prog and verdicts.
+func newController(j api.Job, current func() (int, plugins.Config), prog *progress, verdicts chan<- verdict, log *zap.Logger) (*controller, error) {
+	spec, price, err := j.Optimize.Spec(j.Config, 0)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policy.New(j.Optimize.Policy, spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &controller{
+		pol: pol, obs: newObserver(spec.M0, price, spec.Candidates[0].Type), current: current, prog: prog,
+		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
+		log: log.With(zap.String("policy", pol.Name())),
+	}, nil
+}
+
+// offer hands the controller a step record without ever blocking ingest.
+func (c *controller) offer(rec telemetry.StepRecord) {
+	select {
+	case c.recs <- rec:
+	default:
+	}
+}
+
+// run decides until ctx is done.
+func (c *controller) run(ctx context.Context) {
+	attempt, movedFrom := 0, 0
+	var last api.Decision
+	for {
+		var rec telemetry.StepRecord
+		select {
+		case <-ctx.Done():
+			return
+		case rec = <-c.recs:
+		}
+		now, cfg := c.current()
+		if now == movedFrom {
+			continue // the attempt being left: its last steps do not count
+		}
+		if now != attempt {
+			attempt = now
+			c.obs.attemptStarted(attempt, cfg)
+		}
+		dec, ok := c.observe(rec, cfg)
+		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
+			continue // no report due, or the same verdict again
+		}
+		last = dec
+		v := verdict{dec: dec, reply: make(chan error, 1)}
+		select {
+		case c.verdicts <- v:
+		case <-ctx.Done():
+			return
+		}
+		if dec.To == cfg {
+			continue
+		}
+		select {
+		case err := <-v.reply:
+			if err == nil {
+				movedFrom = attempt
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// observe takes one step record and, when a report is due, asks the policy.
+func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
+	o, ok := c.obs.add(rec)
+	if !ok {
+		return api.Decision{}, false
+	}
+	if c.obs.est.Steps() > 0 {
+		c.prog.setNoise(c.obs.est.NoiseScale(c.obs.m0))
+	}
+	d, err := c.pol.Observe(o)
+	if err != nil {
+		c.log.Warn("policy", zap.Error(err))
+		return api.Decision{}, false
+	}
+	c.obs.setWait(d.WaitSteps)
+	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
+	return decision(cfg, rec.Step, time.Now().UTC(), d), true
+}
+
+// decision turns the policy's verdict, taken at step in configuration from,
+// into the job record's form.
+func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) api.Decision {
+	dec := api.Decision{
+		Time: at, Step: step, From: from, Reason: d.Reason, Phase: d.Phase,
+		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: from.LRScale},
+		Alternatives: len(d.Predictions),
+		Candidates:   recordCandidates(d.Predictions, d.Chosen),
+	}
+	if d.Chosen >= 0 && d.Chosen < len(d.Predictions) {
+		p := d.Predictions[d.Chosen]
+		dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+	}
+	return dec
+}

@@ -1,0 +1,51 @@
+package jobs
+
+import (
+	"encoding/json"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// event publishes a lifecycle event of the job's attempt.
+func (r *runner) event(kind telemetry.EventKind, attempt int, msg string) {
+	r.publish(telemetry.Event{Kind: kind, Job: r.rec.job.ID, Attempt: attempt, Message: msg})
+}
+
+// decided publishes a decision of the job's policy.
+func (r *runner) decided(attempt int, d api.Decision) {
+	r.publish(telemetry.Event{Kind: telemetry.EventDecided, Job: r.rec.job.ID, Attempt: attempt, Message: d.Reason,
+		Phase: string(d.Phase), PredictedS: d.PredictedS, PredictedUSD: d.PredictedUSD})
+}
+
+func (r *runner) publish(e telemetry.Event) {
+	e.Time = time.Now().UTC()
+	b, _ := json.Marshal(e)
+	if err := r.g.o.NC.Publish(telemetry.EventSubject(e.Job), b); err != nil {
+		r.log.Warn("publish event", zap.String("kind", string(e.Kind)), zap.Error(err))
+	}
+}
+
+// publishStep publishes a step record the daemon made itself.
+func (r *runner) publishStep(rec telemetry.StepRecord) error {
+	b, _ := json.Marshal(rec)
+	return r.g.o.NC.Publish(telemetry.StepSubject(rec.Job), append(b, '\n'))
+}
+
+// output publishes each worker line of attempt on the job's log subject and
+// lets steps read the job's progress off it.
+func (r *runner) output(attempt int, steps *outputSteps) plugins.OutputFunc {
+	job := r.rec.job.ID
+	subj := telemetry.LogSubject(job)
+	return func(rank int, stream plugins.Stream, line string) {
+		b, _ := json.Marshal(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
+		if err := r.g.o.NC.Publish(subj, b); err != nil {
+			r.log.Debug("publish output", zap.Error(err))
+		}
+		steps.line(job, &r.prog, rank, stream, line, r.log)
+	}
+}

@@ -1,0 +1,331 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// defaultGrace is a job's grace unless it names one.
+const defaultGrace = 10 * time.Second
+
+// killTimeout bounds the wait for the workers once the grace of a closing
+// registry is over and they are being killed.
+const killTimeout = 30 * time.Second
+
+// Attacher ties a job to the scheduler allocation it runs in.
+type Attacher interface {
+	Attach(ctx context.Context, allocation, job string) error
+}
+
+// Options configure a Registry.
+type Options struct {
+	Log      *zap.Logger
+	Launcher plugins.Launcher
+	// NC carries the jobs' events and control messages and their step,
+	// acknowledgement and pre-emption subjects; KV is the job bucket.
+	NC *nats.Conn
+	KV jetstream.KeyValue
+	// Node names this node; Socket is the telemetry socket the workers get.
+	Node, Socket string
+	// CheckpointRoot holds the checkpoints of jobs that name no directory.
+	CheckpointRoot string
+	// PythonPath is the directory of the python client the workers import.
+	PythonPath string
+	// Allocations, when set, ties jobs to their scheduler allocation.
+	Allocations Attacher
+	// RestartDir, unless empty (a standalone daemon), keeps running jobs'
+	// environments so that the next daemon can reattach to them or resume
+	// them (restart.go); ResumeJobs makes it resume them.
+	RestartDir string
+	ResumeJobs bool
+}
+
+// Registry owns the jobs of this node: it takes submissions, resumptions,
+// stops and moves, and runs one runner per running job. A runner is the only
+// writer of its job's record.
+type Registry struct {
+	o   Options
+	log *zap.Logger
+	// shutdown, when cancelled, asks every runner to stop its job (or to
+	// leave an attempt that outlives the daemon); kill ends the grace.
+	shutdown, kill             context.Context
+	cancelShutdown, cancelKill context.CancelFunc
+
+	mu     sync.Mutex
+	jobs   map[string]*runner
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New makes a registry whose runners live, at the longest, as long as ctx
+// (the daemon's root context).
+func New(ctx context.Context, o Options) *Registry {
+	g := &Registry{o: o, log: o.Log, jobs: map[string]*runner{}}
+	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
+	g.kill, g.cancelKill = context.WithCancel(ctx)
+	return g
+}
+
+// Submit validates req, records the job and starts its first attempt.
+func (g *Registry) Submit(ctx context.Context, req api.RunRequest) (api.Job, error) {
+	if err := req.Validate(); err != nil {
+		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
+	}
+	j := g.newJob(req)
+	if err := os.MkdirAll(j.CheckpointDir, 0o700); err != nil {
+		return api.Job{}, fmt.Errorf("%w: create checkpoint directory %s: %w", api.ErrBadRequest, j.CheckpointDir, err)
+	}
+	if req.Allocation != "" && g.o.Allocations != nil {
+		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID); err != nil {
+			g.log.Warn("tie job to its allocation", zap.String("job", j.ID), zap.String("allocation", req.Allocation), zap.Error(err))
+		}
+	}
+	rec := record{kv: g.o.KV, job: j}
+	msg := fmt.Sprintf("%d workers, global batch %d", j.Config.Workers, j.Config.GlobalBatch)
+	if err := g.launch(ctx, rec, req.Env, resumePoint{attempt: 1}, msg); err != nil {
+		return api.Job{}, err
+	}
+	return j, nil
+}
+
+// newJob is the record of a job submitted with req, its defaults filled in.
+func (g *Registry) newJob(req api.RunRequest) api.Job {
+	name := req.Name
+	if name == "" {
+		name = defaultName(req.Command)
+	}
+	grace := req.Grace
+	if grace == 0 {
+		grace = api.Duration(defaultGrace)
+	}
+	mode := req.Mode
+	if mode == "" {
+		mode = plugins.ModeAuto
+	}
+	cfg := req.Config
+	if cfg.LRScale == 0 {
+		cfg.LRScale = 1
+	}
+	id := newJobID(name)
+	ckpt := req.CheckpointDir
+	if ckpt == "" {
+		ckpt = filepath.Join(g.o.CheckpointRoot, id)
+	}
+	return api.Job{
+		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
+		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex,
+		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation,
+		State: api.StateStarting, Created: time.Now().UTC(),
+	}
+}
+
+// Resume continues a stopped job from its checkpoint as a new attempt.
+func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job, error) {
+	rec, err := load(ctx, g.o.KV, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	j := rec.job
+	switch {
+	case g.running(id) != nil || !j.State.Done():
+		return api.Job{}, fmt.Errorf("%w: job %s is %s, not stopped", api.ErrBadRequest, id, j.State)
+	case j.State == api.StateSucceeded:
+		return api.Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", api.ErrBadRequest, id)
+	}
+	from := resumePoint{attempt: j.Attempt + 1}
+	if j.Resume != nil {
+		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
+	} else if m, err := readManifest(j.CheckpointDir); err == nil {
+		from.restore, from.step = m.path, m.step
+	} else {
+		return api.Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", api.ErrBadRequest, id, j.CheckpointDir)
+	}
+	rec.job.State, rec.job.Ended, rec.job.ExitCode, rec.job.Result, rec.job.Message, rec.job.Resume = api.StateStarting, nil, nil, nil, "", nil
+	if err := g.launch(ctx, rec, env, from, fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)); err != nil {
+		return api.Job{}, err
+	}
+	return rec.job, nil
+}
+
+// launch writes the job's record and starts its runner, which owns it from
+// then on (joined by Close).
+func (g *Registry) launch(ctx context.Context, rec record, env []string, from resumePoint, msg string) error {
+	id := rec.job.ID
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return errors.New("daemon is shutting down")
+	}
+	if _, busy := g.jobs[id]; busy {
+		g.mu.Unlock()
+		return fmt.Errorf("%w: job %s is running already", api.ErrBadRequest, id)
+	}
+	r := newRunner(g, rec, env, from)
+	g.jobs[id] = r
+	g.wg.Add(1)
+	g.mu.Unlock()
+	if err := r.save(ctx); err != nil {
+		g.mu.Lock()
+		delete(g.jobs, id)
+		g.mu.Unlock()
+		g.wg.Done()
+		return err
+	}
+	g.rememberEnv(id, env)
+	r.event(telemetry.EventSubmitted, from.attempt, msg)
+	go func() {
+		defer g.wg.Done()
+		r.run(g.kill, g.shutdown)
+		g.mu.Lock()
+		delete(g.jobs, id)
+		g.mu.Unlock()
+	}()
+	return nil
+}
+
+// running returns the runner of job id, or nil when it does not run here.
+func (g *Registry) running(id string) *runner {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.jobs[id]
+}
+
+// Get reads one job's record.
+func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
+	rec, err := load(ctx, g.o.KV, id)
+	return rec.job, err
+}
+
+// List reads every job's record, oldest first.
+func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
+	recs, err := list(ctx, g.o.KV)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Job, len(recs))
+	for i, r := range recs {
+		out[i] = r.job
+	}
+	return out, nil
+}
+
+// Stop asks a running job to stop; grace 0 uses the job's own. Asking again
+// with a shorter grace brings the SIGKILL forward.
+func (g *Registry) Stop(id string, grace time.Duration) (api.Job, error) {
+	r := g.running(id)
+	if r == nil {
+		return api.Job{}, fmt.Errorf("stop job %s: %w (or it has already ended)", id, api.ErrNoJob)
+	}
+	r.requestStop(grace)
+	return r.snapshot(), nil
+}
+
+// Move asks a running job to relaunch at cfg and waits until its workers
+// have checkpointed and exited (or the move failed).
+func (g *Registry) Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error) {
+	r := g.running(id)
+	if r == nil {
+		return api.Job{}, fmt.Errorf("move job %s: %w (or it has already ended)", id, api.ErrNoJob)
+	}
+	if cfg.LRScale == 0 {
+		cfg.LRScale = 1
+	}
+	spec := plugins.AttemptSpec{JobID: id, Attempt: 1, Command: r.snapshot().Command, Config: cfg}
+	if err := spec.Validate(); err != nil {
+		return api.Job{}, fmt.Errorf("%w: move job %s: %w", api.ErrBadRequest, id, err)
+	}
+	if err := r.requestMove(ctx, cfg, reason); err != nil {
+		return api.Job{}, fmt.Errorf("move job %s: %w", id, err)
+	}
+	return r.snapshot(), nil
+}
+
+// Active lists the ids of the jobs running here.
+func (g *Registry) Active() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ids := make([]string, 0, len(g.jobs))
+	for id := range g.jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Status is a running job as its runner last recorded it, with its progress.
+type Status struct {
+	Job      api.Job
+	Progress Progress
+}
+
+// Running returns the status of every job running here.
+func (g *Registry) Running() []Status {
+	g.mu.Lock()
+	rs := make([]*runner, 0, len(g.jobs))
+	for _, r := range g.jobs {
+		rs = append(rs, r)
+	}
+	g.mu.Unlock()
+	out := make([]Status, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, Status{Job: r.snapshot(), Progress: r.prog.now()})
+	}
+	return out
+}
+
+// Close stops every job: each checkpoints and stops within its grace (or,
+// in a service, an attempt that outlives the daemon is left running for the
+// next one). Once the longest grace is over, or ctx is done, what is left is
+// killed; Close returns when every runner has ended, or killTimeout later.
+func (g *Registry) Close(ctx context.Context) {
+	g.mu.Lock()
+	g.closed = true
+	grace := time.Duration(0)
+	for _, r := range g.jobs {
+		grace = max(grace, r.snapshot().Grace.D())
+	}
+	g.mu.Unlock()
+	idle := make(chan struct{})
+	go func() {
+		defer close(idle)
+		g.wg.Wait()
+	}()
+	g.cancelShutdown()
+	t := time.NewTimer(grace + killTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+		g.cancelKill()
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	g.log.Warn("jobs still running after their grace; killing them", zap.Strings("jobs", g.Active()))
+	g.cancelKill()
+	select {
+	case <-idle:
+	case <-time.After(killTimeout):
+		g.log.Error("jobs did not end after being killed; leaving them", zap.Strings("jobs", g.Active()))
+	}
+}
+
+// shuttingDown reports whether Close has begun.
+func (g *Registry) shuttingDown() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}

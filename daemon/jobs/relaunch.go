@@ -1,0 +1,115 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// maxHostLosses bounds the relaunches after lost hosts in one run of a job,
+// so that a flapping network cannot relaunch it forever.
+const maxHostLosses = 3
+
+// after settles the end of one attempt: a move or a lost host sets p to the
+// next attempt (done false); anything else is the job's ending (done true).
+func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hostLosses *int) (ending, bool) {
+	if out.detached {
+		return ending{detached: true}, true
+	}
+	if out.moved != nil && out.err == nil {
+		return r.moved(kill, shutdown, out, p)
+	}
+	if len(out.res.LostHosts) > 0 && !out.stopped && *hostLosses < maxHostLosses {
+		if next, ok := r.afterHostLoss(kill, p.cfg, out.res.LostHosts); ok {
+			*hostLosses++
+			restore, step := r.latestCheckpoint()
+			from := "the start (no checkpoint was written)"
+			if restore != "" {
+				from = fmt.Sprintf("the checkpoint of step %d", step)
+			}
+			lost := strings.Join(out.res.LostHosts, ", ")
+			r.endAttempt("failed: lost host "+lost, nil)
+			r.save(kill)
+			r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("lost host %s; relaunching at %d workers, global batch %d from %s",
+				lost, next.Workers, next.GlobalBatch, from))
+			r.log.Warn("host lost; relaunching on the others", zap.Strings("lost", out.res.LostHosts), zap.Int("workers", next.Workers))
+			p.cfg, p.prev, p.restore, p.step = next, nil, restore, step
+			return ending{}, false
+		}
+	}
+	return r.conclude(out), true
+}
+
+// moved records the end of an attempt that checkpointed for a move and
+// plans the next one, unless the job was asked to stop meanwhile.
+func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (ending, bool) {
+	r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
+	r.save(kill)
+	r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("moving to %d workers, global batch %d after step %d: %s",
+		out.moved.cfg.Workers, out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason))
+	prev := p.cfg
+	p.cfg, p.prev, p.restore, p.step = out.moved.cfg, &prev, out.restore, out.lastStep
+	stopped := shutdown.Err() != nil || kill.Err() != nil
+	select {
+	case <-r.stops:
+		stopped = true
+	default:
+	}
+	if !stopped {
+		return ending{}, false
+	}
+	// Stopped between two attempts: keep the checkpoint for --resume.
+	return ending{state: api.StateStopped, resume: &api.ResumePoint{Checkpoint: p.restore, Step: p.step},
+		msg: fmt.Sprintf("stopped on request between two attempts, at the checkpoint of step %d; continue with: scavctl run --resume %s", p.step, r.rec.job.ID)}, true
+}
+
+// afterHostLoss is the configuration to go on at after hosts were lost: the
+// same, with no more workers than the launcher can still start. ok is false
+// when the launcher cannot say or has no room left.
+func (r *runner) afterHostLoss(ctx context.Context, cfg plugins.Config, lost []string) (plugins.Config, bool) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	caps, err := r.g.o.Launcher.Capabilities(ctx)
+	if err != nil {
+		r.log.Warn("hosts lost and the launcher cannot report what is left; the job ends", zap.Strings("lost", lost), zap.Error(err))
+		return cfg, false
+	}
+	next := cfg
+	if caps.MaxWorkers > 0 && next.Workers > caps.MaxWorkers {
+		next.Workers = caps.MaxWorkers
+	}
+	if next.Workers < 1 {
+		return cfg, false
+	}
+	if r.rec.job.Optimize.Active() && next.GlobalBatch%next.Workers != 0 {
+		next.GlobalBatch -= next.GlobalBatch % next.Workers
+	}
+	return next, next.GlobalBatch >= next.Workers || next.GlobalBatch == 0
+}
+
+// conclude is the job's ending after its last attempt.
+func (r *runner) conclude(out outcome) ending {
+	if out.err != nil {
+		return ending{state: api.StateFailed, code: 1, msg: fmt.Sprintf("wait: %v", out.err), why: "failed: " + out.err.Error()}
+	}
+	res := out.res
+	e := ending{state: api.StateSucceeded, code: res.ExitCode, msg: "all workers exited 0", res: &res}
+	switch {
+	case (out.stopped || res.Stopped) && out.restore != "":
+		e.state = api.StateStopped
+		e.msg = fmt.Sprintf("stopped on request after checkpointing step %d; continue with: scavctl run --resume %s", out.lastStep, r.rec.job.ID)
+		e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
+	case out.stopped || res.Stopped:
+		e.state, e.msg = api.StateStopped, "stopped on request"
+	case res.ExitCode != 0:
+		e.state = api.StateFailed
+		e.msg = fmt.Sprintf("rank %d exited with %d; the other workers were stopped", res.FailedRank, res.ExitCode)
+	}
+	return e
+}

@@ -1,0 +1,368 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// runner drives one job from its first (or resumed, or reattached) attempt
+// to its end. Its goroutine, run, is the only writer of the job's record;
+// everyone else talks to it through its channels and reads what it last
+// saved.
+type runner struct {
+	g    *Registry
+	log  *zap.Logger
+	rec  record   // run's alone (and launch's, before run starts)
+	env  []string // the workers' environment
+	from resumePoint
+	prog progress
+	// view is the record as the runner last saved it; cur the attempt and
+	// configuration now, for the controller.
+	view atomic.Pointer[[]byte]
+	cur  atomic.Pointer[current]
+
+	stops    chan time.Duration // a stop request with its grace; buffered 1
+	moves    chan moveReq       // taken while an attempt runs
+	verdicts chan verdict       // from the controller
+	preempts chan telemetry.StepRecord
+	done     chan struct{}
+}
+
+// current is the attempt a job runs now and its configuration.
+type current struct {
+	attempt int
+	cfg     plugins.Config
+}
+
+// resumePoint is where a job's next attempt starts.
+type resumePoint struct {
+	attempt int
+	restore string
+	step    int64
+	// reattach: the attempt is running already (started by the daemon
+	// before a restart); recover it instead of starting it.
+	reattach bool
+}
+
+// plan is the next attempt to start: its number, configuration and where
+// it starts from; prev is the configuration to go back to should it not
+// start (nil: none, the job fails).
+type plan struct {
+	resumePoint
+	cfg  plugins.Config
+	prev *plugins.Config
+}
+
+// moveReq asks a running job to relaunch at another configuration.
+type moveReq struct {
+	cfg    plugins.Config
+	reason string
+	reply  chan error // buffered 1: nil once the workers are down
+}
+
+// fail answers the requester of a move (nil: the workers are down and the
+// relaunch follows).
+func (m *moveReq) fail(err error) {
+	select {
+	case m.reply <- err:
+	default:
+	}
+}
+
+// ending is how a job's run ends.
+type ending struct {
+	state  api.JobState
+	code   int
+	msg    string
+	res    *plugins.Result
+	resume *api.ResumePoint
+	// why ends the last attempt's record when it is still open.
+	why string
+	// detached: the daemon is stopping and leaves the attempt running for
+	// the next daemon to reattach to.
+	detached bool
+}
+
+// failed is the ending of a job that could not go on.
+func failed(code int, msg string) ending {
+	return ending{state: api.StateFailed, code: code, msg: msg, why: "failed: " + msg}
+}
+
+func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner {
+	r := &runner{
+		g: g, log: g.log.With(zap.String("job", rec.job.ID)), rec: rec, env: env, from: from,
+		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan verdict),
+		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
+	}
+	if rec.job.Optimize.Active() && rec.job.Phase == "" {
+		r.rec.job.Phase = policy.PhaseWarmup
+	}
+	r.cur.Store(&current{attempt: rec.job.Attempt, cfg: rec.job.Config})
+	return r
+}
+
+// run drives the job until it ends; kill ends the grace of a closing
+// daemon, shutdown asks the job to stop (or its attempt to be left running).
+func (r *runner) run(kill, shutdown context.Context) {
+	defer close(r.done)
+	j := r.rec.job
+	var ctl *controller
+	if j.Optimize.Active() {
+		var err error
+		if ctl, err = newController(j, r.current, &r.prog, r.verdicts, r.log); err != nil {
+			r.finish(kill, failed(1, fmt.Sprintf("optimizer: %v", err)))
+			return
+		}
+	}
+	unfollow, err := r.follow(ctl)
+	if err != nil {
+		r.finish(kill, failed(1, err.Error()))
+		return
+	}
+	defer unfollow()
+	ctlCtx, stopCtl := context.WithCancel(kill)
+	ctlDone := make(chan struct{})
+	go func() {
+		defer close(ctlDone)
+		if ctl != nil {
+			ctl.run(ctlCtx)
+		}
+	}()
+	end := r.attempts(kill, shutdown)
+	stopCtl()
+	<-ctlDone // the controller is gone before the final record is written
+	if end.detached {
+		r.save(kill)
+		r.log.Info("scavd is stopping; the attempt goes on for the next scavd to reattach to", zap.Int("attempt", r.rec.job.Attempt))
+		return
+	}
+	r.finish(kill, end)
+}
+
+// follow subscribes to the job's step records (for its progress and its
+// controller, when it has one) and its pre-emption notices.
+func (r *runner) follow(ctl *controller) (unfollow func(), err error) {
+	id := r.rec.job.ID
+	steps, err := r.g.o.NC.Subscribe(telemetry.StepSubject(id), func(m *nats.Msg) {
+		recs, _ := telemetry.DecodeBatch(m.Data)
+		for _, rec := range recs {
+			r.prog.saw(rec)
+			if ctl != nil {
+				ctl.offer(rec)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follow steps: %w", err)
+	}
+	preempts, err := r.g.o.NC.Subscribe(telemetry.PreemptSubject(id), func(m *nats.Msg) {
+		if rec, err := telemetry.DecodeStep(m.Data); err == nil {
+			select {
+			case r.preempts <- rec:
+			default: // one notice is enough
+			}
+		}
+	})
+	if err != nil {
+		_ = steps.Unsubscribe()
+		return nil, fmt.Errorf("follow pre-emption notices: %w", err)
+	}
+	return func() {
+		_ = steps.Unsubscribe()
+		_ = preempts.Unsubscribe()
+	}, nil
+}
+
+// attempts runs the job's attempts, one after the other, until one ends it.
+func (r *runner) attempts(kill, shutdown context.Context) ending {
+	j := r.rec.job
+	outSteps, err := newOutputSteps(j.StepRegex, r.publishStep)
+	if err != nil {
+		return failed(1, err.Error())
+	}
+	p := plan{resumePoint: r.from, cfg: j.Config}
+	p.attempt = max(p.attempt, 1)
+	hostLosses := 0
+	for {
+		h, end, ok := r.begin(kill, &p, outSteps)
+		if !ok {
+			return end
+		}
+		out := r.watch(kill, shutdown, h, p.attempt)
+		if end, done := r.after(kill, shutdown, out, &p, &hostLosses); done {
+			return end
+		}
+		p.attempt++
+	}
+}
+
+// begin starts the attempt p names (or reattaches to it); a relaunch that
+// cannot start goes back to the configuration it came from.
+func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.Handle, ending, bool) {
+	for ; ; p.attempt++ {
+		spec := r.spec(p, out)
+		out.attemptStarted(p.attempt, p.cfg)
+		if p.reattach {
+			p.reattach = false
+			h, err := r.reattach(ctx, spec)
+			if err != nil {
+				return nil, r.lost(ctx, err), false
+			}
+			r.log.Info("reattached to the attempt after a restart", zap.Int("attempt", p.attempt), zap.String("handle", h.ID()))
+			return h, ending{}, true
+		}
+		began := time.Now()
+		h, err := r.g.o.Launcher.Start(ctx, spec)
+		if err == nil {
+			r.beginAttempt(ctx, p, h.ID())
+			r.log.Info("attempt started", zap.Int("attempt", p.attempt), zap.Int("workers", p.cfg.Workers), zap.Int("batch", p.cfg.GlobalBatch), zap.Duration("start", time.Since(began)))
+			return h, ending{}, true
+		}
+		if p.prev == nil {
+			r.log.Warn("start failed", zap.Error(err))
+			return nil, ending{state: api.StateFailed, code: 127, msg: fmt.Sprintf("start: %v", err)}, false
+		}
+		r.log.Warn("relaunch failed; reverting", zap.Error(err))
+		r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("attempt %d at %d workers, batch %d could not start (%v); back to %d workers, batch %d",
+			p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, err, p.prev.Workers, p.prev.GlobalBatch))
+		p.cfg, p.prev = *p.prev, nil
+	}
+}
+
+// spec is the launcher's specification of the attempt p names.
+func (r *runner) spec(p *plan, out *outputSteps) plugins.AttemptSpec {
+	j := &r.rec.job
+	return plugins.AttemptSpec{
+		JobID: j.ID, Attempt: p.attempt, Command: j.Command, Dir: j.Dir,
+		Env: workerEnv(r.env, r.g.o.PythonPath, j.Optimize), Config: p.cfg, Mode: j.Mode,
+		Socket: r.g.o.Socket, CheckpointDir: j.CheckpointDir, Restore: p.restore, StartStep: p.step,
+		Output: r.output(p.attempt, out),
+	}
+}
+
+// beginAttempt records a started attempt; the one before it, if it ended
+// for a move, gets the start part of that move's timing.
+func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
+	now := time.Now().UTC()
+	j := &r.rec.job
+	if k := len(j.Attempts); k > 0 {
+		if prev := &j.Attempts[k-1]; prev.Move != nil && prev.Ended != nil {
+			prev.Move.Start = now.Sub(*prev.Ended).Seconds()
+		}
+	}
+	j.Attempts = append(j.Attempts, api.Attempt{Attempt: p.attempt, Config: p.cfg, Started: now, Restore: p.restore, Handle: handle})
+	j.State, j.Attempt, j.Config = api.StateRunning, p.attempt, p.cfg
+	if j.Started == nil {
+		j.Started = &now
+	}
+	r.prog.begin(p.attempt, p.step, 0, 0)
+	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
+	r.save(ctx)
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)",
+		p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+}
+
+// endAttempt closes the current attempt's record.
+func (r *runner) endAttempt(why string, move *api.MoveTiming) {
+	now := time.Now().UTC()
+	if k := len(r.rec.job.Attempts); k > 0 && r.rec.job.Attempts[k-1].Ended == nil {
+		a := &r.rec.job.Attempts[k-1]
+		a.Ended, a.EndReason, a.Move = &now, why, move
+	}
+}
+
+// finish records the end of the job and publishes its final event.
+func (r *runner) finish(ctx context.Context, e ending) {
+	g := r.g
+	if e.state == api.StateStopped && g.o.ResumeJobs && g.o.RestartDir != "" && g.shuttingDown() {
+		e.msg += "; scavd was stopping: the next scavd on this node resumes it"
+	} else {
+		g.forgetEnv(r.rec.job.ID)
+	}
+	why := e.why
+	if why == "" {
+		why = string(e.state)
+	}
+	r.endAttempt(why, nil)
+	now := time.Now().UTC()
+	j := &r.rec.job
+	j.State, j.Ended, j.ExitCode, j.Result, j.Message = e.state, &now, &e.code, e.res, e.msg
+	if e.resume != nil {
+		j.Resume = e.resume
+	}
+	r.save(ctx)
+	r.publish(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg})
+	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
+}
+
+// save folds the progress into the record and writes it; a failure is
+// logged (the job goes on) and returned.
+func (r *runner) save(ctx context.Context) error {
+	r.prog.fold(&r.rec.job)
+	b, err := r.rec.commit(context.WithoutCancel(ctx))
+	if b != nil {
+		r.view.Store(&b)
+	}
+	if err != nil {
+		r.log.Error("save job record", zap.Error(err))
+	}
+	return err
+}
+
+// snapshot is the job's record as the runner last saved it.
+func (r *runner) snapshot() api.Job {
+	var j api.Job
+	if b := r.view.Load(); b != nil {
+		_ = json.Unmarshal(*b, &j)
+	}
+	return j
+}
+
+// current is the attempt the job runs now and its configuration.
+func (r *runner) current() (int, plugins.Config) {
+	c := r.cur.Load()
+	return c.attempt, c.cfg
+}
+
+// requestStop asks the job to stop with grace (0: its own).
+func (r *runner) requestStop(grace time.Duration) {
+	if grace <= 0 {
+		grace = r.snapshot().Grace.D()
+	}
+	select {
+	case r.stops <- grace:
+	default: // a stop is already waiting to be taken
+	}
+}
+
+// requestMove asks the job to relaunch at cfg and waits until its workers
+// have checkpointed and exited, or the move failed, or ctx is done.
+func (r *runner) requestMove(ctx context.Context, cfg plugins.Config, reason string) error {
+	m := moveReq{cfg: cfg, reason: reason, reply: make(chan error, 1)}
+	select {
+	case r.moves <- m:
+	case <-r.done:
+		return fmt.Errorf("%w (it has ended)", api.ErrNoJob)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-m.reply:
+		return err
+	case <-r.done:
+		return fmt.Errorf("%w (it has ended)", api.ErrNoJob)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
