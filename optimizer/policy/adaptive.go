@@ -175,45 +175,7 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 		return Decision{}, fmt.Errorf("adaptive policy: %w", err)
 	}
 	best := d.Predictions[d.Chosen]
-	// Probes are budgeted: the first (the prior's favourite) always runs;
-	// each further one only while all their relaunches stay within
-	// probeBudget of an estimate of the remaining time — the smaller of the
-	// best measured configuration's prediction and an optimistic bound
-	// (speed proportional to price) — and only for types whose best measured
-	// configuration is competitive.
-	bestMeasured := math.Inf(1)
-	bestScore, typeScore := math.Inf(1), map[string]float64{}
-	for _, pr := range d.Predictions {
-		if !t.measured(pr.Candidate) {
-			continue
-		}
-		bestMeasured = math.Min(bestMeasured, pr.RemainingS)
-		sc := p.score(pr)
-		bestScore = math.Min(bestScore, sc)
-		if v, ok := typeScore[pr.Type]; !ok || sc < v {
-			typeScore[pr.Type] = sc
-		}
-	}
-	horizon := math.Min(bestMeasured, p.optimistic)
-	for _, c := range p.probes {
-		if t.measured(c) || c == o.Config {
-			continue
-		}
-		// The knee needs a front, so the first type's second shape gets a
-		// larger budget (kneeBudget instead of probeBudget).
-		kneeSecond := t.spec.Objective.Kind == objective.Knee && p.probed == 1 && len(p.probes) > 1 && c == p.probes[1] &&
-			p.probes[0].Type == c.Type && t.spec.RelaunchS <= kneeBudget*horizon
-		if p.probed > 0 && !kneeSecond {
-			if float64(p.probed)*t.spec.RelaunchS > probeBudget*horizon {
-				break
-			}
-			if v, ok := typeScore[c.Type]; ok && v > competitive*bestScore {
-				continue
-			}
-		}
-		p.probed++
-		pd := t.probe(c, fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate))
-		pd.Predictions = d.Predictions
+	if pd, ok := p.nextProbe(o, d.Predictions, best); ok {
 		return pd, nil
 	}
 	cur := -1
@@ -411,4 +373,52 @@ func priorProbes(spec Spec, current predict.Candidate) ([]predict.Candidate, int
 		}
 	}
 	return out, first
+}
+
+// nextProbe is the next configuration to probe, if one is worth it, given
+// the predictions of every candidate and the best of them.
+func (p *adaptive) nextProbe(o Observation, preds []predict.Prediction, best predict.Prediction) (Decision, bool) {
+	t := p.t
+	// Probes are budgeted: the first (the prior's favourite) always runs;
+	// each further one only while all their relaunches stay within
+	// probeBudget of an estimate of the remaining time — the smaller of the
+	// best measured configuration's prediction and an optimistic bound
+	// (speed proportional to price) — and only for types whose best measured
+	// configuration is competitive.
+	bestMeasured := math.Inf(1)
+	bestScore, typeScore := math.Inf(1), map[string]float64{}
+	for _, pr := range preds {
+		if !t.measured(pr.Candidate) {
+			continue
+		}
+		bestMeasured = math.Min(bestMeasured, pr.RemainingS)
+		sc := p.score(pr)
+		bestScore = math.Min(bestScore, sc)
+		if v, ok := typeScore[pr.Type]; !ok || sc < v {
+			typeScore[pr.Type] = sc
+		}
+	}
+	horizon := math.Min(bestMeasured, p.optimistic)
+	for _, c := range p.probes {
+		if t.measured(c) || c == o.Config {
+			continue
+		}
+		// The knee needs a front, so the first type's second shape gets a
+		// larger budget (kneeBudget instead of probeBudget).
+		kneeSecond := t.spec.Objective.Kind == objective.Knee && p.probed == 1 && len(p.probes) > 1 && c == p.probes[1] &&
+			p.probes[0].Type == c.Type && t.spec.RelaunchS <= kneeBudget*horizon
+		if p.probed > 0 && !kneeSecond {
+			if float64(p.probed)*t.spec.RelaunchS > probeBudget*horizon {
+				break
+			}
+			if v, ok := typeScore[c.Type]; ok && v > competitive*bestScore {
+				continue
+			}
+		}
+		p.probed++
+		pd := t.probe(c, fmt.Sprintf("adaptive probe %d (best so far %s)", p.probed, best.Candidate))
+		pd.Predictions = preds
+		return pd, true
+	}
+	return Decision{}, false
 }

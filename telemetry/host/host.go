@@ -144,6 +144,16 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		table[p.Pid] = &proc{p: p, key: procKey{p.Pid, created}, ppid: ppid}
 		children[ppid] = append(children[ppid], p.Pid)
 	}
+	owner := c.owners(ctx, jobs, table, children)
+	out, byJob := c.read(ctx, owner, table, now)
+	return out, totals(byJob), nil
+}
+
+// owners finds the job of every process in table: the processes jobs names
+// (and, with ByEnv, those whose environment names an active job) are the
+// roots, and every descendant of a root belongs to the root's job; a nested
+// root (a worker whose parent is another job's process) keeps its own.
+func (c *Collector) owners(ctx context.Context, jobs Jobs, table map[int32]*proc, children map[int32][]int32) map[int32]string {
 	owner := map[int32]string{}
 	var roots []int32
 	claim := func(pid int32, job string) {
@@ -178,8 +188,6 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		}
 		c.envSeen = seen
 	}
-	// Every descendant of a root belongs to the root's job; a nested root
-	// (a worker whose parent is another job's process) keeps its own.
 	slices.Sort(roots)
 	for _, r := range roots {
 		stack := []int32{r}
@@ -194,6 +202,13 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 			}
 		}
 	}
+	return owner
+}
+
+// read reads the CPU time and memory of every owned process, by job, and
+// returns the job of each process it read; a process that exited meanwhile
+// is left out.
+func (c *Collector) read(ctx context.Context, owner map[int32]string, table map[int32]*proc, now time.Time) (map[int]string, map[string]*telemetry.JobUsage) {
 	byJob := map[string]*telemetry.JobUsage{}
 	out := make(map[int]string, len(owner))
 	nextPrev := make(map[procKey]float64, len(owner))
@@ -222,6 +237,11 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		ju.Processes = append(ju.Processes, u)
 	}
 	c.prevProc = nextPrev
+	return out, byJob
+}
+
+// totals adds up each job's processes, jobs and processes in order.
+func totals(byJob map[string]*telemetry.JobUsage) []telemetry.JobUsage {
 	usage := make([]telemetry.JobUsage, 0, len(byJob))
 	for _, ju := range byJob {
 		sort.Slice(ju.Processes, func(a, b int) bool { return ju.Processes[a].PID < ju.Processes[b].PID })
@@ -242,7 +262,7 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		usage = append(usage, *ju)
 	}
 	sort.Slice(usage, func(a, b int) bool { return usage[a].Job < usage[b].Job })
-	return out, usage, nil
+	return usage
 }
 
 // envJob is the job a process's environment names, or "" (also when the

@@ -54,16 +54,9 @@ func run() error {
 		_ = cmd.Wait()
 	}()
 	ctx := context.Background()
-	var info api.Info
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if info, err = api.ReadDiscovery(state); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("scavd did not come up: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	info, err := discover(state)
+	if err != nil {
+		return err
 	}
 	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
 	if err != nil {
@@ -72,18 +65,69 @@ func run() error {
 	defer c.Close()
 	time.Sleep(2 * time.Second)
 	idle, _ := rss(cmd.Process.Pid, "VmRSS")
+	m, err := measure(ctx, c, info.Socket, cmd.Process.Pid, *writers, *duration)
+	if err != nil {
+		return err
+	}
+	hwm, _ := rss(cmd.Process.Pid, "VmHWM")
+	var dropped int64
+	for _, n := range m.final.Ingest.Dropped {
+		dropped += n
+	}
+	fmt.Printf("| measure | value |\n|---|---|\n")
+	fmt.Printf("| writers (one unix-socket connection each) | %d |\n", *writers)
+	fmt.Printf("| measured window | %s |\n", m.elapsed.Truncate(time.Millisecond))
+	fmt.Printf("| records accepted in the window | %d |\n", m.accepted)
+	fmt.Printf("| **ingest throughput** | **%.0f records/s** |\n", float64(m.accepted)/m.elapsed.Seconds())
+	fmt.Printf("| records written / accepted / dropped in all | %d / %d / %d |\n", m.written, m.final.Ingest.Accepted, dropped)
+	fmt.Printf("| scavd RSS idle | %.1f MiB |\n", float64(idle)/1024)
+	fmt.Printf("| scavd RSS under load (peak sampled, VmHWM) | %.1f MiB, %.1f MiB |\n", float64(m.peak)/1024, float64(hwm)/1024)
+	if m.final.Ingest.Accepted != m.written {
+		return fmt.Errorf("accepted %d of %d records written", m.final.Ingest.Accepted, m.written)
+	}
+	return nil
+}
 
-	// Each writer replays one pre-built block of records as fast as the socket takes it.
-	var written atomic.Int64
+// discover waits for the daemon on state to write its discovery file.
+func discover(state string) (api.Info, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := api.ReadDiscovery(state)
+		if err == nil {
+			return info, nil
+		}
+		if time.Now().After(deadline) {
+			return info, fmt.Errorf("scavd did not come up: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// load is what one measurement found.
+type load struct {
+	elapsed  time.Duration
+	accepted int64     // in the measured window
+	written  int64     // by the writers in all
+	peak     int64     // the daemon's RSS, KiB, sampled
+	final    api.Stats // once the daemon is done with what it was handed
+}
+
+// measure runs writers connections to socket for duration, each replaying
+// one pre-built block of records as fast as the socket takes it, while it
+// samples the memory of the daemon pid.
+func measure(ctx context.Context, c *api.Client, socket string, pid, writers int, duration time.Duration) (load, error) {
+	var m load
+	var written, peak atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var peak atomic.Int64
-	for w := 0; w < *writers; w++ {
-		conn, err := net.Dial("unix", info.Socket)
+	for w := 0; w < writers; w++ {
+		conn, err := net.Dial("unix", socket)
 		if err != nil {
-			return fmt.Errorf("dial %s: %w", info.Socket, err)
+			close(stop)
+			wg.Wait()
+			return m, fmt.Errorf("dial %s: %w", socket, err)
 		}
-		block, n := records(w, *writers)
+		block, n := records(w, writers)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -101,9 +145,9 @@ func run() error {
 			}
 		}()
 	}
-	sampleDone := make(chan struct{})
+	wg.Add(1)
 	go func() { // samples the daemon's memory while the load runs
-		defer close(sampleDone)
+		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -111,56 +155,34 @@ func run() error {
 			case <-stop:
 				return
 			case <-t.C:
-				if v, err := rss(cmd.Process.Pid, "VmRSS"); err == nil && v > peak.Load() {
+				if v, err := rss(pid, "VmRSS"); err == nil && v > peak.Load() {
 					peak.Store(v)
 				}
 			}
 		}
 	}()
-	s0, err := c.Stats(ctx)
-	if err != nil {
-		return err
-	}
+	s0, err0 := c.Stats(ctx)
 	start := time.Now()
-	time.Sleep(*duration)
-	s1, err := c.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	elapsed := time.Since(start)
+	time.Sleep(duration)
+	s1, err1 := c.Stats(ctx)
+	m.elapsed = time.Since(start)
 	close(stop)
 	wg.Wait()
-	<-sampleDone
+	if err := errors.Join(err0, err1); err != nil {
+		return m, err
+	}
+	m.accepted, m.written, m.peak = s1.Ingest.Accepted-s0.Ingest.Accepted, written.Load(), peak.Load()
 	// Let the daemon finish what the writers handed it, then count drops.
-	var final api.Stats
-	for prev := int64(-1); ; prev = final.Ingest.Accepted {
+	for prev := int64(-1); ; prev = m.final.Ingest.Accepted {
 		time.Sleep(300 * time.Millisecond)
-		if final, err = c.Stats(ctx); err != nil {
-			return err
+		var err error
+		if m.final, err = c.Stats(ctx); err != nil {
+			return m, err
 		}
-		if final.Ingest.Accepted == prev {
-			break
+		if m.final.Ingest.Accepted == prev {
+			return m, nil
 		}
 	}
-	hwm, _ := rss(cmd.Process.Pid, "VmHWM")
-	rate := float64(s1.Ingest.Accepted-s0.Ingest.Accepted) / elapsed.Seconds()
-	var dropped int64
-	for _, n := range final.Ingest.Dropped {
-		dropped += n
-	}
-
-	fmt.Printf("| measure | value |\n|---|---|\n")
-	fmt.Printf("| writers (one unix-socket connection each) | %d |\n", *writers)
-	fmt.Printf("| measured window | %s |\n", elapsed.Truncate(time.Millisecond))
-	fmt.Printf("| records accepted in the window | %d |\n", s1.Ingest.Accepted-s0.Ingest.Accepted)
-	fmt.Printf("| **ingest throughput** | **%.0f records/s** |\n", rate)
-	fmt.Printf("| records written / accepted / dropped in all | %d / %d / %d |\n", written.Load(), final.Ingest.Accepted, dropped)
-	fmt.Printf("| scavd RSS idle | %.1f MiB |\n", float64(idle)/1024)
-	fmt.Printf("| scavd RSS under load (peak sampled, VmHWM) | %.1f MiB, %.1f MiB |\n", float64(peak.Load())/1024, float64(hwm)/1024)
-	if final.Ingest.Accepted != written.Load() {
-		return fmt.Errorf("accepted %d of %d records written", final.Ingest.Accepted, written.Load())
-	}
-	return nil
 }
 
 // records builds a block of valid step records for one writer: rank w of
