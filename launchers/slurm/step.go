@@ -82,7 +82,7 @@ func (a *attempt) startStep(ctx context.Context, alloc string) error {
 	case <-a.ready:
 		a.logger.Info("step started", zap.String("id", a.ID()))
 		return nil
-	case <-a.done:
+	case <-a.Done():
 		select {
 		case <-a.ready: // it started and ended at once
 			return nil
