@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/launchers/lineio"
 	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -488,21 +489,8 @@ func (a *attempt) readOutput(rank int, stream plugins.Stream, r io.Reader) {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
-	br := bufio.NewReaderSize(r, a.l.opts.MaxLineBytes)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			s := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
-			a.spec.Output(rank, stream, s)
-		}
-		switch {
-		case err == nil, errors.Is(err, bufio.ErrBufferFull):
-		case errors.Is(err, io.EOF):
-			return
-		default:
-			a.logger.Warn("read output", zap.Int("rank", rank), zap.String("stream", string(stream)), zap.Error(err))
-			_, _ = io.Copy(io.Discard, r)
-			return
-		}
+	out := func(line string, _ bool) { a.spec.Output(rank, stream, line) }
+	if err := lineio.Read(r, a.l.opts.MaxLineBytes, out); err != nil {
+		a.logger.Warn("read output", zap.Int("rank", rank), zap.String("stream", string(stream)), zap.Error(err))
 	}
 }
