@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -165,44 +164,15 @@ func (p *procs) waitFile(name string) {
 func noChildrenLeft(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		subreaper.ReapOrphans()
-		kids := children(t)
-		if len(kids) == 0 {
-			return
-		}
+	subreaper.ReapOrphans()
+	for kids := subreaper.Children(); len(kids) > 0; kids = subreaper.Children() {
 		if time.Now().After(deadline) {
 			t.Errorf("processes left: %v", kids)
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+		subreaper.ReapOrphans()
 	}
-}
-
-// children lists the pids whose parent is this process.
-func children(t *testing.T) []string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	me := strconv.Itoa(os.Getpid())
-	var out []string
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so cut after ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if f := strings.Fields(string(b[i+1:])); len(f) > 1 && f[1] == me {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 func wait(t *testing.T, s *supervisor.Supervisor) plugins.Result {
