@@ -7,6 +7,10 @@ package subreaper
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,4 +36,25 @@ func ReapOrphans() {
 			return
 		}
 	}
+}
+
+// Children lists the children of this process, zombies included, as
+// "pid (comm) state", so that a test can check that nothing is left.
+func Children() []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	me := strconv.Itoa(os.Getpid())
+	var kids []string
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if f := strings.Fields(s[i+1:]); i >= 0 && len(f) > 1 && f[1] == me {
+			kids = append(kids, s[:i+1]+" "+f[0])
+		}
+	}
+	return kids
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -37,37 +38,23 @@ type rankProc struct {
 	stderr *os.File
 }
 
-// rankExit is what a rank's waiter saw: the wait status of the (still
-// unreaped) process.
-type rankExit struct {
-	rank   int
-	status unix.WaitStatus
-	err    error
-}
-
-func (e rankExit) failed() bool {
-	return e.err != nil || !e.status.Exited() || e.status.ExitStatus() != 0
-}
-
-// attempt is a started attempt; it implements plugins.Handle.
+// attempt is a started attempt; it implements plugins.Handle with its
+// Supervisor and supervisor.Ranks with a process group.
 type attempt struct {
-	l      *Launcher
-	spec   plugins.AttemptSpec
-	port   int
-	logger *zap.Logger
-	ranks  []*rankProc
-	pgid   int
-
-	stops *plugins.StopRequests // Stop calls, for the supervisor
-	done  chan struct{}         // closed when result is final
-
-	mu       sync.Mutex
-	stopping bool // SIGTERM has been sent to the group
-	finished bool // ranks are being reaped: the group id is no longer ours
-	result   plugins.Result
+	*supervisor.Supervisor
+	l       *Launcher
+	spec    plugins.AttemptSpec
+	port    int
+	logger  *zap.Logger
+	ranks   []*rankProc
+	pgid    int
+	readers sync.WaitGroup // output readers, joined by Finish
 }
 
-var _ plugins.Handle = (*attempt)(nil)
+var (
+	_ plugins.Handle   = (*attempt)(nil)
+	_ supervisor.Ranks = (*attempt)(nil)
+)
 
 func newAttempt(l *Launcher, spec plugins.AttemptSpec, port int) *attempt {
 	return &attempt{
@@ -75,8 +62,6 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, port int) *attempt {
 		spec:   spec,
 		port:   port,
 		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
-		stops:  plugins.NewStopRequests(),
-		done:   make(chan struct{}),
 	}
 }
 
@@ -109,6 +94,7 @@ func (a *attempt) start(ctx context.Context) error {
 		a.l.opts.Reaper.register(a.pgid, pids)
 	}
 	a.logger = a.logger.With(zap.Int("pgid", a.pgid))
+	a.Supervisor = supervisor.New(supervisor.Config{N: n, Grace: a.l.opts.Grace, Logger: a.logger}, a)
 	a.logger.Info("attempt started", zap.String("mode", string(mode)), zap.Int("processes", n),
 		zap.Strings("command", argv), zap.Int("master_port", a.port))
 	return nil
@@ -175,171 +161,69 @@ func closeAll(fs ...*os.File) {
 // ID returns the attempt's process-group id in decimal.
 func (a *attempt) ID() string { return strconv.Itoa(a.pgid) }
 
-// Wait blocks until the attempt has finished and returns its Result; every
-// call gets the same Result. It returns ctx's error if ctx ends first.
-func (a *attempt) Wait(ctx context.Context) (plugins.Result, error) {
-	select {
-	case <-a.done:
-		r := a.result
-		r.Ranks = slices.Clone(r.Ranks)
-		return r, nil
-	case <-ctx.Done():
-		return plugins.Result{}, fmt.Errorf("wait for job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, ctx.Err())
-	}
+// String names the attempt in errors.
+func (a *attempt) String() string {
+	return fmt.Sprintf("job %s attempt %d", a.spec.JobID, a.spec.Attempt)
 }
 
-// Signal sends sig to the attempt's process group. It fails with
-// plugins.ErrStopped once the attempt is being stopped and with
-// plugins.ErrFinished once its processes have ended.
-func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case a.finished:
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, plugins.ErrFinished)
-	case a.stopping:
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, plugins.ErrStopped)
-	}
-	if err := unix.Kill(-a.pgid, sig); err != nil {
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, err)
-	}
-	return nil
+// Deliver sends sig to the attempt's process group.
+func (a *attempt) Deliver(ctx context.Context, sig syscall.Signal) error {
+	return unix.Kill(-a.pgid, sig)
 }
 
-// Stop sends SIGTERM to the attempt's process group, SIGKILL when grace has
-// passed (at once for grace <= 0), and returns when every process is gone.
-// A later call with a shorter grace brings the SIGKILL forward. If ctx ends
-// first Stop returns its error and the stop goes on. Stopping a finished
-// attempt does nothing; its Result keeps Stopped false.
-func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
-		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, err)
-	}
-	return nil
-}
+// Escalate sends a stop's sig to the process group.
+func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) { a.signalGroup(sig) }
 
-// signalGroup sends sig to the process group unless cleanup has begun.
+// signalGroup sends sig to the process group, logging a failure.
 func (a *attempt) signalGroup(sig unix.Signal) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.finished {
-		return
-	}
 	if err := unix.Kill(-a.pgid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		a.logger.Warn("signal group", zap.String("signal", unix.SignalName(sig)), zap.Error(err))
 	}
 }
 
-// supervise owns the attempt's goroutines: it runs the attempt to its end,
-// cleans up, joins everything it started and publishes the result.
+// supervise starts the output readers and runs the attempt to its end.
 func (a *attempt) supervise() {
-	defer close(a.done)
-	n := len(a.ranks)
-	exits := make(chan rankExit, n)
-	var waiters, readers sync.WaitGroup
-	for _, rp := range a.ranks {
-		waiters.Go(func() { exits <- waitExit(rp) })
-		if a.spec.Output != nil {
-			for _, s := range []struct {
-				f      *os.File
-				stream plugins.Stream
-			}{{rp.stdout, plugins.Stdout}, {rp.stderr, plugins.Stderr}} {
-				readers.Go(func() { a.readOutput(rp.rank, s.stream, s.f) })
-			}
+	if a.spec.Output != nil {
+		for _, rp := range a.ranks {
+			a.readers.Go(func() { a.readOutput(rp.rank, plugins.Stdout, rp.stdout) })
+			a.readers.Go(func() { a.readOutput(rp.rank, plugins.Stderr, rp.stderr) })
 		}
 	}
-
-	var (
-		running    = n
-		failedRank = -1
-		stopped    = make([]bool, n)
-		early      = make([]rankExit, n)
-		stopByCall = false
-		esc        plugins.Escalation
-	)
-	defer esc.Close()
-	beginStop := func(deadline time.Time) {
-		if esc.Begin(deadline) {
-			a.mu.Lock()
-			a.stopping = true
-			a.mu.Unlock()
-			a.signalGroup(unix.SIGTERM)
-		}
-	}
-	for running > 0 {
-		select {
-		case ex := <-exits:
-			running--
-			early[ex.rank] = ex
-			a.logger.Debug("rank exited", zap.Int("rank", ex.rank), zap.Stringer("status", waitStatusString(ex.status)), zap.Error(ex.err))
-			switch {
-			case esc.Stopping():
-				stopped[ex.rank] = true
-			case ex.failed():
-				failedRank = ex.rank
-				if running > 0 {
-					a.logger.Warn("rank failed; stopping the others", zap.Int("rank", ex.rank),
-						zap.Stringer("status", waitStatusString(ex.status)), zap.Duration("grace", a.l.opts.Grace))
-					beginStop(time.Now().Add(a.l.opts.Grace))
-				}
-			}
-		case <-a.stops.C():
-			deadline := a.stops.Deadline()
-			if !stopByCall {
-				stopByCall = true
-				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
-			}
-			beginStop(deadline)
-		case <-esc.Due():
-			esc.Fired()
-			a.logger.Warn("grace over; killing the group")
-			a.signalGroup(unix.SIGKILL)
-		}
-	}
-
-	ranks := a.cleanup(early, stopped)
-	readers.Wait()
-	waiters.Wait()
-	for _, rp := range a.ranks {
-		closeAll(rp.stdout, rp.stderr)
-	}
-
-	res := plugins.Result{FailedRank: failedRank, Stopped: stopByCall, Ranks: ranks}
-	if failedRank >= 0 {
-		res.ExitCode = ranks[failedRank].ExitCode
-	}
-	a.mu.Lock()
-	a.result = res
-	a.mu.Unlock()
-	a.logger.Info("attempt finished", zap.Int("exit_code", res.ExitCode), zap.Int("failed_rank", res.FailedRank), zap.Bool("stopped", res.Stopped))
+	supervisor.RunRanks(a.Supervisor, a.waitRank)
 }
 
-// cleanup runs once every rank has exited: it kills what is left of the
-// group, waits for it to die, reaps the ranks and, with a Reaper, their
-// orphans; then it bounds the output readers with a deadline. It returns
-// each rank's result.
-func (a *attempt) cleanup(early []rankExit, stopped []bool) []plugins.RankResult {
+// waitRank waits for rank's process to exit, leaving it unreaped.
+func (a *attempt) waitRank(rank int) supervisor.Exit {
+	rp := a.ranks[rank]
+	ws, err := waitExit(rp)
+	res := supervisor.Status(syscall.WaitStatus(ws))
+	if err != nil {
+		a.logger.Warn("wait for rank", zap.Int("rank", rank), zap.Error(err))
+		res = plugins.RankResult{ExitCode: -1}
+	}
+	res.PID = rp.pid
+	return supervisor.Exit{Rank: rank, Result: res}
+}
+
+// Finish runs once every rank has exited: it kills what is left of the
+// group, waits for it to die, reaps the ranks (taking their exit from the
+// reaped status) and, with a Reaper, their orphans; then it gives the
+// output readers a deadline and joins them.
+func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) supervisor.End {
 	a.signalGroup(unix.SIGKILL)
 	a.awaitGroup(true)
-
-	a.mu.Lock()
-	a.finished = true
-	a.mu.Unlock()
-	ranks := make([]plugins.RankResult, len(a.ranks))
 	for i, rp := range a.ranks {
-		ws := early[i].status
 		if err := rp.cmd.Wait(); rp.cmd.ProcessState != nil {
-			ws = unix.WaitStatus(rp.cmd.ProcessState.Sys().(syscall.WaitStatus))
+			r := supervisor.Status(rp.cmd.ProcessState.Sys().(syscall.WaitStatus))
+			ranks[i].ExitCode, ranks[i].Signal = r.ExitCode, r.Signal
 		} else if err != nil {
 			a.logger.Warn("reap rank", zap.Int("rank", i), zap.Error(err))
 		}
-		ranks[i] = rankResult(rp, ws, stopped[i])
 	}
 	if r := a.l.opts.Reaper; r != nil {
 		a.awaitGroup(false)
 		r.unregister(a.pgid)
 	}
-
 	drain := time.Now().Add(outputDrainTimeout)
 	for _, rp := range a.ranks {
 		for _, f := range []*os.File{rp.stdout, rp.stderr} {
@@ -348,7 +232,11 @@ func (a *attempt) cleanup(early []rankExit, stopped []bool) []plugins.RankResult
 			}
 		}
 	}
-	return ranks
+	a.readers.Wait()
+	for _, rp := range a.ranks {
+		closeAll(rp.stdout, rp.stderr)
+	}
+	return supervisor.End{}
 }
 
 // awaitGroup polls until the process group has no live member or, when
@@ -386,7 +274,7 @@ func (a *attempt) awaitGroup(zombiesOK bool) {
 
 // waitExit blocks until rp's process has exited, without reaping it
 // (WNOWAIT), and returns its wait status.
-func waitExit(rp *rankProc) rankExit {
+func waitExit(rp *rankProc) (unix.WaitStatus, error) {
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, rp.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -394,9 +282,9 @@ func waitExit(rp *rankProc) rankExit {
 			continue
 		}
 		if err != nil {
-			return rankExit{rank: rp.rank, err: fmt.Errorf("wait for rank %d (pid %d): %w", rp.rank, rp.pid, err)}
+			return 0, fmt.Errorf("wait for rank %d (pid %d): %w", rp.rank, rp.pid, err)
 		}
-		return rankExit{rank: rp.rank, status: sigchldStatus(&info)}
+		return sigchldStatus(&info), nil
 	}
 }
 
@@ -438,28 +326,4 @@ func (a *attempt) readOutput(rank int, stream plugins.Stream, f *os.File) {
 	default:
 		a.logger.Warn("read output", zap.Int("rank", rank), zap.String("stream", string(stream)), zap.Error(err))
 	}
-}
-
-func rankResult(rp *rankProc, ws unix.WaitStatus, stopped bool) plugins.RankResult {
-	rr := plugins.RankResult{Rank: rp.rank, PID: rp.pid, Stopped: stopped}
-	switch {
-	case ws.Signaled():
-		rr.ExitCode = 128 + int(ws.Signal())
-		rr.Signal = unix.SignalName(ws.Signal())
-	case ws.Exited():
-		rr.ExitCode = ws.ExitStatus()
-	default:
-		rr.ExitCode = -1
-	}
-	return rr
-}
-
-type waitStatusString unix.WaitStatus
-
-func (w waitStatusString) String() string {
-	ws := unix.WaitStatus(w)
-	if ws.Signaled() {
-		return "signal " + unix.SignalName(ws.Signal())
-	}
-	return "exit " + strconv.Itoa(ws.ExitStatus())
 }

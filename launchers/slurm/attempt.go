@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,59 +13,70 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // stderrKeep is how many of srun's own lines an attempt keeps for errors.
 const stderrKeep = 20
 
-// attempt is a started attempt in either mode; it implements plugins.Handle.
+// attempt is a started attempt in either mode; it implements
+// plugins.Handle with its Supervisor and supervisor.Ranks with scancel.
 type attempt struct {
+	*supervisor.Supervisor
 	l      *Launcher
 	spec   plugins.AttemptSpec
 	n      int // tasks
 	logger *zap.Logger
 	batch  bool // submitted with sbatch
 
-	events chan event            // from the readers (step) or the watcher (batch); closed at the end
-	stops  *plugins.StopRequests // Stop calls, for the supervisor
-	ready  chan struct{}         // step mode: the step and every task have started
-	done   chan struct{}         // the Result is published
-	over   chan struct{}         // the events are all in (closed with events' close)
-	srun   *srunProcess          // step mode
-	dir    string                // batch mode: script and output files
-	parser [2]*lineParser        // stdout, stderr
+	events chan event     // from the readers (step) or the watcher (batch); closed at the end
+	ready  chan struct{}  // step mode: the step and every task have started
+	srun   *srunProcess   // step mode
+	dir    string         // batch mode: script and output files
+	parser [2]*lineParser // stdout, stderr
+
+	// Owned by the supervisor's goroutine (handle and Finish).
+	pids     []int  // each task's pid, as it reported it
+	started  []bool // the tasks that reported their pid
+	stepSeen bool
+	srunCode int // srun's exit status, -1 while unknown
+	isReady  bool
 
 	mu        sync.Mutex
-	jobID     string // the Slurm job
-	step      string // "<job>.<step>" once srun reported it
-	stopping  bool
-	finished  bool
+	jobID     string    // the Slurm job
+	step      string    // "<job>.<step>" once srun reported it
 	srunLines []string  // srun's last unlabelled lines
 	lastJob   jobInfo   // batch mode: the last state read
 	cancelAt  time.Time // batch mode: when the watcher cancels a job still running after SIGKILL
 	lost      error     // batch mode: the job vanished
-	result    plugins.Result
-	resultErr error
-	readyOnce sync.Once
 }
 
-var _ plugins.Handle = (*attempt)(nil)
+var (
+	_ plugins.Handle   = (*attempt)(nil)
+	_ supervisor.Ranks = (*attempt)(nil)
+)
 
 // Outlives reports whether the attempt goes on without the daemon that
 // started it: a submitted batch job does (a restarted daemon reattaches to
 // it with Recover); a job step ends with its srun.
 func (a *attempt) Outlives() bool { return a.batch }
 
-func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int) *attempt {
+// newAttempt returns an attempt of n tasks, submitted as a batch job or
+// (not batch) run as a step of an allocation.
+func newAttempt(l *Launcher, spec plugins.AttemptSpec, n int, batch bool) *attempt {
 	a := &attempt{
-		l: l, spec: spec, n: n,
-		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
-		events: make(chan event, 64),
-		stops:  plugins.NewStopRequests(),
-		ready:  make(chan struct{}),
-		done:   make(chan struct{}),
+		l: l, spec: spec, n: n, batch: batch,
+		logger:   l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
+		events:   make(chan event, 64),
+		ready:    make(chan struct{}),
+		pids:     make([]int, n),
+		started:  make([]bool, n),
+		srunCode: -1,
 	}
+	// A batch job's failed rank is left to srun's --kill-on-bad-exit.
+	cfg := supervisor.Config{N: n, Grace: l.opts.Grace, LeavePeers: batch, Logger: a.logger}
+	a.Supervisor = supervisor.New(cfg, a)
 	for i := range a.parser {
 		a.parser[i] = &lineParser{n: n, out: spec.Output, emit: a.emit, other: a.other, cont: -1}
 	}
@@ -111,43 +121,23 @@ func (a *attempt) ID() string {
 	return a.step
 }
 
-func (a *attempt) what() string {
+// String names the attempt in errors.
+func (a *attempt) String() string {
 	return fmt.Sprintf("job %s attempt %d (slurm %s)", a.spec.JobID, a.spec.Attempt, a.ID())
 }
 
-// Wait blocks until the attempt has finished and returns its Result; every
-// call gets the same Result. It returns ctx's error if ctx ends first.
-func (a *attempt) Wait(ctx context.Context) (plugins.Result, error) {
-	select {
-	case <-a.done:
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		r := a.result
-		r.Ranks = slices.Clone(r.Ranks)
-		return r, a.resultErr
-	case <-ctx.Done():
-		return plugins.Result{}, fmt.Errorf("wait for %s: %w", a.what(), ctx.Err())
-	}
+// Deliver sends sig to every process of the attempt's tasks with scancel.
+func (a *attempt) Deliver(ctx context.Context, sig syscall.Signal) error {
+	return a.signalTasks(ctx, sig)
 }
 
-// Signal sends sig to every process of the attempt's tasks with scancel.
-// It fails with plugins.ErrStopped once the attempt is being stopped and
-// with plugins.ErrFinished once it has ended.
-func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
-	a.mu.Lock()
-	finished, stopping := a.finished, a.stopping
-	a.mu.Unlock()
-	name := unix.SignalName(sig)
-	switch {
-	case finished:
-		return fmt.Errorf("signal %s to %s: %w", name, a.what(), plugins.ErrFinished)
-	case stopping:
-		return fmt.Errorf("signal %s to %s: %w", name, a.what(), plugins.ErrStopped)
+// Escalate stops the tasks: terminate for SIGTERM, kill for SIGKILL.
+func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
+	if sig == unix.SIGKILL {
+		a.kill(ctx)
+		return
 	}
-	if err := a.signalTasks(ctx, sig); err != nil {
-		return fmt.Errorf("signal %s to %s: %w", name, a.what(), err)
-	}
-	return nil
+	a.terminate(ctx)
 }
 
 // signalTasks sends sig to the step (step mode) or to the job's steps
@@ -179,141 +169,78 @@ func (a *attempt) signalTasks(ctx context.Context, sig syscall.Signal) error {
 	return err
 }
 
-// Stop sends SIGTERM to every task, SIGKILL when grace has passed (at once
-// for grace <= 0), and returns when the attempt has ended. A later call
-// with a shorter grace brings the SIGKILL forward. If ctx ends first Stop
-// returns its error and the stop goes on. Stopping a finished attempt does
-// nothing.
-func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
-		return fmt.Errorf("stop %s: %w", a.what(), err)
+// supervise runs the attempt to its end over the events of its readers
+// (step) or its watcher (batch).
+func (a *attempt) supervise() { supervisor.Run(a.Supervisor, a.events, a.handle) }
+
+// handle applies one event, on the supervisor's goroutine.
+func (a *attempt) handle(t *supervisor.Tally, ev event) {
+	switch ev.kind {
+	case evStep:
+		a.setStep(ev.step)
+		a.logger.Debug("step launched", zap.String("slurm_step", ev.step))
+	case evPID:
+		r := ev.ranks[0]
+		a.pids[r], a.started[r] = ev.pid, true
+		if ev.step != "" && !a.stepSeen {
+			a.setStep(ev.step)
+		}
+	case evRun:
+		if ev.n > 0 {
+			a.logger.Info("job requeued: a new run began", zap.Int("restart_count", ev.n))
+		}
+		a.mu.Lock()
+		a.step = ""
+		a.mu.Unlock()
+		// A new run: results start over. The pids stay (the two files are
+		// read in turn, so this run's pids may already be in); each run's
+		// tasks report theirs anew.
+		t.Restart()
+		a.srunCode = -1
+		return
+	case evEnd:
+		a.srunCode = ev.n
+		return
+	case evExit:
+		for _, r := range ev.ranks {
+			t.Exit(supervisor.Exit{Rank: r, Result: ev.res})
+		}
 	}
-	return nil
+	a.checkReady(t)
 }
 
-// supervise consumes the events of the attempt until the last one, stops
-// the attempt when a rank fails or Stop is called, and publishes the Result.
-func (a *attempt) supervise() {
-	defer close(a.done)
-	var (
-		results    = make([]plugins.RankResult, a.n)
-		ended      = make([]bool, a.n)
-		started    = make([]bool, a.n)
-		running    = a.n
-		failedRank = -1
-		stopByCall bool
-		esc        plugins.Escalation
-		stepSeen   bool
-		srunCode   = -1
-	)
-	defer esc.Close()
-	for i := range results {
-		results[i].Rank = i
+func (a *attempt) setStep(step string) {
+	a.mu.Lock()
+	a.step = step
+	a.mu.Unlock()
+	a.stepSeen = true
+}
+
+// checkReady closes ready once the step is known (step mode) and every
+// task has started or ended.
+func (a *attempt) checkReady(t *supervisor.Tally) {
+	if a.isReady || (!a.stepSeen && !a.batch) {
+		return
 	}
-	checkReady := func() {
-		if !stepSeen && !a.batch {
+	for r := range a.started {
+		if !a.started[r] && !t.Ended(r) {
 			return
 		}
-		for i := range started {
-			if !started[i] && !ended[i] {
-				return
-			}
-		}
-		a.readyOnce.Do(func() { close(a.ready) })
 	}
-	beginStop := func(deadline time.Time) {
-		if esc.Begin(deadline) {
-			a.mu.Lock()
-			a.stopping = true
-			a.mu.Unlock()
-			a.terminate()
-		}
-	}
-	events := a.events
-loop:
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				break loop
-			}
-			switch ev.kind {
-			case evStep:
-				a.mu.Lock()
-				a.step = ev.step
-				a.mu.Unlock()
-				stepSeen = true
-				a.logger.Debug("step launched", zap.String("slurm_step", ev.step))
-				checkReady()
-			case evPID:
-				r := ev.ranks[0]
-				results[r].PID = ev.pid
-				started[r] = true
-				if ev.step != "" && !stepSeen {
-					a.mu.Lock()
-					a.step = ev.step
-					a.mu.Unlock()
-					stepSeen = true
-				}
-				checkReady()
-			case evRun:
-				if ev.n > 0 {
-					a.logger.Info("job requeued: a new run began", zap.Int("restart_count", ev.n))
-				}
-				a.mu.Lock()
-				a.step = ""
-				a.mu.Unlock()
-				// A new run: results start over. The pids stay (the
-				// two files are read in turn, so this run's pids may
-				// already be in); each run's tasks report theirs anew.
-				for i := range results {
-					results[i] = plugins.RankResult{Rank: i, PID: results[i].PID}
-					ended[i] = false
-				}
-				running, failedRank, srunCode = a.n, -1, -1
-			case evEnd:
-				srunCode = ev.n
-			case evExit:
-				for _, r := range ev.ranks {
-					if r < 0 || r >= a.n || ended[r] {
-						continue
-					}
-					ended[r] = true
-					running--
-					pid := results[r].PID
-					results[r] = ev.res
-					results[r].Rank, results[r].PID = r, pid
-					switch {
-					case esc.Stopping() || failedRank >= 0:
-						results[r].Stopped = true
-					case ev.res.ExitCode != 0:
-						failedRank = r
-						if running > 0 && !a.batch {
-							a.logger.Warn("rank failed; stopping the others", zap.Int("rank", r),
-								zap.Int("exit_code", ev.res.ExitCode), zap.Duration("grace", a.l.opts.Grace))
-							beginStop(time.Now().Add(a.l.opts.Grace))
-						}
-					}
-				}
-				checkReady()
-			}
-		case <-a.stops.C():
-			deadline := a.stops.Deadline()
-			if !stopByCall {
-				stopByCall = true
-				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
-			}
-			beginStop(deadline)
-		case <-esc.Due():
-			esc.Fired()
-			a.logger.Warn("grace over; killing the tasks")
-			a.kill()
-		}
-	}
+	a.isReady = true
+	close(a.ready)
+}
+
+// Finish runs once the events are all in: srun has exited (step) or the
+// job reached a final state (batch). It fills in the tasks' pids and says
+// how the ranks Slurm said nothing about ended: the step never started
+// them, or this srun does not print a verbose "Completed" line for tasks
+// that exit 0 (then srun's own status, 0, says they did).
+func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) supervisor.End {
 	a.mu.Lock()
-	a.finished = true
 	lost, job := a.lost, a.lastJob
 	a.mu.Unlock()
+	srunCode := a.srunCode
 	if !a.batch && a.srun != nil { // its Wait returned before events closed
 		var ee *exec.ExitError
 		switch {
@@ -323,53 +250,29 @@ loop:
 			srunCode = ee.ExitCode()
 		}
 	}
-
-	// Ranks Slurm said nothing about: the step never started them, they
-	// were killed with the job, or this srun does not print a verbose
-	// "Completed" line for tasks that exit 0 (then srun's own status, 0,
-	// says they did).
-	wasStopping := esc.Stopping() || failedRank >= 0
-	for r := range results {
-		if ended[r] {
-			continue
-		}
-		switch {
-		case wasStopping:
-			results[r].Stopped = true
-			results[r].ExitCode, results[r].Signal = 128+int(unix.SIGKILL), "SIGKILL"
-		case srunCode == 0 && lost == nil:
-			results[r].ExitCode = 0
-		case a.batch && job.ExitSignal > 0:
-			s := syscall.Signal(job.ExitSignal)
-			results[r].ExitCode, results[r].Signal = 128+int(s), unix.SignalName(s)
-		case a.batch && job.ExitCode != 0:
-			results[r].ExitCode = job.ExitCode
-		case !a.batch && srunCode > 0:
-			results[r].ExitCode = srunCode
-		default:
-			results[r].ExitCode = 255
-		}
-		if !results[r].Stopped && results[r].ExitCode != 0 && failedRank < 0 {
-			failedRank = r
-		}
+	for r, pid := range a.pids {
+		ranks[r].PID = pid
 	}
-	res := plugins.Result{FailedRank: failedRank, Stopped: stopByCall, Ranks: results}
-	if failedRank >= 0 {
-		res.ExitCode = results[failedRank].ExitCode
+	a.logger.Debug("slurm attempt ended", zap.String("slurm_state", job.State), zap.Int("srun_code", srunCode))
+	end := supervisor.End{Unreported: plugins.RankResult{ExitCode: 255}}
+	switch {
+	case srunCode == 0 && lost == nil:
+		end.Unreported.ExitCode = 0
+	case a.batch && job.ExitSignal > 0:
+		end.Unreported = supervisor.Signaled(syscall.Signal(job.ExitSignal))
+	case a.batch && job.ExitCode != 0:
+		end.Unreported.ExitCode = job.ExitCode
+	case !a.batch && srunCode > 0:
+		end.Unreported.ExitCode = srunCode
 	}
-	a.mu.Lock()
-	a.result = res
 	if lost != nil {
-		a.resultErr = fmt.Errorf("%s: %w", a.what(), lost)
+		end.Err = lost
 	}
-	a.mu.Unlock()
-	a.logger.Info("attempt finished", zap.Int("exit_code", res.ExitCode), zap.Int("failed_rank", res.FailedRank),
-		zap.Bool("stopped", res.Stopped), zap.String("slurm_state", job.State), zap.NamedError("lost", lost))
+	return end
 }
 
 // terminate sends SIGTERM to the tasks, or cancels what has not started.
-func (a *attempt) terminate() {
-	ctx := context.Background()
+func (a *attempt) terminate(ctx context.Context) {
 	if a.batch {
 		a.mu.Lock()
 		noStep := a.step == "" // pending, or srun not seen yet
@@ -400,8 +303,7 @@ func (a *attempt) terminate() {
 // still runs batchCancelDelay later: cancelling it at once kills srun
 // before its tasks' exits reach it, and slurmstepd then retries for
 // seconds before the job can complete.
-func (a *attempt) kill() {
-	ctx := context.Background()
+func (a *attempt) kill(ctx context.Context) {
 	if a.batch {
 		if err := a.signalTasks(ctx, unix.SIGKILL); err != nil {
 			a.logger.Debug("SIGKILL to the steps", zap.Error(err))

@@ -16,8 +16,8 @@ import (
 func superviseEvents(t *testing.T, n int, job jobInfo, events ...event) plugins.Result {
 	t.Helper()
 	l := &Launcher{opts: Options{Grace: time.Second}, logger: zap.NewNop()}
-	a := newAttempt(l, plugins.AttemptSpec{JobID: "j", Attempt: 1}, n)
-	a.batch, a.jobID, a.lastJob = true, "9", job
+	a := newAttempt(l, plugins.AttemptSpec{JobID: "j", Attempt: 1}, n, true)
+	a.jobID, a.lastJob = "9", job
 	go a.supervise()
 	for _, e := range events {
 		a.events <- e

@@ -28,7 +28,6 @@ const requeueSettleSeconds = 2
 // submit writes the attempt's batch script and submits it with sbatch,
 // returning once Slurm has queued the job.
 func (a *attempt) submit(ctx context.Context) error {
-	a.batch = true
 	if err := os.MkdirAll(a.l.opts.WorkDir, 0o755); err != nil {
 		return fmt.Errorf("batch work dir: %w", err)
 	}

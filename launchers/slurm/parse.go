@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -139,13 +140,7 @@ var signalByText = func() map[string]syscall.Signal {
 
 // statusResult turns a raw wait status into a RankResult's exit code and signal.
 func statusResult(status uint32) plugins.RankResult {
-	ws := syscall.WaitStatus(status)
-	switch {
-	case ws.Signaled():
-		return plugins.RankResult{ExitCode: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
-	default:
-		return plugins.RankResult{ExitCode: ws.ExitStatus()}
-	}
+	return supervisor.Status(syscall.WaitStatus(status))
 }
 
 // textResult reads srun's description of how tasks ended ("Completed",
@@ -161,7 +156,7 @@ func textResult(text string) (plugins.RankResult, bool) {
 	}
 	text = strings.TrimSuffix(text, " (core dumped)")
 	if s, ok := signalByText[strings.ToLower(text)]; ok {
-		return plugins.RankResult{ExitCode: 128 + int(s), Signal: unix.SignalName(s)}, true
+		return supervisor.Signaled(s), true
 	}
 	return plugins.RankResult{}, false
 }

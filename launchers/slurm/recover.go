@@ -44,8 +44,8 @@ func (l *Launcher) Recover(ctx context.Context, rs plugins.RecoverSpec) (plugins
 	if !filepath.IsAbs(out) || j.NumTasks < 1 {
 		return fail(errors.New("scontrol shows no output file or no tasks for it"))
 	}
-	a := newAttempt(l, spec, j.NumTasks)
-	a.batch, a.dir, a.jobID = true, filepath.Dir(out), j.ID
+	a := newAttempt(l, spec, j.NumTasks, true)
+	a.dir, a.jobID = filepath.Dir(out), j.ID
 	a.logger.Info("reattached to a submitted job", zap.String("id", j.ID), zap.String("state", j.State), zap.String("dir", a.dir))
 	go a.watch()
 	go a.supervise()

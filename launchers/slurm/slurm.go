@@ -413,7 +413,7 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 		if spec.Config.Nodes > j.NumNodes {
 			return fail(fmt.Errorf("%d nodes above the %d of allocation %s: %w", spec.Config.Nodes, j.NumNodes, j.ID, plugins.ErrUnsupported))
 		}
-		a := newAttempt(l, spec, tasks)
+		a := newAttempt(l, spec, tasks, false)
 		if err := a.startStep(ctx, alloc); err != nil {
 			return fail(err)
 		}
@@ -433,7 +433,7 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 	if spec.Config.Nodes > len(nodes) {
 		return fail(fmt.Errorf("%d nodes above the %d of the partition: %w", spec.Config.Nodes, len(nodes), plugins.ErrUnsupported))
 	}
-	a := newAttempt(l, spec, tasks)
+	a := newAttempt(l, spec, tasks, true)
 	if err := a.submit(ctx); err != nil {
 		return fail(err)
 	}

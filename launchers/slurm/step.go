@@ -1,19 +1,17 @@
 package slurm
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/launchers/lineio"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -82,7 +80,7 @@ func (a *attempt) startStep(ctx context.Context, alloc string) error {
 	case <-a.ready:
 		a.logger.Info("step started", zap.String("id", a.ID()))
 		return nil
-	case <-a.done:
+	case <-a.Done():
 		select {
 		case <-a.ready: // it started and ended at once
 			return nil
@@ -106,21 +104,8 @@ func (a *attempt) readPipe(stream plugins.Stream, r io.Reader) {
 	if stream == plugins.Stderr {
 		p = a.parser[1]
 	}
-	br := bufio.NewReaderSize(r, a.l.opts.MaxLineBytes)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			complete := err == nil || errors.Is(err, io.EOF)
-			p.piece(stream, strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r"), complete)
-		}
-		switch {
-		case err == nil, errors.Is(err, bufio.ErrBufferFull):
-		case errors.Is(err, io.EOF):
-			return
-		default:
-			a.logger.Warn("read srun output", zap.String("stream", string(stream)), zap.Error(err))
-			_, _ = io.Copy(io.Discard, r)
-			return
-		}
+	out := func(line string, complete bool) { p.piece(stream, line, complete) }
+	if err := lineio.Read(r, a.l.opts.MaxLineBytes, out); err != nil {
+		a.logger.Warn("read srun output", zap.String("stream", string(stream)), zap.Error(err))
 	}
 }

@@ -17,6 +17,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/launchers/lineio"
+	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -78,17 +80,10 @@ type rankProc struct {
 	stderr io.Reader
 }
 
-// rankExit is how a rank's session ended.
-type rankExit struct {
-	rank int
-	res  plugins.RankResult
-	lost error // the host was lost
-}
-
-func (e rankExit) failed() bool { return e.lost != nil || e.res.ExitCode != 0 }
-
-// attempt is a started attempt; it implements plugins.Handle.
+// attempt is a started attempt; it implements plugins.Handle with its
+// Supervisor and supervisor.Ranks with SSH sessions.
 type attempt struct {
+	*supervisor.Supervisor
 	l      *Launcher
 	spec   plugins.AttemptSpec
 	places []placement
@@ -97,21 +92,17 @@ type attempt struct {
 	ranks  []*rankProc
 	port   int
 
-	stops *plugins.StopRequests // Stop calls, for the supervisor
-	done  chan struct{}
-	kaWG  sync.WaitGroup // keepalive loops
+	kaWG    sync.WaitGroup // keepalive loops
+	readers sync.WaitGroup // output readers, joined by Finish
 
-	mu       sync.Mutex
-	stopping bool
-	finished bool
-	// signals counts the Signal calls in flight: the connections they use
-	// stay open until they are done (their rank may end at the signal).
-	signals sync.WaitGroup
-	exited  []bool
-	result  plugins.Result
+	mu     sync.Mutex
+	exited []bool // the ranks whose session has ended
 }
 
-var _ plugins.Handle = (*attempt)(nil)
+var (
+	_ plugins.Handle   = (*attempt)(nil)
+	_ supervisor.Ranks = (*attempt)(nil)
+)
 
 func newAttempt(l *Launcher, spec plugins.AttemptSpec, places []placement) *attempt {
 	return &attempt{
@@ -120,8 +111,6 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, places []placement) *atte
 		places: places,
 		logger: l.logger.With(zap.String("job", spec.JobID), zap.Int("attempt", spec.Attempt)),
 		conns:  map[int]*conn{},
-		stops:  plugins.NewStopRequests(),
-		done:   make(chan struct{}),
 		exited: make([]bool, len(places)),
 	}
 }
@@ -202,6 +191,7 @@ func (a *attempt) start(ctx context.Context) error {
 		}
 	}
 	a.logger = a.logger.With(zap.String("id", a.ID()))
+	a.Supervisor = supervisor.New(supervisor.Config{N: len(a.ranks), Grace: a.l.opts.Grace, Logger: a.logger}, a)
 	a.logger.Info("attempt started", zap.Int("processes", len(a.places)), zap.Strings("command", argv),
 		zap.String("master_addr", first.host.Addr), zap.Int("master_port", a.port))
 	return nil
@@ -371,53 +361,21 @@ func (a *attempt) ID() string {
 	return a.ranks[0].conn.host.Addr + ":" + itoa(a.ranks[0].pgid)
 }
 
-// Wait blocks until the attempt has finished and returns its Result; every
-// call gets the same Result. A lost host is named in Result.LostHosts (and
-// is no error, see the package comment). It returns ctx's error if ctx ends first.
-func (a *attempt) Wait(ctx context.Context) (plugins.Result, error) {
-	select {
-	case <-a.done:
-		r := a.result
-		r.Ranks = slices.Clone(r.Ranks)
-		r.LostHosts = slices.Clone(r.LostHosts)
-		return r, nil
-	case <-ctx.Done():
-		return plugins.Result{}, fmt.Errorf("wait for job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, ctx.Err())
-	}
+// String names the attempt in errors.
+func (a *attempt) String() string {
+	return fmt.Sprintf("job %s attempt %d", a.spec.JobID, a.spec.Attempt)
 }
 
-// Signal sends sig to the process group of every rank still running. It
-// fails with plugins.ErrStopped once the attempt is being stopped and with
-// plugins.ErrFinished once its processes have ended.
-func (a *attempt) Signal(ctx context.Context, sig syscall.Signal) error {
-	a.mu.Lock()
-	switch {
-	case a.finished:
-		a.mu.Unlock()
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, plugins.ErrFinished)
-	case a.stopping:
-		a.mu.Unlock()
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, plugins.ErrStopped)
-	}
-	a.signals.Add(1)
-	a.mu.Unlock()
-	defer a.signals.Done()
+// Deliver sends sig to the process group of every rank still running.
+func (a *attempt) Deliver(ctx context.Context, sig syscall.Signal) error {
+	return a.killAll(sig, true)
+}
+
+// Escalate sends a stop's sig to the groups of the ranks still running.
+func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
 	if err := a.killAll(sig, true); err != nil {
-		return fmt.Errorf("signal %s to job %s attempt %d: %w", unix.SignalName(sig), a.spec.JobID, a.spec.Attempt, err)
+		a.logger.Warn("signal ranks", zap.String("signal", unix.SignalName(sig)), zap.Error(err))
 	}
-	return nil
-}
-
-// Stop sends SIGTERM to every rank's group, SIGKILL when grace has passed
-// (at once for grace <= 0), and returns when every rank has ended. A later
-// call with a shorter grace brings the SIGKILL forward. If ctx ends first
-// Stop returns its error and the stop goes on. Stopping a finished attempt
-// does nothing.
-func (a *attempt) Stop(ctx context.Context, grace time.Duration) error {
-	if err := a.stops.Stop(ctx, grace, a.done); err != nil {
-		return fmt.Errorf("stop job %s attempt %d: %w", a.spec.JobID, a.spec.Attempt, err)
-	}
-	return nil
 }
 
 // killAll sends sig to the groups of the ranks, only of those still
@@ -458,94 +416,28 @@ func signalGroups(c *conn, cmd string) error {
 	return err
 }
 
-// signalRanks signals the live ranks from the supervisor, logging failures.
-func (a *attempt) signalRanks(sig syscall.Signal) {
-	if err := a.killAll(sig, true); err != nil {
-		a.logger.Warn("signal ranks", zap.String("signal", unix.SignalName(sig)), zap.Error(err))
+// supervise starts the output readers and runs the attempt to its end.
+func (a *attempt) supervise() {
+	for _, rp := range a.ranks {
+		a.readers.Go(func() { a.readOutput(rp.rank, plugins.Stdout, rp.stdout) })
+		if rp.stderr != nil {
+			a.readers.Go(func() { a.readOutput(rp.rank, plugins.Stderr, rp.stderr) })
+		}
 	}
+	supervisor.RunRanks(a.Supervisor, a.waitRank)
 }
 
-// supervise runs the attempt to its end, cleans up, joins every goroutine
-// it started and publishes the result.
-func (a *attempt) supervise() {
-	defer close(a.done)
-	n := len(a.ranks)
-	exits := make(chan rankExit, n)
-	var waiters, readers sync.WaitGroup
-	for _, rp := range a.ranks {
-		waiters.Go(func() { exits <- a.waitRank(rp) })
-		readers.Go(func() { a.readOutput(rp.rank, plugins.Stdout, rp.stdout) })
-		if rp.stderr != nil {
-			readers.Go(func() { a.readOutput(rp.rank, plugins.Stderr, rp.stderr) })
-		}
-	}
-
-	var (
-		running    = n
-		failedRank = -1
-		stopped    = make([]bool, n)
-		results    = make([]plugins.RankResult, n)
-		lostErr    error
-		stopByCall bool
-		esc        plugins.Escalation
-	)
-	defer esc.Close()
-	beginStop := func(deadline time.Time) {
-		if esc.Begin(deadline) {
-			a.mu.Lock()
-			a.stopping = true
-			a.mu.Unlock()
-			a.signalRanks(unix.SIGTERM)
-		}
-	}
-	for running > 0 {
-		select {
-		case ex := <-exits:
-			running--
-			a.mu.Lock()
-			a.exited[ex.rank] = true
-			a.mu.Unlock()
-			results[ex.rank] = ex.res
-			if ex.lost != nil && lostErr == nil {
-				lostErr = ex.lost
-			}
-			switch {
-			case esc.Stopping() && ex.lost == nil:
-				stopped[ex.rank] = true
-			case ex.failed() && failedRank < 0:
-				failedRank = ex.rank
-				if running > 0 {
-					a.logger.Warn("rank failed; stopping the others", zap.Int("rank", ex.rank),
-						zap.Int("exit_code", ex.res.ExitCode), zap.NamedError("host_lost", ex.lost), zap.Duration("grace", a.l.opts.Grace))
-					beginStop(time.Now().Add(a.l.opts.Grace))
-				}
-			}
-		case <-a.stops.C():
-			deadline := a.stops.Deadline()
-			if !stopByCall {
-				stopByCall = true
-				a.logger.Info("stopping attempt", zap.Duration("grace", time.Until(deadline).Round(time.Millisecond)))
-			}
-			beginStop(deadline)
-		case <-esc.Due():
-			esc.Fired()
-			a.logger.Warn("grace over; killing the groups")
-			a.signalRanks(unix.SIGKILL)
-		}
-	}
-	// Kill what the ranks left behind in their groups, then let the
-	// readers drain before the connections close. (A group whose leader
-	// has exited and been reaped keeps its id while any member lives; once
-	// none does, the id could in principle be reused by then.)
+// Finish runs once every rank's session has ended: it kills what the ranks
+// left behind in their groups, lets the readers drain before the
+// connections close, closes them, and names the hosts the attempt lost.
+// (A group whose leader has exited and been reaped keeps its id while any
+// member lives; once none does, the id could in principle be reused by then.)
+func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) supervisor.End {
 	if err := a.killAll(unix.SIGKILL, false); err != nil {
 		a.logger.Warn("kill leftover processes", zap.Error(err))
 	}
-	a.mu.Lock()
-	a.finished = true // no Signal starts from now on
-	a.mu.Unlock()
-	a.signals.Wait() // bounded: each remote command is (killTimeout)
 	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
+	go func() { a.readers.Wait(); close(drained) }()
 	drainBy := time.Now().Add(outputDrainTimeout)
 	select {
 	case <-drained:
@@ -558,44 +450,33 @@ func (a *attempt) supervise() {
 	}
 	a.closeConns()
 	<-drained
-	waiters.Wait()
-
-	lostHosts := a.recordLost()
-
-	for i := range results {
-		results[i].Stopped = stopped[i]
-	}
-	res := plugins.Result{FailedRank: failedRank, Stopped: stopByCall, Ranks: results, LostHosts: lostHosts}
-	if failedRank >= 0 {
-		res.ExitCode = results[failedRank].ExitCode
-	}
-	a.mu.Lock()
-	a.result = res
-	a.mu.Unlock()
-	a.logger.Info("attempt finished", zap.Int("exit_code", res.ExitCode), zap.Int("failed_rank", res.FailedRank),
-		zap.Bool("stopped", res.Stopped), zap.Strings("lost_hosts", lostHosts), zap.NamedError("host_lost", lostErr))
+	return supervisor.End{LostHosts: a.recordLost()}
 }
 
-// waitRank waits for rp's session to end and turns its exit into a RankResult.
-func (a *attempt) waitRank(rp *rankProc) rankExit {
+// waitRank waits for rank's session to end and turns its exit into a RankResult.
+func (a *attempt) waitRank(rank int) supervisor.Exit {
+	rp := a.ranks[rank]
 	err := rp.sess.Wait()
-	ex := rankExit{rank: rp.rank, res: plugins.RankResult{Rank: rp.rank, PID: rp.pgid}}
+	a.mu.Lock()
+	a.exited[rank] = true
+	a.mu.Unlock()
+	ex := supervisor.Exit{Rank: rank, Result: plugins.RankResult{PID: rp.pgid}}
 	var ee *gossh.ExitError
 	switch {
 	case err == nil:
 	case errors.As(err, &ee) && ee.Signal() != "":
 		name := "SIG" + ee.Signal()
-		ex.res.Signal = name
 		if s := unix.SignalNum(name); s != 0 {
-			ex.res.ExitCode = 128 + int(s)
+			ex.Result = supervisor.Signaled(s)
 		} else {
-			ex.res.ExitCode = lostExitCode
+			ex.Result = plugins.RankResult{ExitCode: lostExitCode, Signal: name}
 		}
+		ex.Result.PID = rp.pgid
 	case errors.As(err, &ee):
-		ex.res.ExitCode = ee.ExitStatus()
+		ex.Result.ExitCode = ee.ExitStatus()
 	default:
-		ex.res.ExitCode = lostExitCode
-		ex.lost = rp.conn.setLost(fmt.Errorf("host %s: %w: session of rank %d ended without an exit status: %w",
+		ex.Result.ExitCode = lostExitCode
+		ex.Lost = rp.conn.setLost(fmt.Errorf("host %s: %w: session of rank %d ended without an exit status: %w",
 			rp.conn.host.dialAddr(), ErrHostUnreachable, rp.rank, err))
 	}
 	return ex
@@ -608,21 +489,8 @@ func (a *attempt) readOutput(rank int, stream plugins.Stream, r io.Reader) {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
-	br := bufio.NewReaderSize(r, a.l.opts.MaxLineBytes)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			s := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
-			a.spec.Output(rank, stream, s)
-		}
-		switch {
-		case err == nil, errors.Is(err, bufio.ErrBufferFull):
-		case errors.Is(err, io.EOF):
-			return
-		default:
-			a.logger.Warn("read output", zap.Int("rank", rank), zap.String("stream", string(stream)), zap.Error(err))
-			_, _ = io.Copy(io.Discard, r)
-			return
-		}
+	out := func(line string, _ bool) { a.spec.Output(rank, stream, line) }
+	if err := lineio.Read(r, a.l.opts.MaxLineBytes, out); err != nil {
+		a.logger.Warn("read output", zap.Int("rank", rank), zap.String("stream", string(stream)), zap.Error(err))
 	}
 }

@@ -1,4 +1,4 @@
-package plugins
+package supervisor
 
 import (
 	"testing"
@@ -6,57 +6,57 @@ import (
 )
 
 func TestEscalation(t *testing.T) {
-	var e Escalation
-	if e.Stopping() || e.Due() != nil {
+	var e escalation
+	if e.stopping() || e.due() != nil {
 		t.Fatal("a fresh escalation is stopping or has a deadline")
 	}
-	if !e.Begin(time.Now().Add(time.Hour)) {
-		t.Fatal("the first Begin did not report first")
+	if !e.begin(time.Now().Add(time.Hour)) {
+		t.Fatal("the first begin did not report first")
 	}
-	if e.Begin(time.Now().Add(2*time.Hour)) || !e.Stopping() {
-		t.Fatal("a second Begin reported first, or stopping was forgotten")
+	if e.begin(time.Now().Add(2*time.Hour)) || !e.stopping() {
+		t.Fatal("a second begin reported first, or stopping was forgotten")
 	}
 	// A later deadline changes nothing; an earlier one brings the SIGKILL forward.
 	select {
-	case <-e.Due():
+	case <-e.due():
 		t.Fatal("the SIGKILL came before its deadline")
 	case <-time.After(20 * time.Millisecond):
 	}
-	e.Begin(time.Now().Add(10 * time.Millisecond))
+	e.begin(time.Now().Add(10 * time.Millisecond))
 	select {
-	case <-e.Due():
-		e.Fired()
+	case <-e.due():
+		e.fired()
 	case <-time.After(5 * time.Second):
 		t.Fatal("an earlier deadline did not bring the SIGKILL forward")
 	}
-	if e.Due() != nil {
+	if e.due() != nil {
 		t.Fatal("a deadline is still pending after it fired")
 	}
-	e.Close()
+	e.close()
 }
 
 func TestStopRequestsKeepTheEarliestDeadline(t *testing.T) {
-	s := NewStopRequests()
-	if !s.Deadline().IsZero() {
+	s := newStopRequests()
+	if !s.deadline().IsZero() {
 		t.Fatal("a deadline before any request")
 	}
-	s.Request(time.Hour)
-	first := s.Deadline()
-	s.Request(2 * time.Hour) // later: changes nothing
-	if got := s.Deadline(); !got.Equal(first) {
+	s.request(time.Hour)
+	first := s.deadline()
+	s.request(2 * time.Hour) // later: changes nothing
+	if got := s.deadline(); !got.Equal(first) {
 		t.Errorf("a later request moved the deadline from %v to %v", first, got)
 	}
-	s.Request(-time.Second) // at once
-	if got := s.Deadline(); !got.Before(first) || time.Until(got) > 0 {
+	s.request(-time.Second) // at once
+	if got := s.deadline(); !got.Before(first) || time.Until(got) > 0 {
 		t.Errorf("deadline %v after a request for now", got)
 	}
 	select { // three requests, one pending poke
-	case <-s.C():
+	case <-s.c:
 	default:
 		t.Fatal("no poke")
 	}
 	select {
-	case <-s.C():
+	case <-s.c:
 		t.Fatal("a second poke for requests nobody had read")
 	default:
 	}
