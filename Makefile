@@ -53,7 +53,7 @@ test-python:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./telemetry -run '^$$' -fuzz FuzzDecodeStep -fuzztime $(FUZZTIME)
-	$(GO) test ./daemon -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon/ingest -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
 	for f in FuzzReadPlacements FuzzReadScalability FuzzReadValidation; do \
 	  $(GO) test ./optimizer/trace -run '^$$' -fuzz $$f -fuzztime $(FUZZTIME) || exit 1; done
 

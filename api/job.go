@@ -33,28 +33,37 @@ func (s JobState) Done() bool {
 
 // Job is a job's record, kept in the job bucket under its id.
 type Job struct {
-	ID            string             `json:"id"`
-	Name          string             `json:"name"`
-	Command       []string           `json:"command"`
-	Dir           string             `json:"dir"`
-	Config        plugins.Config     `json:"config"`
-	Mode          plugins.LaunchMode `json:"mode"`
-	CheckpointDir string             `json:"checkpoint_dir"`
-	Grace         Duration           `json:"grace"`
+	// ID names the job: its Name and six random hex digits.
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Command and Dir are what the workers run, and where.
+	Command []string `json:"command"`
+	Dir     string   `json:"dir"`
+	// Config is the configuration the job runs at now (or last ran at).
+	Config plugins.Config     `json:"config"`
+	Mode   plugins.LaunchMode `json:"mode"`
+	// CheckpointDir is where the job's checkpoints go (SCAV_CHECKPOINT_DIR).
+	CheckpointDir string `json:"checkpoint_dir"`
+	// Grace is how long the workers get to checkpoint and exit when stopped.
+	Grace Duration `json:"grace"`
 	// CheckpointSignal is the signal that makes an uninstrumented job checkpoint.
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 	// StepRegex reads an uninstrumented job's progress off its output.
 	StepRegex string `json:"step_regex,omitempty"`
-	Node      string `json:"node"`
-	Launcher  string `json:"launcher"`
+	// Node is the daemon's node that runs the job; Launcher the launcher it uses.
+	Node     string `json:"node"`
+	Launcher string `json:"launcher"`
 	// Allocation is the scheduler allocation the job runs in ("slurm.4711").
-	Allocation string     `json:"allocation,omitempty"`
-	State      JobState   `json:"state"`
-	Attempt    int        `json:"attempt"`
-	Created    time.Time  `json:"created"`
-	Started    *time.Time `json:"started,omitempty"`
-	Ended      *time.Time `json:"ended,omitempty"`
-	ExitCode   *int       `json:"exit_code,omitempty"`
+	Allocation string   `json:"allocation,omitempty"`
+	State      JobState `json:"state"`
+	// Attempt is the number of the current (or last) attempt, from 1.
+	Attempt int `json:"attempt"`
+	// Created, Started and Ended are when the job was submitted, first
+	// started and ended; ExitCode is its exit status once it has ended.
+	Created  time.Time  `json:"created"`
+	Started  *time.Time `json:"started,omitempty"`
+	Ended    *time.Time `json:"ended,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
 	// Optimize is what the job asked of the optimizer; Phase is where its
 	// policy is (warm-up, probing, optimised) and Decisions what it decided.
 	Optimize  Optimize     `json:"optimize,omitempty"`
@@ -70,7 +79,8 @@ type Job struct {
 	Message string `json:"message,omitempty"`
 }
 
-// ResumePoint is a checkpoint a job can continue from.
+// ResumePoint is a checkpoint a job can continue from: its path, and the
+// last step it holds.
 type ResumePoint struct {
 	Checkpoint string `json:"checkpoint"`
 	Step       int64  `json:"step"`

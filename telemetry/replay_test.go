@@ -6,32 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/scavenger-ml/scavenger/internal/testnats"
 )
 
 // TestReplayLast replays the newest node sample per subject from a real
 // embedded JetStream, then follows new ones.
 func TestReplayLast(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testnats.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := OpenStore(ctx, js, Retention{}); err != nil {
@@ -75,7 +57,7 @@ func TestReplayLast(t *testing.T) {
 	errDone := errors.New("done")
 	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer fcancel()
-	err = ReplayLast(fctx, js, NodeStream, subjects, true, func(m jetstream.Msg) error {
+	err := ReplayLast(fctx, js, NodeStream, subjects, true, func(m jetstream.Msg) error {
 		seen = append(seen, string(m.Data()))
 		if len(seen) == 3 {
 			if _, err := js.Publish(ctx, NodeSubject("b", NodeGPU), []byte("b-gpu-1")); err != nil {

@@ -80,7 +80,9 @@ type waited struct {
 // move requests, the controller's verdicts and pre-emption notices.
 func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) outcome {
 	w := &watch{r: r, h: h, n: n, grace: r.rec.job.Grace.D(), kill: kill}
-	waitCtx, cancelWait := context.WithCancel(kill)
+	// Waiting ends with the attempt (a kill at the daemon's deadline ends
+	// that too), or when a detached attempt is left: not with kill itself.
+	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(kill))
 	wc := make(chan waited, 1)
 	go func() { // ends when the attempt does (Stop guarantees that) or with waitCtx
 		res, err := h.Wait(waitCtx)

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -27,25 +27,7 @@ import (
 // opens Scavenger's streams and buckets on it.
 func store(t *testing.T) (*nats.Conn, *telemetry.Store) {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testnats.JetStream(t)
 	st, err := telemetry.OpenStore(context.Background(), js, telemetry.Retention{})
 	if err != nil {
 		t.Fatal(err)
@@ -285,4 +267,35 @@ func TestCommitRefusesAConflict(t *testing.T) {
 	if _, err := second.commit(ctx); !errors.Is(err, ErrConflict) {
 		t.Fatalf("create over an existing record: %v, want ErrConflict", err)
 	}
+}
+
+// TestCloseIsBounded: a closing registry gives a job that ignores SIGTERM
+// its grace, then kills it, and records it stopped.
+func TestCloseIsBounded(t *testing.T) {
+	g, _, _ := registry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j, err := g.Submit(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", `trap '' TERM; while :; do sleep 0.02; done`}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 2}, Grace: api.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.running(j.ID)
+	for r.snapshot().State != api.StateRunning {
+		time.Sleep(10 * time.Millisecond)
+	}
+	began := time.Now()
+	g.Close(ctx)
+	took := time.Since(began)
+	if took > killTimeout {
+		t.Errorf("Close took %s with a grace of 1s", took)
+	}
+	final, err := g.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != api.StateStopped || len(g.Active()) != 0 {
+		t.Errorf("after Close: %s (%s), active %v; want stopped, none active", final.State, final.Message, g.Active())
+	}
+	t.Logf("closed in %s: %s", took.Round(time.Millisecond), final.Message)
 }

@@ -325,3 +325,48 @@ func TestPriorProbesKneeFront(t *testing.T) {
 		t.Errorf("knee probes %v, want %v first", got, want)
 	}
 }
+
+// TestPhases: every decision carries its phase, typed, and each searching
+// policy goes warm-up, then probing (every move to a probe and every wait on
+// one), then optimised, and never back.
+func TestPhases(t *testing.T) {
+	order := map[Phase]int{PhaseWarmup: 0, PhaseProbing: 1, PhaseOptimised: 2}
+	for _, c := range []struct {
+		name string
+		want []Phase // the phases it must pass through
+	}{
+		{"scavenger", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
+		{"full", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
+		// adaptive measures each configuration it moves to (probing again).
+		{"adaptive", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
+		{"fixed", []Phase{PhaseOptimised}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := synthSpec(objective.Time, 2e6)
+			p, err := New(c.name, spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, ds := run(t, p, spec, noiseGain, func(float64) bool { return true })
+			seen := map[Phase]bool{}
+			last := PhaseWarmup
+			for i, d := range ds {
+				if _, ok := order[d.Phase]; !ok {
+					t.Fatalf("decision %d (%s): phase %q", i, d.Reason, d.Phase)
+				}
+				if order[d.Phase] < order[last] && c.name != "adaptive" {
+					t.Errorf("decision %d (%s): back from %s to %s", i, d.Reason, last, d.Phase)
+				}
+				if d.Chosen >= 0 && d.Phase != PhaseOptimised {
+					t.Errorf("decision %d (%s) chose among predictions in phase %s", i, d.Reason, d.Phase)
+				}
+				seen[d.Phase], last = true, d.Phase
+			}
+			for _, ph := range c.want {
+				if !seen[ph] {
+					t.Errorf("never in phase %s over %d decisions", ph, len(ds))
+				}
+			}
+		})
+	}
+}
