@@ -78,6 +78,9 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 	if r.SyncSeconds != nil {
 		o.sync += min(*r.SyncSeconds, r.Seconds)
 	}
+	if r.LocalBatch <= 0 { // a worker that does not say: the attempt's
+		r.LocalBatch = o.cfg.LocalBatch()
+	}
 	o.grads.Add(r, o.m0)
 	if o.steps < o.wait {
 		return policy.Observation{}, false

@@ -1,0 +1,52 @@
+package jobs
+
+import (
+	"math"
+	"testing"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// TestObserverReports: a report every ten steps after the warm-up, with the
+// mean step time and the window's gradient sample, the local batch taken
+// from the attempt when the worker does not say it.
+func TestObserverReports(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		name       string
+		localBatch int
+		world      int
+		wantGrad   bool
+	}{
+		{"records with their local batch", 8, 2, true},
+		{"records without it", 0, 2, true},
+		{"one worker, no difference estimate", 8, 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newObserver(16, 1, "local")
+			o.attemptStarted(1, plugins.Config{Workers: c.world, GlobalBatch: 8 * c.world})
+			var reports int
+			for step := int64(1); step <= warmupSteps+defaultReportSteps; step++ {
+				obs, ok := o.add(telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, Rank: 0, World: c.world, Step: step, Time: float64(step) * 0.1,
+					Seconds: 0.1, Samples: 8, LocalBatch: c.localBatch, LocalSqr: f(2), AvgSqr: f(1.5)})
+				if !ok {
+					continue
+				}
+				reports++
+				if obs.Steps != defaultReportSteps || math.Abs(obs.StepTime-0.1) > 1e-9 {
+					t.Errorf("report of %v steps at %v s", obs.Steps, obs.StepTime)
+				}
+				if got := obs.Grad.Count > 0; got != c.wantGrad {
+					t.Errorf("gradient sample %+v, want one: %v", obs.Grad, c.wantGrad)
+				}
+				if c.wantGrad && obs.Grad.Scale != float64(c.world)*8/16 {
+					t.Errorf("scale %v, want %v", obs.Grad.Scale, float64(c.world)*8/16)
+				}
+			}
+			if reports != 1 {
+				t.Errorf("%d reports, want 1", reports)
+			}
+		})
+	}
+}
