@@ -5,83 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
-
-// Client is a connection to a daemon. Its methods are the API: the
-// request/reply verbs, the jobs' step, output and node histories, and live
-// step records.
-type Client struct {
-	nc *nats.Conn
-	js jetstream.JetStream
-}
-
-// Dial connects to the NATS server at url and checks that a scavd answers there.
-func Dial(ctx context.Context, url string, timeout time.Duration) (*Client, error) {
-	nc, err := nats.Connect(url, nats.Name("scavctl"), nats.Timeout(timeout), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
-	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %w", ErrNoDaemon, url, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("open jetstream at %s: %w", url, err)
-	}
-	c := &Client{nc: nc, js: js}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := c.Ping(pctx); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("%w at %s: %w", ErrNoDaemon, url, err)
-	}
-	return c, nil
-}
-
-// Close closes the connection.
-func (c *Client) Close() { c.nc.Close() }
-
-// URL is the daemon's address as connected, without credentials.
-func (c *Client) URL() string { return c.nc.ConnectedUrlRedacted() }
-
-// Connected reports whether the connection is up now (it reconnects by
-// itself after a daemon restart on the same address).
-func (c *Client) Connected() bool { return c.nc.IsConnected() }
-
-// call sends one API request and decodes the answer into out.
-func (c *Client) call(ctx context.Context, verb string, req, out any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("encode %s request: %w", verb, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, Timeout(verb)+5*time.Second)
-		defer cancel()
-	}
-	m, err := c.nc.RequestWithContext(ctx, telemetry.APISubject(verb), body)
-	if err != nil {
-		return fmt.Errorf("%s request: %w", verb, err)
-	}
-	var rep Reply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return fmt.Errorf("decode %s reply: %w", verb, err)
-	}
-	if rep.Error != "" {
-		return errors.New(rep.Error)
-	}
-	if out != nil {
-		if err := json.Unmarshal(rep.Data, out); err != nil {
-			return fmt.Errorf("decode %s reply: %w", verb, err)
-		}
-	}
-	return nil
-}
 
 // Ping asks the daemon who it is.
 func (c *Client) Ping(ctx context.Context) (Info, error) {
@@ -120,10 +52,16 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	return j, c.call(ctx, VerbJob, JobRequest{Job: id}, &j)
 }
 
-// Jobs lists every job record, oldest first.
+// Jobs lists the caller's job records, oldest first.
 func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
 	var js []Job
-	return js, c.call(ctx, VerbJobs, struct{}{}, &js)
+	return js, c.call(ctx, VerbJobs, JobsRequest{}, &js)
+}
+
+// AllJobs lists every user's job records, oldest first (root only).
+func (c *Client) AllJobs(ctx context.Context) ([]Job, error) {
+	var js []Job
+	return js, c.call(ctx, VerbJobs, JobsRequest{All: true}, &js)
 }
 
 // ReportAllocation tells the daemon that a scheduler allocation began or
@@ -145,10 +83,12 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	return s, c.call(ctx, VerbStats, struct{}{}, &s)
 }
 
-// Steps replays job's step records; see telemetry.Replay for follow.
+// Steps replays job's step records, oldest first. Without follow it
+// returns once the records that existed when it started are delivered; with
+// follow it goes on (across a daemon restart) until ctx is done or fn fails.
 func (c *Client) Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error {
-	return telemetry.Replay(ctx, c.js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, follow, func(m jetstream.Msg) error {
-		recs, _ := telemetry.DecodeBatch(m.Data())
+	return c.follow(ctx, url.Values{"what": {StreamSteps}, "job": {job}}, follow, func(f Frame) error {
+		recs, _ := telemetry.DecodeBatch([]byte(f.Data))
 		for _, r := range recs {
 			if err := fn(r); err != nil {
 				return err
@@ -159,21 +99,20 @@ func (c *Client) Steps(ctx context.Context, job string, follow bool, fn func(tel
 }
 
 // Output replays job's worker output and lifecycle events in the order they
-// happened; exactly one of the two arguments of fn is non-nil. See
-// telemetry.Replay for follow.
+// happened; exactly one of the two arguments of fn is non-nil. follow is
+// as for Steps.
 func (c *Client) Output(ctx context.Context, job string, follow bool, fn func(*telemetry.LogLine, *telemetry.Event) error) error {
 	logSubj := telemetry.LogSubject(job)
-	subjects := []string{logSubj, telemetry.EventSubject(job)}
-	return telemetry.Replay(ctx, c.js, telemetry.OutputStream, subjects, follow, func(m jetstream.Msg) error {
-		if m.Subject() == logSubj {
+	return c.follow(ctx, url.Values{"what": {StreamOutput}, "job": {job}}, follow, func(f Frame) error {
+		if f.Subject == logSubj {
 			var l telemetry.LogLine
-			if err := json.Unmarshal(m.Data(), &l); err != nil {
+			if err := json.Unmarshal([]byte(f.Data), &l); err != nil {
 				return nil // not a line this build can read; skip it
 			}
 			return fn(&l, nil)
 		}
 		var e telemetry.Event
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
+		if err := json.Unmarshal([]byte(f.Data), &e); err != nil {
 			return nil
 		}
 		return fn(nil, &e)
@@ -182,68 +121,45 @@ func (c *Client) Output(ctx context.Context, job string, follow bool, fn func(*t
 
 // LastStep returns the newest step record of job, or ok=false when it has none.
 func (c *Client) LastStep(ctx context.Context, job string) (rec telemetry.StepRecord, ok bool, err error) {
-	s, err := c.js.Stream(ctx, telemetry.StepStream)
-	if err != nil {
-		return rec, false, fmt.Errorf("open stream %s: %w", telemetry.StepStream, err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, telemetry.StepSubject(job))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return rec, false, nil
-	}
+	err = c.follow(ctx, url.Values{"what": {StreamLastStep}, "job": {job}}, false, func(f Frame) error {
+		if recs, _ := telemetry.DecodeBatch([]byte(f.Data)); len(recs) > 0 {
+			rec, ok = recs[len(recs)-1], true
+		}
+		return nil
+	})
 	if err != nil {
 		return rec, false, fmt.Errorf("read last step of %s: %w", job, err)
 	}
-	recs, _ := telemetry.DecodeBatch(m.Data)
-	if len(recs) == 0 {
-		return rec, false, nil
-	}
-	return recs[len(recs)-1], true, nil
+	return rec, ok, nil
 }
 
 // NodeSamples replays the node samples of node (every node when empty) and
 // kind (telemetry.NodeGPU, telemetry.NodeHost, or both when empty), oldest
-// first; see telemetry.Replay for follow. Messages this build cannot decode
-// are skipped.
+// first; follow is as for Steps. Samples this build cannot decode are skipped.
 func (c *Client) NodeSamples(ctx context.Context, node, kind string, follow bool, fn func(telemetry.NodeSample) error) error {
-	kinds := []string{telemetry.NodeGPU, telemetry.NodeHost}
-	if kind != "" {
-		kinds = []string{kind}
-	}
-	n := "*"
-	if node != "" {
-		n = telemetry.SubjectNode(node)
-	}
-	subjects := make([]string, 0, len(kinds))
-	for _, k := range kinds {
-		subjects = append(subjects, telemetry.NodeSubject(n, k))
-	}
-	return telemetry.Replay(ctx, c.js, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
+	return c.follow(ctx, url.Values{"what": {StreamNodes}, "node": {node}, "kind": {kind}}, follow, nodeSamples(fn))
 }
 
 // LatestNodeSamples delivers the newest node sample of each node and kind,
-// then, with follow, every new one until ctx is done or fn fails; see
-// telemetry.ReplayLast. Messages this build cannot decode are skipped.
+// then, with follow, every new one until ctx is done or fn fails. Samples
+// this build cannot decode are skipped.
 func (c *Client) LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	return telemetry.ReplayLast(ctx, c.js, telemetry.NodeStream, subjects, follow, nodeSamples(fn))
+	return c.follow(ctx, url.Values{"what": {StreamNodesLatest}}, follow, nodeSamples(fn))
 }
 
 // NodeSamplesSince delivers every node's samples of kind (both kinds when
-// empty) taken since from, oldest first, and returns; see
-// telemetry.ReplaySince. Messages this build cannot decode are skipped.
+// empty) taken since from, oldest first, and returns. Samples this build
+// cannot decode are skipped.
 func (c *Client) NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error {
-	subjects := []string{telemetry.AllNodeGPU, telemetry.AllNodeHost}
-	if kind != "" {
-		subjects = []string{telemetry.NodeSubject("*", kind)}
-	}
-	return telemetry.ReplaySince(ctx, c.js, telemetry.NodeStream, subjects, from, nodeSamples(fn))
+	q := url.Values{"what": {StreamNodesSince}, "kind": {kind}, "since": {strconv.FormatInt(from.UnixNano(), 10)}}
+	return c.follow(ctx, q, false, nodeSamples(fn))
 }
 
-// nodeSamples hands fn each message that decodes as a node sample and skips
+// nodeSamples hands fn each frame that decodes as a node sample and skips
 // the others (written by a newer build, or damaged).
-func nodeSamples(fn func(telemetry.NodeSample) error) func(jetstream.Msg) error {
-	return func(m jetstream.Msg) error {
-		s, err := telemetry.DecodeNodeSample(m.Data())
+func nodeSamples(fn func(telemetry.NodeSample) error) func(Frame) error {
+	return func(f Frame) error {
+		s, err := telemetry.DecodeNodeSample([]byte(f.Data))
 		if err != nil {
 			return nil
 		}
@@ -253,55 +169,93 @@ func nodeSamples(fn func(telemetry.NodeSample) error) func(jetstream.Msg) error 
 
 // StepFeed delivers live step records until it is closed.
 type StepFeed struct {
-	nc  *nats.Conn
-	sub *nats.Subscription
+	cancel context.CancelFunc
+	done   chan struct{}
+	last   chan time.Time // when the newest record arrived; buffered 1
 }
 
 // FollowSteps calls fn with every step record of job published from now
-// on (every job's when job is empty), on the connection's goroutine: fn
-// must not block. Close the feed to stop.
+// on (every job's the caller may read when job is empty), from the feed's
+// goroutine: fn must not block. It returns once the feed is following.
+// Close the feed to stop.
 func (c *Client) FollowSteps(job string, fn func(telemetry.StepRecord)) (*StepFeed, error) {
-	subj := telemetry.AllSteps
-	if job != "" {
-		subj = telemetry.StepSubject(job)
-	}
-	sub, err := c.nc.Subscribe(subj, func(m *nats.Msg) {
-		recs, _ := telemetry.DecodeBatch(m.Data)
-		for _, r := range recs {
-			fn(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &StepFeed{cancel: cancel, done: make(chan struct{}), last: make(chan time.Time, 1)}
+	ready := make(chan error, 1)
+	go func() { // owned by the feed: Close cancels and joins it
+		defer close(f.done)
+		started := false
+		err := c.follow(ctx, url.Values{"what": {StreamLive}, "job": {job}}, true, func(fr Frame) error {
+			if fr.Seq == 0 && fr.Subject == "" { // the daemon's word that the feed follows
+				if !started {
+					started = true
+					ready <- nil
+				}
+				return nil
+			}
+			recs, _ := telemetry.DecodeBatch([]byte(fr.Data))
+			for _, r := range recs {
+				fn(r)
+			}
+			select {
+			case <-f.last:
+			default:
+			}
+			f.last <- time.Now()
+			return nil
+		})
+		if !started {
+			ready <- err
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follow steps on %s: %w", subj, err)
+	}()
+	if err := <-ready; err != nil {
+		f.Close()
+		return nil, fmt.Errorf("follow steps of %q: %w", job, err)
 	}
-	return &StepFeed{nc: c.nc, sub: sub}, nil
+	return f, nil
 }
 
 // Drain waits, for a second at most, until the records published so far
-// have been delivered.
-func (f *StepFeed) Drain() { telemetry.Drain(f.nc, f.sub) }
-
-// Close stops the feed.
-func (f *StepFeed) Close() { _ = f.sub.Unsubscribe() }
-
-// DaemonURLs are where a running daemon may answer, in order: the discovery
-// files of stateDir and of /var/lib/scavenger, then the default address.
-func DaemonURLs(stateDir string) []string {
-	var urls []string
-	for _, dir := range []string{stateDir, "/var/lib/scavenger"} {
-		if info, err := ReadDiscovery(dir); err == nil {
-			urls = append(urls, info.NATS)
+// have been delivered: until none has come for a tenth of a second.
+func (f *StepFeed) Drain() {
+	deadline := time.After(time.Second)
+	for {
+		select {
+		case <-f.last:
+		case <-time.After(100 * time.Millisecond):
+			return
+		case <-deadline:
+			return
 		}
 	}
-	return append(urls, "nats://"+DefaultListen)
 }
 
-// DialFirst connects to the first of urls whose daemon answers within
+// Close stops the feed and waits for its goroutine.
+func (f *StepFeed) Close() {
+	f.cancel()
+	<-f.done
+}
+
+// Endpoints are where a running daemon's API may answer, in order: the
+// socket of stateDir, then the system daemon's.
+func Endpoints(stateDir string) []string {
+	out := []string{filepath.Join(stateDir, SocketName)}
+	if sys := filepath.Join(SystemStateDir, SocketName); sys != out[0] {
+		out = append(out, sys)
+	}
+	return out
+}
+
+// DialFirst connects to the first of endpoints whose daemon answers within
 // timeout (and ctx); the error joins why each did not.
-func DialFirst(ctx context.Context, urls []string, timeout time.Duration) (*Client, error) {
+func DialFirst(ctx context.Context, endpoints []string, timeout time.Duration) (*Client, error) {
 	var errs []error
-	for _, u := range urls {
-		c, err := Dial(ctx, u, timeout)
+	for _, e := range endpoints {
+		if _, err := os.Stat(e); err != nil && !isURL(e) {
+			errs = append(errs, fmt.Errorf("%w at %s: no socket", ErrNoDaemon, e))
+			continue
+		}
+		c, err := Dial(ctx, e, timeout)
 		if err == nil {
 			return c, nil
 		}
@@ -311,4 +265,9 @@ func DialFirst(ctx context.Context, urls []string, timeout time.Duration) (*Clie
 		}
 	}
 	return nil, errors.Join(errs...)
+}
+
+func isURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "https" || u.Scheme == "http")
 }

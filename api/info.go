@@ -13,6 +13,10 @@ import (
 // Version is the build's version, set by the linker.
 var Version = "dev"
 
+// SystemStateDir is the state directory of the node's system daemon (a
+// root scavd, as a service).
+const SystemStateDir = "/var/lib/scavenger"
+
 // DefaultListen is where a scavd's embedded NATS server listens unless told otherwise.
 const DefaultListen = "127.0.0.1:4233"
 
@@ -25,7 +29,7 @@ func DefaultStateDir() string {
 		return d
 	}
 	if os.Geteuid() == 0 {
-		return "/var/lib/scavenger"
+		return SystemStateDir
 	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "scavenger")
@@ -47,6 +51,9 @@ type Info struct {
 	Active     []string `json:"active"`
 	// Metrics is the address of the Prometheus endpoint, when it is served.
 	Metrics string `json:"metrics,omitempty"`
+	// API is the API's unix socket; APIAddr its TCP address, when it has one.
+	API     string `json:"api,omitempty"`
+	APIAddr string `json:"api_addr,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

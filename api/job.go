@@ -50,6 +50,10 @@ type Job struct {
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 	// StepRegex reads an uninstrumented job's progress off its output.
 	StepRegex string `json:"step_regex,omitempty"`
+	// Owner is the user who submitted the job: its workers run as them, and
+	// only they (or root) may act on it or read it. Records written before
+	// owners were kept have none: they are root's.
+	Owner *Owner `json:"owner,omitempty"`
 	// Node is the daemon's node that runs the job; Launcher the launcher it uses.
 	Node     string `json:"node"`
 	Launcher string `json:"launcher"`
@@ -77,6 +81,24 @@ type Job struct {
 	Result *plugins.Result `json:"result,omitempty"`
 	// Message says in words why the job is in its state, when it is not obvious.
 	Message string `json:"message,omitempty"`
+}
+
+// Owner is a user as the daemon knows them: from the kernel (the peer
+// credentials of a local caller) or from the API's token file (a remote one).
+type Owner struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	User   string   `json:"user"`
+	Home   string   `json:"home,omitempty"`
+}
+
+// Root reports whether the owner is root.
+func (o Owner) Root() bool { return o.UID == 0 }
+
+// Owns reports whether o may act on job j: o is root, or owns it.
+func (o Owner) Owns(j Job) bool {
+	return o.Root() || j.Owner != nil && j.Owner.UID == o.UID
 }
 
 // ResumePoint is a checkpoint a job can continue from: its path, and the

@@ -139,6 +139,12 @@ type StopRequest struct {
 	Grace Duration `json:"grace,omitempty"`
 }
 
+// JobsRequest asks for the job records (the body of scav.api.jobs): the
+// caller's own, or with All (root only) every user's.
+type JobsRequest struct {
+	All bool `json:"all,omitempty"`
+}
+
 // JobRequest names a job (the body of scav.api.job).
 type JobRequest struct {
 	Job string `json:"job"`

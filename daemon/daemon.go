@@ -33,6 +33,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/allocs"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
@@ -81,6 +82,20 @@ type Config struct {
 	// from their checkpoints when the next daemon starts on the same state
 	// directory (see restart.go). Ignored for a standalone daemon.
 	ResumeJobs bool
+	// NATSKey is the nkey seed file the daemon authenticates to NATS with
+	// (default <StateDir>/nats.nk, made on the first start). The daemons of
+	// one cluster, or of one external server, share it.
+	NATSKey string
+	// NATSTLSCert and NATSTLSKey serve the embedded server's client port
+	// with TLS (required off loopback); NATSTLSCA verifies an external or
+	// clustered server.
+	NATSTLSCert, NATSTLSKey, NATSTLSCA string
+	// APIListen, when set, also serves the API on TCP, with the bearer
+	// tokens of APITokens and (required off loopback) TLS.
+	APIListen, APITLSCert, APITLSKey, APITokens string
+	// MetricsWebConfig is a Prometheus exporter-toolkit web config (TLS,
+	// basic auth) for /metrics; required off loopback.
+	MetricsWebConfig string
 }
 
 // Daemon is a running scavd.
@@ -96,6 +111,7 @@ type Daemon struct {
 	ingest     *ingest.Server
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
+	api        *apiserver.Server
 	// releaseLauncher releases the launcher the daemon opened itself.
 	releaseLauncher func()
 	lock            *os.File
@@ -122,8 +138,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
+	if err := makeStateDir(cfg.StateDir, cfg.Standalone); err != nil {
+		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: log}
 	// The daemon's root: its jobs outlive the context Start was called with.
@@ -136,63 +152,120 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.lock, err = lockState(cfg.StateDir); err != nil {
 		return nil, err
 	}
+	if err := d.startNATS(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startJobs(); err != nil {
+		return nil, err
+	}
+	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
+		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc,
+		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
+		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
+	}); err != nil {
+		return nil, err
+	}
+	if err := d.startNode(ctx); err != nil {
+		return nil, err
+	}
+	d.jobs.Recover(ctx)
+	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
+		return nil, err
+	}
+	log.Info("scavd ready", zap.String("api", d.APISocket()), zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
+		zap.String("state", cfg.StateDir), zap.Bool("standalone", cfg.Standalone))
+	return d, nil
+}
+
+// shared reports whether the daemon serves every local user (a root
+// daemon, not scavctl's own): its sockets are open to all, and the kernel
+// (API) or the attempt's token (telemetry) says who calls.
+func (d *Daemon) shared() bool { return os.Geteuid() == 0 && !d.cfg.Standalone }
+
+// makeStateDir makes the state directory: private, or for a root daemon
+// that serves every user, traversable (its sockets, python client and
+// checkpoint root are reached through it; nothing in it can be listed).
+func makeStateDir(dir string, standalone bool) error {
+	mode := os.FileMode(0o700)
+	if os.Geteuid() == 0 && !standalone {
+		mode = 0o711
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return fmt.Errorf("create state directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("set the mode of state directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// startNATS brings up the embedded server (or joins an external one), the
+// daemon's authenticated connection and the JetStream store.
+func (d *Daemon) startNATS(ctx context.Context) error {
+	cfg, log := d.cfg, d.log
+	keyFile := cfg.NATSKey
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.StateDir, "nats.nk")
+	}
+	key, err := loadNATSKey(keyFile, cfg.NATSKey == "")
+	if err != nil {
+		return err
+	}
 	if cfg.NATSURL == "" {
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, log.Named("nats")); err != nil {
-			return nil, err
+		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
+		if err != nil {
+			return err
+		}
+		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, log.Named("nats")); err != nil {
+			return err
 		}
 	}
-	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, log.Named("nats")); err != nil {
-		return nil, err
+	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
+		return err
 	}
 	js, err := jetstream.New(d.nc)
 	if err != nil {
-		return nil, fmt.Errorf("open jetstream: %w", err)
+		return fmt.Errorf("open jetstream: %w", err)
 	}
-	if d.store, err = telemetry.OpenStore(ctx, js, cfg.Retention); err != nil {
-		return nil, err
+	d.store, err = telemetry.OpenStore(ctx, js, cfg.Retention)
+	return err
+}
+
+// startJobs brings up the telemetry socket, the control relay, the
+// launcher, the allocation records and the job registry.
+func (d *Daemon) startJobs() error {
+	cfg, log := d.cfg, d.log
+	key, err := ingest.LoadKey(filepath.Join(cfg.StateDir, "telemetry.key"))
+	if err != nil {
+		return err
 	}
-	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, log.Named("ingest")); err != nil {
-		return nil, err
+	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared()}); err != nil {
+		return err
 	}
 	if _, err := d.ingest.Relay(d.nc); err != nil {
-		return nil, err
+		return err
 	}
 	pyPath, err := extractPythonClient(filepath.Join(cfg.StateDir, "python"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	launcher := cfg.Launcher
 	if launcher == nil {
 		if launcher, d.releaseLauncher, err = builtin.Open(d.root, "local", builtin.Options{KillOnParentDeath: cfg.Standalone}, log); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs,
+		Allocations: d.allocs, Token: key.Token,
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
 	}
 	d.jobs = jobs.New(d.root, o)
-	if err := d.serveAPI(d.nc); err != nil {
-		return nil, err
-	}
-	if err := d.startNode(ctx); err != nil {
-		return nil, err
-	}
-	if err := d.nc.FlushTimeout(5 * time.Second); err != nil {
-		return nil, fmt.Errorf("flush api subscriptions: %w", err)
-	}
-	d.jobs.Recover(ctx)
-	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
-		return nil, err
-	}
-	log.Info("scavd ready", zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
-		zap.String("state", cfg.StateDir), zap.Bool("standalone", cfg.Standalone))
-	return d, nil
+	return nil
 }
 
 // Run starts a daemon and serves until ctx is done, then stops it.
@@ -241,6 +314,17 @@ func (d *Daemon) URL() string {
 	return d.nc.ConnectedUrl()
 }
 
+// APISocket is the API's unix socket (what clients Dial).
+func (d *Daemon) APISocket() string { return filepath.Join(d.cfg.StateDir, api.SocketName) }
+
+// APIAddr is the API's TCP address ("" when it serves none).
+func (d *Daemon) APIAddr() string {
+	if d.api == nil {
+		return ""
+	}
+	return d.api.Addr()
+}
+
 // Socket is the telemetry socket's path.
 func (d *Daemon) Socket() string { return d.ingest.Path() }
 
@@ -280,6 +364,9 @@ func (d *Daemon) shutdown() error {
 	if d.jobs != nil {
 		d.jobs.Close(d.root)
 	}
+	if d.api != nil {
+		d.api.Close(d.root)
+	}
 	if d.ingest != nil {
 		d.ingest.Close()
 	}
@@ -309,5 +396,6 @@ func (d *Daemon) info() api.Info {
 	return api.Info{
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
+		API: d.APISocket(), APIAddr: d.APIAddr(),
 	}
 }

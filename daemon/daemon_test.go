@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -37,7 +39,7 @@ func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)
@@ -50,6 +52,40 @@ func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 		os.RemoveAll(dir)
 	})
 	return d, c
+}
+
+// helloLine is the hello that binds a connection to job's first attempt,
+// with the token d gives it.
+func helloLine(t *testing.T, d *Daemon, job string) string {
+	t.Helper()
+	key, err := ingest.LoadKey(filepath.Join(d.cfg.StateDir, "telemetry.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`{"v":1,"kind":"hello","job":%q,"attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`, job, key.Token(job, 1))
+}
+
+// natsConn connects to d's NATS server as d does (with its key).
+func natsConn(t *testing.T, d *Daemon) *nats.Conn {
+	t.Helper()
+	return testnats.Connect(t, d.URL(), filepath.Join(d.cfg.StateDir, "nats.nk"))
+}
+
+// storedSteps hands fn the step records of job in d's stream, read as the
+// daemon reads them (the API serves only the steps of jobs it knows).
+func storedSteps(t *testing.T, d *Daemon, job string, fn func(telemetry.StepRecord)) error {
+	t.Helper()
+	js, err := jetstream.New(natsConn(t, d))
+	if err != nil {
+		return err
+	}
+	return telemetry.Replay(context.Background(), js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
+		recs, _ := telemetry.DecodeBatch(m.Data())
+		for _, r := range recs {
+			fn(r)
+		}
+		return nil
+	})
 }
 
 func stepLine(job string, rank, world int, step int64) string {
@@ -89,6 +125,7 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 	}
 	defer w.Close()
 	lines := []string{
+		helloLine(t, d, "job-a"),
 		stepLine("job-a", 0, 1, 1),
 		`this is not json`,
 		`{"v":99,"job":"job-a"}`,
@@ -109,7 +146,7 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 		t.Fatalf("daemon stopped answering after garbage: %v", err)
 	}
 	var steps []int64
-	if err := c.Steps(ctx, "job-a", false, func(r telemetry.StepRecord) error { steps = append(steps, r.Step); return nil }); err != nil {
+	if err := storedSteps(t, d, "job-a", func(r telemetry.StepRecord) { steps = append(steps, r.Step) }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(steps) != "[1 2]" {
@@ -118,8 +155,9 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 }
 
 func TestIngestManyWritersLoseNothing(t *testing.T) {
-	d, c := startDaemon(t)
+	d, _ := startDaemon(t)
 	const writers, per = 8, 500
+	hello := helloLine(t, d, "many")
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -133,6 +171,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 			}
 			defer conn.Close()
 			var b bytes.Buffer
+			b.WriteString(hello + "\n")
 			for s := int64(1); s <= per; s++ {
 				b.WriteString(stepLine("many", w, writers, s))
 				b.WriteByte('\n')
@@ -149,10 +188,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 	}
 	eventually(t, "all records accepted", 20*time.Second, func() bool { return d.IngestStats().Accepted == writers*per })
 	seen := map[[2]int64]int{}
-	err := c.Steps(context.Background(), "many", false, func(r telemetry.StepRecord) error {
-		seen[[2]int64{int64(r.Rank), r.Step}]++
-		return nil
-	})
+	err := storedSteps(t, d, "many", func(r telemetry.StepRecord) { seen[[2]int64{int64(r.Rank), r.Step}]++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +203,15 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 }
 
 func TestJoinsExternalNATS(t *testing.T) {
-	ns := testnats.Server(t)
+	seed, pub := testnats.Key(t)
+	ns := testnats.Server(t, pub)
 	state, err := os.MkdirTemp("", "scavd-ext-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(state)
 	ctx := context.Background()
-	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL()}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL(), NATSKey: seed}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatalf("start daemon on external NATS: %v", err)
 	}
@@ -185,7 +222,7 @@ func TestJoinsExternalNATS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "jetstream")); err == nil {
 		t.Errorf("a daemon joining external NATS created an embedded store")
 	}
-	c, err := api.Dial(ctx, ns.ClientURL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +259,7 @@ func TestOneDaemonPerStateDir(t *testing.T) {
 
 func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	d, _ := startDaemon(t)
-	nc, err := nats.Connect(d.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natsConn(t, d)
 	acks := make(chan []byte, 4)
 	sub, err := nc.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
 	if err != nil {
@@ -242,7 +275,7 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.Write([]byte(`{"v":1,"kind":"hello","job":"ctl","attempt":1,"rank":0,"world":1,"step":0,"t":1}` + "\n")); err != nil {
+	if _, err := w.Write([]byte(helloLine(t, d, "ctl") + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	// The hello registers the connection; publish until the worker hears it.

@@ -162,7 +162,7 @@ func TestMoveUninstrumentedJobBySignal(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			cl, err := api.Dial(ctx, d.URL(), 5*time.Second)
+			cl, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -37,7 +37,7 @@ func (d *Daemon) startNode(ctx context.Context) error {
 	}
 	if d.cfg.MetricsListen != "" {
 		var err error
-		if d.metrics, err = serveMetrics(d.cfg.MetricsListen, d.Registry(), d.log.Named("metrics")); err != nil {
+		if d.metrics, err = serveMetrics(d.cfg.MetricsListen, d.cfg.MetricsWebConfig, d.Registry(), d.log.Named("metrics")); err != nil {
 			return err
 		}
 	}
@@ -86,7 +86,10 @@ type metricsServer struct {
 	done chan struct{}
 }
 
-func serveMetrics(listen string, reg *prometheus.Registry, log *zap.Logger) (*metricsServer, error) {
+func serveMetrics(listen, webConfig string, reg *prometheus.Registry, log *zap.Logger) (*metricsServer, error) {
+	if err := CheckMetricsListen(listen, webConfig); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for /metrics on %s: %w", listen, err)
@@ -100,7 +103,7 @@ func serveMetrics(listen string, reg *prometheus.Registry, log *zap.Logger) (*me
 	}
 	go func() {
 		defer close(m.done)
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveWeb(ln, m.srv, webConfig); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("serve /metrics", zap.Error(err))
 		}
 	}()

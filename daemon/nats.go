@@ -1,20 +1,76 @@
 package daemon
 
 import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 )
 
+// The NATS server never answers an anonymous client, on loopback too: the
+// daemons authenticate with an nkey (a user's seed, in a 0600 file; its
+// public key is the server's one user). Only daemons hold it: users reach
+// scavd through its API (apiserver), never NATS, so no user can publish a
+// control message, a step record or a key-value write, or purge a stream.
+
+// natsKey is the daemon's NATS identity.
+type natsKey struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+// loadNATSKey reads the nkey seed at path, or makes one there (mode 0600)
+// when there is none and make is set. A seed others can read is refused.
+func loadNATSKey(path string, make bool) (natsKey, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && make:
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return natsKey{}, fmt.Errorf("make nats key: %w", err)
+		}
+		seed, _ := kp.Seed()
+		if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+			return natsKey{}, fmt.Errorf("write nats key %s: %w", path, err)
+		}
+		b = seed
+	case err != nil:
+		return natsKey{}, fmt.Errorf("read nats key: %w", err)
+	default:
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			return natsKey{}, fmt.Errorf("nats key %s: mode %s lets others act as the daemon; chmod 600 it", path, st.Mode().Perm())
+		}
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
+	if err != nil {
+		return natsKey{}, fmt.Errorf("nats key %s: not an nkey seed: %w", path, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return natsKey{}, fmt.Errorf("nats key %s: %w", path, err)
+	}
+	return natsKey{kp: kp, pub: pub}, nil
+}
+
 // startNATS runs the embedded nats-server with JetStream, its store under
-// stateDir, listening on listen ("host:port"; port 0 picks a free one).
-func startNATS(listen, stateDir, name string, log *zap.Logger) (*server.Server, error) {
+// stateDir, listening on listen ("host:port"; port 0 picks a free one) for
+// clients that present key, with TLS when tlsCfg is set (required off
+// loopback).
+func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, log *zap.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("parse listen address %q: %w", listen, err)
@@ -22,6 +78,9 @@ func startNATS(listen, stateDir, name string, log *zap.Logger) (*server.Server, 
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
 		return nil, fmt.Errorf("parse listen address %q: port %q is not 0-65535", listen, portStr)
+	}
+	if tlsCfg == nil && !apiserver.Loopback(listen) {
+		return nil, fmt.Errorf("listen %s: off loopback NATS needs TLS: set nats_tls_cert and nats_tls_key", listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -35,6 +94,10 @@ func startNATS(listen, stateDir, name string, log *zap.Logger) (*server.Server, 
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
 		MaxPayload:             4 << 20,
+		Nkeys:                  []*server.NkeyUser{{Nkey: key.pub}},
+		TLSConfig:              tlsCfg,
+		TLS:                    tlsCfg != nil,
+		AllowNonTLS:            false,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -50,19 +113,46 @@ func startNATS(listen, stateDir, name string, log *zap.Logger) (*server.Server, 
 	return s, nil
 }
 
+// serverTLS is the TLS configuration of a listener with cert and key
+// (nil when neither is set).
+func serverTLS(what, cert, key string) (*tls.Config, error) {
+	if cert == "" && key == "" {
+		return nil, nil
+	}
+	c, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: load TLS certificate: %w", what, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS12}, nil
+}
+
 // connect opens the daemon's own connection: in process to the embedded
-// server, or over TCP to an external one. It retries forever on disconnects.
-func connect(url string, s *server.Server, name string, log *zap.Logger) (*nats.Conn, error) {
+// server, or over TCP to an external one (its certificate verified with the
+// CA file caFile, when set), authenticated with key. It retries forever on
+// disconnects.
+func connect(url string, s *server.Server, name string, key natsKey, caFile string, log *zap.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectBufSize(64 << 20),
+		nats.Nkey(key.pub, key.kp.Sign),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", zap.Error(err))
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrl())) }),
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read nats CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("nats CA %s holds no PEM certificate", caFile)
+		}
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	}
 	if s != nil {
 		opts = append(opts, nats.InProcessServer(s))

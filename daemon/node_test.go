@@ -26,6 +26,8 @@ import json, os, socket, subprocess, time
 child = subprocess.Popen(["sleep", "60"])
 s = socket.socket(socket.AF_UNIX); s.connect(os.environ["SCAV_SOCKET"])
 env = lambda k: os.environ[k]
+s.sendall((json.dumps({"v": 1, "kind": "hello", "job": env("SCAV_JOB_ID"), "attempt": int(env("SCAV_ATTEMPT")), "rank": int(env("RANK")),
+    "world": int(env("WORLD_SIZE")), "step": 0, "t": time.time(), "token": env("SCAV_TOKEN")}) + "\n").encode())
 step = 0
 try:
     while True:
@@ -52,7 +54,7 @@ func startNodeDaemon(t *testing.T) (*Daemon, *api.Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatalf("dial daemon: %v", err)

@@ -38,7 +38,7 @@ func startAt(t *testing.T, state string, resume bool) (*Daemon, *api.Client) {
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		t.Fatal(err)

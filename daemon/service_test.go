@@ -84,7 +84,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
+	c, err := api.Dial(ctx, info.API, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

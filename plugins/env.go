@@ -28,6 +28,9 @@ const (
 	// sets it, and the python client turns that signal into a pre-emption
 	// notice to the node daemon, which checkpoints the job and relaunches it.
 	EnvPreemptSignal = "SCAV_PREEMPT_SIGNAL"
+	// EnvToken is AttemptSpec.Token: what binds a worker's telemetry
+	// connection to its attempt.
+	EnvToken = "SCAV_TOKEN"
 )
 
 // contractKeys are the variables a launcher owns. AttemptSpec.Env may not set
@@ -38,7 +41,7 @@ var contractKeys = map[string]bool{
 	EnvMasterAddr: true, EnvMasterPort: true,
 	EnvJobID: true, EnvAttempt: true, EnvSocket: true, EnvGlobalBatch: true,
 	EnvLocalBatch: true, EnvLRScale: true, EnvCheckpointDir: true, EnvRestore: true, EnvStartStep: true,
-	EnvPreemptSignal: true,
+	EnvPreemptSignal: true, EnvToken: true,
 }
 
 // IsContractEnv reports whether key is a variable of the worker environment
@@ -118,6 +121,14 @@ func WorkerEnv(spec AttemptSpec, rank, localRank, localWorld int, masterAddr str
 	set(EnvCheckpointDir, spec.CheckpointDir)
 	set(EnvRestore, spec.Restore)
 	set(EnvStartStep, strconv.FormatInt(spec.StartStep, 10))
+	if spec.Token != "" {
+		set(EnvToken, spec.Token)
+	}
+	if u := spec.User; u != nil {
+		set("HOME", u.Home)
+		set("USER", u.Name)
+		set("LOGNAME", u.Name)
+	}
 	return out
 }
 

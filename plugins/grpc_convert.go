@@ -24,7 +24,23 @@ func specToProto(s AttemptSpec) *pb.AttemptSpec {
 		Restore:       s.Restore,
 		StartStep:     s.StartStep,
 		WantOutput:    s.Output != nil,
+		User:          runAsToProto(s.User),
+		Token:         s.Token,
 	}
+}
+
+func runAsToProto(u *RunAs) *pb.RunAs {
+	if u == nil {
+		return nil
+	}
+	return &pb.RunAs{Uid: u.UID, Gid: u.GID, Groups: u.Groups, Name: u.Name, Home: u.Home}
+}
+
+func runAsFromProto(p *pb.RunAs) *RunAs {
+	if p == nil {
+		return nil
+	}
+	return &RunAs{UID: p.GetUid(), GID: p.GetGid(), Groups: p.GetGroups(), Name: p.GetName(), Home: p.GetHome()}
 }
 
 // specFromProto returns the spec, without Output, and whether output is wanted.
@@ -48,6 +64,8 @@ func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
 		CheckpointDir: p.GetCheckpointDir(),
 		Restore:       p.GetRestore(),
 		StartStep:     p.GetStartStep(),
+		User:          runAsFromProto(p.GetUser()),
+		Token:         p.GetToken(),
 	}, p.GetWantOutput()
 }
 

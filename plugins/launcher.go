@@ -87,6 +87,24 @@ type AttemptSpec struct {
 	StartStep int64
 	// Output receives the workers' output lines; nil discards them.
 	Output OutputFunc
+	// User, when set, is the user the workers run as (the job's owner, when
+	// a root daemon runs another user's job); nil: the launcher's own user.
+	// Only a launcher whose Capabilities say RunAs takes it.
+	User *RunAs
+	// Token proves to the node daemon's telemetry socket that a worker
+	// belongs to this attempt (SCAV_TOKEN): the python client sends it in
+	// its hello, and records on a connection without it are refused.
+	Token string
+}
+
+// RunAs is a user for workers to run as: their uid, primary and
+// supplementary groups, name and home directory (HOME, USER, LOGNAME).
+type RunAs struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	Name   string   `json:"name"`
+	Home   string   `json:"home"`
 }
 
 // RankResult is how one worker process ended.
@@ -125,6 +143,8 @@ type Capabilities struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// MachineTypes lists the machine types the launcher can provide.
 	MachineTypes []string `json:"machine_types,omitempty"`
+	// RunAs is set when the launcher runs workers as AttemptSpec.User.
+	RunAs bool `json:"run_as,omitempty"`
 }
 
 // Launcher starts job attempts. Built-in launchers implement it in process;

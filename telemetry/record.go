@@ -74,6 +74,9 @@ type StepRecord struct {
 	ID string `json:"id,omitempty"`
 	// Checkpoint is, in an ack from the rank that wrote it, the checkpoint's path.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Token is, in a hello, the attempt's token (SCAV_TOKEN): it binds the
+	// connection to the job and attempt the hello names.
+	Token string `json:"token,omitempty"`
 }
 
 // Kinds of worker message.

@@ -16,6 +16,12 @@ import (
 // have been delivered; with follow it goes on until ctx is done or fn fails.
 // A subject with no messages is not an error.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, follow bool, fn func(jetstream.Msg) error) error {
+	return ReplayAfter(ctx, js, stream, subjects, 0, follow, fn)
+}
+
+// ReplayAfter is Replay from after the stream sequence after (0: from the
+// start), so that a follower that lost its connection goes on where it was.
+func ReplayAfter(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, after uint64, follow bool, fn func(jetstream.Msg) error) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
@@ -31,14 +37,18 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects
 			last = m.Sequence
 		}
 	}
-	if last == 0 && !follow {
+	if last <= after && !follow {
 		return nil
 	}
 	var done func(*jetstream.MsgMetadata) bool
 	if !follow {
 		done = func(md *jetstream.MsgMetadata) bool { return md.Sequence.Stream >= last }
 	}
-	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}, stream, done, fn)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	return consume(ctx, s, cfg, stream, done, fn)
 }
 
 // consume delivers the messages of an ordered consumer of s to fn until fn

@@ -1,5 +1,7 @@
 package telemetry
 
+import "strings"
+
 // NATS subjects, streams and buckets, built here and nowhere else.
 const (
 	// APIPrefix prefixes the request/reply API that scavd serves for scavctl.
@@ -40,6 +42,19 @@ func AckSubject(job string) string { return "scav.job." + job + ".ack" }
 
 // PreemptSubject is where node daemons publish the workers' pre-emption notices for job id.
 func PreemptSubject(job string) string { return "scav.job." + job + ".preempt" }
+
+// JobOfSubject is the job id of a job subject ("scav.job.<id>.<kind>"), or "".
+func JobOfSubject(subject string) string {
+	rest, ok := strings.CutPrefix(subject, "scav.job.")
+	if !ok {
+		return ""
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 {
+		return ""
+	}
+	return rest[:i]
+}
 
 // AllSteps, AllLogs, AllEvents and AllControl match every job's subjects of that kind.
 const (

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	_ = os.Chmod(tmp, 0o755) // the user-isolation suite runs the binary as other users
 	scavctlBin = filepath.Join(tmp, "scavctl")
 	build := exec.Command("go", "build", "-o", scavctlBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -14,14 +14,28 @@ import (
 )
 
 func newJobsCmd(a *app) *cobra.Command {
-	return newListCmd(a, &cobra.Command{
+	var all bool
+	fetch := func(c *api.Client, ctx context.Context) ([]api.Job, error) {
+		if all {
+			return c.AllJobs(ctx)
+		}
+		return c.Jobs(ctx)
+	}
+	cmd := newListCmd(a, &cobra.Command{
 		Use:   "jobs",
-		Short: "List jobs, oldest first",
-		Long:  "jobs lists every job the daemon has a record of: its id, state, configuration and exit code.",
-	}, (*api.Client).Jobs, "ID\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j api.Job) string {
-		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
+		Short: "List your jobs, oldest first",
+		Long: `jobs lists the jobs of yours the daemon has a record of: id, owner, state,
+configuration and exit code. Root lists every user's with --all.`,
+	}, fetch, "ID\tUSER\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j api.Job) string {
+		user := "root"
+		if j.Owner != nil {
+			user = j.Owner.User
+		}
+		return fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, user, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
 			exitText(j.ExitCode), report.AgeText(time.Since(j.Created)), truncate(strings.Join(j.Command, " "), 60))
 	})
+	cmd.Flags().BoolVar(&all, "all", false, "every user's jobs (root only)")
+	return cmd
 }
 
 // newListCmd completes cmd into a command that fetches a list from the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,18 +19,35 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
+var (
+	scavdOnce sync.Once
+	scavdBin  string
+	scavdErr  error
+)
+
+// scavdBinary builds scavd once, next to scavctl.
+func scavdBinary(t *testing.T) string {
+	t.Helper()
+	scavdOnce.Do(func() {
+		scavdBin = filepath.Join(filepath.Dir(scavctlBin), "scavd")
+		if out, err := exec.Command("go", "build", "-o", scavdBin, "../scavd").CombinedOutput(); err != nil {
+			scavdErr = fmt.Errorf("build scavd: %w\n%s", err, out)
+		}
+	})
+	if scavdErr != nil {
+		t.Fatal(scavdErr)
+	}
+	return scavdBin
+}
+
 // startScavd builds scavd and runs it on state with node sampling every
 // 300 ms and /metrics on a free port; it returns the daemon's discovery info
 // once it is ready. The test's cleanup stops it with SIGTERM.
-func startScavd(t *testing.T, state string) api.Info {
+func startScavd(t *testing.T, state string, extra ...string) api.Info {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "scavd")
-	build := exec.Command("go", "build", "-o", bin, "../scavd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build scavd: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--node-sample-every", "300ms", "--gpu-source", "none", "--node", "e2e-node", "--log-level", "warn")
+	args := append([]string{"--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--node-sample-every", "300ms", "--gpu-source", "none", "--node", "e2e-node", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(scavdBinary(t), args...)
 	cmd.Dir = repoRoot
 	logf, err := os.Create(filepath.Join(t.TempDir(), "scavd.log"))
 	if err != nil {

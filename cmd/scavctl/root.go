@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 // app holds what every command shares: global flags, the logger and the
 // streams it writes to.
 type app struct {
-	natsURL  string
+	endpoint string // --api
+	apiOpts  api.Options
 	stateDir string
 	logLevel string
 	output   string
@@ -50,8 +52,10 @@ command (standalone mode), so the first command works on a fresh machine:
 
   scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
 
-scavctl finds a daemon in this order: --nats, $SCAV_NATS, the discovery file a
-running scavd writes in its state directory, then nats://` + api.DefaultListen + `.
+scavctl finds a daemon in this order: --api, $SCAV_API, the API socket of the
+state directory (--state-dir), then the system daemon's (` + api.SystemStateDir + `/` + api.SocketName + `).
+The daemon knows who you are from the kernel: you act on and read your own jobs
+(root on everyone's), and a root daemon runs your jobs as you.
 A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm
 allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 		SilenceUsage:  true,
@@ -69,7 +73,9 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	root.SetErr(a.stderr)
 	root.AddCommand(newTopCmd(a))
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.natsURL, "nats", os.Getenv("SCAV_NATS"), "NATS URL of the scavd to use (default: find one, or start one in process) [$SCAV_NATS]")
+	pf.StringVar(&a.endpoint, "api", os.Getenv("SCAV_API"), "the scavd API to use: a unix socket's path, or https://HOST:PORT with a token (default: the state directory's daemon, then the system one, else start one in process) [$SCAV_API]")
+	pf.StringVar(&a.apiOpts.Token, "token-file", "", "with --api https://...: a file holding the bearer token the daemon's api_tokens maps to you (default $SCAV_API_TOKEN)")
+	pf.StringVar(&a.apiOpts.CAFile, "api-ca", "", "with --api https://...: the CA certificate that signed the daemon's (default: the system's roots)")
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
@@ -98,20 +104,33 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// dialGiven connects to the daemon --api names.
+func (a *app) dialGiven(ctx context.Context, timeout time.Duration) (*api.Client, error) {
+	o := a.apiOpts
+	if o.Token != "" {
+		b, err := os.ReadFile(o.Token)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		o.Token = strings.TrimSpace(string(b))
+	}
+	return api.DialOptions(ctx, a.endpoint, timeout, o)
+}
+
 // connect finds a daemon, or with standalone starts one in this process.
 // The returned function releases the connection and stops such a daemon.
 func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func(), error) {
 	const probe = 750 * time.Millisecond
-	if a.natsURL != "" {
-		c, err := api.Dial(ctx, a.natsURL, 3*time.Second)
+	if a.endpoint != "" {
+		c, err := a.dialGiven(ctx, 3*time.Second)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w; start one with `scavd --listen ...`, or drop --nats/$SCAV_NATS to let scavctl start its own", err)
+			return nil, nil, fmt.Errorf("%w; start one with `scavd`, or drop --api/$SCAV_API to let scavctl start its own", err)
 		}
 		return c, c.Close, nil
 	}
 	var urls []string
 	find := func() *api.Client {
-		urls = api.DaemonURLs(a.stateDir)
+		urls = api.Endpoints(a.stateDir)
 		c, _ := api.DialFirst(ctx, urls, probe)
 		return c
 	}
@@ -137,7 +156,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		releaseLauncher()
 		return nil, nil, fmt.Errorf("start in-process scavd: %w", err)
 	}
-	c, err := api.Dial(ctx, d.URL(), 5*time.Second)
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
 	if err != nil {
 		d.Close()
 		releaseLauncher()

@@ -97,12 +97,15 @@ func reportAllocation(ctx context.Context, a *app, event string) (string, error)
 // findDaemon connects to a running daemon within ctx, trying the same places
 // as connect, but never starts one and never waits past ctx.
 func (a *app) findDaemon(ctx context.Context) (*api.Client, error) {
-	urls := []string{a.natsURL}
-	if a.natsURL == "" {
-		urls = api.DaemonURLs(a.stateDir)
-	}
 	deadline, _ := ctx.Deadline()
-	c, err := api.DialFirst(ctx, urls, time.Until(deadline))
+	if a.endpoint != "" {
+		c, err := a.dialGiven(ctx, time.Until(deadline))
+		if err != nil {
+			return nil, fmt.Errorf("no scavd answered (%w)", err)
+		}
+		return c, nil
+	}
+	c, err := api.DialFirst(ctx, api.Endpoints(a.stateDir), time.Until(deadline))
 	if err != nil {
 		return nil, fmt.Errorf("no scavd answered (%w)", err)
 	}

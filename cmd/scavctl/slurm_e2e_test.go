@@ -37,11 +37,7 @@ func slurmCluster(t *testing.T, state string) *testslurm.Cluster {
 // stopped (SIGTERM) at the end of the test unless it has been waited for.
 func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 	t.Helper()
-	scavd := filepath.Join(filepath.Dir(scavctlBin), "scavd")
-	if out, err := exec.Command("go", "build", "-o", scavd, "../scavd").CombinedOutput(); err != nil {
-		t.Fatalf("build scavd: %v\n%s", err, out)
-	}
-	d := exec.Command(scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--launcher", "slurm",
+	d := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--launcher", "slurm",
 		"--slurm-grace", "5s", "--slurm-poll", "200ms", "--slurm-work-dir", t.TempDir())
 	var dlog syncBuffer
 	d.Stdout, d.Stderr = &dlog, &dlog
@@ -206,7 +202,7 @@ func TestSlurmStandaloneInsideAnAllocation(t *testing.T) {
 	c := slurmCluster(t, t.TempDir()) // no daemon there: the hooks fail open
 	dir := t.TempDir()
 	script := filepath.Join(dir, "job.sh")
-	body := fmt.Sprintf("#!/bin/sh\nexport SCAV_NATS=\nexec %s --state-dir %s run --name alone --workers 2 -- /bin/sh -c 'echo \"step $SLURM_STEP_ID rank $RANK of $WORLD_SIZE\"'\n",
+	body := fmt.Sprintf("#!/bin/sh\nexport SCAV_API=\nexec %s --state-dir %s run --name alone --workers 2 -- /bin/sh -c 'echo \"step $SLURM_STEP_ID rank $RANK of $WORLD_SIZE\"'\n",
 		scavctlBin, state)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)

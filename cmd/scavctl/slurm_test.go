@@ -28,7 +28,7 @@ func TestSlurmHookWithoutDaemonFailsOpen(t *testing.T) {
 	state := stateDir(t)
 	logFile := filepath.Join(state, "hooks.log")
 	for _, hook := range []string{"prolog", "epilog"} {
-		_, errOut, code := scavctlEnv(t, state, append(slurmEnv("77"), "SCAV_NATS="), "--nats", "nats://127.0.0.1:1", "slurm", hook, "--log", logFile)
+		_, errOut, code := scavctlEnv(t, state, append(slurmEnv("77"), "SCAV_API="), "--api", "/nonexistent/api.sock", "slurm", hook, "--log", logFile)
 		if code != 0 || !strings.Contains(errOut, "ignored (a failing hook would drain the node)") {
 			t.Fatalf("%s without a daemon: exit %d, stderr %q; want 0 and the reason", hook, code, errOut)
 		}

@@ -54,10 +54,7 @@ func TestRunOverSSHHosts(t *testing.T) {
 // each) on a fresh state directory, which it returns once scavd serves.
 func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 	t.Helper()
-	scavd := filepath.Join(filepath.Dir(scavctlBin), "scavd")
-	if out, err := exec.Command("go", "build", "-o", scavd, "../scavd").CombinedOutput(); err != nil {
-		t.Fatalf("build scavd: %v\n%s", err, out)
-	}
+	scavd := scavdBinary(t)
 	state := stateDir(t)
 	args := []string{"--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--launcher", "ssh",
 		"--ssh-key", tn.KeyFile, "--ssh-known-hosts", tn.KnownHosts}

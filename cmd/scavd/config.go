@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap/zapcore"
@@ -53,8 +54,20 @@ type settings struct {
 	NodeSampleEvery time.Duration `yaml:"node_sample_every"`
 	GPUSource       string        `yaml:"gpu_source"`
 	MetricsListen   string        `yaml:"metrics_listen"`
-	SSH             sshSettings   `yaml:"ssh"`
-	Slurm           slurmSettings `yaml:"slurm"`
+	// MetricsWebConfig is Prometheus' exporter-toolkit web config (TLS, basic auth).
+	MetricsWebConfig string `yaml:"metrics_web_config"`
+	// NATSKey is the nkey seed the daemons authenticate to NATS with.
+	NATSKey     string `yaml:"nats_key"`
+	NATSTLSCert string `yaml:"nats_tls_cert"`
+	NATSTLSKey  string `yaml:"nats_tls_key"`
+	NATSTLSCA   string `yaml:"nats_tls_ca"`
+	// APIListen serves the API on TCP too, with APITokens and TLS.
+	APIListen  string        `yaml:"api_listen"`
+	APITLSCert string        `yaml:"api_tls_cert"`
+	APITLSKey  string        `yaml:"api_tls_key"`
+	APITokens  string        `yaml:"api_tokens"`
+	SSH        sshSettings   `yaml:"ssh"`
+	Slurm      slurmSettings `yaml:"slurm"`
 }
 
 // slurmSettings configure the slurm launcher (launcher: slurm).
@@ -109,6 +122,15 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.DurationVar(&s.NodeSampleEvery, "node-sample-every", daemon.DefaultNodeSampleEvery, "how often to sample and publish the node's GPUs and host (0: never)")
 	f.StringVar(&s.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
 	f.StringVar(&s.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
+	f.StringVar(&s.MetricsWebConfig, "metrics-web-config", "", "Prometheus exporter-toolkit web config for /metrics (tls_server_config, basic_auth_users); required off loopback")
+	f.StringVar(&s.NATSKey, "nats-key", "", "nkey seed file (mode 0600) scavd authenticates to NATS with; the daemons of a cluster or of an external server share one (default <state-dir>/nats.nk, made on the first start)")
+	f.StringVar(&s.NATSTLSCert, "nats-tls-cert", "", "TLS certificate of the embedded NATS server's client port; required with a listen address off loopback")
+	f.StringVar(&s.NATSTLSKey, "nats-tls-key", "", "TLS key of the embedded NATS server's client port")
+	f.StringVar(&s.NATSTLSCA, "nats-tls-ca", "", "CA certificate that verifies an external (--nats) NATS server")
+	f.StringVar(&s.APIListen, "api-listen", "", "also serve the API on TCP at host:port, for scavctl on other machines (needs --api-tokens; TLS off loopback)")
+	f.StringVar(&s.APITLSCert, "api-tls-cert", "", "TLS certificate of the TCP API")
+	f.StringVar(&s.APITLSKey, "api-tls-key", "", "TLS key of the TCP API")
+	f.StringVar(&s.APITokens, "api-tokens", "", `file of "TOKEN USER" lines (mode 0600): the bearer tokens of the TCP API and the users they stand for`)
 	f.SetNormalizeFunc(normalizeFlag)
 	f.StringArrayVar(&s.SSH.Hosts, "ssh-hosts", []string{}, `launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
 		`or "ubuntu@gpu1:2222,slots=8" (repeatable as --ssh-host; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
@@ -341,6 +363,42 @@ func (s settings) validate() []fieldError {
 			bad("metrics_listen", "%q is not host:port (empty: no /metrics)", s.MetricsListen)
 		}
 	}
+	return append(errs, s.validateExposure()...)
+}
+
+// validateExposure checks that nothing is served off loopback without TLS
+// and authentication (NATS always authenticates; see daemon/nats.go).
+func (s settings) validateExposure() []fieldError {
+	var errs []fieldError
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fieldError{key, fmt.Errorf(format, args...)})
+	}
+	pair := func(certKey, cert, keyKey, key string) {
+		if (cert == "") != (key == "") {
+			bad(certKey, "%s and %s go together", certKey, keyKey)
+		}
+	}
+	pair("nats_tls_cert", s.NATSTLSCert, "nats_tls_key", s.NATSTLSKey)
+	pair("api_tls_cert", s.APITLSCert, "api_tls_key", s.APITLSKey)
+	if _, _, err := net.SplitHostPort(s.Listen); err == nil && s.NATS == "" && s.NATSTLSCert == "" && !apiserver.Loopback(s.Listen) {
+		bad("listen", "%s is off loopback: NATS is served there only with TLS (set nats_tls_cert and nats_tls_key)", s.Listen)
+	}
+	if err := daemon.CheckMetricsListen(s.MetricsListen, s.MetricsWebConfig); err != nil {
+		bad("metrics_listen", "%v", err)
+	}
+	if s.APIListen != "" {
+		switch {
+		case s.APITokens == "":
+			bad("api_listen", "%s needs api_tokens: no endpoint answers an anonymous client", s.APIListen)
+		case s.APITLSCert == "" && !apiserver.Loopback(s.APIListen):
+			bad("api_listen", "%s is off loopback: the API is served there only with TLS (set api_tls_cert and api_tls_key)", s.APIListen)
+		}
+	}
+	for key, f := range map[string]string{"nats_key": s.NATSKey, "api_tokens": s.APITokens} {
+		if st, err := os.Stat(f); f != "" && err == nil && st.Mode().Perm()&0o077 != 0 {
+			bad(key, "%s is mode %s: it holds secrets; chmod 600 it", f, st.Mode().Perm())
+		}
+	}
 	return errs
 }
 
@@ -367,6 +425,8 @@ func (s settings) daemonConfig() daemon.Config {
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: telemetry.Retention{StepMaxAge: s.StepRetention}, ResumeJobs: s.ResumeJobs,
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
+		MetricsWebConfig: s.MetricsWebConfig, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
+		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
 	}
 }
 

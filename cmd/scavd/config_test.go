@@ -43,7 +43,7 @@ func loadWith(t *testing.T, args ...string) (loaded, error) {
 
 // TestPrecedence: defaults, then the file, then only the flags that were set.
 func TestPrecedence(t *testing.T) {
-	path := writeConfig(t, "state_dir: /srv/scav\nlisten: 0.0.0.0:4222\nlog_level: debug\nstep_retention: 24h\n")
+	path := writeConfig(t, "state_dir: /srv/scav\nlisten: 127.0.0.2:4222\nlog_level: debug\nstep_retention: 24h\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -51,10 +51,10 @@ func TestPrecedence(t *testing.T) {
 	}{
 		{name: "defaults", args: []string{"--config", ""}, want: func(s *settings) {}},
 		{name: "file over defaults", args: []string{"--config", path}, want: func(s *settings) {
-			s.StateDir, s.Listen, s.LogLevel, s.StepRetention = "/srv/scav", "0.0.0.0:4222", "debug", 24*time.Hour
+			s.StateDir, s.Listen, s.LogLevel, s.StepRetention = "/srv/scav", "127.0.0.2:4222", "debug", 24*time.Hour
 		}},
 		{name: "flags over file", args: []string{"--config", path, "--log-level", "warn", "--node", "n7"}, want: func(s *settings) {
-			s.StateDir, s.Listen, s.LogLevel, s.StepRetention, s.Node = "/srv/scav", "0.0.0.0:4222", "warn", 24*time.Hour, "n7"
+			s.StateDir, s.Listen, s.LogLevel, s.StepRetention, s.Node = "/srv/scav", "127.0.0.2:4222", "warn", 24*time.Hour, "n7"
 		}},
 		{name: "a flag set to its default still wins", args: []string{"--config", path, "--listen", "127.0.0.1:4233"}, want: func(s *settings) {
 			s.StateDir, s.LogLevel, s.StepRetention = "/srv/scav", "debug", 24*time.Hour
@@ -199,7 +199,7 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 func TestCheckConfigOutput(t *testing.T) {
 	path := writeConfig(t, "state_dir: /srv/scav\nnode: gpu-7\nlog_level: debug\n")
 	var out bytes.Buffer
-	err := run0(t, &out, "--config", path, "--check-config", "--listen", "0.0.0.0:4222")
+	err := run0(t, &out, "--config", path, "--check-config", "--listen", "127.0.0.2:4222")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestCheckConfigOutput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed config does not load: %v", err)
 	}
-	if again.StateDir != "/srv/scav" || again.Listen != "0.0.0.0:4222" || again.LogLevel != "debug" || again.Socket != "/srv/scav/scavd.sock" {
+	if again.StateDir != "/srv/scav" || again.Listen != "127.0.0.2:4222" || again.LogLevel != "debug" || again.Socket != "/srv/scav/scavd.sock" {
 		t.Errorf("the printed config loads as %+v", again.settings)
 	}
 }

@@ -93,7 +93,7 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *api.Client) {
 	defer cancel()
 	for {
 		if info, err := api.ReadDiscovery(state); err == nil && info.PID == cmd.Process.Pid {
-			if c, err := api.Dial(ctx, info.NATS, 2*time.Second); err == nil {
+			if c, err := api.Dial(ctx, info.API, 2*time.Second); err == nil {
 				t.Cleanup(c.Close)
 				return cmd, c
 			}

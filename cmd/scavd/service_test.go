@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testnats"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -298,11 +298,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(info.NATS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testnats.Connect(t, info.NATS, filepath.Join(state, "nats.nk"))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +436,7 @@ func TestRestartResumesJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := api.Dial(t.Context(), info.NATS, 5*time.Second)
+		c, err := api.Dial(t.Context(), info.API, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

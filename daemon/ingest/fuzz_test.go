@@ -30,7 +30,8 @@ func (c *collector) Publish(subject string, data []byte) error {
 // panic, every published message must hold only valid records of the job its
 // subject names, and every line must be either accepted or counted as dropped.
 func FuzzIngestReader(f *testing.F) {
-	f.Add([]byte(stepLine("j", 0, 1, 1) + "\n" + stepLine("j", 0, 1, 2) + "\n"))
+	f.Add([]byte(helloLine("j") + "\n" + stepLine("j", 0, 1, 1) + "\n" + stepLine("j", 0, 1, 2) + "\n"))
+	f.Add([]byte(helloLine("a") + "\n" + stepLine("a", 0, 1, 1) + "\n" + stepLine("b", 0, 1, 1) + "\n" + helloLine("b") + "\n" + stepLine("b", 0, 1, 2) + "\n"))
 	f.Add([]byte(stepLine("a", 0, 1, 1) + "\n" + stepLine("b", 0, 1, 1) + "\nnot json\n"))
 	f.Add([]byte(`{"v":1,"pad":"` + strings.Repeat("z", 70<<10) + "\"}\n" + stepLine("j", 0, 1, 1)))
 	f.Add([]byte("\n\n\r\n\x00"))
@@ -38,7 +39,7 @@ func FuzzIngestReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		col := &collector{msgs: map[string][][]byte{}}
 		in := newServer(col, zap.NewNop())
-		in.serve(bytes.NewReader(data), nil)
+		in.serve(bytes.NewReader(data), &peer{})
 		var published int64
 		for subj, msgs := range col.msgs {
 			for _, m := range msgs {
@@ -63,4 +64,8 @@ func FuzzIngestReader(f *testing.F) {
 func stepLine(job string, rank, world int, step int64) string {
 	return fmt.Sprintf(`{"v":1,"job":%q,"attempt":1,"rank":%d,"world":%d,"step":%d,"t":%f,"dt":0.01,"samples":8,"local_sqr":2,"avg_sqr":1}`,
 		job, rank, world, step, float64(time.Now().UnixNano())/1e9)
+}
+
+func helloLine(job string) string {
+	return fmt.Sprintf(`{"v":1,"kind":"hello","job":%q,"attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":"t"}`, job)
 }

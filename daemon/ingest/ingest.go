@@ -38,18 +38,40 @@ const (
 	readBufBytes   = 64 << 10
 	dropPublish    = "publish_failed"
 	dropTooMany    = "too_many_connections"
+	// DropUnbound counts lines on a connection that no valid hello bound to
+	// an attempt (no hello, or a wrong token); DropForged lines that name a
+	// job or attempt other than the one their connection is bound to.
+	DropUnbound = "unbound"
+	DropForged  = "forged"
 )
 
 // DropReasons are the reasons Stats counts dropped lines under.
-var DropReasons = []string{telemetry.DropOversized, telemetry.DropMalformed, telemetry.DropVersion, telemetry.DropInvalid, dropPublish, dropTooMany}
+var DropReasons = []string{telemetry.DropOversized, telemetry.DropMalformed, telemetry.DropVersion, telemetry.DropInvalid,
+	DropUnbound, DropForged, dropPublish, dropTooMany}
+
+// Verifier says whether token is the token of job's attempt.
+type Verifier func(job string, attempt int, token string) bool
+
+// Options configure a Server.
+type Options struct {
+	Log *zap.Logger
+	// Verify checks the token of each connection's hello; a connection's
+	// lines count only once a hello with a valid token bound it to an
+	// attempt, and only for that attempt.
+	Verify Verifier
+	// Shared makes the socket writable by every local user (a root
+	// daemon, whose users' workers must reach it; the token is what counts).
+	Shared bool
+}
 
 // Server serves the node's telemetry socket: workers write newline-delimited
 // JSON step records; valid ones are published on their job's step subject,
 // batched per read so that one NATS message may carry many records. Bad lines
 // are counted and dropped with a rate-limited log line.
 type Server struct {
-	log  *zap.Logger
-	pub  Publisher
+	log    *zap.Logger
+	pub    Publisher
+	verify Verifier
 	ln   net.Listener
 	path string
 
@@ -66,14 +88,14 @@ type Server struct {
 	wg sync.WaitGroup
 }
 
-// Listen creates the unix socket at path (its directory made 0700 and
-// the socket 0600, so that only this user's processes can write) and starts
+// Listen creates the unix socket at path (the socket 0600, so that only
+// this user's processes can write, or 0666 with Options.Shared) and starts
 // serving it. A stale socket file left by a dead daemon is replaced.
-func Listen(path string, pub Publisher, log *zap.Logger) (*Server, error) {
+func Listen(path string, pub Publisher, o Options) (*Server, error) {
 	if len(path) > 107 {
 		return nil, fmt.Errorf("listen on telemetry socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir or --socket", path, len(path))
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return nil, fmt.Errorf("create socket directory for %s: %w", path, err)
 	}
 	if c, err := net.Dial("unix", path); err == nil {
@@ -85,11 +107,16 @@ func Listen(path string, pub Publisher, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on telemetry socket %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restrict telemetry socket %s: %w", path, err)
+	mode := os.FileMode(0o600)
+	if o.Shared {
+		mode = 0o666
 	}
-	in := newServer(pub, log)
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("set the mode of telemetry socket %s: %w", path, err)
+	}
+	in := newServer(pub, o.Log)
+	in.verify = o.Verify
 	in.ln, in.path = ln, path
 	in.wg.Add(1)
 	go in.accept()
@@ -182,13 +209,14 @@ func (in *Server) accept() {
 
 // peer is one worker connection; job is what its worker announced.
 type peer struct {
-	conn net.Conn
-	job  string
-	wmu  sync.Mutex // serialises control writes
+	conn    net.Conn
+	job     string // the job and attempt a valid hello bound it to ("": none)
+	attempt int
+	wmu     sync.Mutex // serialises control writes
 }
 
 // serve reads one connection until EOF or close. p is the connection's
-// writable side (nil when reading from a plain reader, as the fuzzer does).
+// state (its conn nil when reading from a plain reader, as the fuzzer does).
 func (in *Server) serve(c io.Reader, p *peer) {
 	r := bufio.NewReaderSize(c, readBufBytes)
 	var b batch
@@ -234,19 +262,18 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		}
 		return
 	}
-	if p != nil && p.job != rec.Job {
-		in.mu.Lock()
-		in.unregister(p)
-		p.job = rec.Job
-		if in.peers[p.job] == nil {
-			in.peers[p.job] = map[*peer]struct{}{}
-		}
-		in.peers[p.job][p] = struct{}{}
-		in.mu.Unlock()
+	switch {
+	case rec.Kind == telemetry.KindHello:
+		in.bind(p, rec)
+		return
+	case p.job == "":
+		in.drop(DropUnbound, fmt.Sprintf("%s of job %s before a hello with the attempt's token", kindName(rec.Kind), rec.Job))
+		return
+	case rec.Job != p.job || rec.Attempt != p.attempt:
+		in.drop(DropForged, fmt.Sprintf("%s of job %s attempt %d on the connection of job %s attempt %d", kindName(rec.Kind), rec.Job, rec.Attempt, p.job, p.attempt))
+		return
 	}
 	switch rec.Kind {
-	case telemetry.KindHello:
-		return
 	case telemetry.KindAck, telemetry.KindPreempt:
 		in.flush(b)
 		subject := telemetry.AckSubject(rec.Job)
@@ -265,6 +292,34 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 	b.buf = append(b.buf, line...)
 	b.buf = append(b.buf, '\n')
 	b.n++
+}
+
+// bind binds p to the job and attempt of a hello whose token is theirs; a
+// hello with a wrong token unbinds it.
+func (in *Server) bind(p *peer, hello telemetry.StepRecord) {
+	ok := in.verify == nil || in.verify(hello.Job, hello.Attempt, hello.Token)
+	in.mu.Lock()
+	in.unregister(p)
+	p.job, p.attempt = "", 0
+	if ok {
+		p.job, p.attempt = hello.Job, hello.Attempt
+		if in.peers[p.job] == nil {
+			in.peers[p.job] = map[*peer]struct{}{}
+		}
+		in.peers[p.job][p] = struct{}{}
+	}
+	in.mu.Unlock()
+	if !ok {
+		in.drop(DropUnbound, fmt.Sprintf("hello of job %s attempt %d without its token", hello.Job, hello.Attempt))
+	}
+}
+
+// kindName names a record's kind in messages.
+func kindName(kind string) string {
+	if kind == "" {
+		return telemetry.KindStep
+	}
+	return kind
 }
 
 func (in *Server) flush(b *batch) {

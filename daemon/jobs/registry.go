@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -52,6 +51,9 @@ type Options struct {
 	// them (restart.go); ResumeJobs makes it resume them.
 	RestartDir string
 	ResumeJobs bool
+	// Token, when set, is the token of a job's attempt that binds its
+	// workers' telemetry to it (AttemptSpec.Token).
+	Token func(job string, attempt int) string
 }
 
 // Registry owns the jobs of this node: it takes submissions, resumptions,
@@ -80,14 +82,19 @@ func New(ctx context.Context, o Options) *Registry {
 	return g
 }
 
-// Submit validates req, records the job and starts its first attempt.
-func (g *Registry) Submit(ctx context.Context, req api.RunRequest) (api.Job, error) {
+// Submit validates req, records the job as owner's and starts its first
+// attempt, which runs as owner.
+func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error) {
 	if err := req.Validate(); err != nil {
 		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
+	if err := g.checkOwner(ctx, &owner); err != nil {
+		return api.Job{}, err
+	}
 	j := g.newJob(req)
-	if err := os.MkdirAll(j.CheckpointDir, 0o700); err != nil {
-		return api.Job{}, fmt.Errorf("%w: create checkpoint directory %s: %w", api.ErrBadRequest, j.CheckpointDir, err)
+	j.Owner = &owner
+	if err := g.checkpointDir(j, req.CheckpointDir != ""); err != nil {
+		return api.Job{}, err
 	}
 	if req.Allocation != "" && g.o.Allocations != nil {
 		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID); err != nil {

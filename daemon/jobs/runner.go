@@ -243,12 +243,16 @@ func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.
 // spec is the launcher's specification of the attempt p names.
 func (r *runner) spec(p *plan, out *outputSteps) plugins.AttemptSpec {
 	j := &r.rec.job
-	return plugins.AttemptSpec{
+	spec := plugins.AttemptSpec{
 		JobID: j.ID, Attempt: p.attempt, Command: j.Command, Dir: j.Dir,
 		Env: workerEnv(r.env, r.g.o.PythonPath, j.Optimize), Config: p.cfg, Mode: j.Mode,
 		Socket: r.g.o.Socket, CheckpointDir: j.CheckpointDir, Restore: p.restore, StartStep: p.step,
-		Output: r.output(p.attempt, out),
+		Output: r.output(p.attempt, out), User: runAs(j.Owner),
 	}
+	if r.g.o.Token != nil {
+		spec.Token = r.g.o.Token(j.ID, p.attempt)
+	}
+	return spec
 }
 
 // beginAttempt records a started attempt; the one before it, if it ended

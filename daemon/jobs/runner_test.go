@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -68,7 +69,7 @@ func TestOneWriterUnderConcurrentRequests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	j, err := g.Submit(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingWorker}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 1, GlobalBatch: 4}, CheckpointSignal: "SIGUSR1", Grace: api.Duration(10 * time.Second)})
+		Config: plugins.Config{Workers: 1, GlobalBatch: 4}, CheckpointSignal: "SIGUSR1", Grace: api.Duration(10 * time.Second)}, me())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestCloseIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	j, err := g.Submit(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", `trap '' TERM; while :; do sleep 0.02; done`}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 2}, Grace: api.Duration(time.Second)})
+		Config: plugins.Config{Workers: 2}, Grace: api.Duration(time.Second)}, me())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,4 +299,9 @@ func TestCloseIsBounded(t *testing.T) {
 		t.Errorf("after Close: %s (%s), active %v; want stopped, none active", final.State, final.Message, g.Active())
 	}
 	t.Logf("closed in %s: %s", took.Round(time.Millisecond), final.Message)
+}
+
+// me is the test's own user as a job owner.
+func me() api.Owner {
+	return api.Owner{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), User: "me"}
 }

@@ -65,6 +65,10 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, port int) *attempt {
 	}
 }
 
+// userBaseEnv is the environment a job of another user starts from, under
+// the one its owner sent.
+var userBaseEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
 // start starts every process of the attempt, in one process group. On
 // failure it kills and reaps what it started.
 func (a *attempt) start(ctx context.Context) error {
@@ -76,6 +80,9 @@ func (a *attempt) start(ctx context.Context) error {
 	}
 	argv := plugins.ExpandCommand(spec.Command, spec.Config)
 	base := plugins.InheritEnv(os.Environ())
+	if spec.User != nil {
+		base = userBaseEnv // not the daemon's environment: another user's job gets its own (spec.Env)
+	}
 	for r := 0; r < n; r++ {
 		if err := ctx.Err(); err != nil {
 			a.abort()
@@ -107,6 +114,9 @@ func (a *attempt) startRank(r, n int, argv, base []string) error {
 	// The first rank leads a new group (Pgid 0); the others join it. The
 	// leader stays unreaped until cleanup, so its group outlives it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: a.pgid}
+	if u := a.spec.User; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
 	if a.l.opts.KillOnParentDeath {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}

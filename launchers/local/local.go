@@ -113,13 +113,13 @@ func New(opts Options) *Launcher {
 func (l *Launcher) Name() string { return "local" }
 
 // Capabilities reports this host and Options.MaxWorkers; the local launcher
-// offers no machine types.
+// offers no machine types. Run as root, it runs workers as other users.
 func (l *Launcher) Capabilities(ctx context.Context) (plugins.Capabilities, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		return plugins.Capabilities{}, fmt.Errorf("local capabilities: hostname: %w", err)
 	}
-	return plugins.Capabilities{MaxWorkers: l.opts.MaxWorkers, Hosts: []string{host}}, nil
+	return plugins.Capabilities{MaxWorkers: l.opts.MaxWorkers, Hosts: []string{host}, RunAs: os.Geteuid() == 0}, nil
 }
 
 // Start validates spec and starts its processes (see the package comment);
@@ -136,6 +136,10 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 	if l.opts.MaxWorkers > 0 && spec.Config.Workers > l.opts.MaxWorkers {
 		return nil, fmt.Errorf("start job %s attempt %d: %d workers above the limit of %d: %w",
 			spec.JobID, spec.Attempt, spec.Config.Workers, l.opts.MaxWorkers, plugins.ErrUnsupported)
+	}
+	if u := spec.User; u != nil && int(u.UID) != os.Geteuid() && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("start job %s attempt %d as user %s: only root runs workers as another user: %w",
+			spec.JobID, spec.Attempt, u.Name, plugins.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start job %s attempt %d: %w", spec.JobID, spec.Attempt, err)

@@ -311,7 +311,7 @@ class Client:
 
     def _hello(self) -> bytes:
         """The line that introduces this worker on a new connection."""
-        return encode(dict(self._header, kind="hello", step=self._step, t=time.time()))
+        return encode(dict(self._header, kind="hello", step=self._step, t=time.time(), token=self._config.token))
 
     def _poll(self) -> None:
         """Read whatever the daemon wrote, without waiting (the socket's timeout

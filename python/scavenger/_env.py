@@ -45,7 +45,9 @@ class Config:
     start_step is SCAV_START_STEP (see resume_point): the first step reported is
     start_step + 1. local_batch and global_batch are None when unknown.
     preempt_signal is SCAV_PREEMPT_SIGNAL, the signal a scheduler sends before
-    it ends the allocation ("" when the launcher names none).
+    it ends the allocation ("" when the launcher names none). token is
+    SCAV_TOKEN, which binds this worker's connection to its attempt: the
+    daemon counts no line of a connection whose hello lacks it.
     """
 
     socket: str
@@ -57,6 +59,7 @@ class Config:
     local_batch: Optional[int]
     global_batch: Optional[int]
     preempt_signal: str = ""
+    token: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Config":
@@ -72,6 +75,7 @@ class Config:
             local_batch=local_batch(None, environ),
             global_batch=global_batch(None, environ),
             preempt_signal=environ.get("SCAV_PREEMPT_SIGNAL", "").strip(),
+            token=environ.get("SCAV_TOKEN", ""),
         )
 
 

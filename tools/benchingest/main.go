@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 )
 
 func main() {
@@ -58,14 +59,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	c, err := api.Dial(ctx, info.NATS, 5*time.Second)
+	c, err := api.Dial(ctx, info.API, 5*time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	time.Sleep(2 * time.Second)
 	idle, _ := rss(cmd.Process.Pid, "VmRSS")
-	m, err := measure(ctx, c, info.Socket, cmd.Process.Pid, *writers, *duration)
+	key, err := ingest.LoadKey(filepath.Join(state, "telemetry.key"))
+	if err != nil {
+		return err
+	}
+	hello := fmt.Sprintf(`{"v":1,"kind":"hello","job":"bench-ingest","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("bench-ingest", 1))
+	m, err := measure(ctx, c, info.Socket, hello, cmd.Process.Pid, *writers, *duration)
 	if err != nil {
 		return err
 	}
@@ -112,10 +118,11 @@ type load struct {
 	final    api.Stats // once the daemon is done with what it was handed
 }
 
-// measure runs writers connections to socket for duration, each replaying
+// measure runs writers connections to socket for duration, each bound to
+// the attempt by hello, then replaying
 // one pre-built block of records as fast as the socket takes it, while it
 // samples the memory of the daemon pid.
-func measure(ctx context.Context, c *api.Client, socket string, pid, writers int, duration time.Duration) (load, error) {
+func measure(ctx context.Context, c *api.Client, socket, hello string, pid, writers int, duration time.Duration) (load, error) {
 	var m load
 	var written, peak atomic.Int64
 	stop := make(chan struct{})
@@ -128,6 +135,12 @@ func measure(ctx context.Context, c *api.Client, socket string, pid, writers int
 			return m, fmt.Errorf("dial %s: %w", socket, err)
 		}
 		block, n := records(w, writers)
+		if _, err := conn.Write([]byte(hello)); err != nil { // binds the connection to the attempt
+			conn.Close()
+			close(stop)
+			wg.Wait()
+			return m, fmt.Errorf("write hello: %w", err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -1,0 +1,230 @@
+// Package apiserver serves scavd's API (api/) over HTTP: on a unix socket,
+// where the kernel vouches for the caller (peer credentials, as Docker's and
+// systemd's sockets do), and optionally on TCP, only with TLS and a bearer
+// token that the API's token file maps to a user. It owns who may do what:
+// every request has a caller; a user acts on and reads only their own jobs,
+// root on every one; a daemon that is not root runs only its own user's
+// jobs. Nothing answers an anonymous client.
+package apiserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// Jobs is what the API needs of the job registry.
+type Jobs interface {
+	Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error)
+	Resume(ctx context.Context, id string, env []string) (api.Job, error)
+	Get(ctx context.Context, id string) (api.Job, error)
+	List(ctx context.Context) ([]api.Job, error)
+	Stop(id string, grace time.Duration) (api.Job, error)
+	Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error)
+}
+
+// Allocations is what the API needs of the allocation records.
+type Allocations interface {
+	Report(ctx context.Context, ev api.AllocationEvent) (api.Allocation, error)
+	List(ctx context.Context) ([]api.Allocation, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Log         *zap.Logger
+	Jobs        Jobs
+	Allocations Allocations
+	// JS reads the histories; NC follows live step records.
+	JS jetstream.JetStream
+	NC *nats.Conn
+	// Info and Ingest describe the daemon (ping, stats).
+	Info   func() api.Info
+	Ingest func() api.IngestStats
+	// Socket is the unix socket's path; Shared makes it writable by every
+	// local user (a root daemon, whose users are told apart by the kernel),
+	// else only the daemon's user can connect.
+	Socket string
+	Shared bool
+	// Listen, when set, also serves the API on TCP: with TLS (TLSCert and
+	// TLSKey) unless it is a loopback address, and always with the bearer
+	// tokens of Tokens (a file of "TOKEN USER" lines).
+	Listen          string
+	TLSCert, TLSKey string
+	Tokens          string
+}
+
+// Server serves the API until Close.
+type Server struct {
+	o      Options
+	log    *zap.Logger
+	self   api.Owner // the daemon's user
+	users  users
+	tokens tokens
+	owners ownerCache
+
+	base       context.Context
+	cancelBase context.CancelFunc
+	srvs       []*http.Server
+	addr       string // the TCP listener's address ("" without one)
+	wg         sync.WaitGroup
+}
+
+// Listen opens the API's listeners and serves them until Close or the end
+// of ctx (the daemon's root).
+func Listen(ctx context.Context, o Options) (_ *Server, err error) {
+	s := &Server{o: o, log: o.Log}
+	s.owners.jobs = o.Jobs
+	if s.self, err = s.users.byID(uint32(os.Geteuid()), uint32(os.Getegid())); err != nil {
+		return nil, err
+	}
+	s.base, s.cancelBase = context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			s.Close(ctx)
+		}
+	}()
+	ln, err := listenUnix(o.Socket, o.Shared)
+	if err != nil {
+		return nil, err
+	}
+	s.serve(ln, nil, func(ctx context.Context, c net.Conn) context.Context {
+		o, err := s.peerOwner(c)
+		return context.WithValue(ctx, callerKey{}, caller{owner: o, err: err})
+	})
+	if o.Listen != "" {
+		if err := s.listenTCP(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// listenUnix creates the API socket, replacing a stale one.
+func listenUnix(path string, shared bool) (net.Listener, error) {
+	if len(path) > 107 {
+		return nil, fmt.Errorf("listen on api socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir", path, len(path))
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("listen on api socket %s: another daemon is serving it", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on api socket %s: %w", path, err)
+	}
+	mode := os.FileMode(0o600)
+	if shared {
+		mode = 0o666 // who calls is the kernel's word, not the file's mode
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("set the mode of api socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// listenTCP serves the API on Options.Listen, with tokens, and TLS off loopback.
+func (s *Server) listenTCP() error {
+	o := s.o
+	if o.Tokens == "" {
+		return fmt.Errorf("api listen %s: needs api_tokens (a file of \"TOKEN USER\" lines): no endpoint answers an anonymous client", o.Listen)
+	}
+	var err error
+	if s.tokens, err = loadTokens(o.Tokens, &s.users); err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if o.TLSCert != "" || o.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return fmt.Errorf("api listen %s: load TLS certificate: %w", o.Listen, err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	} else if !Loopback(o.Listen) {
+		return fmt.Errorf("api listen %s: off loopback the API needs TLS: set api_tls_cert and api_tls_key", o.Listen)
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("api listen %s: %w", o.Listen, err)
+	}
+	s.addr = ln.Addr().String()
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	s.serve(ln, s.tokenAuth, nil)
+	return nil
+}
+
+// Loopback reports whether addr ("host:port") listens on loopback only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serve serves the API on ln in a goroutine joined by Close; wrap, when
+// set, wraps the handler (authentication), and connCtx names the caller.
+func (s *Server) serve(ln net.Listener, wrap func(http.Handler) http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
+	var h http.Handler = s.routes()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connCtx,
+		BaseContext: func(net.Listener) context.Context { return s.base }, ErrorLog: zap.NewStdLog(s.log)}
+	s.srvs = append(s.srvs, srv)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Warn("serve the api", zap.String("addr", ln.Addr().String()), zap.Error(err))
+		}
+	}()
+}
+
+// tokenAuth names a TCP request's caller by its bearer token.
+func (s *Server) tokenAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o, err := s.tokens.owner(r.Header.Get("Authorization"))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{owner: o, err: err})))
+	})
+}
+
+// Addr is the TCP listener's address ("" when there is none).
+func (s *Server) Addr() string { return s.addr }
+
+// Close ends every stream, stops the listeners and waits for them; the
+// unix socket is removed.
+func (s *Server) Close(ctx context.Context) {
+	s.cancelBase()
+	for _, srv := range s.srvs {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	s.wg.Wait()
+	if s.o.Socket != "" {
+		_ = os.Remove(s.o.Socket)
+	}
+}

@@ -1,0 +1,267 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// frames writes a stream's frames, one JSON object a line, each flushed.
+type frames struct {
+	w  http.ResponseWriter
+	mu sync.Mutex
+}
+
+func (f *frames) write(fr api.Frame) error {
+	b, _ := json.Marshal(fr)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	return nil
+}
+
+// msg writes a message of the daemon's history.
+func (f *frames) msg(m jetstream.Msg, data []byte) error {
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	return f.write(api.Frame{Seq: seq, Subject: m.Subject(), Data: string(data)})
+}
+
+// stream serves a history or the live records (api.Stream*), as the caller may read them.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	who, err := callerOf(ctx)
+	if err != nil {
+		reply(w, http.StatusUnauthorized, nil, err)
+		return
+	}
+	q := r.URL.Query()
+	what, job, follow := q.Get("what"), q.Get("job"), q.Get("follow") == "1"
+	after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
+	if job != "" || what == api.StreamSteps || what == api.StreamOutput || what == api.StreamLastStep {
+		if _, err := s.owned(ctx, who, job, "read"); err != nil {
+			reply(w, status(err), nil, err)
+			return
+		}
+	}
+	open, err := s.opener(what, job, q, after, follow, who)
+	if err != nil {
+		reply(w, status(err), nil, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	f := &frames{w: w}
+	if err := open(ctx, f); err != nil && ctx.Err() == nil {
+		_ = f.write(api.Frame{Error: err.Error()})
+	}
+}
+
+// opener is the function that serves one stream to f.
+func (s *Server) opener(what, job string, q map[string][]string, after uint64, follow bool, who api.Owner) (func(context.Context, *frames) error, error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	js := s.o.JS
+	switch what {
+	case api.StreamSteps:
+		return s.replay(telemetry.StepStream, []string{telemetry.StepSubject(job)}, after, follow, nil), nil
+	case api.StreamOutput:
+		return s.replay(telemetry.OutputStream, []string{telemetry.LogSubject(job), telemetry.EventSubject(job)}, after, follow, nil), nil
+	case api.StreamLastStep:
+		return func(ctx context.Context, f *frames) error { return lastStep(ctx, js, job, f) }, nil
+	case api.StreamLive:
+		return func(ctx context.Context, f *frames) error { return s.live(ctx, job, who, f) }, nil
+	case api.StreamNodes:
+		return s.replay(telemetry.NodeStream, nodeSubjects(get("node"), get("kind")), after, follow, s.nodeFilter(who)), nil
+	case api.StreamNodesLatest:
+		filter := s.nodeFilter(who)
+		return func(ctx context.Context, f *frames) error {
+			return telemetry.ReplayLast(ctx, js, telemetry.NodeStream, nodeSubjects("", ""), follow, func(m jetstream.Msg) error {
+				return f.msg(m, filter(ctx, m.Data()))
+			})
+		}, nil
+	case api.StreamNodesSince:
+		ns, err := strconv.ParseInt(get("since"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: since %q is not Unix nanoseconds", api.ErrBadRequest, get("since"))
+		}
+		filter := s.nodeFilter(who)
+		return func(ctx context.Context, f *frames) error {
+			return telemetry.ReplaySince(ctx, js, telemetry.NodeStream, nodeSubjects("", get("kind")), time.Unix(0, ns), func(m jetstream.Msg) error {
+				return f.msg(m, filter(ctx, m.Data()))
+			})
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: no stream %q", api.ErrBadRequest, what)
+}
+
+// replay serves the messages of stream on subjects after the sequence
+// after; filter, when set, rewrites each message's data for the caller.
+func (s *Server) replay(stream string, subjects []string, after uint64, follow bool, filter func(context.Context, []byte) []byte) func(context.Context, *frames) error {
+	return func(ctx context.Context, f *frames) error {
+		return telemetry.ReplayAfter(ctx, s.o.JS, stream, subjects, after, follow, func(m jetstream.Msg) error {
+			data := m.Data()
+			if filter != nil {
+				data = filter(ctx, data)
+			}
+			return f.msg(m, data)
+		})
+	}
+}
+
+// lastStep serves the newest step message of job (none when it has none).
+func lastStep(ctx context.Context, js jetstream.JetStream, job string, f *frames) error {
+	st, err := js.Stream(ctx, telemetry.StepStream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", telemetry.StepStream, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, telemetry.StepSubject(job))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read last step of %s: %w", job, err)
+	}
+	return f.write(api.Frame{Seq: m.Sequence, Subject: m.Subject, Data: string(m.Data)})
+}
+
+// live serves the step records published from now on: job's, or every job
+// the caller may read. A first empty frame says that it follows.
+func (s *Server) live(ctx context.Context, job string, who api.Owner, f *frames) error {
+	subj := telemetry.AllSteps
+	if job != "" {
+		subj = telemetry.StepSubject(job)
+	}
+	msgs := make(chan *nats.Msg, 4096)
+	sub, err := s.o.NC.ChanSubscribe(subj, msgs)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", subj, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.o.NC.FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("follow %s: %w", subj, err)
+	}
+	if err := f.write(api.Frame{}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			if job == "" && !s.owners.readable(ctx, who, telemetry.JobOfSubject(m.Subject)) {
+				continue
+			}
+			if err := f.write(api.Frame{Subject: m.Subject, Data: string(m.Data)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// nodeSubjects are the node-sample subjects of node (every node when
+// empty) and kind (both when empty).
+func nodeSubjects(node, kind string) []string {
+	kinds := []string{telemetry.NodeGPU, telemetry.NodeHost}
+	if kind != "" {
+		kinds = []string{kind}
+	}
+	n := "*"
+	if node != "" {
+		n = telemetry.SubjectNode(node)
+	}
+	out := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		out = append(out, telemetry.NodeSubject(n, k))
+	}
+	return out
+}
+
+// nodeFilter leaves out of a node sample what the caller may not see: the
+// processes of other users' jobs, and which job holds a GPU's memory.
+func (s *Server) nodeFilter(who api.Owner) func(context.Context, []byte) []byte {
+	if who.Root() {
+		return func(_ context.Context, b []byte) []byte { return b }
+	}
+	return func(ctx context.Context, b []byte) []byte {
+		n, err := telemetry.DecodeNodeSample(b)
+		if err != nil {
+			return b
+		}
+		if n.Host != nil {
+			kept := n.Host.Jobs[:0]
+			for _, u := range n.Host.Jobs {
+				if s.owners.readable(ctx, who, u.Job) {
+					kept = append(kept, u)
+				}
+			}
+			n.Host.Jobs = kept
+		}
+		for i := range n.GPUs {
+			for k, p := range n.GPUs[i].Processes {
+				if p.Job != "" && !s.owners.readable(ctx, who, p.Job) {
+					n.GPUs[i].Processes[k].Job = ""
+				}
+			}
+		}
+		out, _ := json.Marshal(n)
+		return out
+	}
+}
+
+// ownerCache remembers whose each job is, for the streams that mix jobs.
+type ownerCache struct {
+	jobs Jobs
+	mu   sync.Mutex
+	uid  map[string]*uint32 // nil: a job of no owner (root's)
+}
+
+// readable reports whether who may read job id.
+func (c *ownerCache) readable(ctx context.Context, who api.Owner, id string) bool {
+	if who.Root() {
+		return true
+	}
+	c.mu.Lock()
+	uid, ok := c.uid[id]
+	c.mu.Unlock()
+	if !ok {
+		j, err := c.jobs.Get(ctx, id)
+		if err != nil {
+			return false
+		}
+		if j.Owner != nil {
+			uid = &j.Owner.UID
+		}
+		c.mu.Lock()
+		if c.uid == nil {
+			c.uid = map[string]*uint32{}
+		}
+		c.uid[id] = uid
+		c.mu.Unlock()
+	}
+	return uid != nil && *uid == who.UID
+}

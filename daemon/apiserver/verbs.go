@@ -1,0 +1,251 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+)
+
+// ErrForbidden is a request its caller may not make.
+var ErrForbidden = errors.New("permission denied")
+
+// verb handles one request/reply verb for caller, with the request's body.
+type verb func(ctx context.Context, caller api.Owner, body []byte) (any, error)
+
+// routes is the API's handler.
+func (s *Server) routes() http.Handler {
+	verbs := map[string]verb{
+		api.VerbPing: func(context.Context, api.Owner, []byte) (any, error) { return s.o.Info(), nil },
+		api.VerbStats: func(context.Context, api.Owner, []byte) (any, error) {
+			return api.Stats{Info: s.o.Info(), Ingest: s.o.Ingest()}, nil
+		},
+		api.VerbRun:         s.run,
+		api.VerbStop:        s.stop,
+		api.VerbJob:         s.job,
+		api.VerbJobs:        s.jobs,
+		api.VerbResume:      s.resume,
+		api.VerbMove:        s.move,
+		api.VerbAllocation:  s.allocation,
+		api.VerbAllocations: func(ctx context.Context, _ api.Owner, _ []byte) (any, error) { return s.o.Allocations.List(ctx) },
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+api.PathCall+"{verb}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("verb")
+		v, ok := verbs[name]
+		if !ok {
+			reply(w, http.StatusNotFound, nil, fmt.Errorf("%w: no verb %q", api.ErrBadRequest, name))
+			return
+		}
+		s.call(w, r, name, v)
+	})
+	mux.HandleFunc("GET "+api.PathStream, s.stream)
+	return mux
+}
+
+// info describes the daemon to who: its running jobs are those who may read.
+func (s *Server) info(ctx context.Context, who api.Owner) api.Info {
+	i := s.o.Info()
+	mine := []string{}
+	for _, id := range i.Active {
+		if s.owners.readable(ctx, who, id) {
+			mine = append(mine, id)
+		}
+	}
+	i.Active = mine
+	return i
+}
+
+// call runs a verb for the request's caller and writes its reply.
+func (s *Server) call(w http.ResponseWriter, r *http.Request, name string, v verb) {
+	who, err := callerOf(r.Context())
+	if err != nil {
+		reply(w, http.StatusUnauthorized, nil, err)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		reply(w, http.StatusBadRequest, nil, fmt.Errorf("%w: read %s request: %w", api.ErrBadRequest, name, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), api.Timeout(name))
+	defer cancel()
+	data, err := v(ctx, who, body)
+	if err != nil {
+		s.log.Debug("api error", zap.String("verb", name), zap.String("user", who.User), zap.Error(err))
+	}
+	reply(w, status(err), data, err)
+}
+
+// status is the HTTP status of a verb's error.
+func status(err error) int {
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.Is(err, ErrNoIdentity):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, api.ErrNoJob):
+		return http.StatusNotFound
+	case errors.Is(err, api.ErrBadRequest):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// reply writes the API's envelope: the data, or the error.
+func reply(w http.ResponseWriter, code int, data any, err error) {
+	var rep api.Reply
+	if err != nil {
+		rep.Error = err.Error()
+	} else if b, merr := json.Marshal(data); merr != nil {
+		code, rep.Error = http.StatusInternalServerError, fmt.Sprintf("encode reply: %v", merr)
+	} else {
+		rep.Data = b
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(rep)
+}
+
+// decode reads a verb's request.
+func decode(name string, body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: decode %s request: %w", api.ErrBadRequest, name, err)
+	}
+	return nil
+}
+
+// run submits a job owned by the caller. A daemon that is not root runs
+// only its own user's jobs.
+func (s *Server) run(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.RunRequest
+	if err := decode(api.VerbRun, body, &req); err != nil {
+		return nil, err
+	}
+	if !s.self.Root() && who.UID != s.self.UID {
+		return nil, fmt.Errorf("%w: this scavd runs as %s and runs only %[2]s's jobs; use your own (scavctl starts one by itself) or the node's system scavd",
+			ErrForbidden, s.self.User)
+	}
+	return s.o.Jobs.Submit(ctx, req, who)
+}
+
+// owned reads job id for who: it must be theirs, or who is root.
+func (s *Server) owned(ctx context.Context, who api.Owner, id, what string) (api.Job, error) {
+	j, err := s.o.Jobs.Get(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	if !who.Owns(j) {
+		return api.Job{}, fmt.Errorf("%w: %s job %s: it is %s's; only they or root may", ErrForbidden, what, id, ownerName(j))
+	}
+	return j, nil
+}
+
+// ownerName names a job's owner for messages.
+func ownerName(j api.Job) string {
+	if j.Owner == nil {
+		return "root"
+	}
+	return j.Owner.User
+}
+
+func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.StopRequest
+	if err := decode(api.VerbStop, body, &req); err != nil {
+		return nil, err
+	}
+	if _, err := s.owned(ctx, who, req.Job, "stop"); err != nil {
+		return nil, err
+	}
+	return s.o.Jobs.Stop(req.Job, req.Grace.D())
+}
+
+func (s *Server) job(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.JobRequest
+	if err := decode(api.VerbJob, body, &req); err != nil {
+		return nil, err
+	}
+	return s.owned(ctx, who, req.Job, "read")
+}
+
+// jobs lists the caller's jobs; root may ask for every user's.
+func (s *Server) jobs(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.JobsRequest
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decode(api.VerbJobs, body, &req); err != nil {
+			return nil, err
+		}
+	}
+	if req.All && !who.Root() {
+		return nil, fmt.Errorf("%w: only root lists every user's jobs", ErrForbidden)
+	}
+	all, err := s.o.Jobs.List(ctx)
+	if err != nil || req.All {
+		return all, err
+	}
+	mine := []api.Job{}
+	for _, j := range all {
+		if ownedBy(j, who) {
+			mine = append(mine, j)
+		}
+	}
+	return mine, nil
+}
+
+// ownedBy reports whether j is who's own (root's: those of no owner, too).
+func ownedBy(j api.Job, who api.Owner) bool {
+	if j.Owner == nil {
+		return who.Root()
+	}
+	return j.Owner.UID == who.UID
+}
+
+func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.ResumeRequest
+	if err := decode(api.VerbResume, body, &req); err != nil {
+		return nil, err
+	}
+	if _, err := s.owned(ctx, who, req.Job, "resume"); err != nil {
+		return nil, err
+	}
+	return s.o.Jobs.Resume(ctx, req.Job, req.Env)
+}
+
+func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	var req api.MoveRequest
+	if err := decode(api.VerbMove, body, &req); err != nil {
+		return nil, err
+	}
+	if _, err := s.owned(ctx, who, req.Job, "move"); err != nil {
+		return nil, err
+	}
+	if req.Reason == "" {
+		req.Reason = "requested"
+	}
+	return s.o.Jobs.Move(ctx, req.Job, req.Config, req.Reason)
+}
+
+// allocation records a scheduler hook's report: root's (slurmd runs the
+// hooks as root) or the daemon's own user's.
+func (s *Server) allocation(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	if !who.Root() && who.UID != s.self.UID {
+		return nil, fmt.Errorf("%w: only root (the scheduler's hooks) reports allocations", ErrForbidden)
+	}
+	var ev api.AllocationEvent
+	if err := decode(api.VerbAllocation, body, &ev); err != nil {
+		return nil, err
+	}
+	if ev.Event != api.AllocationBegin && ev.Event != api.AllocationEnd {
+		return nil, fmt.Errorf("%w: allocation event %q: use %q or %q", api.ErrBadRequest, ev.Event, api.AllocationBegin, api.AllocationEnd)
+	}
+	return s.o.Allocations.Report(ctx, ev)
+}

@@ -1,0 +1,88 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// A job runs as its owner, the user who submitted it. A daemon runs its own
+// user's jobs as itself; a root daemon runs another user's with their uid,
+// groups and home, through a launcher that can (Capabilities.RunAs), and
+// gives them a checkpoint directory of their own.
+
+// ErrRunAs is a job whose owner the daemon cannot run it as.
+var ErrRunAs = errors.New("cannot run the job as its owner")
+
+// runAs is the user the workers of a job of owner run as: nil when that is
+// the daemon's own user.
+func runAs(owner *api.Owner) *plugins.RunAs {
+	if owner == nil || int(owner.UID) == os.Geteuid() {
+		return nil
+	}
+	return &plugins.RunAs{UID: owner.UID, GID: owner.GID, Groups: owner.Groups, Name: owner.User, Home: owner.Home}
+}
+
+// checkOwner says whether the registry can run a job of owner: as itself,
+// or as root through a launcher that runs workers as other users.
+func (g *Registry) checkOwner(ctx context.Context, owner *api.Owner) error {
+	if runAs(owner) == nil {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: this scavd runs as uid %d and runs only its own user's jobs, not %s's", ErrRunAs, os.Geteuid(), owner.User)
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	caps, err := g.o.Launcher.Capabilities(ctx)
+	if err != nil {
+		return fmt.Errorf("ask launcher %s what it can run: %w", g.o.Launcher.Name(), err)
+	}
+	if !caps.RunAs {
+		return fmt.Errorf("%w: launcher %s runs workers only as the daemon's user (root), not as %s; run the job through a scavd of your own (scavctl starts one) or a launcher that runs jobs as their owner",
+			ErrRunAs, g.o.Launcher.Name(), owner.User)
+	}
+	return nil
+}
+
+// checkpointDir makes job j's checkpoint directory. The daemon's own jobs
+// get it made wherever they say; another user's job gets one under the
+// daemon's checkpoint root, owned by them, or names one of its own that
+// already exists, is a directory and is theirs (a root daemon makes nothing
+// where a user could not).
+func (g *Registry) checkpointDir(j api.Job, given bool) error {
+	u := runAs(j.Owner)
+	if u == nil {
+		if err := os.MkdirAll(j.CheckpointDir, 0o700); err != nil {
+			return fmt.Errorf("%w: create checkpoint directory %s: %w", api.ErrBadRequest, j.CheckpointDir, err)
+		}
+		return nil
+	}
+	if given {
+		st, err := os.Lstat(j.CheckpointDir)
+		if err != nil {
+			return fmt.Errorf("%w: checkpoint directory %s: %w (make it first: it must be yours)", api.ErrBadRequest, j.CheckpointDir, err)
+		}
+		sys, _ := st.Sys().(*syscall.Stat_t)
+		if !st.IsDir() || sys == nil || sys.Uid != u.UID {
+			return fmt.Errorf("%w: checkpoint directory %s is not a directory of %s's", api.ErrBadRequest, j.CheckpointDir, u.Name)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(j.CheckpointDir), 0o711); err != nil {
+		return fmt.Errorf("create checkpoint root: %w", err)
+	}
+	if err := os.Mkdir(j.CheckpointDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create checkpoint directory %s: %w", j.CheckpointDir, err)
+	}
+	if err := os.Lchown(j.CheckpointDir, int(u.UID), int(u.GID)); err != nil {
+		return fmt.Errorf("give checkpoint directory %s to %s: %w", j.CheckpointDir, u.Name, err)
+	}
+	return nil
+}
