@@ -25,8 +25,8 @@ func TestConnectionsAreBoundToTheirAttempt(t *testing.T) {
 		return fmt.Sprintf(`{"v":1,"job":%q,"attempt":%d,"rank":0,"world":1,"step":1,"t":1,"dt":0.1,"samples":8}`, job, attempt)
 	}
 	for _, c := range []struct {
-		name                       string
-		lines                      []string
+		name                      string
+		lines                     []string
 		accepted, unbound, forged int64
 	}{
 		{"bound", []string{hello("a-000001", 1, key.Token("a-000001", 1)), step("a-000001", 1)}, 1, 0, 0},

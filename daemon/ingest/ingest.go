@@ -72,8 +72,8 @@ type Server struct {
 	log    *zap.Logger
 	pub    Publisher
 	verify Verifier
-	ln   net.Listener
-	path string
+	ln     net.Listener
+	path   string
 
 	accepted atomic.Int64
 	conns    atomic.Int64
