@@ -96,6 +96,9 @@ type Config struct {
 	// MetricsWebConfig is a Prometheus exporter-toolkit web config (TLS,
 	// basic auth) for /metrics; required off loopback.
 	MetricsWebConfig string
+	// Cluster, when its Listen is set, joins the embedded server to the
+	// other nodes' (see Cluster); Retention.Replicas sets the copies.
+	Cluster Cluster
 }
 
 // Daemon is a running scavd.
@@ -159,7 +162,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		return nil, err
 	}
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
-		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc,
+		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
 		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
 	}); err != nil {
@@ -216,7 +219,7 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, log.Named("nats")); err != nil {
+		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, log.Named("nats")); err != nil {
 			return err
 		}
 	}
@@ -227,8 +230,28 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	d.store, err = telemetry.OpenStore(ctx, js, cfg.Retention)
+	d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log)
 	return err
+}
+
+// clusterWait bounds how long a clustered daemon waits for JetStream's
+// meta leader and enough peers to make the streams and buckets.
+const clusterWait = 2 * time.Minute
+
+// openStore makes the streams and buckets; in a cluster it tries again
+// while JetStream is still forming (no meta leader yet, too few peers).
+func openStore(ctx context.Context, js jetstream.JetStream, ret telemetry.Retention, clustered bool, log *zap.Logger) (*telemetry.Store, error) {
+	deadline := time.Now().Add(clusterWait)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, err := telemetry.OpenStore(octx, js, ret)
+		cancel()
+		if err == nil || !clustered || time.Now().After(deadline) || ctx.Err() != nil {
+			return st, err
+		}
+		log.Info("waiting for the NATS cluster's JetStream", zap.Error(err))
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // startJobs brings up the telemetry socket, the control relay, the
@@ -300,6 +323,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 // SetRetention changes, live, how much history the streams keep.
 func (d *Daemon) SetRetention(ctx context.Context, r telemetry.Retention) error {
+	r.Replicas = d.cfg.Retention.Replicas
 	if _, err := telemetry.OpenStore(ctx, d.store.JS, r); err != nil {
 		return fmt.Errorf("set retention: %w", err)
 	}

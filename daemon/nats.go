@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,11 +69,81 @@ func loadNATSKey(path string, make bool) (natsKey, error) {
 	return natsKey{kp: kp, pub: pub}, nil
 }
 
+// Cluster joins the embedded server to the other nodes' servers: one NATS
+// cluster whose JetStream holds the streams and buckets of every node (with
+// Retention.Replicas copies). Routes authenticate with a password derived
+// from the daemons' shared NATS key, and off loopback run only over TLS,
+// verified both ways with CA.
+type Cluster struct {
+	// Name is the cluster's name (the same on every node).
+	Name string
+	// Listen is this node's route address ("host:port").
+	Listen string
+	// Routes are the other nodes' route URLs (nats-route://host:port).
+	Routes []string
+	// TLSCert, TLSKey and TLSCA secure the routes.
+	TLSCert, TLSKey, TLSCA string
+}
+
+// clusterOpts are the server's cluster options for c.
+func clusterOpts(c Cluster, key natsKey) (server.ClusterOpts, []*url.URL, error) {
+	var none server.ClusterOpts
+	host, portStr, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return none, nil, fmt.Errorf("cluster listen %q: %w", c.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return none, nil, fmt.Errorf("cluster listen %q: port %q", c.Listen, portStr)
+	}
+	seed, _ := key.kp.Seed()
+	sum := sha256.Sum256(append([]byte("scavenger route\x00"), seed...))
+	opts := server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: "scavd-route", Password: hex.EncodeToString(sum[:])}
+	if c.TLSCert != "" {
+		cfg, err := mutualTLS(c.TLSCert, c.TLSKey, c.TLSCA)
+		if err != nil {
+			return none, nil, fmt.Errorf("cluster: %w", err)
+		}
+		opts.TLSConfig, opts.TLSTimeout = cfg, 5
+	} else if !apiserver.Loopback(c.Listen) {
+		return none, nil, fmt.Errorf("cluster listen %s: off loopback routes run only over TLS: set cluster_tls_cert, cluster_tls_key and cluster_tls_ca", c.Listen)
+	}
+	var routes []*url.URL
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" {
+			return none, nil, fmt.Errorf("cluster route %q: want nats-route://host:port", r)
+		}
+		u.User = url.UserPassword(opts.Username, opts.Password)
+		routes = append(routes, u)
+	}
+	return opts, routes, nil
+}
+
+// mutualTLS is a TLS configuration that presents cert and verifies the peer
+// (either side) against ca.
+func mutualTLS(cert, key, ca string) (*tls.Config, error) {
+	c, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA %s holds no PEM certificate", ca)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{c}, RootCAs: pool, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
 // startNATS runs the embedded nats-server with JetStream, its store under
 // stateDir, listening on listen ("host:port"; port 0 picks a free one) for
 // clients that present key, with TLS when tlsCfg is set (required off
-// loopback).
-func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, log *zap.Logger) (*server.Server, error) {
+// loopback), in cluster when it names one.
+func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, log *zap.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("parse listen address %q: %w", listen, err)
@@ -98,6 +171,11 @@ func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, l
 		TLSConfig:              tlsCfg,
 		TLS:                    tlsCfg != nil,
 		AllowNonTLS:            false,
+	}
+	if cluster.Listen != "" {
+		if opts.Cluster, opts.Routes, err = clusterOpts(cluster, key); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +21,9 @@ type Retention struct {
 	// NodeMaxAge and NodeMaxBytes bound the node-sample stream.
 	NodeMaxAge   time.Duration
 	NodeMaxBytes int64
+	// Replicas is how many servers of a NATS cluster hold each stream and
+	// bucket (0 or 1: one; 3 keeps them through the loss of any one server).
+	Replicas int
 }
 
 // DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
@@ -53,6 +57,7 @@ func (r Retention) withDefaults() Retention {
 	if r.NodeMaxBytes > 0 {
 		d.NodeMaxBytes = r.NodeMaxBytes
 	}
+	d.Replicas = r.Replicas
 	return d
 }
 
@@ -69,34 +74,50 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	ret = ret.withDefaults()
 	streams := []jetstream.StreamConfig{
 		{Name: StepStream, Description: "Scavenger step records", Subjects: []string{AllSteps},
-			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllEvents},
-			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 		{Name: NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{AllNodeGPU, AllNodeHost},
-			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage},
+			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 	}
-	for _, cfg := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
-		}
-	}
+	// Made at once, not one after the other: in a cluster each new
+	// replicated stream waits seconds for its first leader.
 	st := &Store{JS: js}
-	for _, b := range []struct {
-		kv   *jetstream.KeyValue
-		name string
-		desc string
-		ttl  time.Duration
+	buckets := []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
 	}{
-		{&st.Jobs, JobBucket, "Scavenger job records", 0},
-		{&st.Allocations, AllocationBucket, "Scheduler allocations seen by prolog/epilog hooks", ret.LogMaxAge},
-	} {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b.name, Description: b.desc, History: 1, TTL: b.ttl, Storage: jetstream.FileStorage,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("create key-value bucket %s: %w", b.name, err)
-		}
-		*b.kv = kv
+		{&st.Jobs, jetstream.KeyValueConfig{Bucket: JobBucket, Description: "Scavenger job records"}},
+		{&st.Allocations, jetstream.KeyValueConfig{Bucket: AllocationBucket, Description: "Scheduler allocations seen by prolog/epilog hooks", TTL: ret.LogMaxAge}},
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(streams)+len(buckets))
+	for i, cfg := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+				errs[i] = fmt.Errorf("create stream %s: %w", cfg.Name, err)
+			}
+		}()
+	}
+	for i, b := range buckets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := b.cfg
+			cfg.History, cfg.Storage, cfg.Replicas = 1, jetstream.FileStorage, ret.Replicas
+			kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			if err != nil {
+				errs[len(streams)+i] = fmt.Errorf("create key-value bucket %s: %w", cfg.Bucket, err)
+				return
+			}
+			*b.kv = kv
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

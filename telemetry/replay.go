@@ -22,13 +22,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, subjects
 // ReplayAfter is Replay from after the stream sequence after (0: from the
 // start), so that a follower that lost its connection goes on where it was.
 func ReplayAfter(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, after uint64, follow bool, fn func(jetstream.Msg) error) error {
-	s, err := js.Stream(ctx, stream)
+	s, err := openStream(ctx, js, stream)
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
 	var last uint64
 	for _, subj := range subjects {
-		m, err := s.GetLastMsgForSubject(ctx, subj)
+		m, err := lastMsg(ctx, s, subj)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
@@ -136,13 +136,13 @@ func Drain(nc *nats.Conn, sub *nats.Subscription) {
 // follow it returns once the newest messages have been delivered. A stream
 // with no matching message is not an error.
 func ReplayLast(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, follow bool, fn func(jetstream.Msg) error) error {
-	s, err := js.Stream(ctx, stream)
+	s, err := openStream(ctx, js, stream)
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
 	found := false
 	for _, subj := range subjects {
-		_, err := s.GetLastMsgForSubject(ctx, subj)
+		_, err := lastMsg(ctx, s, subj)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
@@ -168,10 +168,28 @@ func lastPending(md *jetstream.MsgMetadata) bool { return md.NumPending == 0 }
 // (by the time the stream stored them), oldest first, and returns once the
 // messages that existed when it started have been delivered.
 func ReplaySince(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, from time.Time, fn func(jetstream.Msg) error) error {
-	s, err := js.Stream(ctx, stream)
+	s, err := openStream(ctx, js, stream)
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
 	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from},
 		fmt.Sprintf("%s since %s", stream, from.Format(time.RFC3339)), lastPending, fn)
+}
+
+// openTimeout bounds opening a stream and reading its last messages: in a
+// cluster that lost a server, a stream may need seconds to elect a leader.
+const openTimeout = 30 * time.Second
+
+// openStream opens stream, waiting for it at most openTimeout.
+func openStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	return js.Stream(ctx, stream)
+}
+
+// lastMsg reads the last message of subj in s, waiting at most openTimeout.
+func lastMsg(ctx context.Context, s jetstream.Stream, subj string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	return s.GetLastMsgForSubject(ctx, subj)
 }

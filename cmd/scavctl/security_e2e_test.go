@@ -377,9 +377,10 @@ func TestRemoteAPINeedsTLSAndToken(t *testing.T) {
 	t.Logf("%d attempts refused: %s", len(r.list), strings.Join(r.list, "; "))
 }
 
-// selfSigned writes a CA and a server certificate for ip, signed by it, into
-// dir and returns their files.
-func selfSigned(t *testing.T, dir, ip string) (caFile, certFile, keyFile string) {
+// selfSigned writes a CA and a certificate for ips (server and client, so
+// that routes can present it both ways), signed by it, into dir and returns
+// their files.
+func selfSigned(t *testing.T, dir string, ips ...string) (caFile, certFile, keyFile string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "scavenger test CA"},
@@ -391,8 +392,11 @@ func selfSigned(t *testing.T, dir, ip string) (caFile, certFile, keyFile string)
 	}
 	srvKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "scavd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP(ip)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	for _, ip := range ips {
+		srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, net.ParseIP(ip))
+	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caTmpl, &srvKey.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

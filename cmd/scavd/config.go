@@ -62,12 +62,25 @@ type settings struct {
 	NATSTLSKey  string `yaml:"nats_tls_key"`
 	NATSTLSCA   string `yaml:"nats_tls_ca"`
 	// APIListen serves the API on TCP too, with APITokens and TLS.
-	APIListen  string        `yaml:"api_listen"`
-	APITLSCert string        `yaml:"api_tls_cert"`
-	APITLSKey  string        `yaml:"api_tls_key"`
-	APITokens  string        `yaml:"api_tokens"`
-	SSH        sshSettings   `yaml:"ssh"`
-	Slurm      slurmSettings `yaml:"slurm"`
+	APIListen  string `yaml:"api_listen"`
+	APITLSCert string `yaml:"api_tls_cert"`
+	APITLSKey  string `yaml:"api_tls_key"`
+	APITokens  string `yaml:"api_tokens"`
+	// Replicas is how many NATS servers hold each stream and bucket.
+	Replicas int             `yaml:"replicas"`
+	Cluster  clusterSettings `yaml:"cluster"`
+	SSH      sshSettings     `yaml:"ssh"`
+	Slurm    slurmSettings   `yaml:"slurm"`
+}
+
+// clusterSettings join the embedded NATS server to the other nodes' (daemon.Cluster).
+type clusterSettings struct {
+	Name    string   `yaml:"name"`
+	Listen  string   `yaml:"listen"`
+	Routes  []string `yaml:"routes"`
+	TLSCert string   `yaml:"tls_cert"`
+	TLSKey  string   `yaml:"tls_key"`
+	TLSCA   string   `yaml:"tls_ca"`
 }
 
 // slurmSettings configure the slurm launcher (launcher: slurm).
@@ -93,7 +106,7 @@ type sshSettings struct {
 }
 
 // flagAliases are the singular names of repeatable flags: --ssh-host is --ssh-hosts.
-var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys",
+var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys", "cluster-route": "cluster-routes",
 	"slurm-sbatch-arg": "slurm-sbatch-args", "slurm-srun-arg": "slurm-srun-args"}
 
 // normalizeFlag lets a flag be given by its alias.
@@ -131,6 +144,13 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.APITLSCert, "api-tls-cert", "", "TLS certificate of the TCP API")
 	f.StringVar(&s.APITLSKey, "api-tls-key", "", "TLS key of the TCP API")
 	f.StringVar(&s.APITokens, "api-tokens", "", `file of "TOKEN USER" lines (mode 0600): the bearer tokens of the TCP API and the users they stand for`)
+	f.IntVar(&s.Replicas, "replicas", 1, "copies of each stream and bucket in a NATS cluster (3 keeps them through the loss of any one node)")
+	f.StringVar(&s.Cluster.Name, "cluster-name", "scavenger", "the NATS cluster's name, the same on every node")
+	f.StringVar(&s.Cluster.Listen, "cluster-listen", "", "join the other nodes' NATS servers: this node's route address, host:port (empty: no cluster)")
+	f.StringArrayVar(&s.Cluster.Routes, "cluster-routes", []string{}, "another node's route, nats-route://host:port (repeatable as --cluster-route)")
+	f.StringVar(&s.Cluster.TLSCert, "cluster-tls-cert", "", "TLS certificate of the routes (required off loopback)")
+	f.StringVar(&s.Cluster.TLSKey, "cluster-tls-key", "", "TLS key of the routes")
+	f.StringVar(&s.Cluster.TLSCA, "cluster-tls-ca", "", "CA that verifies the other nodes' route certificates")
 	f.SetNormalizeFunc(normalizeFlag)
 	f.StringArrayVar(&s.SSH.Hosts, "ssh-hosts", []string{}, `launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
 		`or "ubuntu@gpu1:2222,slots=8" (repeatable as --ssh-host; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
@@ -394,6 +414,23 @@ func (s settings) validateExposure() []fieldError {
 			bad("api_listen", "%s is off loopback: the API is served there only with TLS (set api_tls_cert and api_tls_key)", s.APIListen)
 		}
 	}
+	if s.Replicas < 1 || s.Replicas > 5 {
+		bad("replicas", "%d: use 1 to 5 (3 survives the loss of a node)", s.Replicas)
+	}
+	if c := s.Cluster; c.Listen != "" {
+		pair("cluster.tls_cert", c.TLSCert, "cluster.tls_key", c.TLSKey)
+		if c.TLSCert != "" && c.TLSCA == "" {
+			bad("cluster.tls_ca", "needed with cluster.tls_cert: the routes verify each other")
+		}
+		if c.TLSCert == "" && !apiserver.Loopback(c.Listen) {
+			bad("cluster.listen", "%s is off loopback: routes run only over TLS (set cluster.tls_cert, tls_key and tls_ca)", c.Listen)
+		}
+		if s.NATS != "" {
+			bad("cluster.listen", "given with nats: a daemon joining an external server embeds none to cluster")
+		}
+	} else if s.Replicas > 1 && s.NATS == "" {
+		bad("replicas", "%d without a cluster: one embedded server holds one copy (set cluster.listen and cluster.routes)", s.Replicas)
+	}
 	for key, f := range map[string]string{"nats_key": s.NATSKey, "api_tokens": s.APITokens} {
 		if st, err := os.Stat(f); f != "" && err == nil && st.Mode().Perm()&0o077 != 0 {
 			bad(key, "%s is mode %s: it holds secrets; chmod 600 it", f, st.Mode().Perm())
@@ -423,10 +460,12 @@ func (s settings) socketPath() string {
 func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
-		Retention: telemetry.Retention{StepMaxAge: s.StepRetention}, ResumeJobs: s.ResumeJobs,
+		Retention: telemetry.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
 		MetricsWebConfig: s.MetricsWebConfig, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
+		Cluster: daemon.Cluster{Name: s.Cluster.Name, Listen: s.Cluster.Listen, Routes: s.Cluster.Routes,
+			TLSCert: s.Cluster.TLSCert, TLSKey: s.Cluster.TLSKey, TLSCA: s.Cluster.TLSCA},
 	}
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	// JS reads the histories; NC follows live step records.
 	JS jetstream.JetStream
 	NC *nats.Conn
+	// Node names this daemon's node: requests about jobs of other nodes
+	// are forwarded to theirs.
+	Node string
 	// Info and Ingest describe the daemon (ping, stats).
 	Info   func() api.Info
 	Ingest func() api.IngestStats
@@ -79,6 +82,7 @@ type Server struct {
 	cancelBase context.CancelFunc
 	srvs       []*http.Server
 	addr       string // the TCP listener's address ("" without one)
+	forwardSub *nats.Subscription
 	wg         sync.WaitGroup
 }
 
@@ -96,6 +100,9 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 			s.Close(ctx)
 		}
 	}()
+	if err := s.serveForwarded(s.verbs()); err != nil {
+		return nil, err
+	}
 	ln, err := listenUnix(o.Socket, o.Shared)
 	if err != nil {
 		return nil, err
@@ -215,6 +222,9 @@ func (s *Server) Addr() string { return s.addr }
 // Close ends every stream, stops the listeners and waits for them; the
 // unix socket is removed.
 func (s *Server) Close(ctx context.Context) {
+	if s.forwardSub != nil {
+		_ = s.forwardSub.Unsubscribe()
+	}
 	s.cancelBase()
 	for _, srv := range s.srvs {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -20,9 +20,9 @@ var ErrForbidden = errors.New("permission denied")
 // verb handles one request/reply verb for caller, with the request's body.
 type verb func(ctx context.Context, caller api.Owner, body []byte) (any, error)
 
-// routes is the API's handler.
-func (s *Server) routes() http.Handler {
-	verbs := map[string]verb{
+// verbs are the request/reply verbs by name.
+func (s *Server) verbs() map[string]verb {
+	return map[string]verb{
 		api.VerbPing: func(context.Context, api.Owner, []byte) (any, error) { return s.o.Info(), nil },
 		api.VerbStats: func(context.Context, api.Owner, []byte) (any, error) {
 			return api.Stats{Info: s.o.Info(), Ingest: s.o.Ingest()}, nil
@@ -36,6 +36,11 @@ func (s *Server) routes() http.Handler {
 		api.VerbAllocation:  s.allocation,
 		api.VerbAllocations: func(ctx context.Context, _ api.Owner, _ []byte) (any, error) { return s.o.Allocations.List(ctx) },
 	}
+}
+
+// routes is the API's handler.
+func (s *Server) routes() http.Handler {
+	verbs := s.verbs()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+api.PathCall+"{verb}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("verb")
@@ -163,8 +168,12 @@ func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, err
 	if err := decode(api.VerbStop, body, &req); err != nil {
 		return nil, err
 	}
-	if _, err := s.owned(ctx, who, req.Job, "stop"); err != nil {
+	j, err := s.owned(ctx, who, req.Job, "stop")
+	if err != nil {
 		return nil, err
+	}
+	if s.elsewhere(j) {
+		return s.forward(ctx, j.Node, api.VerbStop, who, body)
 	}
 	return s.o.Jobs.Stop(req.Job, req.Grace.D())
 }
@@ -214,8 +223,12 @@ func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, e
 	if err := decode(api.VerbResume, body, &req); err != nil {
 		return nil, err
 	}
-	if _, err := s.owned(ctx, who, req.Job, "resume"); err != nil {
+	j, err := s.owned(ctx, who, req.Job, "resume")
+	if err != nil {
 		return nil, err
+	}
+	if s.elsewhere(j) {
+		return s.forward(ctx, j.Node, api.VerbResume, who, body)
 	}
 	return s.o.Jobs.Resume(ctx, req.Job, req.Env)
 }
@@ -225,8 +238,12 @@ func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, err
 	if err := decode(api.VerbMove, body, &req); err != nil {
 		return nil, err
 	}
-	if _, err := s.owned(ctx, who, req.Job, "move"); err != nil {
+	j, err := s.owned(ctx, who, req.Job, "move")
+	if err != nil {
 		return nil, err
+	}
+	if s.elsewhere(j) {
+		return s.forward(ctx, j.Node, api.VerbMove, who, body)
 	}
 	if req.Reason == "" {
 		req.Reason = "requested"

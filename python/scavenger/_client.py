@@ -3,8 +3,11 @@
 step() appends a tuple to a bounded deque; one daemon thread wakes every
 flush interval, turns the tuples into newline-delimited JSON (the wire format of
 telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
-and reconnecting with exponential backoff. When the deque is full, because the
-daemon is absent or slow, new records are dropped and counted. Each new
+and reconnecting with exponential backoff. Records a failed write did not
+deliver (the daemon went away) are spooled and sent first on the next
+connection, so a daemon restart loses only what the kernel had taken for the
+dead connection. When the deque is full, because the daemon is absent or
+slow, new records are dropped and counted. Each new
 connection starts with a hello line; the thread also reads the daemon's
 requests from the same connection (see _control.py) and sends the worker's
 acknowledgements.
@@ -161,6 +164,9 @@ class Client:
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
         self._acks: collections.deque = collections.deque()
+        # Encoded records a failed write left unsent: sent first on the next
+        # connection (bounded like the queue: the oldest go first when full).
+        self._spool: collections.deque = collections.deque()
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
         self.preempted = 0  # pre-emption signals received
@@ -228,7 +234,7 @@ class Client:
     def stats(self) -> Dict[str, int]:
         """Counters: sent, dropped, queued."""
         return {"sent": self._sent, "dropped": self._dropped_full + self._dropped_send,
-                "queued": len(self._queue)}
+                "queued": len(self._queue) + len(self._spool)}
 
     def close(self, timeout: float = 1.0) -> None:
         """Flush what is queued, waiting at most timeout seconds; idempotent.
@@ -255,8 +261,9 @@ class Client:
             self._poll()
         self._retry_at = 0.0
         self._flush()
-        self._dropped_send += len(self._queue)
+        self._dropped_send += len(self._queue) + len(self._spool)
         self._queue.clear()
+        self._spool.clear()
         self._disconnect()
 
     def _flush(self) -> None:
@@ -267,6 +274,8 @@ class Client:
         while self._acks:
             lines.append(self._acks.popleft())
         control = list(lines)  # acks and notices: never dropped while the worker lives
+        while self._spool:
+            lines.append(self._spool.popleft())
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
             merged = {**self._defaults, **fields}
@@ -281,10 +290,18 @@ class Client:
             self._sock.sendall(b"".join(lines))
         except OSError:
             self._acks.extendleft(reversed(control))  # sent again on the next connection
-            self._dropped_send += len(lines) - len(control)
+            self._keep(lines[len(control):])
             self._disconnect()
             return
         self._sent += len(lines)
+
+    def _keep(self, lines: list) -> None:
+        """Spool step records a failed write did not deliver, for the next connection."""
+        for line in lines:
+            if len(self._spool) >= self._capacity:
+                self._spool.popleft()
+                self._dropped_send += 1
+            self._spool.append(line)
 
     def _connect(self) -> bool:
         """Connect to the daemon unless backing off; report whether connected."""

@@ -191,6 +191,26 @@ class WireTest(unittest.TestCase):
         recs = late.wait_for(2, timeout=5)
         self.assertEqual([(r["step"], r["samples"]) for r in recs], [(1, 1), (2, 2)])
 
+    def test_daemon_restart_loses_nothing(self):
+        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "restart.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(path))
+        first = Sink(path=path)
+        client = Client(config(path))
+        self.addCleanup(client.close)
+        for i in range(5):
+            client.step(samples=i)
+        self.assertEqual(len(first.wait_for(5, timeout=5)), 5)
+        first.close()  # the daemon goes away: writes fail, records are spooled
+        for i in range(5, 10):
+            client.step(samples=i)
+            time.sleep(0.06)
+        second = Sink(path=path)  # a new daemon on the same socket
+        self.addCleanup(second.close)
+        recs = second.wait_for(5, timeout=5)
+        self.assertEqual([r["step"] for r in recs], [6, 7, 8, 9, 10])
+        self.assertEqual(len(second.of_kind("hello")), 1, "the new connection starts with a hello")
+        self.assertEqual(client.stats()["dropped"], 0)
+
     def test_module_api_in_a_worker(self):
         code = ("import scavenger\n"
                 "for i in range(10): scavenger.step(samples=32, loss=1.25)\n")
