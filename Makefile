@@ -8,7 +8,7 @@ DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
 GOFLAGS_TEST ?= -timeout 20m
 
-.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-ops report-example clean
+.PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-ops bench-security report-example clean
 
 all: build
 
@@ -87,6 +87,10 @@ bench-sim:
 ## bench-ops: prolog hook latency, lost-host detection, requeue release; writes docs/bench-ops.md (root)
 bench-ops: setup
 	GO=$(GO) sh tools/bench-ops.sh
+
+## bench-security: scavctl jobs latency and ingest records/s, this build against BASE (default 520f806, before it); writes docs/bench-security.md
+bench-security:
+	GO=$(GO) sh tools/bench-security.sh
 
 ## report-example: run a short optimised job; writes docs/top-example.txt and docs/report-example.{png,html}
 report-example: setup build
