@@ -262,7 +262,8 @@ func (d *Daemon) startJobs() error {
 	if err != nil {
 		return err
 	}
-	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared()}); err != nil {
+	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: 30 * time.Second}
+	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(), Steps: steps}); err != nil {
 		return err
 	}
 	if _, err := d.ingest.Relay(d.nc); err != nil {

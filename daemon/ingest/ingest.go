@@ -62,6 +62,12 @@ type Options struct {
 	// Shared makes the socket writable by every local user (a root
 	// daemon, whose users' workers must reach it; the token is what counts).
 	Shared bool
+	// Steps, when set, publishes the step batches instead of the
+	// connection's publisher: one that waits for the stream's
+	// acknowledgement and tries again (StreamPublisher), so that no record
+	// is lost while a cluster elects a new stream leader. The reading
+	// connection waits meanwhile; its worker buffers.
+	Steps Publisher
 }
 
 // Server serves the node's telemetry socket: workers write newline-delimited
@@ -70,7 +76,8 @@ type Options struct {
 // are counted and dropped with a rate-limited log line.
 type Server struct {
 	log    *zap.Logger
-	pub    Publisher
+	pub    Publisher // acknowledgements and notices
+	steps  Publisher // step batches
 	verify Verifier
 	ln     net.Listener
 	path   string
@@ -117,6 +124,9 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 	}
 	in := newServer(pub, o.Log)
 	in.verify = o.Verify
+	if o.Steps != nil {
+		in.steps = o.Steps
+	}
 	in.ln, in.path = ln, path
 	in.wg.Add(1)
 	go in.accept()
@@ -126,7 +136,7 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 // newServer makes a Server with its counters, not yet listening.
 func newServer(pub Publisher, log *zap.Logger) *Server {
 	in := &Server{
-		log: log, pub: pub,
+		log: log, pub: pub, steps: pub,
 		dropped:  make(map[string]*atomic.Int64, len(DropReasons)),
 		open:     make(map[net.Conn]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
@@ -326,7 +336,7 @@ func (in *Server) flush(b *batch) {
 	if b.n == 0 {
 		return
 	}
-	if err := in.pub.Publish(telemetry.StepSubject(b.job), b.buf); err != nil {
+	if err := in.steps.Publish(telemetry.StepSubject(b.job), b.buf); err != nil {
 		in.dropped[dropPublish].Add(int64(b.n))
 		in.warn(dropPublish, fmt.Sprintf("publish %d records of job %s: %v", b.n, b.job, err))
 	} else {

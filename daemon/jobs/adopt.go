@@ -101,8 +101,11 @@ func latestCheckpoint(dir string) (string, int64) {
 	if m, err := readManifest(dir); err == nil {
 		return m.path, m.step
 	}
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return dir, 0
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != spoolDir {
+			return dir, 0
+		}
 	}
 	return "", 0
 }

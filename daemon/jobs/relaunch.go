@@ -22,6 +22,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 	if out.detached {
 		return ending{detached: true}, true
 	}
+	r.drainSpool()
 	if out.moved != nil && out.err == nil {
 		return r.moved(kill, shutdown, out, p)
 	}

@@ -21,6 +21,7 @@ with a checkpoint request, as for any move, then relaunches the job.
 import collections
 import json
 import math
+import os
 import select
 import signal
 import socket
@@ -33,6 +34,7 @@ from ._control import ControlState
 from ._env import Config
 
 SCHEMA_VERSION = 1
+SPOOL_DIR = ".scavenger-spool"  # in SCAV_CHECKPOINT_DIR; the daemon reads it (daemon/jobs/spool.go)
 MAX_RECORD_BYTES = 16 << 10  # the daemon's limit, newline excluded
 
 # Validation of the optional fields; anything failing is left out of the record.
@@ -170,6 +172,7 @@ class Client:
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
         self.preempted = 0  # pre-emption signals received
+        self.spooled = 0  # records left in the spool directory at close
         self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
@@ -261,10 +264,34 @@ class Client:
             self._poll()
         self._retry_at = 0.0
         self._flush()
-        self._dropped_send += len(self._queue) + len(self._spool)
-        self._queue.clear()
-        self._spool.clear()
+        self._leave()
         self._disconnect()
+
+    def _leave(self) -> None:
+        """At close: leave what no daemon took in the spool directory for the
+        next daemon (a restart in progress), or count it dropped."""
+        for _ in range(len(self._queue)):
+            step, t, samples, loss, fields = self._queue.popleft()
+            line = encode(build_record(self._header, step, t, samples, loss, {**self._defaults, **fields}))
+            if line is not None:
+                self._spool.append(line)
+        if not self._spool:
+            return
+        lines = list(self._spool)
+        self._spool.clear()
+        if self._config.checkpoint_dir:
+            directory = os.path.join(self._config.checkpoint_dir, SPOOL_DIR)
+            name = f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}.jsonl"
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with open(os.path.join(directory, name + ".tmp"), "wb") as f:
+                    f.write(b"".join(lines))
+                os.replace(os.path.join(directory, name + ".tmp"), os.path.join(directory, name))
+                self.spooled = len(lines)
+                return
+            except OSError:
+                pass
+        self._dropped_send += len(lines)
 
     def _flush(self) -> None:
         """Write every queued record; keep them queued while no daemon answers."""

@@ -48,6 +48,8 @@ class Config:
     it ends the allocation ("" when the launcher names none). token is
     SCAV_TOKEN, which binds this worker's connection to its attempt: the
     daemon counts no line of a connection whose hello lacks it.
+    checkpoint_dir is SCAV_CHECKPOINT_DIR: records no daemon took by the time
+    the worker ends are left in its SPOOL_DIR for the next daemon.
     """
 
     socket: str
@@ -60,6 +62,7 @@ class Config:
     global_batch: Optional[int]
     preempt_signal: str = ""
     token: str = ""
+    checkpoint_dir: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Config":
@@ -76,6 +79,7 @@ class Config:
             global_batch=global_batch(None, environ),
             preempt_signal=environ.get("SCAV_PREEMPT_SIGNAL", "").strip(),
             token=environ.get("SCAV_TOKEN", ""),
+            checkpoint_dir=environ.get("SCAV_CHECKPOINT_DIR", ""),
         )
 
 

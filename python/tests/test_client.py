@@ -1,5 +1,7 @@
 """Tests of the standard-library client: no-op mode, wire records, dropping."""
 
+import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -210,6 +212,23 @@ class WireTest(unittest.TestCase):
         self.assertEqual([r["step"] for r in recs], [6, 7, 8, 9, 10])
         self.assertEqual(len(second.of_kind("hello")), 1, "the new connection starts with a hello")
         self.assertEqual(client.stats()["dropped"], 0)
+
+    def test_records_no_daemon_took_are_left_for_the_next(self):
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        cfg = dataclasses.replace(config(os.path.join(ckpt, "absent.sock")), checkpoint_dir=ckpt)
+        client = Client(cfg)
+        for i in range(3):
+            client.step(samples=i)
+        client.close()
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        files = os.listdir(spool)
+        self.assertEqual(len(files), 1, files)
+        with open(os.path.join(spool, files[0])) as f:
+            recs = [json.loads(line) for line in f]
+        self.assertEqual([(r["job"], r["attempt"], r["rank"], r["step"]) for r in recs],
+                         [("j-1", 2, 1, 1), ("j-1", 2, 1, 2), ("j-1", 2, 1, 3)])
+        self.assertEqual((client.spooled, client.stats()["dropped"]), (3, 0))
 
     def test_module_api_in_a_worker(self):
         code = ("import scavenger\n"

@@ -1,0 +1,75 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// spoolDir, in a job's checkpoint directory, is where its workers leave the
+// step records no daemon took before they ended (a daemon restart under
+// them): python/scavenger/_client.py's SPOOL_DIR. The runner publishes them
+// when an attempt ends, and before a job goes on from a restart.
+const spoolDir = ".scavenger-spool"
+
+// drainSpool publishes the step records the job's workers spooled and
+// removes their files. Only the job's own step records count: the directory
+// is its owner's, and no one else's records get in through it.
+func (r *runner) drainSpool() {
+	dir := filepath.Join(r.rec.job.CheckpointDir, spoolDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	taken, refused := 0, 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".jsonl") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		recs, bad := telemetry.DecodeBatch(b)
+		refused += bad
+		var batch bytes.Buffer
+		publish := func() error {
+			if batch.Len() == 0 {
+				return nil
+			}
+			err := r.g.o.NC.Publish(telemetry.StepSubject(r.rec.job.ID), batch.Bytes())
+			batch.Reset()
+			return err
+		}
+		var perr error
+		for _, rec := range recs {
+			if rec.Job != r.rec.job.ID || !rec.IsStep() {
+				refused++
+				continue
+			}
+			line, _ := json.Marshal(rec)
+			batch.Write(append(line, '\n'))
+			taken++
+			if batch.Len() > 256<<10 {
+				perr = errors.Join(perr, publish())
+			}
+		}
+		if perr = errors.Join(perr, publish()); perr != nil {
+			r.log.Warn("publish spooled step records", zap.String("file", path), zap.Error(perr))
+			continue
+		}
+		_ = os.Remove(path)
+	}
+	_ = os.Remove(dir) // when empty: it is no checkpoint (latestCheckpoint)
+	if taken+refused > 0 {
+		r.log.Info("step records the workers spooled while no daemon took them", zap.Int("published", taken), zap.Int("refused", refused))
+	}
+}
