@@ -42,8 +42,12 @@ type Event struct {
 	Job     string    `json:"job"`
 	Attempt int       `json:"attempt,omitempty"`
 	Time    time.Time `json:"t"`
-	// ExitCode is set on EventFinished.
-	ExitCode *int `json:"exit_code,omitempty"`
+	// ExitCode, State and Handover are set on EventFinished: the job's exit
+	// status and final state, and whether the next daemon on the node goes on
+	// with it (its daemon stopped it to restart).
+	ExitCode *int   `json:"exit_code,omitempty"`
+	State    string `json:"state,omitempty"`
+	Handover bool   `json:"handover,omitempty"`
 	// Message says what happened in words (why a job failed, who stopped it).
 	Message string `json:"message,omitempty"`
 	// Phase, PredictedS and PredictedUSD come with EventDecided: the policy's

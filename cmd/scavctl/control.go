@@ -13,12 +13,13 @@ import (
 func newStopCmd(a *app) *cobra.Command {
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "stop JOB",
-		Short: "Stop a running job: SIGTERM to its workers, SIGKILL after the grace period",
-		Args:  cobra.ExactArgs(1),
+		Use:               "stop JOB",
+		Short:             "Stop a running job: SIGTERM to its workers, SIGKILL after the grace period",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				j, err := c.Stop(ctx, args[0], grace)
+			return a.withJob(cmd, args[0], false, func(ctx context.Context, c *api.Client, j api.Job) error {
+				j, err := c.Stop(ctx, j.ID, grace)
 				if err != nil {
 					return err
 				}
@@ -41,14 +42,11 @@ global batch B. Scripts that use the python client checkpoint at a step
 boundary chosen by the daemon; others need --checkpoint-signal on scavctl run.
 It returns once the old workers have checkpointed and exited; if the new
 configuration cannot start, the job goes back to the one it had.`,
-		Example: "  scavctl move cnn-48b214 --workers 2 --batch-size 128",
-		Args:    cobra.ExactArgs(1),
+		Example:           "  scavctl move cnn-48b214 --workers 2 --batch-size 128",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withDaemon(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				j, err := c.Job(ctx, args[0])
-				if err != nil {
-					return err
-				}
+			return a.withJob(cmd, args[0], false, func(ctx context.Context, c *api.Client, j api.Job) error {
 				cfg := j.Config
 				if cmd.Flags().Changed("workers") {
 					cfg.Workers = workers

@@ -349,7 +349,28 @@ func TestSecondInterruptKillsStuckWorkersNow(t *testing.T) {
 	if !strings.Contains(errOut.String(), "killing job") {
 		t.Errorf("scavctl did not say it was killing the job:\n%s", errOut.String())
 	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("scavctl exit %d after two SIGINTs, want 130", code)
+	}
+	if j := jobRecord(t, cmd.Args[2], jobID(t, errOut.String())); !strings.Contains(j.Message, "killed on request at step") || *j.ExitCode != 137 {
+		t.Errorf("record after the second SIGINT: %q, exit %d; want killed at a step, 137", j.Message, *j.ExitCode)
+	}
 	t.Logf("workers gone %s after the second SIGINT (grace was %s)", gone, grace)
+}
+
+// TestStoppedRunExitsNonZero: a job stopped from elsewhere ends its run
+// with 143, so that `scavctl run ... && next` does not go on.
+func TestStoppedRunExitsNonZero(t *testing.T) {
+	needTorch(t)
+	cmd, errOut, _ := startLoop(t, 4*time.Second)
+	id := jobID(t, errOut.String())
+	if _, e, code := scavctl(t, cmd.Args[2], "stop", id); code != 0 {
+		t.Fatalf("stop %s: exit %d\n%s", id, code, e)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 143 || !strings.Contains(errOut.String(), "stopped on request") {
+		t.Errorf("scavctl run of a job stopped by scavctl stop: exit %d, want 143:\n%s", code, errOut.String())
+	}
 }
 
 func TestConcurrentRunsShareOneDaemon(t *testing.T) {

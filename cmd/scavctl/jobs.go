@@ -14,27 +14,41 @@ import (
 )
 
 func newJobsCmd(a *app) *cobra.Command {
-	var all bool
+	var (
+		all         bool
+		state, name string
+	)
 	fetch := func(c *api.Client, ctx context.Context) ([]api.Job, error) {
+		list := c.Jobs
 		if all {
-			return c.AllJobs(ctx)
+			list = c.AllJobs
 		}
-		return c.Jobs(ctx)
+		jobs, err := list(ctx)
+		out := jobs[:0]
+		for _, j := range jobs {
+			if (state == "" || string(j.State) == state || state == "active" && !j.State.Done()) && (name == "" || j.Name == name) {
+				out = append(out, j)
+			}
+		}
+		return out, err
 	}
 	cmd := newListCmd(a, &cobra.Command{
 		Use:   "jobs",
 		Short: "List your jobs, oldest first",
-		Long: `jobs lists the jobs of yours the daemon has a record of: id, owner, state,
-configuration and exit code. Root lists every user's with --all.`,
-	}, fetch, "ID\tUSER\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j api.Job) string {
+		Long: `jobs lists the jobs of yours the daemon has a record of: id, name, owner,
+state, configuration and exit code. Root lists every user's with --all.`,
+		Example: "  scavctl jobs --state running\n  scavctl jobs --name train -o json",
+	}, fetch, "ID\tNAME\tUSER\tSTATE\tWORKERS\tBATCH\tEXIT\tAGE\tCOMMAND", func(j api.Job) string {
 		user := "root"
 		if j.Owner != nil {
 			user = j.Owner.User
 		}
-		return fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, user, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.Name, user, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
 			exitText(j.ExitCode), report.AgeText(time.Since(j.Created)), truncate(strings.Join(j.Command, " "), 60))
 	})
 	cmd.Flags().BoolVar(&all, "all", false, "every user's jobs (root only)")
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: starting, running, stopping, succeeded, failed, stopped, or active (not ended)")
+	cmd.Flags().StringVar(&name, "name", "", "only jobs of this name")
 	return cmd
 }
 

@@ -26,19 +26,17 @@ func newLogsCmd(a *app) *cobra.Command {
 		Long: `logs prints what the job's workers wrote, each line prefixed by the worker's
 rank (stderr lines go to stderr). With -f it keeps printing until the job ends;
 with -o json it prints one JSON object per line (attempt, rank, stream, line, t).`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				if _, err := c.Job(ctx, args[0]); err != nil {
-					return err
-				}
+			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
 				con := newConsole(a.stdout, a.stderr, 0)
 				enc := json.NewEncoder(a.stdout)
-				err := c.Output(ctx, args[0], follow, func(l *telemetry.LogLine, e *telemetry.Event) error {
+				err := c.Output(ctx, j.ID, follow, func(l *telemetry.LogLine, e *telemetry.Event) error {
 					switch {
 					case l != nil && asJSON:
 						return enc.Encode(l)
@@ -72,19 +70,17 @@ all-reduce; averaged, after it) that feed the gradient noise scale. With -o json
 it prints one JSON record per line, as the workers sent them. With --summary it
 prints what they add up to: median step time, samples/s, the compute/all-reduce
 split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				if _, err := c.Job(ctx, args[0]); err != nil {
-					return err
-				}
+			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
 				if summary {
 					var recs []telemetry.StepRecord
-					if err := c.Steps(ctx, args[0], false, func(r telemetry.StepRecord) error { recs = append(recs, r); return nil }); err != nil {
+					if err := c.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error { recs = append(recs, r); return nil }); err != nil {
 						return err
 					}
 					if asJSON {
@@ -97,7 +93,7 @@ split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).
 					fmt.Fprintln(tw, "STEP\tRANK\tWORLD\tDT_S\tSAMPLES\tCOMPUTE_S\tSYNC_S\tLOSS\tLOCAL_SQR\tAVG_SQR\t")
 				}
 				enc := json.NewEncoder(a.stdout)
-				err := c.Steps(ctx, args[0], follow, func(r telemetry.StepRecord) error {
+				err := c.Steps(ctx, j.ID, follow, func(r telemetry.StepRecord) error {
 					if asJSON {
 						return enc.Encode(r)
 					}

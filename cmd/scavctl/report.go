@@ -38,14 +38,15 @@ png one file per figure as well.`,
 		Example: `  scavctl report train-1a2b3c
   scavctl report train-1a2b3c --format html --out report.html
   scavctl report train-1a2b3c --format png --out figures/`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := reportFormat(format, a.output, cmd.Flags().Changed("output"))
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				rep, err := buildReport(ctx, c, args[0], time.Now())
+			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
+				rep, err := buildReport(ctx, c, j.ID, time.Now())
 				if err != nil {
 					return err
 				}

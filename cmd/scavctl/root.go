@@ -54,6 +54,9 @@ command (standalone mode), so the first command works on a fresh machine:
 
 scavctl finds a daemon in this order: --api, $SCAV_API, the API socket of the
 state directory (--state-dir), then the system daemon's (` + api.SystemStateDir + `/` + api.SocketName + `).
+Commands that take a JOB take its id, a prefix of its id that no other job
+of yours shares, or its name (the newest job of that name).
+
 The daemon knows who you are from the kernel: you act on and read your own jobs
 (root on everyone's), and a root daemon runs your jobs as you.
 A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm

@@ -63,8 +63,19 @@ replaced by the job's configuration. Commands that are launchers themselves
 
 Output lines are prefixed with the worker's rank. On a terminal a status line
 shows the step, samples/s, workers and global batch. Ctrl-C or SIGTERM stops
-the job: SIGTERM to the workers, SIGKILL after --grace. scavctl exits with the
-job's exit code.`,
+the job: SIGTERM to the workers, SIGKILL after --grace.
+
+scavctl exits with the job's exit code, so that "scavctl run ... && next" goes
+on only from a job that finished:
+  0        every worker exited 0
+  N        a worker failed with N (128+n: killed by signal n)
+  143      the job was stopped before it finished (scavctl stop)
+  137      it had to be killed (past its grace)
+  130      you stopped it with Ctrl-C (143 with SIGTERM to scavctl)
+  75       scavctl let go of the job, which goes on: its scavd was gone for
+           15s, or is restarting and hands the job to the next one (follow it
+           with scavctl attach JOB)
+  1        scavctl itself failed (bad flags, no daemon, ...)`,
 		Example: `  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
   scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py
   scavctl run --workers 4 --mode self -- torchrun --nproc_per_node={workers} train.py --bs={local_batch_size}`,
@@ -131,7 +142,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	defer release()
-	job, first, err := submit(ctx, c, f, req)
+	job, first, err := a.submit(ctx, c, f, req)
 	if err != nil {
 		return err
 	}
@@ -169,8 +180,12 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	if final.ExitCode != nil {
 		code = *final.ExitCode
 	}
+	if final.Handover {
+		con.notef("job %s: %s", job.ID, final.Message)
+		return exitError{exitDaemonLost}
+	}
 	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
-	if sig, ok := sig.(syscall.Signal); ok && code == 0 {
+	if sig, ok := sig.(syscall.Signal); ok && (code == 0 || final.State == string(api.StateStopped)) {
 		code = 128 + int(sig) // the shell's convention for a command ended by a signal
 	}
 	if code != 0 {
@@ -181,7 +196,7 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 
 // submit submits req, or with --resume resumes that job; first is the first
 // attempt whose output is this command's.
-func submit(ctx context.Context, c *api.Client, f runFlags, req api.RunRequest) (job api.Job, first int, err error) {
+func (a *app) submit(ctx context.Context, c *api.Client, f runFlags, req api.RunRequest) (job api.Job, first int, err error) {
 	if f.resume == "" {
 		if job, err = c.Run(ctx, req); err != nil {
 			return job, 0, fmt.Errorf("submit job: %w", err)
@@ -192,7 +207,10 @@ func submit(ctx context.Context, c *api.Client, f runFlags, req api.RunRequest) 
 	if err != nil {
 		return job, 0, err
 	}
-	if job, err = c.Resume(ctx, f.resume, env); err != nil {
+	if job, err = a.resolve(ctx, c, f.resume); err != nil {
+		return job, 0, fmt.Errorf("resume job: %w", err)
+	}
+	if job, err = c.Resume(ctx, job.ID, env); err != nil {
 		return job, 0, fmt.Errorf("resume job: %w", err)
 	}
 	return job, job.Attempt + 1, nil

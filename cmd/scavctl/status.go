@@ -14,16 +14,17 @@ import (
 
 func newStatusCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "status JOB",
-		Short: "Show one job's record and its latest step",
-		Args:  cobra.ExactArgs(1),
+		Use:               "status JOB",
+		Short:             "Show one job's record and its latest step",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				return a.showStatus(ctx, c, args[0], asJSON)
+			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
+				return a.showStatus(ctx, c, j, asJSON)
 			})
 		},
 	}
@@ -31,12 +32,8 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) showStatus(ctx context.Context, c *api.Client, id string, asJSON bool) error {
-	j, err := c.Job(ctx, id)
-	if err != nil {
-		return err
-	}
-	last, ok, err := c.LastStep(ctx, id)
+func (a *app) showStatus(ctx context.Context, c *api.Client, j api.Job, asJSON bool) error {
+	last, ok, err := c.LastStep(ctx, j.ID)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,10 @@ type outcome struct {
 	viaSignal bool // the move asked with the checkpoint signal, not the control channel
 	// detached: the daemon is stopping and leaves the attempt running.
 	detached bool
+	// acked: the restore point is rank 0's acknowledgement of this
+	// attempt's checkpoint; killed: a stop had to kill the workers (asked
+	// again, or the grace ran out) before they had checkpointed.
+	acked, killed bool
 }
 
 // watch is one attempt's watch: the state the runner keeps while it waits
@@ -164,6 +168,7 @@ func (w *watch) stopAttempt(g time.Duration) {
 func (w *watch) kill9() {
 	w.r.log.Warn("the daemon is out of time; killing the workers", zap.Int("attempt", w.n))
 	w.out.stopped = true
+	w.out.killed = w.out.killed || w.out.restore == ""
 	w.stopAttempt(time.Millisecond)
 }
 
@@ -171,6 +176,7 @@ func (w *watch) kill9() {
 // they can) and exit within it, or are killed.
 func (w *watch) stop(g time.Duration) {
 	if w.out.stopped {
+		w.out.killed = w.out.killed || w.out.restore == "" && g < w.grace
 		w.stopAttempt(g) // asked again: a shorter grace kills sooner
 		return
 	}
@@ -255,7 +261,7 @@ func (w *watch) preempt(rec telemetry.StepRecord) {
 func (w *watch) ack(a telemetry.StepRecord) {
 	if a.Rank == 0 && a.Checkpoint != "" && w.out.restore == "" {
 		w.acked = time.Now()
-		w.out.restore, w.out.lastStep = a.Checkpoint, a.Step
+		w.out.restore, w.out.lastStep, w.out.acked = a.Checkpoint, a.Step, true
 		w.out.timing.Checkpoint = w.acked.Sub(w.out.movedAt).Seconds()
 	}
 }
@@ -265,6 +271,7 @@ func (w *watch) ack(a telemetry.StepRecord) {
 func (w *watch) graceOver() {
 	if w.out.stopped {
 		w.r.log.Warn("workers still running when the grace ended; killing them", zap.Duration("grace", w.grace))
+		w.out.killed = w.out.killed || w.out.restore == ""
 		w.stopAttempt(time.Millisecond)
 		return
 	}

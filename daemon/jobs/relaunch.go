@@ -12,6 +12,15 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
+// The exit status a job that did not finish ends with: 143 (128+SIGTERM)
+// when it was stopped, 137 (128+SIGKILL) when it had to be killed; the
+// shell's convention, so that `scavctl run ... && next` never goes on from
+// an unfinished job.
+const (
+	exitStopped = 143
+	exitKilled  = 137
+)
+
 // maxHostLosses bounds the relaunches after lost hosts in one run of a job,
 // so that a flapping network cannot relaunch it forever.
 const maxHostLosses = 3
@@ -66,8 +75,8 @@ func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (en
 		return ending{}, false
 	}
 	// Stopped between two attempts: keep the checkpoint for --resume.
-	return ending{state: api.StateStopped, resume: &api.ResumePoint{Checkpoint: p.restore, Step: p.step},
-		msg: fmt.Sprintf("stopped on request between two attempts, at the checkpoint of step %d; continue with: scavctl run --resume %s", p.step, r.rec.job.ID)}, true
+	return ending{state: api.StateStopped, code: exitStopped, resume: &api.ResumePoint{Checkpoint: p.restore, Step: p.step},
+		msg: fmt.Sprintf("stopped on request between two attempts, at the checkpoint of step %d", p.step)}, true
 }
 
 // afterHostLoss is the configuration to go on at after hosts were lost: the
@@ -101,16 +110,32 @@ func (r *runner) conclude(out outcome) ending {
 	}
 	res := out.res
 	e := ending{state: api.StateSucceeded, code: res.ExitCode, msg: "all workers exited 0", res: &res}
+	stopped := out.stopped || res.Stopped
 	switch {
-	case (out.stopped || res.Stopped) && out.restore != "":
-		e.state = api.StateStopped
-		e.msg = fmt.Sprintf("stopped on request after checkpointing step %d; continue with: scavctl run --resume %s", out.lastStep, r.rec.job.ID)
+	case stopped && out.killed:
+		e.state, e.code = api.StateStopped, exitKilled
+		e.msg = fmt.Sprintf("killed on request at step %d, before it had checkpointed", r.prog.now().LastStep)
+		if out.restore != "" {
+			e.msg += fmt.Sprintf("; its last complete checkpoint is of step %d", out.lastStep)
+			e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
+		}
+	case stopped && out.acked:
+		e.state, e.code = api.StateStopped, exitStopped
+		e.msg = fmt.Sprintf("stopped on request after checkpointing step %d", out.lastStep)
 		e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
-	case out.stopped || res.Stopped:
-		e.state, e.msg = api.StateStopped, "stopped on request"
+	case stopped:
+		e.state, e.code = api.StateStopped, exitStopped
+		e.msg = fmt.Sprintf("stopped on request at step %d", r.prog.now().LastStep)
+		if out.restore != "" {
+			e.msg += fmt.Sprintf("; its last complete checkpoint is of step %d", out.lastStep)
+			e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
+		}
 	case res.ExitCode != 0:
 		e.state = api.StateFailed
-		e.msg = fmt.Sprintf("rank %d exited with %d; the other workers were stopped", res.FailedRank, res.ExitCode)
+		e.msg = fmt.Sprintf("rank %d exited with %d", res.FailedRank, res.ExitCode)
+		if len(res.Ranks) > 1 {
+			e.msg += "; the other workers were stopped"
+		}
 	}
 	return e
 }

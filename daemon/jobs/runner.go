@@ -290,9 +290,14 @@ func (r *runner) endAttempt(why string, move *api.MoveTiming) {
 // finish records the end of the job and publishes its final event.
 func (r *runner) finish(ctx context.Context, e ending) {
 	g := r.g
-	if e.state == api.StateStopped && g.o.ResumeJobs && g.o.RestartDir != "" && g.shuttingDown() {
-		e.msg += "; scavd was stopping: the next scavd on this node resumes it"
-	} else {
+	handover := e.state == api.StateStopped && g.o.ResumeJobs && g.o.RestartDir != "" && g.shuttingDown()
+	switch {
+	case handover:
+		e.msg += "; scavd is restarting: the next scavd on this node resumes it (scavctl attach " + r.rec.job.ID + " follows it)"
+	case e.resume != nil:
+		e.msg += "; continue with: scavctl run --resume " + r.rec.job.ID
+	}
+	if !handover {
 		g.forgetEnv(r.rec.job.ID)
 	}
 	why := e.why
@@ -307,7 +312,8 @@ func (r *runner) finish(ctx context.Context, e ending) {
 		j.Resume = e.resume
 	}
 	r.save(ctx)
-	r.publish(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg})
+	r.publish(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
+		State: string(e.state), Handover: handover})
 	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
 }
 
