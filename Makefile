@@ -6,7 +6,13 @@ PYTHON    ?= /usr/bin/python3
 BIN       := $(CURDIR)/bin
 DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
-GOFLAGS_TEST ?= -timeout 20m
+GOFLAGS_TEST ?= -timeout 25m
+# The version every binary reports (scavctl --version, scavd's log and API):
+# the commit, and -dirty with uncommitted changes.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+LDFLAGS   := -X github.com/scavenger-ml/scavenger/api.Version=$(VERSION)
+# go-nvml's header marks APIs deprecated; the warnings say nothing about this code.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all setup build demo test test-go test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-ops bench-security report-example clean
 
@@ -24,7 +30,7 @@ setup:
 
 ## build: build scavd and scavctl into bin/
 build:
-	$(GO) build -o $(BIN)/ ./cmd/scavd ./cmd/scavctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/scavd ./cmd/scavctl
 
 ## demo: run the CNN example with 2 workers on the embedded defaults and summarise its telemetry
 demo: setup build

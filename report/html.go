@@ -155,7 +155,7 @@ pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
 </style></head><body>
 <h1>Job {{.R.Job}}</h1>
 <p>State <b>{{.R.State}}</b>{{if .R.Policy}}, policy <b>{{.R.Policy}}</b>, objective <b>{{.R.Objective}}</b>, {{.R.Decisions}} decision(s){{end}}.
-Total {{sec .R.TotalS}}, {{usd .R.CostUSD}} at ${{printf "%.2f" .R.PriceUSDPerHour}}/h; relaunches {{sec .R.RelaunchS}}.</p>
+Total {{sec .R.TotalS}}, {{.R.CostText}}; relaunches {{sec .R.RelaunchS}}.</p>
 <div class="figs">{{range .Figures}}
 <figure id="fig-{{.Name}}">{{.SVG}}</figure>{{end}}
 </div>

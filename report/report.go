@@ -78,10 +78,7 @@ const warmup = 3
 // Make is the report of job j from rank 0's step records; now ends what
 // is still running.
 func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
-	price := j.Optimize.PriceUSDPerHour
-	if price == 0 {
-		price = 1
-	}
+	price := j.Optimize.PriceUSDPerHour // 0: none set, and no cost shown
 	rep := JobReport{Job: j.ID, State: string(j.State), Policy: j.Optimize.Policy, Objective: j.Optimize.Objective,
 		Decisions: len(j.Decisions), PriceUSDPerHour: price, decisions: j.Decisions}
 	for i := len(j.Decisions) - 1; i >= 0; i-- {
@@ -102,7 +99,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	}
 	rep.start = start
 	rep.CostUSD = rep.TotalS / 3600 * price
-	if rep.TotalS > 0 {
+	if rep.TotalS > 0 && price > 0 {
 		// The node is billed from start to end, relaunches included: the
 		// cost grows linearly, the attempts' boundaries marked.
 		rep.Cost = append(rep.Cost, stepstats.Point{T: 0, V: 0})
@@ -113,13 +110,21 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 		rep.Cost = append(rep.Cost, stepstats.Point{T: rep.TotalS, V: rep.CostUSD})
 	}
 	for _, d := range j.Decisions {
-		if d.PredictedUSD > 0 {
+		if d.PredictedUSD > 0 && price > 0 {
 			t := d.Time.Sub(start).Seconds()
 			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: t, V: t/3600*price + d.PredictedUSD})
 		}
 	}
 	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), float64(start.UnixNano())/1e9, maxNoisePoints)
 	return rep
+}
+
+// CostText says what the job cost, or that no price was set to say it.
+func (r JobReport) CostText() string {
+	if r.PriceUSDPerHour <= 0 {
+		return "no cost: no price set (scavctl run --price $/h, or --machine-type from the price catalog)"
+	}
+	return fmt.Sprintf("$%.4f at $%.2f/h", r.CostUSD, r.PriceUSDPerHour)
 }
 
 // BaseBatch is the batch job j's noise scale is measured against: its first
@@ -198,7 +203,7 @@ func (r JobReport) Print(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
 	}
-	_, err := fmt.Fprintf(w, "Total: %s, $%.4f at $%.2f/h; relaunches %.2fs\n", time.Duration(r.TotalS*float64(time.Second)).Round(time.Millisecond), r.CostUSD, r.PriceUSDPerHour, r.RelaunchS)
+	_, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", time.Duration(r.TotalS*float64(time.Second)).Round(time.Millisecond), r.CostText(), r.RelaunchS)
 	if err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
 	}

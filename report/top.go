@@ -129,10 +129,7 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		if u, ok := usage[j.ID]; ok && row.Active {
 			row.CPUCores, row.RSSBytes = u.CPUCores, u.RSSBytes
 		}
-		price := j.Optimize.PriceUSDPerHour
-		if price == 0 {
-			price = 1
-		}
+		price := j.Optimize.PriceUSDPerHour // 0: none set, no cost shown
 		var spentS float64
 		if j.Started != nil {
 			end := now
@@ -150,7 +147,9 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 				}
 				left := max(0, d.PredictedS-now.Sub(d.Time).Seconds())
 				row.LeftS, row.Predicted = left, true
-				row.CostUSD += d.PredictedUSD * left / d.PredictedS
+				if price > 0 {
+					row.CostUSD += d.PredictedUSD * left / d.PredictedS
+				}
 				break
 			}
 		}

@@ -110,10 +110,11 @@ type stepStatus struct {
 	predictedS   float64
 	predictedUSD float64
 	plannedAt    time.Time
+	priced       bool // a price was set: the forecast's dollars mean something
 }
 
-func newStepStatus(cfg plugins.Config) *stepStatus {
-	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch}
+func newStepStatus(cfg plugins.Config, priced bool) *stepStatus {
+	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch, priced: priced}
 }
 
 // plan notes the policy's latest phase and forecast.
@@ -155,7 +156,11 @@ func (s *stepStatus) line() string {
 	parts = append(parts, time.Since(s.start).Truncate(time.Second).String())
 	if s.predictedS > 0 {
 		left := time.Duration(s.predictedS*float64(time.Second)) - time.Since(s.plannedAt)
-		parts = append(parts, fmt.Sprintf("~%s left, ~$%.2f", max(left, 0).Round(time.Second), s.predictedUSD))
+		eta := fmt.Sprintf("~%s left", max(left, 0).Round(time.Second))
+		if s.priced {
+			eta += fmt.Sprintf(", ~$%.2f to finish", s.predictedUSD)
+		}
+		parts = append(parts, eta)
 	}
 	return strings.Join(parts, " · ")
 }
@@ -164,4 +169,46 @@ func (s *stepStatus) summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return fmt.Sprintf("%d steps, %d step records, %s", s.step, s.records, time.Since(s.start).Truncate(100*time.Millisecond))
+}
+
+// write prints p (whole lines from elsewhere: the in-process daemon's log)
+// under the status line, never glued to it.
+func (c *console) write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+	n, err := c.err.Write(p)
+	c.draw()
+	return n, err
+}
+
+// logWriter is where scavctl's log goes: stderr, through the console while
+// one keeps a status line there.
+type logWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	con *console
+}
+
+// Write implements io.Writer.
+func (l *logWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	con := l.con
+	l.mu.Unlock()
+	if con != nil {
+		return con.write(p)
+	}
+	return l.w.Write(p)
+}
+
+// through sends the log through con until the returned function is called.
+func (l *logWriter) through(con *console) func() {
+	l.mu.Lock()
+	l.con = con
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.con = nil
+		l.mu.Unlock()
+	}
 }

@@ -29,7 +29,8 @@ func newNodeCmd(a *app) *cobra.Command {
 		Long: `node prints the samples node daemons take of their GPUs (utilisation, memory,
 power, temperature, SM clock, ECC and XID errors, the processes on each device
 and their jobs) and of their host (CPU, memory, network, and the CPU and memory
-of each job's processes). Without NODE it prints every node's. With -f it keeps
+of each job's processes): the newest of each node and kind, or with --since
+those of that long. Without NODE it prints every node's. With -f it keeps
 printing new samples; with -o json it prints one JSON sample per line, as
 published on scav.node.<node>.gpu and scav.node.<node>.host.`,
 		Example: "  scavctl node\n  scavctl node gpu01 --kind gpu -f\n  scavctl node --since 10m -o json",
@@ -51,14 +52,10 @@ published on scav.node.<node>.gpu and scav.node.<node>.host.`,
 				node = args[0]
 			}
 			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
-				var from time.Time
-				if since > 0 {
-					from = time.Now().Add(-since)
-				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 				enc := json.NewEncoder(a.stdout)
-				err := c.NodeSamples(ctx, node, kind, follow, func(s telemetry.NodeSample) error {
-					if s.Time.Before(from) {
+				show := func(s telemetry.NodeSample) error {
+					if node != "" && s.Node != telemetry.SubjectNode(node) || kind != "" && s.Kind != kind {
 						return nil
 					}
 					if asJSON {
@@ -69,7 +66,21 @@ published on scav.node.<node>.gpu and scav.node.<node>.host.`,
 						return tw.Flush()
 					}
 					return nil
-				})
+				}
+				var err error
+				switch {
+				case since > 0 && follow:
+					err = c.NodeSamples(ctx, node, kind, true, func(s telemetry.NodeSample) error {
+						if s.Time.Before(time.Now().Add(-since)) {
+							return nil
+						}
+						return show(s)
+					})
+				case since > 0:
+					err = c.NodeSamplesSince(ctx, kind, time.Now().Add(-since), show)
+				default:
+					err = c.LatestNodeSamples(ctx, follow, show)
+				}
 				if ferr := tw.Flush(); err == nil {
 					err = ferr
 				}
@@ -79,7 +90,7 @@ published on scav.node.<node>.gpu and scav.node.<node>.host.`,
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new samples (Ctrl-C to stop)")
 	cmd.Flags().StringVar(&kind, "kind", "all", "samples to print: gpu, host or all")
-	cmd.Flags().DurationVar(&since, "since", 0, "only samples taken within this long (0: all the history kept)")
+	cmd.Flags().DurationVar(&since, "since", 0, "the samples taken within this long (default: the newest of each node and kind)")
 	addOutputFlag(a, cmd)
 	return cmd
 }

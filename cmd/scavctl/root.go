@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -26,13 +27,17 @@ import (
 // streams it writes to.
 type app struct {
 	endpoint string // --api
-	apiOpts  api.Options
-	stateDir string
-	logLevel string
-	output   string
+	// stateDirGiven: --state-dir or $SCAV_STATE_DIR named the daemon's
+	// state directory, whose daemon it must then be.
+	stateDirGiven bool
+	apiOpts       api.Options
+	stateDir      string
+	logLevel      string
+	output        string
 
 	stdout, stderr io.Writer
 	log            *zap.Logger
+	logOut         *logWriter // the log's writer: stderr, under run's status line
 }
 
 // exitError carries a process exit code through cobra (the job's, for run).
@@ -61,6 +66,7 @@ The daemon knows who you are from the kernel: you act on and read your own jobs
 (root on everyone's), and a root daemon runs your jobs as you.
 A daemon scavctl starts itself runs workers on this machine, or, inside a Slurm
 allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
+		Version:       api.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,7 +74,9 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 			if err != nil {
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", a.logLevel)
 			}
-			a.log = newLogger(a.stderr, lvl)
+			a.logOut = &logWriter{w: a.stderr}
+			a.log = newLogger(a.logOut, lvl)
+			a.stateDirGiven = a.stateDirGiven || cmd.Flags().Changed("state-dir")
 			return nil
 		},
 	}
@@ -79,6 +87,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	pf.StringVar(&a.endpoint, "api", os.Getenv("SCAV_API"), "the scavd API to use: a unix socket's path, or https://HOST:PORT with a token (default: the state directory's daemon, then the system one, else start one in process) [$SCAV_API]")
 	pf.StringVar(&a.apiOpts.Token, "token-file", "", "with --api https://...: a file holding the bearer token the daemon's api_tokens maps to you (default $SCAV_API_TOKEN)")
 	pf.StringVar(&a.apiOpts.CAFile, "api-ca", "", "with --api https://...: the CA certificate that signed the daemon's (default: the system's roots)")
+	a.stateDirGiven = os.Getenv("SCAV_STATE_DIR") != ""
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
@@ -107,6 +116,16 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// endpoints are the API sockets to try: a state directory given (flag or
+// $SCAV_STATE_DIR) is that directory's daemon and no other; else the
+// default one's, then the system daemon's.
+func (a *app) endpoints() []string {
+	if a.stateDirGiven {
+		return []string{filepath.Join(a.stateDir, api.SocketName)}
+	}
+	return api.Endpoints(a.stateDir)
+}
+
 // dialGiven connects to the daemon --api names.
 func (a *app) dialGiven(ctx context.Context, timeout time.Duration) (*api.Client, error) {
 	o := a.apiOpts
@@ -133,7 +152,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 	}
 	var urls []string
 	find := func() *api.Client {
-		urls = api.Endpoints(a.stateDir)
+		urls = a.endpoints()
 		c, _ := api.DialFirst(ctx, urls, probe)
 		return c
 	}

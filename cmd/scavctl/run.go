@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +44,7 @@ type runFlags struct {
 	targetEpochs  float64
 	datasetSize   int64
 	price         float64
+	machineType   string
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -115,7 +117,8 @@ on only from a job that finished:
 	fl.Int64Var(&f.targetSamples, "target-samples", 0, "the job's work in samples")
 	fl.Float64Var(&f.targetEpochs, "target-epochs", 0, "the job's work in epochs of --dataset-size samples")
 	fl.Int64Var(&f.datasetSize, "dataset-size", 0, "samples in one epoch (for --target-epochs)")
-	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for cost objectives (default 1)")
+	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for costs and cost objectives (default: the catalog's for --machine-type; none: no costs shown)")
+	fl.StringVar(&f.machineType, "machine-type", "", "this machine's type in the price catalog (scavctl prices), which gives its price")
 	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
@@ -148,9 +151,12 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	}
 	con := newConsole(a.stdout, a.stderr, f.statusTick)
 	defer con.close()
+	if a.logOut != nil {
+		defer a.logOut.through(con)()
+	}
 	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
 
-	st := newStepStatus(job.Config)
+	st := newStepStatus(job.Config, job.Optimize.PriceUSDPerHour > 0)
 	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
 		st.observe(r)
 		con.setStatus(st.line())
@@ -403,8 +409,15 @@ func parseRange(flag, v string) (lo, hi int, err error) {
 	if isRange {
 		hi, err2 = strconv.Atoi(strings.TrimSpace(b))
 	}
-	if err1 != nil || err2 != nil || lo < 0 || hi < lo {
-		return 0, 0, fmt.Errorf("%s %q: use N or MIN:MAX with 0 <= MIN <= MAX", flag, v)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, fmt.Errorf("%s %q: use a number N, or a range MIN:MAX (e.g. %s 1:4)", flag, v, flag)
+	case lo < 1 && flag == "--workers":
+		return 0, 0, fmt.Errorf("%s %q: a job needs at least 1 worker", flag, v)
+	case lo < 0:
+		return 0, 0, fmt.Errorf("%s %q: must not be negative", flag, v)
+	case hi < lo:
+		return 0, 0, fmt.Errorf("%s %q: the range's MIN %d is above its MAX %d; did you mean %s %d:%d?", flag, v, lo, hi, flag, hi, lo)
 	}
 	return lo, hi, nil
 }
@@ -415,6 +428,19 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	o := api.Optimize{
 		Policy: f.policy, Objective: f.objective, Deadline: api.Duration(f.deadline), BudgetUSD: f.budget,
 		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
+		MachineType: f.machineType,
+	}
+	if f.machineType != "" && f.price == 0 {
+		cat, err := price.Default()
+		if err == nil {
+			var m price.MachineType
+			if m, err = cat.Lookup(f.machineType); err == nil {
+				o.PriceUSDPerHour, err = m.Hourly(false)
+			}
+		}
+		if err != nil {
+			return o, fmt.Errorf("--machine-type %s: %w (scavctl prices lists the catalog; or give --price)", f.machineType, err)
+		}
 	}
 	targets := 0
 	for _, set := range []bool{f.targetSteps > 0, f.targetSamples > 0, f.targetEpochs > 0} {

@@ -105,7 +105,7 @@ func (a *app) findDaemon(ctx context.Context) (*api.Client, error) {
 		}
 		return c, nil
 	}
-	c, err := api.DialFirst(ctx, api.Endpoints(a.stateDir), time.Until(deadline))
+	c, err := api.DialFirst(ctx, a.endpoints(), time.Until(deadline))
 	if err != nil {
 		return nil, fmt.Errorf("no scavd answered (%w)", err)
 	}

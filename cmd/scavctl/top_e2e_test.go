@@ -186,7 +186,7 @@ func TestReportFormatsOnARealOptimisedJob(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
 	const target = 3000 // steps at the starting batch: enough for the search to pay
-	out, errOut, code := scavctl(t, state, "run", "--workers", "1:2", "--batch-size", "32:256", "--policy", "scavenger",
+	out, errOut, code := scavctl(t, state, "run", "--workers", "1:2", "--batch-size", "32:256", "--policy", "scavenger", "--price", "2.5",
 		"--target-steps", strconv.Itoa(target), "--", pythonBin, "examples/resumable_cnn.py")
 	if code != 0 {
 		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
