@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
 
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -64,6 +65,13 @@ type Attempt struct {
 	// PredictedStepS what the policy predicted for this configuration when it chose it.
 	MeasuredStepS  float64 `json:"measured_step_s,omitempty"`
 	PredictedStepS float64 `json:"predicted_step_s,omitempty"`
+	// PredictedLater is set when no decision predicted the step time when
+	// it chose the configuration (a probe before any model) and
+	// PredictedStepS is the first prediction made for it afterwards.
+	PredictedLater bool `json:"predicted_later,omitempty"`
+	// StartedBy is the phase of the decision that started the attempt
+	// ("probing", "optimised"; empty for the first and user moves).
+	StartedBy string `json:"started_by,omitempty"`
 	// ModelStepS is what the model of the latest model-based decision
 	// predicts for this configuration (0 when it made none).
 	ModelStepS float64 `json:"model_step_s,omitempty"`
@@ -156,11 +164,7 @@ func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Ti
 			end = *at.Ended
 		}
 		ra.WallS = end.Sub(at.Started).Seconds()
-		for _, d := range j.Decisions {
-			if d.To.Workers == at.Config.Workers && d.To.GlobalBatch == at.Config.GlobalBatch && d.PredictedStepS > 0 && !d.Time.After(at.Started) {
-				ra.PredictedStepS = d.PredictedStepS
-			}
-		}
+		ra.predicted(j.Decisions)
 		for _, c := range r.Candidates {
 			if c.Workers == at.Config.Workers && c.Batch == at.Config.GlobalBatch {
 				ra.ModelStepS = c.StepS
@@ -173,8 +177,10 @@ func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Ti
 	}
 }
 
-// Print writes the report as text: a line on the job, a table of its
-// attempts, and the totals.
+// Print writes the report as text, within 100 columns: a line on the job,
+// its attempts with their measured and predicted step times, the
+// relaunches, the decisions that chose a configuration with their predicted
+// time to finish against the time it took, and the totals.
 func (r JobReport) Print(w io.Writer) error {
 	fmt.Fprintf(w, "Job %s (%s)", r.Job, r.State)
 	if r.Policy != "" {
@@ -182,32 +188,106 @@ func (r JobReport) Print(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tWORKERS\tBATCH\tSTEPS\tWALL\tSTEP MEASURED\tSTEP PREDICTED\tENDED BY\tRELAUNCH: CKPT+EXIT+START+FIRST")
+	fmt.Fprintln(tw, "#\tWORKERS\tBATCH\tSTEPS\tWALL\tSTEP MEASURED\tSTEP PREDICTED\tENDED BY")
 	for _, a := range r.Timeline {
-		steps, pred, move := "-", "-", "-"
+		steps, pred := "-", "-"
 		if a.LastStep > 0 {
 			steps = fmt.Sprintf("%d..%d", a.FirstStep, a.LastStep)
 		}
-		if a.PredictedStepS > 0 {
+		switch {
+		case a.PredictedStepS > 0 && a.PredictedLater:
+			pred = fmt.Sprintf("%.1f ms (%+.0f%%) later", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+		case a.PredictedStepS > 0:
 			pred = fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+		case a.StartedBy == string(policy.PhaseProbing):
+			pred = "probe, no model yet"
 		}
-		if m := a.Move; m != nil {
-			move = fmt.Sprintf("%.2fs = %.2f+%.2f+%.2f+%.2f", m.Checkpoint+m.Exit+m.Start+m.FirstStep, m.Checkpoint, m.Exit, m.Start, m.FirstStep)
-			if m.Fallback {
-				move += " (fallback: stopped)"
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.1fs\t%.1f ms\t%s\t%s\t%s\n", a.Attempt.Attempt, a.Config.Workers, batchText(a.Config.GlobalBatch),
-			steps, a.WallS, a.MeasuredStepS*1e3, pred, a.EndReason, move)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.1fs\t%.1f ms\t%s\t%s\n", a.Attempt.Attempt, a.Config.Workers, batchText(a.Config.GlobalBatch),
+			steps, a.WallS, a.MeasuredStepS*1e3, pred, clip(a.EndReason, 26))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
 	}
+	r.printRelaunches(w)
+	r.printFinishes(w)
 	_, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", time.Duration(r.TotalS*float64(time.Second)).Round(time.Millisecond), r.CostText(), r.RelaunchS)
 	if err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
 	}
 	return nil
+}
+
+// printRelaunches writes what each relaunch took, part by part.
+func (r JobReport) printRelaunches(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, a := range r.Timeline {
+		m := a.Move
+		if m == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "Relaunches:")
+			fmt.Fprintln(tw, "AFTER\tTOTAL\tCHECKPOINT\tEXIT\tSTART\tFIRST STEP\tNOTE")
+			header = true
+		}
+		note := ""
+		if m.Fallback {
+			note = "no checkpoint acknowledged: stopped"
+		}
+		fmt.Fprintf(tw, "%d\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%s\n", a.Attempt.Attempt, m.Checkpoint+m.Exit+m.Start+m.FirstStep,
+			m.Checkpoint, m.Exit, m.Start, m.FirstStep, note)
+	}
+	_ = tw.Flush()
+}
+
+// printFinishes writes, for each decision that predicted when the job would
+// finish, that time against the time it took (for a finished job).
+func (r JobReport) printFinishes(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, d := range r.decisions {
+		if d.PredictedS <= 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "Predicted time to finish, at each decision that made one:")
+			fmt.Fprintln(tw, "STEP\tPHASE\tTO\tPREDICTED\tTOOK\tERROR")
+			header = true
+		}
+		took, errPct := "-", "-"
+		if r.State == string(api.StateSucceeded) {
+			t := r.TotalS - d.Time.Sub(r.start).Seconds()
+			took = (time.Duration(t * float64(time.Second))).Round(100 * time.Millisecond).String()
+			errPct = fmt.Sprintf("%+.0f%%", pct(d.PredictedS, t))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d x %s\t%s\t%s\t%s\n", d.Step, d.Phase, d.To.Workers, batchText(d.To.GlobalBatch),
+			(time.Duration(d.PredictedS * float64(time.Second))).Round(100*time.Millisecond), took, errPct)
+	}
+	_ = tw.Flush()
+}
+
+// predicted sets what was predicted for the attempt's configuration: by
+// the decision that started it (the last one before it that went there), or
+// failing that by the first one after its start that predicted it.
+func (a *Attempt) predicted(ds []api.Decision) {
+	same := func(d api.Decision) bool {
+		return d.To.Workers == a.Config.Workers && d.To.GlobalBatch == a.Config.GlobalBatch
+	}
+	for _, d := range ds {
+		if !d.Time.After(a.Started) && same(d) {
+			a.StartedBy, a.PredictedStepS, a.PredictedLater = string(d.Phase), d.PredictedStepS, false
+		}
+	}
+	if a.PredictedStepS > 0 {
+		return
+	}
+	for _, d := range ds {
+		if d.Time.After(a.Started) && same(d) && d.PredictedStepS > 0 {
+			a.PredictedStepS, a.PredictedLater = d.PredictedStepS, true
+			return
+		}
+	}
 }
 
 // batchText is how reports write a global batch: the number, or "(script's

@@ -162,9 +162,14 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 		Alternatives: len(d.Predictions),
 		Candidates:   recordCandidates(d.Predictions, d.Chosen),
 	}
-	if d.Chosen >= 0 && d.Chosen < len(d.Predictions) {
-		p := d.Predictions[d.Chosen]
-		dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+	// What the decision predicts for the configuration it goes to: the
+	// chosen candidate's forecast, or a probe's when a model already
+	// predicts it, so that every attempt a decision starts can be held to it.
+	for i, p := range d.Predictions {
+		if i == d.Chosen || d.Chosen < 0 && p.Candidate == d.Config {
+			dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+			break
+		}
 	}
 	return dec
 }
