@@ -61,6 +61,9 @@ func (r *RunRequest) Validate() error {
 	if r.Config.Workers < 1 {
 		errs = append(errs, fmt.Errorf("workers %d: need at least 1", r.Config.Workers))
 	}
+	if err := r.selfLaunched(); err != nil {
+		errs = append(errs, err)
+	}
 	if r.Config.GlobalBatch < 0 {
 		errs = append(errs, fmt.Errorf("batch size %d: must not be negative", r.Config.GlobalBatch))
 	}
@@ -163,6 +166,29 @@ func Timeout(verb string) time.Duration {
 type Reply struct {
 	Error string          `json:"error,omitempty"`
 	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+// selfLaunched refuses a command that starts its own workers (torchrun,
+// --mode self) when Scavenger may choose how many, unless the command is
+// told the number through {workers}: else the job would believe it runs one
+// worker while the command starts its own count.
+func (r *RunRequest) selfLaunched() error {
+	if plugins.ResolveMode(r.Mode, r.Command) != plugins.ModeSelf {
+		return nil
+	}
+	for _, a := range r.Command {
+		if strings.Contains(a, plugins.PlaceholderWorkers) {
+			return nil
+		}
+	}
+	if !r.Optimize.Active() || r.Optimize.MaxWorkers <= r.Optimize.MinWorkers {
+		return nil // a fixed count: the command says it as it likes
+	}
+	cmd := "torchrun"
+	if len(r.Command) > 0 {
+		cmd = filepath.Base(r.Command[0])
+	}
+	return fmt.Errorf("%s starts its own workers, so it must be told how many Scavenger chose: put {workers} in the command, e.g. %s --nproc_per_node={workers} ... (and {local_batch_size} for the batch)", cmd, cmd)
 }
 
 // ParseSignal reads a signal name, with or without its SIG prefix.

@@ -78,7 +78,11 @@ func Summarize(recs []telemetry.StepRecord) Summary {
 func gaps(recs []telemetry.StepRecord, seen map[[2]int64]int, first, last int64) (missing, duplicates int) {
 	worlds := map[int64]int{}
 	for _, r := range recs {
-		worlds[r.Step] = max(worlds[r.Step], r.World)
+		w := r.World
+		if r.From == telemetry.FromOutput {
+			w = 1 // read off one rank's output: one record a step
+		}
+		worlds[r.Step] = max(worlds[r.Step], w)
 	}
 	for step := first; step <= last; step++ {
 		w := worlds[step]

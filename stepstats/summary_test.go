@@ -97,3 +97,15 @@ func TestMedian(t *testing.T) {
 		t.Error("Median of none or one")
 	}
 }
+
+// TestSummarizeStepsReadOffOutput: steps read off one rank's output of a
+// two-worker job have one record each, and none is missing.
+func TestSummarizeStepsReadOffOutput(t *testing.T) {
+	var recs []telemetry.StepRecord
+	for step := int64(1); step <= 40; step++ {
+		recs = append(recs, telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, World: 2, Step: step, Seconds: 0.1, From: telemetry.FromOutput})
+	}
+	if s := Summarize(recs); s.Missing != 0 || s.FirstStep != 1 || s.LastStep != 40 {
+		t.Errorf("summary %+v: want steps 1..40, none missing", s)
+	}
+}

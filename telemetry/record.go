@@ -74,6 +74,9 @@ type StepRecord struct {
 	ID string `json:"id,omitempty"`
 	// Checkpoint is, in an ack from the rank that wrote it, the checkpoint's path.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Total is the total steps the job will run, when it says (the
+	// progress bar a script without the client prints).
+	Total int64 `json:"total,omitempty"`
 	// Token is, in a hello, the attempt's token (SCAV_TOKEN): it binds the
 	// connection to the job and attempt the hello names.
 	Token string `json:"token,omitempty"`
@@ -171,7 +174,7 @@ func (r *StepRecord) Validate() error {
 		return fmt.Errorf("time %v is not a positive Unix time", r.Time)
 	case !finiteNonNeg(r.Seconds):
 		return fmt.Errorf("dt %v is not a finite non-negative number", r.Seconds)
-	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0 || r.Count < 0:
+	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0 || r.Count < 0 || r.Total < 0:
 		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro/count")
 	}
 	for _, f := range []struct {

@@ -111,6 +111,10 @@ type stepStatus struct {
 	predictedUSD float64
 	plannedAt    time.Time
 	priced       bool // a price was set: the forecast's dollars mean something
+	// total is the steps the script says it runs (its progress bar), and
+	// stepS rank 0's last step time: an ETA without a policy's forecast.
+	total int64
+	stepS float64
 }
 
 func newStepStatus(cfg plugins.Config, priced bool) *stepStatus {
@@ -135,6 +139,12 @@ func (s *stepStatus) observe(r telemetry.StepRecord) {
 	if r.GlobalBatch > 0 {
 		s.batch = r.GlobalBatch
 	}
+	if r.Total > 0 {
+		s.total = r.Total
+	}
+	if r.Rank == 0 && r.Seconds > 0 {
+		s.stepS = r.Seconds
+	}
 	s.rate.Add(r)
 }
 
@@ -154,6 +164,10 @@ func (s *stepStatus) line() string {
 		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
 	}
 	parts = append(parts, time.Since(s.start).Truncate(time.Second).String())
+	if s.total > 0 && s.predictedS <= 0 && s.stepS > 0 && s.step < s.total {
+		eta := time.Duration(float64(s.total-s.step) * s.stepS * float64(time.Second))
+		parts = append(parts, fmt.Sprintf("step %d of %d, ~%s left", s.step, s.total, eta.Round(time.Second)))
+	}
 	if s.predictedS > 0 {
 		left := time.Duration(s.predictedS*float64(time.Second)) - time.Since(s.plannedAt)
 		eta := fmt.Sprintf("~%s left", max(left, 0).Round(time.Second))

@@ -295,8 +295,12 @@ func (w *watch) ended(res waited) {
 	switch {
 	case out.viaSignal || out.timing.Fallback:
 		// The script checkpointed by convention, or was stopped: resume from
-		// the newest complete checkpoint there is.
+		// the newest complete checkpoint there is. One the script named
+		// itself (no manifest) is at the last step its output showed.
 		out.restore, out.lastStep = w.r.latestCheckpoint()
+		if out.restore != "" && out.lastStep == 0 {
+			out.lastStep = w.r.prog.now().LastStep
+		}
 		out.timing.Checkpoint = time.Since(out.movedAt).Seconds()
 	case out.restore == "":
 		// The workers exited without acknowledging a checkpoint (one died

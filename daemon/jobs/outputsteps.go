@@ -26,6 +26,7 @@ type outputSteps struct {
 	parsers map[[2]any]*textprogress.Parser
 	source  *[2]any
 	attempt int
+	start   int64 // the attempt's start step
 	cfg     plugins.Config
 	publish func(telemetry.StepRecord) error
 }
@@ -40,10 +41,10 @@ func newOutputSteps(stepRegex string, publish func(telemetry.StepRecord) error) 
 }
 
 // attemptStarted forgets the streams of the attempt before.
-func (o *outputSteps) attemptStarted(attempt int, cfg plugins.Config) {
+func (o *outputSteps) attemptStarted(attempt int, cfg plugins.Config, startStep int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.attempt, o.cfg, o.source = attempt, cfg, nil
+	o.attempt, o.cfg, o.source, o.start = attempt, cfg, nil, startStep
 	o.parsers = map[[2]any]*textprogress.Parser{}
 }
 
@@ -60,7 +61,7 @@ func (o *outputSteps) line(job string, prog *progress, rank int, stream plugins.
 	}
 	p := o.parsers[key]
 	if p == nil {
-		p = o.base.Fresh()
+		p = o.base.Fresh(o.start)
 		o.parsers[key] = p
 	}
 	st, ok := p.Parse(text, time.Now())
@@ -82,7 +83,10 @@ func (o *outputSteps) line(job string, prog *progress, rank int, stream plugins.
 			V: telemetry.SchemaVersion, Job: job, Attempt: o.attempt, Rank: 0, World: o.cfg.Workers,
 			Step: first + i, Time: float64(t.UnixNano()) / 1e9, Seconds: per,
 			Samples: o.cfg.LocalBatch(), LocalBatch: o.cfg.LocalBatch(), GlobalBatch: o.cfg.GlobalBatch,
-			From: telemetry.FromOutput,
+			From: telemetry.FromOutput, Total: st.Total,
+		}
+		if i == n-1 {
+			rec.Loss = st.Loss
 		}
 		if err := o.publish(rec); err != nil {
 			log.Debug("publish output step", zap.Error(err))

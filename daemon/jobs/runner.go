@@ -213,7 +213,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.Handle, ending, bool) {
 	for ; ; p.attempt++ {
 		spec := r.spec(p, out)
-		out.attemptStarted(p.attempt, p.cfg)
+		out.attemptStarted(p.attempt, p.cfg, p.step)
 		if p.reattach {
 			p.reattach = false
 			h, err := r.reattach(ctx, spec)

@@ -32,12 +32,14 @@
 //
 // A user regex (scavctl run --step-regex) replaces the built-ins. It is
 // matched against each line with ANSI escapes removed and may use these
-// named groups; it must have a step or a rate group, and any other named
-// group is an error (unnamed groups are fine):
+// named groups; it must have a step or a rate group, or else exactly one
+// plain group, which is the step number ('it (\d+)'); any other named group
+// is an error:
 //
 //	step   the step number, a non-negative integer ((?P<step>\d+))
 //	rate   iterations per second, a non-negative decimal ((?P<rate>[\d.]+))
 //	total  the total steps, an integer (optional)
+//	loss   the training loss, a decimal (optional)
 //
 // # Successive steps
 //
@@ -78,6 +80,8 @@ type Step struct {
 	HasStep bool
 	// Total is the total number of steps the line shows (0 if none).
 	Total int64
+	// Loss is the loss the line shows (a user regex's loss group), or nil.
+	Loss *float64
 	// Rate is the iterations per second the line shows (0 if none). It is
 	// finite and non-negative.
 	Rate float64
@@ -116,6 +120,7 @@ type reading struct {
 	step, total int64
 	hasStep     bool
 	rate        float64
+	loss        *float64
 }
 
 // Parser reads the progress of one output stream. It is not safe for
@@ -127,6 +132,10 @@ type Parser struct {
 	haveStep bool // a Step with a step number has been returned (last is valid)
 	last     Step // the last Step with a step number
 	prev     time.Time
+	// unnamedStep: the user regex has one plain group, the step number.
+	unnamedStep bool
+	// base is the last step done before this stream's attempt.
+	base int64
 }
 
 // New builds a Parser. stepRegex, when not empty, replaces the built-in
@@ -140,34 +149,47 @@ func New(stepRegex string) (*Parser, error) {
 	}
 	re, err := regexp.Compile(stepRegex)
 	if err != nil {
-		return nil, fmt.Errorf("step regex %q: %w: %w", stepRegex, ErrBadRegex, err)
+		return nil, fmt.Errorf("step regex %q: %w: %w (e.g. %s)", stepRegex, ErrBadRegex, err, regexExample)
 	}
 	var hasStep, hasRate bool
+	unnamed := 0
 	for _, name := range re.SubexpNames()[1:] {
 		switch name {
 		case "":
+			unnamed++
 		case "step":
 			hasStep = true
 		case "rate":
 			hasRate = true
-		case "total":
+		case "total", "loss":
 		default:
-			return nil, fmt.Errorf("step regex %q: %w: unknown group %q (use step, rate or total)", stepRegex, ErrBadRegex, name)
+			return nil, fmt.Errorf("step regex %q: %w: unknown group %q (use step, rate, total or loss, e.g. %s)", stepRegex, ErrBadRegex, name, regexExample)
 		}
 	}
-	if !hasStep && !hasRate {
-		return nil, fmt.Errorf("step regex %q: %w: needs a (?P<step>...) or a (?P<rate>...) group", stepRegex, ErrBadRegex)
+	switch {
+	case hasStep || hasRate:
+	case unnamed == 1 && re.NumSubexp() == 1:
+		p.unnamedStep = true // one plain group: the step number
+	default:
+		return nil, fmt.Errorf("step regex %q: %w: needs one group for the step number, or a (?P<step>...) or (?P<rate>...) group, e.g. %s", stepRegex, ErrBadRegex, regexExample)
 	}
 	p.user = re
 	return p, nil
 }
 
+// regexExample is the example every regex error gives.
+const regexExample = `--step-regex 'it (\d+)' or 'step (?P<step>\d+)/(?P<total>\d+) loss (?P<loss>[\d.]+)'`
+
 // Fresh returns a new Parser with the same patterns and no state, for
-// another stream or attempt.
-func (p *Parser) Fresh() *Parser { return &Parser{user: p.user} }
+// another stream or attempt; base is the last step done before it (the
+// attempt's start step): the first step number a stream shows counts the
+// steps from there (from 0 when the number is not above it).
+func (p *Parser) Fresh(base int64) *Parser {
+	return &Parser{user: p.user, unnamedStep: p.unnamedStep, base: base}
+}
 
 // Reset forgets the stream's state, as at a new attempt.
-func (p *Parser) Reset() { *p = Parser{user: p.user} }
+func (p *Parser) Reset() { *p = Parser{user: p.user, unnamedStep: p.unnamedStep, base: p.base} }
 
 // Parse reads one output line, read at now. It returns a Step and true
 // when the line shows new progress (see the package comment), and false
@@ -177,13 +199,20 @@ func (p *Parser) Parse(line string, now time.Time) (Step, bool) {
 	if !ok {
 		return Step{}, false
 	}
-	s := Step{Step: r.step, HasStep: r.hasStep, Total: r.total, Rate: r.rate, Time: now}
+	s := Step{Step: r.step, HasStep: r.hasStep, Total: r.total, Rate: r.rate, Loss: r.loss, Time: now}
 	if !r.hasStep {
 		if p.have {
 			s.Elapsed = seconds(now.Sub(p.prev))
 		}
 		p.have, p.prev = true, now
 		return s, true
+	}
+	if !p.haveStep && r.step > 0 {
+		// The first step shown: the steps since the attempt began count.
+		s.Delta = r.step
+		if r.step > p.base {
+			s.Delta = r.step - p.base
+		}
 	}
 	if p.haveStep {
 		switch last := p.last; {
@@ -235,13 +264,13 @@ func (p *Parser) readSegment(seg string) (reading, bool) {
 		return reading{}, false
 	}
 	if p.user != nil {
-		return readUser(p.user, seg)
+		return readUser(p.user, p.unnamedStep, seg)
 	}
 	return readBuiltin(seg)
 }
 
 // readUser applies the user regex.
-func readUser(re *regexp.Regexp, seg string) (reading, bool) {
+func readUser(re *regexp.Regexp, unnamedStep bool, seg string) (reading, bool) {
 	m := re.FindStringSubmatch(seg)
 	if m == nil {
 		return reading{}, false
@@ -251,7 +280,14 @@ func readUser(re *regexp.Regexp, seg string) (reading, bool) {
 		if i == 0 || m[i] == "" {
 			continue
 		}
+		if name == "" && unnamedStep {
+			name = "step"
+		}
 		switch name {
+		case "loss":
+			if v, err := strconv.ParseFloat(m[i], 64); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+				r.loss = &v
+			}
 		case "step":
 			r.step, r.hasStep = parseCount(m[i])
 		case "total":

@@ -93,8 +93,8 @@ func TestParseLine(t *testing.T) {
 			if math.Abs(s.Rate-tc.rate) > 1e-9*math.Max(1, tc.rate) {
 				t.Errorf("rate %g, want %g", s.Rate, tc.rate)
 			}
-			if !s.Time.Equal(t0) || s.Delta != 0 || s.Elapsed != 0 || s.Restart {
-				t.Errorf("first observation %+v", s)
+			if !s.Time.Equal(t0) || s.Delta != max(s.Step, 0) || s.Elapsed != 0 || s.Restart {
+				t.Errorf("first observation %+v: want its steps counted from 0, untimed", s)
 			}
 		})
 	}
@@ -123,53 +123,53 @@ func TestParseSequence(t *testing.T) {
 		lines []line
 	}{
 		{"steps to dt", []line{
-			{"step 10", 0, obs{ok: true, step: 10}},
+			{"step 10", 0, obs{ok: true, step: 10, delta: 10}},
 			{"step 20", 2, obs{ok: true, step: 20, delta: 10, elapsed: 2}},
 			{"step 25", 3, obs{ok: true, step: 25, delta: 5, elapsed: 1}},
 		}},
 		{"tqdm redraws the same step", []line{
-			{bar(100), 0, obs{ok: true, step: 100}},
+			{bar(100), 0, obs{ok: true, step: 100, delta: 100}},
 			{bar(100), 0.5, obs{}},
 			{bar(100), 0.7, obs{}},
 			{bar(140), 1, obs{ok: true, step: 140, delta: 40, elapsed: 1}},
 		}},
 		{"backwards restarts", []line{
-			{"step 500", 0, obs{ok: true, step: 500}},
+			{"step 500", 0, obs{ok: true, step: 500, delta: 500}},
 			{"step 520", 1, obs{ok: true, step: 520, delta: 20, elapsed: 1}},
 			{"step 501", 5, obs{ok: true, step: 501, restart: true}},
 			{"step 511", 6, obs{ok: true, step: 511, delta: 10, elapsed: 1}},
 		}},
 		{"new epoch bar counts on", []line{
-			{bar(990), 0, obs{ok: true, step: 990}},
+			{bar(990), 0, obs{ok: true, step: 990, delta: 990}},
 			{bar(1000), 1, obs{ok: true, step: 1000, delta: 10, elapsed: 1}},
 			{"  0%|          | 0/1000 [00:00<?, ?it/s]", 3, obs{ok: true, step: 0}},
 			{bar(30), 4, obs{ok: true, step: 30, delta: 30, elapsed: 1}},
 		}},
 		{"keras epochs count on from 1", []line{
-			{"999/1000 [=============================>] - ETA: 0s", 0, obs{ok: true, step: 999}},
+			{"999/1000 [=============================>] - ETA: 0s", 0, obs{ok: true, step: 999, delta: 999}},
 			{"1000/1000 [==============================] - 10s 10ms/step", 1, obs{ok: true, step: 1000, delta: 1, elapsed: 1}},
 			{"Epoch 2/10", 1, obs{}},
 			{"   1/1000 [..............................] - ETA: 9s", 2, obs{ok: true, step: 1, delta: 1, elapsed: 1}},
 		}},
 		{"unfinished bar going back is a restart", []line{
-			{bar(500), 0, obs{ok: true, step: 500}},
+			{bar(500), 0, obs{ok: true, step: 500, delta: 500}},
 			{bar(100), 1, obs{ok: true, step: 100, restart: true}},
 		}},
 		{"clock going backwards gives no negative dt", []line{
-			{"step 1", 5, obs{ok: true, step: 1}},
+			{"step 1", 5, obs{ok: true, step: 1, delta: 1}},
 			{"step 2", 4, obs{ok: true, step: 2, delta: 1, elapsed: 0}},
 		}},
 		{"a burst at one instant is counted, not timed", []line{
-			{"step 1", 1, obs{ok: true, step: 1}},
+			{"step 1", 1, obs{ok: true, step: 1, delta: 1}},
 			{"step 2", 1, obs{ok: true, step: 2, delta: 1}},
 			{"step 3", 2, obs{ok: true, step: 3, delta: 1, elapsed: 1}},
 		}},
 		{"cr-separated updates arriving as one line", []line{
-			{"\r 10%|█         | 100/1000 [00:03<00:27, 33.0it/s]", 0, obs{ok: true, step: 100}},
+			{"\r 10%|█         | 100/1000 [00:03<00:27, 33.0it/s]", 0, obs{ok: true, step: 100, delta: 100}},
 			{"\r 11%|█         | 110/1000 [00:03<00:26, 33.5it/s]\r 12%|█▏        | 120/1000 [00:03<00:26, 33.5it/s]", 1, obs{ok: true, step: 120, delta: 20, elapsed: 1}},
 		}},
 		{"other lines leave the state alone", []line{
-			{"step 1", 0, obs{ok: true, step: 1}},
+			{"step 1", 0, obs{ok: true, step: 1, delta: 1}},
 			{"loss 0.5", 1, obs{}},
 			{"step 3", 2, obs{ok: true, step: 3, delta: 2, elapsed: 2}},
 		}},
@@ -248,8 +248,10 @@ func TestNewErrors(t *testing.T) {
 		{`(?P<step>\d+)/(?P<total>\d+) (?P<rate>[\d.]+)`, ""},
 		{`(\d+) (?P<step>\d+)`, ""},
 		{`step (\d+`, "missing closing )"},
-		{`step (\d+)`, "needs a (?P<step>...) or a (?P<rate>...) group"},
-		{`(?P<total>\d+)`, "needs a (?P<step>...)"},
+		{`step (\d+)`, ""}, // one plain group: the step
+		{`step (\d+) of (\d+)`, "needs one group for the step number"},
+		{`(?P<total>\d+)`, "or a (?P<step>...)"},
+		{`(?P<steps>\d+)`, `e.g. --step-regex 'it (\d+)'`},
 		{`(?P<steps>\d+)`, `unknown group "steps"`},
 	}
 	for _, tc := range tests {
@@ -276,16 +278,34 @@ func TestFreshAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Parse("s5", at(0))
-	q := p.Fresh()
-	if s, ok := q.Parse("s6", at(1)); !ok || s.Delta != 0 {
+	q := p.Fresh(4)
+	if s, ok := q.Parse("s6", at(1)); !ok || s.Delta != 2 {
 		t.Errorf("fresh parser carried state: %+v", s)
 	}
 	if s, ok := q.Parse("step 7", at(2)); ok {
 		t.Errorf("fresh parser lost the user regex: %+v", s)
 	}
 	p.Reset()
-	if s, ok := p.Parse("s5", at(2)); !ok || s.Delta != 0 || s.Restart {
+	if s, ok := p.Parse("s5", at(2)); !ok || s.Delta != 5 || s.Restart {
 		t.Errorf("after reset %+v, %v", s, ok)
+	}
+}
+
+// TestUserRegexGroups: one plain group is the step; a loss group is read.
+func TestUserRegexGroups(t *testing.T) {
+	p, err := New(`it (\d+)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := p.Parse("it 40 done", at(0)); !ok || s.Step != 40 || s.Delta != 40 {
+		t.Errorf("plain group: %+v, %v; want step 40, all 40 counted", s, ok)
+	}
+	p, err = New(`step (?P<step>\d+)/(?P<total>\d+) loss (?P<loss>[\d.]+)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := p.Parse("step 3/10 loss 0.25", at(0)); !ok || s.Total != 10 || s.Loss == nil || *s.Loss != 0.25 {
+		t.Errorf("loss and total: %+v, %v", s, ok)
 	}
 }
 
@@ -339,7 +359,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, a, b string, dtMs int64) {
 		for _, u := range users {
-			p := u.Fresh()
+			p := u.Fresh(0)
 			var prev Step
 			var have bool
 			for i, l := range []string{a, b, b, a} {
