@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scavenger-ml/scavenger/plugins"
-	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 type runFlags struct {
@@ -34,6 +32,7 @@ type runFlags struct {
 	ckptSignal string
 	stepRegex  string
 	resume     string
+	detach     bool
 
 	policy        string
 	objective     string
@@ -120,6 +119,7 @@ on only from a job that finished:
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for costs and cost objectives (default: the catalog's for --machine-type; none: no costs shown)")
 	fl.StringVar(&f.machineType, "machine-type", "", "this machine's type in the price catalog (scavctl prices), which gives its price")
 	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
+	fl.BoolVarP(&f.detach, "detach", "d", false, "submit the job to the node's scavd, print its id and return (follow it with scavctl attach)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
@@ -140,8 +140,11 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	c, release, err := a.connect(ctx, true)
+	c, release, err := a.connect(ctx, !f.detach)
 	if err != nil {
+		if f.detach {
+			return fmt.Errorf("%w\n  -d hands the job to a scavd that outlives this command: start one (systemctl start scavd, or scavd --state-dir %s &, see the README), or run without -d", err, a.stateDir)
+		}
 		return err
 	}
 	defer release()
@@ -149,55 +152,12 @@ func (a *app) runJob(ctx context.Context, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	con := newConsole(a.stdout, a.stderr, f.statusTick)
-	defer con.close()
-	if a.logOut != nil {
-		defer a.logOut.through(con)()
+	if f.detach {
+		fmt.Fprintln(a.stdout, job.ID)
+		fmt.Fprintf(a.stderr, "scavctl: job %s submitted; follow it with scavctl attach %[1]s, stop it with scavctl stop %[1]s\n", job.ID)
+		return nil
 	}
-	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
-
-	st := newStepStatus(job.Config, job.Optimize.PriceUSDPerHour > 0)
-	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
-		st.observe(r)
-		con.setStatus(st.line())
-	})
-	if err != nil {
-		return err
-	}
-	defer feed.Close()
-
-	watchCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	interrupted := forwardSignals(watchCtx, c, job.ID, f.grace, sigs, con)
-	final, err := followJob(watchCtx, c, job.ID, first, con, st)
-	cancel()
-	sig := <-interrupted
-	if errors.Is(err, errDaemonLost) {
-		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them). Follow it with: scavctl status %[3]s; scavctl logs -f %[3]s",
-			c.URL(), daemonLostAfter, job.ID)
-		return exitError{exitDaemonLost}
-	}
-	if err != nil {
-		return err
-	}
-	feed.Drain()
-	con.setStatus(st.line())
-	code := 0
-	if final.ExitCode != nil {
-		code = *final.ExitCode
-	}
-	if final.Handover {
-		con.notef("job %s: %s", job.ID, final.Message)
-		return exitError{exitDaemonLost}
-	}
-	con.notef("job %s finished: %s (exit %d); %s", job.ID, final.Message, code, st.summary())
-	if sig, ok := sig.(syscall.Signal); ok && (code == 0 || final.State == string(api.StateStopped)) {
-		code = 128 + int(sig) // the shell's convention for a command ended by a signal
-	}
-	if code != 0 {
-		return exitError{code}
-	}
-	return nil
+	return a.watchJob(ctx, c, job, first, watchOptions{tick: f.statusTick, grace: f.grace, stop: true}, sigs)
 }
 
 // submit submits req, or with --resume resumes that job; first is the first
@@ -220,123 +180,6 @@ func (a *app) submit(ctx context.Context, c *api.Client, f runFlags, req api.Run
 		return job, 0, fmt.Errorf("resume job: %w", err)
 	}
 	return job, job.Attempt + 1, nil
-}
-
-// forwardSignals stops the job at the first signal (with grace) and kills it
-// at the second, until ctx ends; the channel then gives the first signal
-// (nil: none came).
-func forwardSignals(ctx context.Context, c *api.Client, id string, grace time.Duration, sigs <-chan os.Signal, con *console) <-chan os.Signal {
-	out := make(chan os.Signal, 1)
-	go func() { // owned by the caller: it ends with ctx, and the caller reads out
-		var first os.Signal
-		defer func() { out <- first }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case s := <-sigs:
-				g := grace
-				if first == nil {
-					first = s
-					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, id, grace)
-				} else {
-					g = time.Millisecond
-					con.notef("%s: killing job %s now", s, id)
-				}
-				if _, err := c.Stop(ctx, id, g); err != nil && ctx.Err() == nil {
-					con.notef("stop %s: %v", id, err)
-				}
-			}
-		}
-	}()
-	return out
-}
-
-// errDaemonLost says that the daemon was gone for daemonLostAfter.
-var errDaemonLost = errors.New("lost the daemon")
-
-// followJob prints the job's output and events from attempt first on until
-// its final event, which it returns; errDaemonLost when the daemon goes away.
-func followJob(ctx context.Context, c *api.Client, id string, first int, con *console, st *stepStatus) (*telemetry.Event, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var lost atomic.Bool // the daemon went away; set before ctx is cancelled
-	watched := make(chan struct{})
-	go func() { // joined below; ends with ctx
-		defer close(watched)
-		watchDaemon(ctx, c, daemonLostAfter, func() { lost.Store(true); cancel() })
-	}()
-	var final *telemetry.Event
-	err := c.Output(ctx, id, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
-		if l != nil && l.Attempt < first || e != nil && e.Attempt < first && e.Kind != telemetry.EventSubmitted {
-			return nil // the output of a run before this one (--resume)
-		}
-		if l != nil {
-			con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
-			return nil
-		}
-		if e.Kind == telemetry.EventFinished {
-			final = e
-			return errFinished
-		}
-		switch e.Kind {
-		case telemetry.EventDecided:
-			st.plan(e.Phase, e.PredictedS, e.PredictedUSD)
-			con.notef("%s: %s", e.Phase, e.Message)
-		case telemetry.EventStopping, telemetry.EventMoved:
-			con.notef("%s", e.Message)
-		case telemetry.EventStarted:
-			if e.Attempt > 1 {
-				con.notef("%s", e.Message)
-			}
-		}
-		return nil
-	})
-	cancel()
-	<-watched
-	switch {
-	case lost.Load():
-		return nil, errDaemonLost
-	case !errors.Is(err, errFinished):
-		return nil, fmt.Errorf("follow output of %s: %w", id, err)
-	}
-	return final, nil
-}
-
-// daemonLostAfter is how long scavctl run waits for a lost daemon to come
-// back before it stops following the job; exitDaemonLost is its exit status
-// then (EX_TEMPFAIL: the job may well go on).
-const (
-	daemonLostAfter = 15 * time.Second
-	exitDaemonLost  = 75
-)
-
-// connection is what watchDaemon needs of a client.
-type connection interface{ Connected() bool }
-
-// watchDaemon calls lost once nc has not been connected for after (a
-// reconnect within it, as to a scavd restarted on the same address, is
-// fine), and returns; or returns when ctx ends.
-func watchDaemon(ctx context.Context, nc connection, after time.Duration, lost func()) {
-	tick := time.NewTicker(after / 30)
-	defer tick.Stop()
-	var since time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			switch {
-			case nc.Connected():
-				since = time.Time{}
-			case since.IsZero():
-				since = now
-			case now.Sub(since) >= after:
-				lost()
-				return
-			}
-		}
-	}
 }
 
 // buildRunRequest turns flags and the command into the daemon's request.
