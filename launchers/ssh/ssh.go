@@ -146,6 +146,11 @@ type Options struct {
 	// comment): set it when a scavd runs on every host or the hosts share
 	// the daemon's machine.
 	NoTelemetryForward bool
+	// PreemptSignal, when set, is the signal (e.g. "USR1") the workers get
+	// before their machine is taken away (SCAV_PREEMPT_SIGNAL): set by a
+	// launcher that hears of pre-emptions and delivers them with Signal
+	// (launchers/cloudvm).
+	PreemptSignal string
 }
 
 // Launcher starts attempts over SSH. It implements plugins.Launcher.
