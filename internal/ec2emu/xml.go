@@ -92,8 +92,8 @@ type describeSpotPriceHistoryResponse struct {
 
 // errorResponse is EC2's error document.
 type errorResponse struct {
-	XMLName   xml.Name `xml:"Response"`
-	Errors    []struct {
+	XMLName xml.Name `xml:"Response"`
+	Errors  []struct {
 		Code    string `xml:"Code"`
 		Message string `xml:"Message"`
 	} `xml:"Errors>Error"`
