@@ -47,6 +47,8 @@ type Info struct {
 	Active     []string `json:"active"`
 	// Metrics is the address of the Prometheus endpoint, when it is served.
 	Metrics string `json:"metrics,omitempty"`
+	// Launcher names the launcher the daemon's jobs run on.
+	Launcher string `json:"launcher,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

@@ -96,8 +96,10 @@ type Daemon struct {
 	ingest     *ingest.Server
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
-	// releaseLauncher releases the launcher the daemon opened itself.
+	// releaseLauncher releases the launcher the daemon opened itself;
+	// launcher is its name.
 	releaseLauncher func()
+	launcher        string
 	lock            *os.File
 	// node samples the node's GPUs and host; metrics serves /metrics.
 	node      *nodeSampler
@@ -167,6 +169,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 			return nil, err
 		}
 	}
+	d.launcher = launcher.Name()
 	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
@@ -308,6 +311,6 @@ func (d *Daemon) shutdown() error {
 func (d *Daemon) info() api.Info {
 	return api.Info{
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
-		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
+		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(), Launcher: d.launcher,
 	}
 }

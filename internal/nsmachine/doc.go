@@ -6,7 +6,8 @@
 // An isolated machine (Spec.Isolate) is what launchers/cloudvm's local
 // provider calls an instance: besides its network namespace it has its own
 // UTS (hostname), PID, mount and IPC namespaces, a private tmpfs as its
-// local disk (at /mnt) and a private /dev/shm, and cgroup-v1 limits that
+// local disk (at /mnt), a private /dev/shm, an /etc/hosts in which its
+// name resolves to its address, and cgroup-v1 limits that
 // make its type: a CPU quota (cpu.cfs_quota_us) and a memory limit. Its
 // init (PID 1 in its PID namespace) is the command of Spec.Init, sshd for an
 // instance; killing it ends every process of the machine at once, and the

@@ -65,9 +65,12 @@ if [ -n "$SCAV_NS_ISOLATE" ]; then
   mount -t proc proc /proc &&
   mount -t tmpfs -o "size=$SCAV_NS_DISK,mode=0755" localdisk /mnt &&
   mount -t tmpfs -o size=64m,mode=1777 shm /dev/shm || exit 98
+  # The machine's name resolves to its address (as on a cloud's machine).
+  { cat /etc/hosts; echo "$SCAV_NS_ADDR $SCAV_NS_NAME"; } >/dev/shm/.hosts &&
+  mount --bind /dev/shm/.hosts /etc/hosts || exit 98
 fi
 hostname "$SCAV_NS_NAME" || exit 99
-unset SCAV_NS_ISOLATE SCAV_NS_DISK SCAV_NS_NAME
+unset SCAV_NS_ISOLATE SCAV_NS_DISK SCAV_NS_NAME SCAV_NS_ADDR
 exec "$@"`
 
 // Start starts a machine: its namespaces with the init command waiting,
@@ -112,7 +115,7 @@ func (m *Machine) start(ctx context.Context) error {
 	}
 	defer goW.Close()
 	cmd := exec.Command("/bin/sh", append([]string{"-c", initScript, "init"}, s.Init...)...)
-	cmd.Env = append(os.Environ(), "SCAV_NS_NAME="+s.Name)
+	cmd.Env = append(os.Environ(), "SCAV_NS_NAME="+s.Name, "SCAV_NS_ADDR="+s.Addr)
 	flags := uintptr(unix.CLONE_NEWNET | unix.CLONE_NEWUTS)
 	if s.Isolate {
 		flags |= unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC

@@ -113,11 +113,11 @@ func TestIsolatedMachine(t *testing.T) {
 			t.Fatalf("dial %s: %v\n%s", addrs[i], err, log)
 		}
 		s, _ := c.NewSession()
-		out, err := s.CombinedOutput(`hostname; cat /proc/1/comm; touch /mnt/x && ls /mnt; echo $(( $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || echo 0) )); ` +
+		out, err := s.CombinedOutput(`hostname; cat /proc/1/comm; touch /mnt/x && ls /mnt; getent hosts $(hostname) | cut -d" " -f1; echo $(( $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || echo 0) )); ` +
 			`bash -c 'exec 3<>/dev/tcp/` + ms[1-i].Spec.Addr + `/22 && head -c 4 <&3'`)
 		c.Close()
 		got := strings.Fields(string(out))
-		if err != nil || len(got) < 4 || got[0] != m.Spec.Name || got[1] != "sshd" || got[2] != "x" || !strings.HasPrefix(got[len(got)-1], "SSH-") {
+		if err != nil || len(got) < 5 || got[0] != m.Spec.Name || got[1] != "sshd" || got[2] != "x" || got[3] != m.Spec.Addr || !strings.HasPrefix(got[len(got)-1], "SSH-") {
 			t.Errorf("machine %d: %q, %v", i, out, err)
 		}
 		if _, err := os.Stat("/mnt/x"); err == nil {

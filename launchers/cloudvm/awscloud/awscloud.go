@@ -61,7 +61,7 @@ type Options struct {
 	// gives its on-demand price and GPUs (its slots; 1 without GPUs).
 	Types   []string
 	Catalog *price.Catalog
-	// Image is the AMI the instances boot; required.
+	// Image is the AMI the instances boot; required to provision.
 	Image string
 	// KeyName, InstanceProfile and SecurityGroups are passed to RunInstances when set.
 	KeyName         string
@@ -94,8 +94,8 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New loads the SDK's configuration and checks the types against the catalog.
 func New(ctx context.Context, o Options) (*Provider, error) {
-	if o.Logger == nil || o.Catalog == nil || o.Image == "" || len(o.Zones) == 0 || len(o.Types) == 0 {
-		return nil, errors.New("new aws provider: Options.Logger, Catalog, Image, Zones and Types are required")
+	if o.Logger == nil || o.Catalog == nil || len(o.Zones) == 0 || len(o.Types) == 0 {
+		return nil, errors.New("new aws provider: Options.Logger, Catalog, Zones and Types are required")
 	}
 	if o.Metadata == "" {
 		o.Metadata = DefaultMetadata

@@ -22,6 +22,9 @@ func (p *Provider) Provision(ctx context.Context, req provider.ProvisionRequest)
 	if _, ok := p.types[req.Type]; !ok {
 		return nil, fmt.Errorf("provision: type %q is not among %v", req.Type, p.o.Types)
 	}
+	if p.o.Image == "" {
+		return nil, fmt.Errorf("provision: %w: no AMI (cloud.image)", provider.ErrUnavailable)
+	}
 	in := &ec2.RunInstancesInput{
 		ImageId: aws.String(p.o.Image), InstanceType: types.InstanceType(req.Type),
 		MinCount: aws.Int32(int32(req.Count)), MaxCount: aws.Int32(int32(req.Count)),
