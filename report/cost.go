@@ -159,4 +159,3 @@ func dash(s string) string {
 	}
 	return s
 }
-
