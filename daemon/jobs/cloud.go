@@ -216,3 +216,16 @@ func (c *controller) chooseNow() (policy.Decision, bool) {
 	}
 	return policy.Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: policy.PhaseOptimised, Predictions: preds, Chosen: ch.Index}, true
 }
+
+// workersText says how many workers cfg has, and on what machines when it
+// names them: "2 workers", "2 workers on loc.full (spot)".
+func workersText(cfg plugins.Config) string {
+	s := fmt.Sprintf("%d workers", cfg.Workers)
+	if cfg.MachineType != "" {
+		s += " on " + cfg.MachineType
+		if cfg.Market != "" {
+			s += " (" + cfg.Market + ")"
+		}
+	}
+	return s
+}

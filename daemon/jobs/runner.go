@@ -271,8 +271,8 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
-	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)",
-		p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %s, global batch %d (launcher %s, %s)",
+		p.attempt, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
 // endAttempt closes the current attempt's record.

@@ -225,13 +225,13 @@ func (e *Emulator) describeInstances(f url.Values) (any, *apiError) {
 			if in == nil || time.Since(in.Launched) < e.faults.NotFoundFor {
 				return nil, &apiError{http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id)}
 			}
-			if matches(in, fs) {
+			if e.describeLocked(in); matches(in, fs) {
 				add(in)
 			}
 		}
 	} else {
 		for _, in := range e.sortedLocked() {
-			if matches(in, fs) {
+			if e.describeLocked(in); matches(in, fs) {
 				add(in)
 			}
 		}

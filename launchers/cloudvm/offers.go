@@ -25,8 +25,12 @@ func (l *Launcher) currentPrices(ctx context.Context) ([]provider.Price, error) 
 	if !pc.at.IsZero() && time.Since(pc.at) < DefaultPriceCacheTime {
 		return pc.prices, nil
 	}
-	prices, err := l.o.Provider.Prices(ctx, l.o.Types)
+	prices, err := retry(ctx, l, "prices", func() ([]provider.Price, error) { return l.o.Provider.Prices(ctx, l.o.Types) })
 	if err != nil {
+		if pc.prices != nil {
+			l.log.Warn("prices: using the last known", zap.Time("from", pc.at), zap.Error(err))
+			return pc.prices, nil
+		}
 		return nil, err
 	}
 	l.mu.Lock()

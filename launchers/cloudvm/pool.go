@@ -158,8 +158,11 @@ func (l *Launcher) sync(ctx context.Context, p *pool) error {
 	}
 	alive := map[string]bool{}
 	for _, in := range live {
+		if !in.Alive() {
+			continue
+		}
 		alive[in.ID] = true
-		if p.member(in.ID) == nil {
+		if p.member(in.ID) == nil && !p.charged(in.ID) { // not one released meanwhile
 			p.log.Warn("adopting an instance of the job the pool did not know", zap.String("instance", in.ID))
 			l.addMember(p, in)
 		}
@@ -172,6 +175,19 @@ func (l *Launcher) sync(ctx context.Context, p *pool) error {
 	return nil
 }
 
+// charged reports whether instance id has a charge in the pool: it was
+// a member once.
+func (p *pool) charged(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.charges {
+		if c.Instance == id {
+			return true
+		}
+	}
+	return false
+}
+
 // addMember adds a provisioned instance to the pool and starts its charge.
 func (l *Launcher) addMember(p *pool, in provider.Instance) *member {
 	m := &member{inst: in}
@@ -180,6 +196,11 @@ func (l *Launcher) addMember(p *pool, in provider.Instance) *member {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.members[in.ID] = m
+	for _, c := range p.charges {
+		if c.Instance == in.ID {
+			return m // a retried request answered with what it launched before
+		}
+	}
 	p.charges = append(p.charges, plugins.Charge{Instance: in.ID, Type: in.Type, Zone: in.Zone, Market: in.Market,
 		USDPerHour: priceOf(prices, offering{in.Type, in.Zone, in.Market}), Start: in.Launched, Granularity: b.Granularity, Minimum: b.Minimum})
 	p.saveChargesLocked()

@@ -77,7 +77,7 @@ type Options struct {
 	// HTTPClient, when set, is the SDK's HTTP client.
 	HTTPClient *http.Client
 	// WaitPoll is the running waiter's shortest delay between describes
-	// (default 5 s).
+	// (default 1 s; it backs off to 30 s).
 	WaitPoll time.Duration
 }
 
@@ -101,7 +101,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		o.Metadata = DefaultMetadata
 	}
 	if o.WaitPoll <= 0 {
-		o.WaitPoll = 5 * time.Second
+		o.WaitPoll = time.Second
 	}
 	var opts []func(*config.LoadOptions) error
 	if o.Region != "" {

@@ -361,22 +361,3 @@ func (c *Cloud) Ended(id string) time.Time {
 	}
 	return time.Time{}
 }
-
-// Instances returns every instance the cloud has launched, terminated
-// ones included, with when each ended (zero while it runs).
-func (c *Cloud) Instances() (insts []provider.Instance, ended []time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, in := range c.insts {
-		insts = append(insts, in.Instance)
-	}
-	insts = sortByID(insts)
-	for _, in := range insts {
-		var e time.Time
-		if x := c.insts[in.ID].Ended; x != nil {
-			e = *x
-		}
-		ended = append(ended, e)
-	}
-	return insts, ended
-}

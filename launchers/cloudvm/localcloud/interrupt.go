@@ -86,7 +86,7 @@ type interruptRequest struct {
 }
 
 // adminHandler serves the admin socket: POST /interrupt reclaims a spot
-// instance; GET /instances lists every instance.
+// instance; GET /instances lists every instance's Record.
 func (c *Cloud) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /interrupt", func(w http.ResponseWriter, r *http.Request) {
@@ -105,8 +105,7 @@ func (c *Cloud) adminHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /instances", func(w http.ResponseWriter, _ *http.Request) {
-		insts, _ := c.Instances()
-		_ = json.NewEncoder(w).Encode(insts)
+		_ = json.NewEncoder(w).Encode(c.Records())
 	})
 	return mux
 }

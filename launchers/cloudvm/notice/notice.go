@@ -85,6 +85,9 @@ func New(o Options) *Watcher {
 	hc := &http.Client{Transport: &http.Transport{DialContext: o.Dial, MaxIdleConns: 1}}
 	c := imds.New(imds.Options{
 		Endpoint: o.Endpoint, HTTPClient: hc,
+		// AWS_EC2_METADATA_DISABLED is for the SDK's credential chain; the
+		// watcher reads an instance's notices whatever it says.
+		ClientEnableState: imds.ClientEnabled,
 		// IMDSv2 only: a token failure is an error, never a silent v1 fallback.
 		EnableFallback: aws.FalseTernary,
 		Retryer:        aws.NopRetryer{}, // the watcher polls again anyway
