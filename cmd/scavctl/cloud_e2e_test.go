@@ -85,6 +85,7 @@ func startCloudScavd(t *testing.T, state string, env []string, args ...string) *
 		if t.Failed() {
 			t.Logf("scavd:\n%s", d.log.String())
 		}
+		destroyCloudIfAny(t, cloudDir(state)) // when the test did not get to it
 	})
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := api.ReadDiscovery(state); err == nil {
@@ -112,6 +113,10 @@ func cloudDir(state string) string { return filepath.Join(state, "cloud", "local
 // no namespace, link, cgroup or process of one, no zombie.
 func destroyCloud(t *testing.T, dir string) {
 	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "destroyed")); err == nil {
+		return
+	}
+	defer os.WriteFile(filepath.Join(dir, "destroyed"), nil, 0o600)
 	recs, err := localcloud.ReadRecords(dir)
 	if err != nil {
 		t.Fatal(err)

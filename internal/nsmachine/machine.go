@@ -53,6 +53,10 @@ type Machine struct {
 	Started uint64 `json:"started"`
 }
 
+// LocalTmp is the temporary directory on an isolated machine's local disk
+// (for its TMPDIR: what is made there goes with the machine).
+const LocalTmp = "/mnt/tmp"
+
 // defaultDisk is the local disk of an isolated machine that names none.
 const defaultDisk = 256 << 20
 
@@ -64,6 +68,7 @@ if [ -n "$SCAV_NS_ISOLATE" ]; then
   mount --make-rprivate / &&
   mount -t proc proc /proc &&
   mount -t tmpfs -o "size=$SCAV_NS_DISK,mode=0755" localdisk /mnt &&
+  mkdir -m 1777 /mnt/tmp &&
   mount -t tmpfs -o size=64m,mode=1777 shm /dev/shm || exit 98
   # The machine's name resolves to its address (as on a cloud's machine).
   { cat /etc/hosts; echo "$SCAV_NS_ADDR $SCAV_NS_NAME"; } >/dev/shm/.hosts &&
@@ -249,6 +254,8 @@ func (m *Machine) Terminate(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// The next machine on this address has another MAC: forget this one's.
+	_ = IP(ctx, "neigh", "flush", "to", s.Addr, "dev", s.Bridge.Name)
 	if _, err := os.Stat("/run/netns/" + s.NetNS); err == nil {
 		if err := IP(ctx, "netns", "del", s.NetNS); err != nil {
 			errs = append(errs, err)

@@ -113,7 +113,7 @@ func TestIsolatedMachine(t *testing.T) {
 			t.Fatalf("dial %s: %v\n%s", addrs[i], err, log)
 		}
 		s, _ := c.NewSession()
-		out, err := s.CombinedOutput(`hostname; cat /proc/1/comm; touch /mnt/x && ls /mnt; getent hosts $(hostname) | cut -d" " -f1; echo $(( $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || echo 0) )); ` +
+		out, err := s.CombinedOutput(`hostname; cat /proc/1/comm; test -d /mnt/tmp && touch /mnt/x && ls /mnt/x | cut -c6-; getent hosts $(hostname) | cut -d" " -f1; echo $(( $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || echo 0) )); ` +
 			`bash -c 'exec 3<>/dev/tcp/` + ms[1-i].Spec.Addr + `/22 && head -c 4 <&3'`)
 		c.Close()
 		got := strings.Fields(string(out))

@@ -80,6 +80,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -164,6 +165,7 @@ type Launcher struct {
 	o       Options
 	log     *zap.Logger
 	started time.Time
+	nonce   string // makes its idempotency tokens its own
 	types   map[string]provider.InstanceType
 
 	ctx    context.Context // the launcher's life: watchers, attempts' waits, the reaper
@@ -193,7 +195,7 @@ func New(ctx context.Context, o Options) (*Launcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new cloudvm launcher: types of provider %s: %w", o.Provider.Name(), err)
 	}
-	l := &Launcher{o: o, log: o.Logger.Named("cloudvm"), started: time.Now(), types: map[string]provider.InstanceType{},
+	l := &Launcher{o: o, log: o.Logger.Named("cloudvm"), started: time.Now(), nonce: nsmachine.RandomHex(16), types: map[string]provider.InstanceType{},
 		pools: map[string]*pool{}, block: blocklist{}}
 	for _, t := range types {
 		l.types[t.Name] = t

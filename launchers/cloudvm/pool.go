@@ -242,9 +242,11 @@ func (l *Launcher) release(ctx context.Context, p *pool, ids []string) error {
 }
 
 // token is the idempotency token of one provisioning request: the same
-// request, retried, carries the same token.
-func (l *Launcher) token(p *pool, round int, o offering, n int) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%s|%s|%s|%d", l.o.Owner, p.job, round, o.Type, o.Zone, o.Market, n))
+// request, retried, carries the same token; no other request does, not
+// even one of the next launcher on the same state after a restart (the
+// launcher's nonce).
+func (l *Launcher) token(p *pool, attempt, round int, o offering, n int) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%d|%d|%s|%s|%s|%d", l.nonce, l.o.Owner, p.job, attempt, round, o.Type, o.Zone, o.Market, n))
 	return hex.EncodeToString(h[:16])
 }
 
@@ -259,8 +261,11 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 	tries := failover(typ, market, l.zones(l.types[typ]), !l.o.NoFallback, l.blockSnapshot(), time.Now())
 	for _, o := range tries {
 		insts, err := l.provision(ctx, provider.ProvisionRequest{Type: typ, Count: n - len(got), Market: o.Market, Zone: o.Zone,
-			Tags: l.tags(p.job, attempt), Token: l.token(p, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot})
+			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot})
 		for _, in := range insts {
+			if !in.Alive() {
+				return got, fmt.Errorf("provision answered with instance %s, %s: a token was reused", in.ID, in.State)
+			}
 			l.addMember(p, in)
 		}
 		got = append(got, insts...)

@@ -228,6 +228,9 @@ func parseSignal(name string) (syscall.Signal, error) {
 	return 0, fmt.Errorf("pre-emption signal %q: use USR1, USR2 or TERM", name)
 }
 
+// sshDialTimeout bounds the ssh launcher's connection to an instance.
+const sshDialTimeout = 30 * time.Second
+
 // startOn starts the attempt over SSH on hosts (ranks fill them in order).
 func (l *Launcher) startOn(ctx context.Context, p *pool, spec plugins.AttemptSpec, hosts []*member) (*attempt, error) {
 	if err := p.writeKnownHosts(hosts); err != nil {
@@ -240,7 +243,8 @@ func (l *Launcher) startOn(ctx context.Context, p *pool, spec plugins.AttemptSpe
 		ids = append(ids, m.inst.ID)
 	}
 	sl, err := ssh.New(ssh.Options{Logger: l.o.Logger, Hosts: inv, KeyFiles: []string{p.keyFile()}, KnownHosts: []string{p.knownHosts()},
-		Grace: l.o.Grace, NoTelemetryForward: l.o.NoTelemetryForward, PreemptSignal: l.o.PreemptSignal})
+		Grace: l.o.Grace, NoTelemetryForward: l.o.NoTelemetryForward, PreemptSignal: l.o.PreemptSignal,
+		DialTimeout: sshDialTimeout}) // the instances answered a moment ago: a slow handshake is load, not loss
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@
 //
 // Workers on another host cannot reach the daemon's unix socket
 // (AttemptSpec.Socket). Unless Options.NoTelemetryForward is set, the
-// launcher makes a private directory (mode 0700) under /tmp on each host,
+// launcher makes a private directory (mode 0700) under $TMPDIR (else /tmp) on each host,
 // asks that host's sshd to listen on a unix socket in it (OpenSSH
 // streamlocal forwarding, on by default in sshd), sets the host's workers'
 // SCAV_SOCKET to it and proxies every connection made there, both ways, to a

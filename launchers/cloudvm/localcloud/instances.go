@@ -180,7 +180,7 @@ func (c *Cloud) launch(ctx context.Context, t Type, req provider.ProvisionReques
 		return nil, err
 	}
 	sshd := nsmachine.SSHD{Addr: addr, HostKey: filepath.Join(dir, "hostkey"), AuthorizedKeys: filepath.Join(dir, "authorized_keys"), PidFile: "none",
-		SetEnv: []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + c.Metadata()}}
+		SetEnv: []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + c.Metadata(), "TMPDIR=" + nsmachine.LocalTmp}}
 	for name, data := range map[string][]byte{"hostkey": req.Boot.HostKey, "authorized_keys": []byte(req.Boot.AuthorizedKey + "\n"), "sshd_config": []byte(sshd.Config())} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			return nil, fmt.Errorf("write %s: %w", name, err)
