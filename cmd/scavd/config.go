@@ -82,6 +82,7 @@ type cloudSettings struct {
 	IdleRelease      time.Duration `yaml:"idle_release"`
 	Blocklist        time.Duration `yaml:"blocklist"`
 	NoticeInterval   time.Duration `yaml:"notice_interval"`
+	Rebalance        bool          `yaml:"rebalance"`
 	ForwardTelemetry bool          `yaml:"forward_telemetry"`
 }
 
@@ -180,6 +181,7 @@ func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
 	f.DurationVar(&c.IdleRelease, "cloud-idle-release", cloudvm.DefaultIdleRelease, "launcher cloudvm: a job's instances no attempt used for this long are terminated")
 	f.DurationVar(&c.Blocklist, "cloud-blocklist", cloudvm.DefaultBlocklist, "launcher cloudvm: how long a type, zone and market that had no capacity or was reclaimed is avoided")
 	f.DurationVar(&c.NoticeInterval, "cloud-notice-interval", notice.DefaultInterval, "launcher cloudvm: how often each spot instance's interruption notices are polled")
+	f.BoolVar(&c.Rebalance, "cloud-rebalance", false, "launcher cloudvm: also act on a spot instance's rebalance recommendation (an earlier warning than the interruption notice)")
 	f.BoolVar(&c.ForwardTelemetry, "cloud-forward-telemetry", true, "launcher cloudvm: forward the telemetry socket to each instance over SSH; =false when the instances share this node's filesystem")
 }
 
@@ -204,7 +206,7 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 	return builtin.CloudOptions{Provider: c.Provider, StateDir: dir, Catalog: c.Catalog, Types: c.Types, Zones: c.Zones, Market: c.Market,
 		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
 		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, IdleRelease: c.IdleRelease,
-		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, NoTelemetryForward: !c.ForwardTelemetry}
+		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
 }
 
 // validateCloud checks the cloud: group.

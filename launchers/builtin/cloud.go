@@ -55,6 +55,8 @@ type CloudOptions struct {
 	IdleRelease    time.Duration
 	Blocklist      time.Duration
 	NoticeInterval time.Duration
+	// Rebalance also acts on rebalance recommendations.
+	Rebalance bool
 	// NoTelemetryForward gives the workers the daemon's socket path as it is.
 	NoTelemetryForward bool
 }
@@ -76,7 +78,7 @@ func openCloud(ctx context.Context, o CloudOptions, log *zap.Logger) (plugins.La
 	}
 	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: log, Provider: prov, StateDir: filepath.Join(o.StateDir, "launcher"),
 		Types: o.Types, Zones: o.Zones, Market: o.Market, Owner: owner, MaxInstances: o.MaxInstances, IdleRelease: o.IdleRelease,
-		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, User: o.User, NoTelemetryForward: o.NoTelemetryForward})
+		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, Rebalance: o.Rebalance, User: o.User, NoTelemetryForward: o.NoTelemetryForward})
 	if err != nil {
 		closeProv()
 		return nil, nil, fmt.Errorf("cloud launcher: %w", err)
