@@ -36,12 +36,12 @@ func main() {
 // bench is the running bench: its binaries and the scavd it drives.
 type bench struct {
 	scavd, scavctl, python string
-	catalog, state       string
-	target               int
-	notices              int
-	types                []string
-	workers, batches     []int
-	skipLoop             bool
+	catalog, state         string
+	target                 int
+	notices                int
+	types                  []string
+	workers, batches       []int
+	skipLoop               bool
 }
 
 func run(ctx context.Context) error {
