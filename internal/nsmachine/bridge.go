@@ -18,14 +18,17 @@ import (
 // CAP_SYS_ADMIN). The wrapped error says which.
 var ErrUnavailable = errors.New("namespace machines are not available here")
 
+// geteuid is os.Geteuid; tests replace it.
+var geteuid = os.Geteuid
+
 // sshdPath is the sshd binary machines run as their init.
 const sshdPath = "/usr/sbin/sshd"
 
 // Check reports, wrapping ErrUnavailable, why this machine cannot make
 // namespace machines; nil when it can (as far as can be told without making one).
 func Check(isolated bool) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: it needs root (uid %d): network namespaces, veths and cgroups are root's", ErrUnavailable, os.Geteuid())
+	if uid := geteuid(); uid != 0 {
+		return fmt.Errorf("%w: it needs root (uid %d): network namespaces, veths and cgroups are root's", ErrUnavailable, uid)
 	}
 	for _, p := range []string{"ip", "unshare"} {
 		if _, err := exec.LookPath(p); err != nil {

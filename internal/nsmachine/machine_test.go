@@ -2,6 +2,7 @@ package nsmachine
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -127,5 +128,14 @@ func TestIsolatedMachine(t *testing.T) {
 		if want := strconv.Itoa(int(m.Spec.CPUs * cfsPeriod)); strings.TrimSpace(string(q)) != want {
 			t.Errorf("quota %s, want %s", q, want)
 		}
+	}
+}
+
+// TestWithoutRoot: without root, Check says that namespace machines need it.
+func TestWithoutRoot(t *testing.T) {
+	defer func(f func() int) { geteuid = f }(geteuid)
+	geteuid = func() int { return 1000 }
+	if err := Check(true); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "needs root (uid 1000)") {
+		t.Fatalf("Check as uid 1000 = %v", err)
 	}
 }

@@ -30,6 +30,7 @@ func (p Proc) Getenv(key string) string {
 	return ""
 }
 
+// String is "PID(comm,state)".
 func (p Proc) String() string { return fmt.Sprintf("%d(%s,%s)", p.PID, p.Comm, p.State) }
 
 // NetNSInode is the inode of the network namespace named name (/run/netns/name).

@@ -228,3 +228,11 @@ func TestCapacity(t *testing.T) {
 		t.Errorf("spot without a spot market: %v, want ErrCapacity", err)
 	}
 }
+
+// TestOpenSaysWhatItNeeds: a local cloud that cannot be had (here: an
+// empty options) says why.
+func TestOpenSaysWhatItNeeds(t *testing.T) {
+	if _, err := Open(context.Background(), Options{}); err == nil || !strings.Contains(err.Error(), "required") {
+		t.Errorf("Open without options = %v", err)
+	}
+}
