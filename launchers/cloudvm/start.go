@@ -248,6 +248,7 @@ func (l *Launcher) startOn(ctx context.Context, p *pool, spec plugins.AttemptSpe
 	if err != nil {
 		return nil, err
 	}
+	spec.Config.Nodes = 0 // the pool's instances are the nodes; the ranks fill their slots
 	h, err := sl.Start(ctx, spec)
 	if err != nil {
 		_ = sl.Close()
