@@ -79,6 +79,7 @@ type cloudSettings struct {
 	User             string        `yaml:"user"`
 	Owner            string        `yaml:"owner"`
 	MaxInstances     int           `yaml:"max_instances"`
+	PoolLimit        int           `yaml:"pool_limit"`
 	IdleRelease      time.Duration `yaml:"idle_release"`
 	Blocklist        time.Duration `yaml:"blocklist"`
 	NoticeInterval   time.Duration `yaml:"notice_interval"`
@@ -178,6 +179,7 @@ func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
 	f.StringVar(&c.User, "cloud-user", "root", "launcher cloudvm: the login user on the instances (an AMI's default user, e.g. ubuntu, on aws)")
 	f.StringVar(&c.Owner, "cloud-owner", "", "launcher cloudvm: this scavd's name in the instances' owner tag; its instances of no running job are terminated (default: the host name and the state directory's name)")
 	f.IntVar(&c.MaxInstances, "cloud-max-instances", cloudvm.DefaultMaxInstances, "launcher cloudvm: the most instances one attempt may have")
+	f.IntVar(&c.PoolLimit, "cloud-pool-limit", 0, "launcher cloudvm: the most instances a job holds at once, old and new while it changes type (0: twice --cloud-max-instances); beyond it the old are released before the new are provisioned")
 	f.DurationVar(&c.IdleRelease, "cloud-idle-release", cloudvm.DefaultIdleRelease, "launcher cloudvm: a job's instances no attempt used for this long are terminated")
 	f.DurationVar(&c.Blocklist, "cloud-blocklist", cloudvm.DefaultBlocklist, "launcher cloudvm: how long a type, zone and market that had no capacity or was reclaimed is avoided")
 	f.DurationVar(&c.NoticeInterval, "cloud-notice-interval", notice.DefaultInterval, "launcher cloudvm: how often each spot instance's interruption notices are polled")
@@ -205,7 +207,7 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 	}
 	return builtin.CloudOptions{Provider: c.Provider, StateDir: dir, Catalog: c.Catalog, Types: c.Types, Zones: c.Zones, Market: c.Market,
 		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
-		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, IdleRelease: c.IdleRelease,
+		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
 		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
 }
 
@@ -220,6 +222,9 @@ func (s settings) validateCloud(bad func(key, format string, args ...any)) {
 	}
 	if c.MaxInstances < 1 {
 		bad("cloud.max_instances", "%d: must be positive", c.MaxInstances)
+	}
+	if c.PoolLimit < 0 || c.PoolLimit > 0 && c.PoolLimit < c.MaxInstances {
+		bad("cloud.pool_limit", "%d: 0, or at least max_instances (%d)", c.PoolLimit, c.MaxInstances)
 	}
 	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval} {
 		if d <= 0 {

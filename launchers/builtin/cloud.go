@@ -50,8 +50,9 @@ type CloudOptions struct {
 	// Owner names this scavd in the instances' owner tag (default: the
 	// host name and the state directory's base name).
 	Owner string
-	// MaxInstances, IdleRelease, Blocklist and NoticeInterval: see cloudvm.Options.
+	// MaxInstances, PoolLimit, IdleRelease, Blocklist and NoticeInterval: see cloudvm.Options.
 	MaxInstances   int
+	PoolLimit      int
 	IdleRelease    time.Duration
 	Blocklist      time.Duration
 	NoticeInterval time.Duration
@@ -77,7 +78,7 @@ func openCloud(ctx context.Context, o CloudOptions, log *zap.Logger) (plugins.La
 		owner = host + "-" + filepath.Base(filepath.Dir(filepath.Clean(o.StateDir)))
 	}
 	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: log, Provider: prov, StateDir: filepath.Join(o.StateDir, "launcher"),
-		Types: o.Types, Zones: o.Zones, Market: o.Market, Owner: owner, MaxInstances: o.MaxInstances, IdleRelease: o.IdleRelease,
+		Types: o.Types, Zones: o.Zones, Market: o.Market, Owner: owner, MaxInstances: o.MaxInstances, PoolLimit: o.PoolLimit, IdleRelease: o.IdleRelease,
 		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, Rebalance: o.Rebalance, User: o.User, NoTelemetryForward: o.NoTelemetryForward})
 	if err != nil {
 		closeProv()
