@@ -2,6 +2,7 @@ package awscloud
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -54,16 +55,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if cloud != nil {
 		if err := cloud.Destroy(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "destroy the local cloud:", err)
 			code = 1
 		}
 		if left := cloud.Leftovers(); len(left) > 0 {
+			fmt.Fprintln(os.Stderr, "left of the local cloud:", left)
 			code = 1
 		}
 		_ = os.RemoveAll(cloudDir)
 	}
-	time.Sleep(100 * time.Millisecond)
-	subreaper.ReapOrphans()
-	if kids := subreaper.Children(); len(kids) > 0 && code == 0 {
+	if kids := settledChildren(); len(kids) > 0 && code == 0 {
+		fmt.Fprintln(os.Stderr, "processes left behind:", kids)
 		code = 1
 	}
 	os.Exit(code)
@@ -101,4 +103,18 @@ func emulate(t *testing.T) emulated {
 		t.Fatal(err)
 	}
 	return emulated{emu: emu, prov: prov, back: back}
+}
+
+// settledChildren reaps this process's exited children and lists those
+// still there after a few seconds (an instance's init ends a moment after
+// its termination is asked).
+func settledChildren() []string {
+	var kids []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		subreaper.ReapOrphans()
+		if kids = subreaper.Children(); len(kids) == 0 {
+			break
+		}
+	}
+	return kids
 }
