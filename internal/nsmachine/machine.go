@@ -217,6 +217,10 @@ const settleTimeout = 10 * time.Second
 // from another process than the one that started the machine (a PID that
 // has been reused is left alone). The error says what could not be removed.
 func (m *Machine) Terminate(ctx context.Context) error {
+	// What is started here is finished even when ctx ends meanwhile: a
+	// machine half removed is worse than a late answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*settleTimeout)
+	defer cancel()
 	s := m.Spec
 	if m.PID > 0 && startTime(m.PID) == m.Started {
 		_ = unix.Kill(m.PID, unix.SIGKILL)

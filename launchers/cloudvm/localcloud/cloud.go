@@ -253,14 +253,21 @@ func (c *Cloud) Close() {
 // directory is left (its instance records say what became of them).
 func (c *Cloud) Destroy(ctx context.Context) error {
 	var ids []string
+	var rest []*nsmachine.Machine // terminated, but something of them is left
 	c.mu.Lock()
 	for id, in := range c.insts {
-		if in.Instance.State != provider.Terminated {
+		switch {
+		case in.Instance.State != provider.Terminated:
 			ids = append(ids, id)
+		case in.Machine != nil && len(in.Machine.Gone()) > 0:
+			rest = append(rest, in.Machine)
 		}
 	}
 	c.mu.Unlock()
 	err := c.Terminate(ctx, ids)
+	for _, m := range rest {
+		err = errors.Join(err, m.Terminate(ctx))
+	}
 	c.Close()
 	if berr := c.st.Bridge.Delete(ctx); berr != nil {
 		err = errors.Join(err, berr)
