@@ -54,6 +54,8 @@ type Info struct {
 	// API is the API's unix socket; APIAddr its TCP address, when it has one.
 	API     string `json:"api,omitempty"`
 	APIAddr string `json:"api_addr,omitempty"`
+	// Launcher names the launcher the daemon's jobs run on.
+	Launcher string `json:"launcher,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

@@ -81,6 +81,8 @@ type Job struct {
 	Result *plugins.Result `json:"result,omitempty"`
 	// Message says in words why the job is in its state, when it is not obvious.
 	Message string `json:"message,omitempty"`
+	// Cost is the sum of its attempts' costs (cloudvm).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // Owner is a user as the daemon knows them: from the kernel (the peer
@@ -126,6 +128,9 @@ type Attempt struct {
 	EndReason string `json:"end_reason,omitempty"`
 	// Move breaks down the relaunch that ended this attempt, when one did.
 	Move *MoveTiming `json:"move,omitempty"`
+	// Cost is what the machines the launcher acquired cost in the attempt
+	// (cloudvm; see daemon/jobs/cost.go).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // MoveTiming breaks a relaunch into its parts, in seconds.

@@ -29,6 +29,13 @@ type Optimize struct {
 	// MachineType and PriceUSDPerHour describe this node for cost objectives.
 	MachineType     string  `json:"machine_type,omitempty"`
 	PriceUSDPerHour float64 `json:"price_usd_per_hour,omitempty"`
+	// Types, Spot and MaxPriceUSD are the cloud choices of a launcher that
+	// acquires machines (cloudvm; see CloudSpec): the machine types the job
+	// may run on, whether spot machines may be bought (on demand is the
+	// fallback), and the most one machine may cost an hour (0: no cap).
+	Types       []string `json:"types,omitempty"`
+	Spot        bool     `json:"spot,omitempty"`
+	MaxPriceUSD float64  `json:"max_price_usd,omitempty"`
 }
 
 // Active reports whether the job runs under a moving policy.

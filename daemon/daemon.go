@@ -115,8 +115,10 @@ type Daemon struct {
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
 	api        *apiserver.Server
-	// releaseLauncher releases the launcher the daemon opened itself.
+	// releaseLauncher releases the launcher the daemon opened itself;
+	// launcher is its name.
 	releaseLauncher func()
+	launcher        string
 	lock            *os.File
 	// node samples the node's GPUs and host; metrics serves /metrics.
 	node      *nodeSampler
@@ -279,6 +281,7 @@ func (d *Daemon) startJobs() error {
 			return err
 		}
 	}
+	d.launcher = launcher.Name()
 	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
@@ -421,6 +424,6 @@ func (d *Daemon) info() api.Info {
 	return api.Info{
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
-		API: d.APISocket(), APIAddr: d.APIAddr(),
+		API: d.APISocket(), APIAddr: d.APIAddr(), Launcher: d.launcher,
 	}
 }

@@ -78,7 +78,8 @@ func (c *grpcLauncher) Capabilities(ctx context.Context) (Capabilities, error) {
 	if err != nil {
 		return Capabilities{}, fmt.Errorf("launcher plugin %s: capabilities: %w", c.name, fromStatus(err))
 	}
-	return Capabilities{MaxWorkers: int(resp.GetMaxWorkers()), Hosts: resp.GetHosts(), MachineTypes: resp.GetMachineTypes(), RunAs: resp.GetRunAs()}, nil
+	return Capabilities{MaxWorkers: int(resp.GetMaxWorkers()), Hosts: resp.GetHosts(), MachineTypes: resp.GetMachineTypes(),
+		RunAs: resp.GetRunAs(), Offers: offersFromProto(resp.GetOffers())}, nil
 }
 
 // Start starts the attempt in the plugin and returns once the plugin has

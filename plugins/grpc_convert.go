@@ -17,6 +17,7 @@ func specToProto(s AttemptSpec) *pb.AttemptSpec {
 			MachineType: s.Config.MachineType,
 			Nodes:       int64(s.Config.Nodes),
 			LrScale:     s.Config.LRScale,
+			Market:      s.Config.Market,
 		},
 		Mode:          string(s.Mode),
 		Socket:        s.Socket,
@@ -58,6 +59,7 @@ func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
 			MachineType: c.GetMachineType(),
 			Nodes:       int(c.GetNodes()),
 			LRScale:     c.GetLrScale(),
+			Market:      c.GetMarket(),
 		},
 		Mode:          LaunchMode(p.GetMode()),
 		Socket:        p.GetSocket(),
@@ -87,4 +89,20 @@ func resultFromProto(p *pb.WaitResponse) Result {
 		})
 	}
 	return r
+}
+
+func offersToProto(os []Offer) []*pb.Offer {
+	var out []*pb.Offer
+	for _, o := range os {
+		out = append(out, &pb.Offer{Type: o.Type, Slots: int64(o.Slots), OnDemandUsd: o.OnDemandUSD, SpotUsd: o.SpotUSD})
+	}
+	return out
+}
+
+func offersFromProto(ps []*pb.Offer) []Offer {
+	var out []Offer
+	for _, p := range ps {
+		out = append(out, Offer{Type: p.GetType(), Slots: int(p.GetSlots()), OnDemandUSD: p.GetOnDemandUsd(), SpotUSD: p.GetSpotUsd()})
+	}
+	return out
 }

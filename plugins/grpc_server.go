@@ -38,7 +38,8 @@ func (s *grpcServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CapabilitiesResponse{MaxWorkers: int64(c.MaxWorkers), Hosts: c.Hosts, MachineTypes: c.MachineTypes, RunAs: c.RunAs}, nil
+	return &pb.CapabilitiesResponse{MaxWorkers: int64(c.MaxWorkers), Hosts: c.Hosts, MachineTypes: c.MachineTypes,
+		RunAs: c.RunAs, Offers: offersToProto(c.Offers)}, nil
 }
 
 // outputSender sends output lines on a Start stream. Lines that come before

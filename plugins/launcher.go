@@ -45,6 +45,9 @@ type Config struct {
 	GlobalBatch int `json:"global_batch"`
 	// MachineType names the machine type, when the launcher chooses machines.
 	MachineType string `json:"machine_type,omitempty"`
+	// Market is how those machines are bought (MarketSpot or
+	// MarketOnDemand; empty: the launcher's default).
+	Market string `json:"market,omitempty"`
 	// Nodes is the number of machines the workers are spread over (0: the launcher decides).
 	Nodes int `json:"nodes,omitempty"`
 	// LRScale is the learning-rate factor relative to the job's starting batch (1 when unchanged).
@@ -145,6 +148,9 @@ type Capabilities struct {
 	MachineTypes []string `json:"machine_types,omitempty"`
 	// RunAs is set when the launcher runs workers as AttemptSpec.User.
 	RunAs bool `json:"run_as,omitempty"`
+	// Offers are those machine types with their slots and prices now, for
+	// a launcher that acquires machines (cloudvm).
+	Offers []Offer `json:"offers,omitempty"`
 }
 
 // Launcher starts job attempts. Built-in launchers implement it in process;

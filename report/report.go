@@ -52,6 +52,9 @@ type JobReport struct {
 	// among (CandidatesStep is that decision's step).
 	Candidates     []api.CandidatePrediction `json:"candidates,omitempty"`
 	CandidatesStep int64                     `json:"candidates_step,omitempty"`
+	// Billed is what the machines a launcher acquired cost (cloudvm; nil
+	// otherwise): CostUSD, Cost and PredictedCost are then the bill's.
+	Billed *Billed `json:"billed,omitempty"`
 
 	decisions []api.Decision
 	start     time.Time // the origin of the series' times
@@ -121,6 +124,12 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 		if d.PredictedUSD > 0 && price > 0 {
 			t := d.Time.Sub(start).Seconds()
 			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: t, V: t/3600*price + d.PredictedUSD})
+		}
+	}
+	if rep.Billed = BilledOf(j); rep.Billed != nil {
+		rep.CostUSD, rep.Cost, rep.PredictedCost = rep.Billed.USD, costSeries(j, start), nil
+		for _, c := range rep.Billed.Checks {
+			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: c.Time.Sub(start).Seconds(), V: c.PredictedUSD})
 		}
 	}
 	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), float64(start.UnixNano())/1e9, maxNoisePoints)
@@ -210,7 +219,12 @@ func (r JobReport) Print(w io.Writer) error {
 	}
 	r.printRelaunches(w)
 	r.printFinishes(w)
-	_, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", time.Duration(r.TotalS*float64(time.Second)).Round(time.Millisecond), r.CostText(), r.RelaunchS)
+	total := time.Duration(r.TotalS * float64(time.Second)).Round(time.Millisecond)
+	if r.Billed != nil {
+		fmt.Fprintf(w, "Total: %s, $%.5f billed for its machines; relaunches %.2fs\n", total, r.CostUSD, r.RelaunchS)
+		return r.Billed.Print(w)
+	}
+	_, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", total, r.CostText(), r.RelaunchS)
 	if err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
 	}

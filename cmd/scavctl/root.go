@@ -34,6 +34,9 @@ type app struct {
 	stateDir      string
 	logLevel      string
 	output        string
+	// launcher is the launcher a command needs (scavctl run --launcher):
+	// the one a standalone daemon opens, and the one a running daemon must have.
+	launcher string
 
 	stdout, stderr io.Writer
 	log            *zap.Logger
@@ -90,7 +93,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	a.stateDirGiven = os.Getenv("SCAV_STATE_DIR") != ""
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
-	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newVersionCmd(a))
+	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newCostCmd(a), newVersionCmd(a))
 	root.AddCommand(newNodeCmd(a))
 	return root
 }
@@ -148,6 +151,10 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w; start one with `scavd`, or drop --api/$SCAV_API to let scavctl start its own", err)
 		}
+		if err := a.checkLauncher(ctx, c); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
 		return c, c.Close, nil
 	}
 	var urls []string
@@ -157,14 +164,22 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		return c
 	}
 	if c := find(); c != nil {
+		if err := a.checkLauncher(ctx, c); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
 		return c, c.Close, nil
 	}
 	if !standalone {
 		return nil, nil, fmt.Errorf("%w (tried %v)", api.ErrNoDaemon, urls)
 	}
-	launcher, releaseLauncher, err := builtin.Open(ctx, builtin.Standalone(), builtin.Options{KillOnParentDeath: true}, a.log.Named("scavd"))
+	name := builtin.Standalone()
+	if a.launcher != "" {
+		name = a.launcher
+	}
+	launcher, releaseLauncher, err := builtin.Open(ctx, name, a.standaloneOptions(), a.log.Named("scavd"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("$SCAV_LAUNCHER: %w", err)
+		return nil, nil, fmt.Errorf("launcher %s (--launcher, $SCAV_LAUNCHER): %w", name, err)
 	}
 	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher}, a.log.Named("scavd"))
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
@@ -195,6 +210,30 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		}
 		releaseLauncher()
 	}, nil
+}
+
+// standaloneOptions configure the launchers of a daemon scavctl starts
+// itself: cloudvm takes a local cloud in the state directory (its catalog
+// from $SCAV_CLOUD_CATALOG when set).
+func (a *app) standaloneOptions() builtin.Options {
+	return builtin.Options{KillOnParentDeath: true, Cloud: builtin.CloudOptions{Provider: "local",
+		StateDir: filepath.Join(a.stateDir, "cloud"), Catalog: os.Getenv("SCAV_CLOUD_CATALOG"), NoTelemetryForward: true}}
+}
+
+// checkLauncher fails when the command needs a launcher (--launcher) that
+// the daemon of c does not run.
+func (a *app) checkLauncher(ctx context.Context, c *api.Client) error {
+	if a.launcher == "" {
+		return nil
+	}
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Launcher != "" && info.Launcher != a.launcher {
+		return fmt.Errorf("--launcher %s: the scavd at %s runs launcher %s (start one with `scavd --launcher %s`, or drop --launcher)", a.launcher, c.URL(), info.Launcher, a.launcher)
+	}
+	return nil
 }
 
 // withDaemon runs f against a running daemon; it starts none.

@@ -44,6 +44,11 @@ type runFlags struct {
 	datasetSize   int64
 	price         float64
 	machineType   string
+
+	launcher string
+	types    []string
+	spot     bool
+	maxPrice float64
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -96,6 +101,7 @@ on only from a job that finished:
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a.launcher = f.launcher
 			return a.runJob(cmd.Context(), f, args)
 		},
 	}
@@ -122,6 +128,10 @@ on only from a job that finished:
 	fl.BoolVarP(&f.detach, "detach", "d", false, "submit the job to the node's scavd, print its id and return (follow it with scavctl attach)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
+	fl.StringVar(&f.launcher, "launcher", "", "the launcher the job needs (local, ssh, slurm, cloudvm): a scavd scavctl starts opens it; a running one must have it")
+	fl.StringSliceVar(&f.types, "types", nil, "launcher cloudvm: the machine types the job may run on, the first to start on (default: the launcher's)")
+	fl.BoolVar(&f.spot, "spot", false, "launcher cloudvm: buy spot machines when offered (pre-emptible; on demand is the fallback)")
+	fl.Float64Var(&f.maxPrice, "max-price", 0, "launcher cloudvm: the most one machine may cost, $/hour (0: no cap)")
 	return cmd
 }
 
@@ -214,9 +224,16 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	cfg := plugins.Config{Workers: minW, GlobalBatch: minB}
+	if len(f.types) > 0 {
+		cfg.MachineType = f.types[0]
+	}
+	if f.spot {
+		cfg.Market = plugins.MarketSpot
+	}
 	req := api.RunRequest{
 		Name: f.name, Command: args, Dir: dir, Env: env,
-		Config:        plugins.Config{Workers: minW, GlobalBatch: minB},
+		Config:        cfg,
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
@@ -271,7 +288,7 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	o := api.Optimize{
 		Policy: f.policy, Objective: f.objective, Deadline: api.Duration(f.deadline), BudgetUSD: f.budget,
 		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
-		MachineType: f.machineType,
+		MachineType: f.machineType, Types: f.types, Spot: f.spot, MaxPriceUSD: f.maxPrice,
 	}
 	if f.machineType != "" && f.price == 0 {
 		cat, err := price.Default()
@@ -284,6 +301,9 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 		if err != nil {
 			return o, fmt.Errorf("--machine-type %s: %w (scavctl prices lists the catalog; or give --price)", f.machineType, err)
 		}
+	}
+	if f.maxPrice < 0 {
+		return o, errors.New("--max-price must not be negative")
 	}
 	targets := 0
 	for _, set := range []bool{f.targetSteps > 0, f.targetSamples > 0, f.targetEpochs > 0} {
@@ -303,8 +323,8 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	case f.targetEpochs > 0:
 		o.TargetSamples = int64(f.targetEpochs * float64(f.datasetSize))
 	}
-	if !o.Active() && (minW != maxW || minB != maxB) {
-		return o, fmt.Errorf("ranges of workers or batch need a moving --policy (scavenger, adaptive or full), not %q", f.policy)
+	if !o.Active() && (minW != maxW || minB != maxB || len(f.types) > 1) {
+		return o, fmt.Errorf("ranges of workers or batch, and several --types, need a moving --policy (scavenger, adaptive or full), not %q", f.policy)
 	}
 	return o, nil
 }

@@ -187,13 +187,22 @@ and its cost, best first for the objective (the knee's distance for knee).`,
 
 func newPricesCmd(a *app) *cobra.Command {
 	var file string
+	var live liveFlags
 	cmd := &cobra.Command{
 		Use:   "prices",
 		Short: "Show the machine-type price catalog",
 		Long: `prices shows the machine types Scavenger can price: provider, GPUs, vCPUs,
 memory, on-demand and spot $/hour, region, and where and when each price was
 read. --file merges a catalog of your own (the same JSON as -o json prints)
-over the embedded one; the same file is accepted by sim and plan as --prices.`,
+over the embedded one; the same file is accepted by sim and plan as --prices.
+
+--live shows a cloud provider's spot prices now, per type and zone, next to
+the catalog's on-demand and spot prices: aws asks EC2
+(DescribeSpotPriceHistory, with the SDK's credentials and region); local
+shows a local cloud catalog's (launcher cloudvm).`,
+		Example: `  scavctl prices
+  scavctl prices --live --provider aws --region us-east-1 --zones us-east-1a,us-east-1b --types g4dn.12xlarge
+  scavctl prices --live --provider local`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := a.json()
@@ -204,6 +213,16 @@ over the embedded one; the same file is accepted by sim and plan as --prices.`,
 			if err != nil {
 				return err
 			}
+			if live.live {
+				rows, err := live.livePrices(cmd.Context(), a, cat)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.printJSON(rows)
+				}
+				return writeLiveTable(a.stdout, rows)
+			}
 			if asJSON {
 				return a.printJSON(cat)
 			}
@@ -211,6 +230,7 @@ over the embedded one; the same file is accepted by sim and plan as --prices.`,
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "a catalog file to merge over the embedded one")
+	live.add(cmd)
 	addOutputFlag(a, cmd)
 	return cmd
 }

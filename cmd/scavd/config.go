@@ -24,6 +24,8 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -71,6 +73,7 @@ type settings struct {
 	Cluster  clusterSettings `yaml:"cluster"`
 	SSH      sshSettings     `yaml:"ssh"`
 	Slurm    slurmSettings   `yaml:"slurm"`
+	Cloud    cloudSettings   `yaml:"cloud"`
 }
 
 // clusterSettings join the embedded NATS server to the other nodes' (daemon.Cluster).
@@ -81,6 +84,33 @@ type clusterSettings struct {
 	TLSCert string   `yaml:"tls_cert"`
 	TLSKey  string   `yaml:"tls_key"`
 	TLSCA   string   `yaml:"tls_ca"`
+}
+
+// cloudSettings configure the cloudvm launcher (launcher: cloudvm).
+type cloudSettings struct {
+	Provider         string        `yaml:"provider"`
+	StateDir         string        `yaml:"state_dir"`
+	Catalog          string        `yaml:"catalog"`
+	Types            []string      `yaml:"types"`
+	Zones            []string      `yaml:"zones"`
+	Market           string        `yaml:"market"`
+	Region           string        `yaml:"region"`
+	Subnets          []string      `yaml:"subnets"`
+	Image            string        `yaml:"image"`
+	Key              string        `yaml:"key"`
+	InstanceProfile  string        `yaml:"instance_profile"`
+	SecurityGroups   []string      `yaml:"security_groups"`
+	Endpoint         string        `yaml:"endpoint"`
+	Metadata         string        `yaml:"metadata"`
+	User             string        `yaml:"user"`
+	Owner            string        `yaml:"owner"`
+	MaxInstances     int           `yaml:"max_instances"`
+	PoolLimit        int           `yaml:"pool_limit"`
+	IdleRelease      time.Duration `yaml:"idle_release"`
+	Blocklist        time.Duration `yaml:"blocklist"`
+	NoticeInterval   time.Duration `yaml:"notice_interval"`
+	Rebalance        bool          `yaml:"rebalance"`
+	ForwardTelemetry bool          `yaml:"forward_telemetry"`
 }
 
 // slurmSettings configure the slurm launcher (launcher: slurm).
@@ -107,7 +137,8 @@ type sshSettings struct {
 
 // flagAliases are the singular names of repeatable flags: --ssh-host is --ssh-hosts.
 var flagAliases = map[string]string{"ssh-host": "ssh-hosts", "ssh-key": "ssh-keys", "cluster-route": "cluster-routes",
-	"slurm-sbatch-arg": "slurm-sbatch-args", "slurm-srun-arg": "slurm-srun-args"}
+	"slurm-sbatch-arg": "slurm-sbatch-args", "slurm-srun-arg": "slurm-srun-args",
+	"cloud-subnet": "cloud-subnets", "cloud-security-group": "cloud-security-groups", "cloud-type": "cloud-types", "cloud-zone": "cloud-zones"}
 
 // normalizeFlag lets a flag be given by its alias.
 func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -168,6 +199,34 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringArrayVar(&s.Slurm.SrunArgs, "slurm-srun-args", []string{}, "launcher slurm: an extra srun argument for every job step, one per flag (repeatable as --slurm-srun-arg, e.g. --slurm-srun-arg=--gpus-per-task=1)")
 	f.StringVar(&s.Slurm.WorkDir, "slurm-work-dir", "", "launcher slurm: where batch scripts and job output files go; must be shared with the compute nodes (default $TMPDIR/scavenger-slurm)")
 	f.DurationVar(&s.Slurm.Poll, "slurm-poll", slurm.DefaultPollInterval, "launcher slurm: how often a submitted job's state and output are read")
+	bindCloudFlags(f, &s.Cloud)
+}
+
+// bindCloudFlags registers the flags of the cloud: group.
+func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
+	f.StringVar(&c.Provider, "cloud-provider", "local", "launcher cloudvm: where instances come from: local (namespace machines on this host; root) or aws (EC2)")
+	f.StringVar(&c.StateDir, "cloud-state-dir", "", "launcher cloudvm: the pools' keys and charges, and the local cloud (default <state-dir>/cloud)")
+	f.StringVar(&c.Catalog, "cloud-catalog", "", "launcher cloudvm: provider local: a local cloud catalog (types, prices) instead of the embedded one; aws: a price catalog extending the embedded one (on-demand prices)")
+	f.StringSliceVar(&c.Types, "cloud-types", []string{}, "launcher cloudvm: the instance types jobs may use, the first the default (default: every type of a local cloud; required for aws)")
+	f.StringSliceVar(&c.Zones, "cloud-zones", []string{}, "launcher cloudvm: the zones to use, in failover order (default: the provider's; required for aws)")
+	f.StringVar(&c.Market, "cloud-market", "on-demand", "launcher cloudvm: the market of a job that names none: on-demand or spot")
+	f.StringVar(&c.Region, "cloud-region", "", "launcher cloudvm, aws: the region (default: the SDK's, from AWS_REGION or the shared config)")
+	f.StringArrayVar(&c.Subnets, "cloud-subnets", []string{}, "launcher cloudvm, aws: the subnet of a zone, zone=subnet-id (repeatable as --cloud-subnet; default: the zone's default subnet)")
+	f.StringVar(&c.Image, "cloud-image", "", "launcher cloudvm, aws: the AMI the instances boot (sshd, python and the training stack on it); required for aws")
+	f.StringVar(&c.Key, "cloud-key", "", "launcher cloudvm, aws: an EC2 key pair to add to the instances (the launcher logs in with its own key)")
+	f.StringVar(&c.InstanceProfile, "cloud-instance-profile", "", "launcher cloudvm, aws: the IAM instance profile of the instances")
+	f.StringArrayVar(&c.SecurityGroups, "cloud-security-groups", []string{}, "launcher cloudvm, aws: a security group id of the instances; it must let this node reach their SSH port (repeatable as --cloud-security-group)")
+	f.StringVar(&c.Endpoint, "cloud-endpoint", "", "launcher cloudvm, aws: the EC2 endpoint URL (default: the region's)")
+	f.StringVar(&c.Metadata, "cloud-metadata", "", "launcher cloudvm, aws: the metadata service as the instances reach it (default http://169.254.169.254)")
+	f.StringVar(&c.User, "cloud-user", "root", "launcher cloudvm: the login user on the instances (an AMI's default user, e.g. ubuntu, on aws)")
+	f.StringVar(&c.Owner, "cloud-owner", "", "launcher cloudvm: this scavd's name in the instances' owner tag; its instances of no running job are terminated (default: the host name and the state directory's name)")
+	f.IntVar(&c.MaxInstances, "cloud-max-instances", cloudvm.DefaultMaxInstances, "launcher cloudvm: the most instances one attempt may have")
+	f.IntVar(&c.PoolLimit, "cloud-pool-limit", 0, "launcher cloudvm: the most instances a job holds at once, old and new while it changes type (0: twice --cloud-max-instances); beyond it the old are released before the new are provisioned")
+	f.DurationVar(&c.IdleRelease, "cloud-idle-release", cloudvm.DefaultIdleRelease, "launcher cloudvm: a job's instances no attempt used for this long are terminated")
+	f.DurationVar(&c.Blocklist, "cloud-blocklist", cloudvm.DefaultBlocklist, "launcher cloudvm: how long a type, zone and market that had no capacity or was reclaimed is avoided")
+	f.DurationVar(&c.NoticeInterval, "cloud-notice-interval", notice.DefaultInterval, "launcher cloudvm: how often each spot instance's interruption notices are polled")
+	f.BoolVar(&c.Rebalance, "cloud-rebalance", false, "launcher cloudvm: also act on a spot instance's rebalance recommendation (an earlier warning than the interruption notice)")
+	f.BoolVar(&c.ForwardTelemetry, "cloud-forward-telemetry", true, "launcher cloudvm: forward the telemetry socket to each instance over SSH; =false when the instances share this node's filesystem")
 }
 
 // builtinOptions configure the built-in launchers from the settings.
@@ -177,6 +236,55 @@ func (s settings) builtinOptions() builtin.Options {
 			KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry},
 		Slurm: slurm.Options{JobID: s.Slurm.JobID, Partition: s.Slurm.Partition, Grace: s.Slurm.Grace, SbatchArgs: s.Slurm.SbatchArgs,
 			SrunArgs: s.Slurm.SrunArgs, WorkDir: s.Slurm.WorkDir, PollInterval: s.Slurm.Poll},
+		Cloud: s.cloudOptions(),
+	}
+}
+
+// cloudOptions configure the cloudvm launcher from the settings.
+func (s settings) cloudOptions() builtin.CloudOptions {
+	c := s.Cloud
+	dir := c.StateDir
+	if dir == "" {
+		dir = filepath.Join(s.StateDir, "cloud")
+	}
+	return builtin.CloudOptions{Provider: c.Provider, StateDir: dir, Catalog: c.Catalog, Types: c.Types, Zones: c.Zones, Market: c.Market,
+		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
+		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
+		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
+}
+
+// validateCloud checks the cloud: group.
+func (s settings) validateCloud(bad func(key, format string, args ...any)) {
+	c := s.Cloud
+	if !contains([]string{"local", "aws"}, c.Provider) {
+		bad("cloud.provider", "%q: use local or aws", c.Provider)
+	}
+	if c.Market != "on-demand" && c.Market != "spot" {
+		bad("cloud.market", "%q: use on-demand or spot", c.Market)
+	}
+	if c.MaxInstances < 1 {
+		bad("cloud.max_instances", "%d: must be positive", c.MaxInstances)
+	}
+	if c.PoolLimit < 0 || c.PoolLimit > 0 && c.PoolLimit < c.MaxInstances {
+		bad("cloud.pool_limit", "%d: 0, or at least max_instances (%d)", c.PoolLimit, c.MaxInstances)
+	}
+	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval} {
+		if d <= 0 {
+			bad(key, "%s: must be positive", d)
+		}
+	}
+	for _, sn := range c.Subnets {
+		if z, id, ok := strings.Cut(sn, "="); !ok || z == "" || id == "" {
+			bad("cloud.subnets", "%q: want zone=subnet-id", sn)
+		}
+	}
+	if s.Launcher != "cloudvm" || c.Provider != "aws" {
+		return
+	}
+	for key, v := range map[string]int{"cloud.image": len(c.Image), "cloud.types": len(c.Types), "cloud.zones": len(c.Zones)} {
+		if v == 0 {
+			bad(key, "required with provider aws")
+		}
 	}
 }
 
@@ -372,6 +480,7 @@ func (s settings) validate() []fieldError {
 	if s.Slurm.Poll <= 0 {
 		bad("slurm.poll", "%s: must be positive", s.Slurm.Poll)
 	}
+	s.validateCloud(bad)
 	if s.NodeSampleEvery < 0 {
 		bad("node_sample_every", "%s: must not be negative (0: never)", s.NodeSampleEvery)
 	}

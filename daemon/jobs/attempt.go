@@ -251,7 +251,7 @@ func (w *watch) preempt(rec telemetry.StepRecord) {
 		return
 	}
 	w.r.log.Info("pre-emption notice; checkpointing and relaunching", zap.Int("attempt", rec.Attempt), zap.Int("rank", rec.Rank), zap.String("signal", rec.ID))
-	m := moveReq{cfg: w.r.rec.job.Config, reason: fmt.Sprintf("pre-empted: rank %d received %s from the scheduler", rec.Rank, rec.ID), reply: make(chan error, 1)}
+	m := moveReq{cfg: w.r.rechooseAfterNotice(w.kill, rec, w.r.rec.job.Config), reason: fmt.Sprintf("pre-empted: rank %d received %s from the scheduler", rec.Rank, rec.ID), reply: make(chan error, 1)}
 	if err := w.move(m); err != nil {
 		w.r.log.Warn("pre-empted job could not checkpoint", zap.Error(err))
 	}

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,13 +48,21 @@ func recordCandidates(preds []predict.Prediction, chosen int) []api.CandidatePre
 // to the job's runner, which records it and moves the job. It never writes
 // the record and never calls the launcher.
 type controller struct {
-	pol      policy.Policy
-	obs      *observer
 	current  func() (attempt int, cfg plugins.Config) // the runner's attempt now
 	prog     *progress
 	verdicts chan<- verdict
 	recs     chan telemetry.StepRecord
 	log      *zap.Logger
+
+	// mu guards the policy and what it saw: the runner re-chooses through
+	// them at a pre-emption notice (cloud.go).
+	mu      sync.Mutex
+	pol     policy.Policy
+	obs     *observer
+	cloud   *cloudSpace          // nil unless the launcher offers machine types
+	history []policy.Observation // a cloud job's, for a re-choice
+	// movedFrom is the attempt being left: its last steps do not count.
+	movedFrom int
 }
 
 // verdict is a decision the controller hands the runner. When the decision
@@ -65,21 +74,45 @@ type verdict struct {
 }
 
 // newController builds the controller of job j, which the runner follows
-// through current, prog and verdicts.
-func newController(j api.Job, current func() (int, plugins.Config), prog *progress, verdicts chan<- verdict, log *zap.Logger) (*controller, error) {
+// through current, prog and verdicts. When launcher offers machine types,
+// the search covers them (cloud.go).
+func newController(ctx context.Context, j api.Job, launcher plugins.Launcher, current func() (int, plugins.Config), prog *progress,
+	verdicts chan<- verdict, log *zap.Logger) (*controller, error) {
 	spec, price, err := j.Optimize.Spec(j.Config, 0)
 	if err != nil {
 		return nil, err
+	}
+	typ := spec.Candidates[0].Type
+	cloud, err := newCloudSpace(ctx, j, launcher)
+	if err != nil {
+		return nil, err
+	}
+	if cloud != nil {
+		spec, typ = cloud.cur.Spec, cloud.startType()
 	}
 	pol, err := policy.New(j.Optimize.Policy, spec, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &controller{
-		pol: pol, obs: newObserver(spec.M0, price, spec.Candidates[0].Type), current: current, prog: prog,
+	c := &controller{
+		pol: pol, obs: newObserver(spec.M0, price, typ), current: current, prog: prog, cloud: cloud,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
 		log: log.With(zap.String("policy", pol.Name())),
-	}, nil
+	}
+	if cloud != nil {
+		c.obs.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
+		if cloud.spent != nil {
+			c.obs.spent = func(float64) (float64, bool) { return cloud.spent(ctx) }
+		}
+	}
+	return c, nil
+}
+
+// leaving marks attempt as being left: its last steps are not observed.
+func (c *controller) leaving(attempt int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.movedFrom = attempt
 }
 
 // offer hands the controller a step record without ever blocking ingest.
@@ -92,7 +125,7 @@ func (c *controller) offer(rec telemetry.StepRecord) {
 
 // run decides until ctx is done.
 func (c *controller) run(ctx context.Context) {
-	attempt, movedFrom := 0, 0
+	attempt := 0
 	var last api.Decision
 	for {
 		var rec telemetry.StepRecord
@@ -102,12 +135,12 @@ func (c *controller) run(ctx context.Context) {
 		case rec = <-c.recs:
 		}
 		now, cfg := c.current()
-		if now == movedFrom {
+		if c.left(now) {
 			continue // the attempt being left: its last steps do not count
 		}
 		if now != attempt {
 			attempt = now
-			c.obs.attemptStarted(attempt, cfg)
+			c.attemptStarted(ctx, attempt, cfg, last.To)
 		}
 		dec, ok := c.observe(rec, cfg)
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
@@ -126,7 +159,7 @@ func (c *controller) run(ctx context.Context) {
 		select {
 		case err := <-v.reply:
 			if err == nil {
-				movedFrom = attempt
+				c.leaving(attempt)
 			}
 		case <-ctx.Done():
 			return
@@ -134,11 +167,35 @@ func (c *controller) run(ctx context.Context) {
 	}
 }
 
+// left reports whether attempt is the one being left.
+func (c *controller) left(attempt int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return attempt == c.movedFrom
+}
+
+// attemptStarted resets the observer for a new attempt; a cloud job whose
+// relaunch did not get the configuration asked (asked) re-chooses over the
+// offers now.
+func (c *controller) attemptStarted(ctx context.Context, attempt int, cfg, asked plugins.Config) {
+	c.mu.Lock()
+	c.obs.attemptStarted(attempt, cfg)
+	c.mu.Unlock()
+	if c.cloud != nil && asked != (plugins.Config{}) && asked != cfg {
+		c.rechoose(ctx, "the relaunch did not get what it asked") // the next report decides with it
+	}
+}
+
 // observe takes one step record and, when a report is due, asks the policy.
 func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	o, ok := c.obs.add(rec)
 	if !ok {
 		return api.Decision{}, false
+	}
+	if c.cloud != nil {
+		c.history = append(c.history, o)
 	}
 	if c.obs.est.Steps() > 0 {
 		c.prog.setNoise(c.obs.est.NoiseScale(c.obs.m0))
@@ -150,7 +207,11 @@ func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 	}
 	c.obs.setWait(d.WaitSteps)
 	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
-	return decision(cfg, rec.Step, time.Now().UTC(), d), true
+	dec := decision(cfg, rec.Step, time.Now().UTC(), d)
+	if c.cloud != nil {
+		dec.To = c.cloud.toConfig(d.Config, cfg)
+	}
+	return dec, true
 }
 
 // decision turns the policy's verdict, taken at step in configuration from,

@@ -37,6 +37,14 @@ type observer struct {
 	progress       float64
 	est            gns.Estimator
 	began, elapsed float64 // Unix seconds of the job's first step; seconds of the job so far
+	lastStep       int64   // the last step of rank 0 seen
+
+	// candidateOf, when set, names a configuration as the optimizer does
+	// (a cloud job's type and machines); spent, when set, is what the job
+	// has cost by now, when known (its machines' bill). Both are the
+	// controller's (cloud.go).
+	candidateOf func(plugins.Config) predict.Candidate
+	spent       func(elapsed float64) (float64, bool)
 }
 
 // newObserver starts observing a job whose base batch is m0.
@@ -57,7 +65,21 @@ func (o *observer) reset() {
 
 // candidate is the configuration being observed, as the optimizer names it.
 func (o *observer) candidate() predict.Candidate {
+	if o.candidateOf != nil {
+		return o.candidateOf(o.cfg)
+	}
 	return predict.Candidate{Type: o.typ, Nodes: 1, Workers: o.cfg.Workers, Batch: o.cfg.GlobalBatch}
+}
+
+// spentUSD is what the job has cost after elapsed seconds: its bill when
+// known, else its time at the node's price.
+func (o *observer) spentUSD(elapsed float64) float64 {
+	if o.spent != nil {
+		if usd, ok := o.spent(elapsed); ok {
+			return usd
+		}
+	}
+	return elapsed / 3600 * o.price
 }
 
 // add takes one step record; it returns an observation when a report is due.
@@ -69,6 +91,7 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 		o.began = r.Time - r.Seconds
 	}
 	o.elapsed = r.Time - o.began
+	o.lastStep = r.Step
 	o.seen++
 	if o.seen <= warmupSteps || r.Seconds <= 0 {
 		return policy.Observation{}, false
@@ -88,7 +111,7 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 	n := float64(o.steps)
 	obs := policy.Observation{
 		ElapsedS: o.elapsed,
-		SpentUSD: o.elapsed / 3600 * o.price,
+		SpentUSD: o.spentUSD(o.elapsed),
 		Config:   o.candidate(),
 		Steps:    n,
 		StepTime: o.dt / n,

@@ -61,8 +61,8 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (ending, bool) {
 	r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
 	r.save(kill)
-	r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("moving to %d workers, global batch %d after step %d: %s",
-		out.moved.cfg.Workers, out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason))
+	r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("moving to %s, global batch %d after step %d: %s",
+		workersText(out.moved.cfg), out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason))
 	prev := p.cfg
 	p.cfg, p.prev, p.restore, p.step = out.moved.cfg, &prev, out.restore, out.lastStep
 	stopped := shutdown.Err() != nil || kill.Err() != nil

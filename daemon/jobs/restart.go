@@ -167,6 +167,7 @@ func (g *Registry) settleLost(ctx context.Context, rec record) (alive bool) {
 	if k := len(j.Attempts); k > 0 && j.Attempts[k-1].Ended == nil {
 		j.Attempts[k-1].Ended, j.Attempts[k-1].EndReason = &now, "lost"
 	}
+	g.settleLostCost(ctx, j)
 	if _, err := rec.commit(ctx); err != nil {
 		g.log.Error("record a lost job", zap.String("job", j.ID), zap.Error(err))
 	}

@@ -37,6 +37,7 @@ type runner struct {
 	verdicts chan verdict       // from the controller
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
+	ctl      *controller // the job's controller, when it has one (cloud.go)
 }
 
 // current is the attempt a job runs now and its configuration.
@@ -120,10 +121,11 @@ func (r *runner) run(kill, shutdown context.Context) {
 	var ctl *controller
 	if j.Optimize.Active() {
 		var err error
-		if ctl, err = newController(j, r.current, &r.prog, r.verdicts, r.log); err != nil {
+		if ctl, err = newController(kill, j, r.g.o.Launcher, r.current, &r.prog, r.verdicts, r.log); err != nil {
 			r.finish(kill, failed(1, fmt.Sprintf("optimizer: %v", err)))
 			return
 		}
+		r.ctl = ctl
 	}
 	unfollow, err := r.follow(ctl)
 	if err != nil {
@@ -274,8 +276,8 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
-	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)",
-		p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %s, global batch %d (launcher %s, %s)",
+		p.attempt, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
 // endAttempt closes the current attempt's record.
@@ -284,6 +286,7 @@ func (r *runner) endAttempt(why string, move *api.MoveTiming) {
 	if k := len(r.rec.job.Attempts); k > 0 && r.rec.job.Attempts[k-1].Ended == nil {
 		a := &r.rec.job.Attempts[k-1]
 		a.Ended, a.EndReason, a.Move = &now, why, move
+		r.recordCost(context.Background()) // cost.go
 	}
 }
 
@@ -305,6 +308,7 @@ func (r *runner) finish(ctx context.Context, e ending) {
 		why = string(e.state)
 	}
 	r.endAttempt(why, nil)
+	r.settleCost(ctx) // cost.go: the job's machines end with it
 	now := time.Now().UTC()
 	j := &r.rec.job
 	j.State, j.Ended, j.ExitCode, j.Result, j.Message = e.state, &now, &e.code, e.res, e.msg

@@ -2,10 +2,12 @@
 // namespaces on a private bridge, each with its own address, its own
 // hostname (a UTS namespace) and its own sshd that accepts root with a key
 // made for the test. The hosts share this machine's filesystem and process
-// table; only the network and the hostname are theirs.
+// table; only the network and the hostname are theirs. They are
+// internal/nsmachine machines that are not isolated (launchers/cloudvm's
+// local provider makes isolated ones of the same machinery).
 //
 // It needs root, iproute2, unshare and /usr/sbin/sshd; New skips the test
-// when any is missing or `ip netns add` fails (a container without
+// when any is missing or a namespace cannot be made (a container without
 // CAP_SYS_ADMIN).
 //
 // Every name carries a random suffix and the /24 subnet is chosen at random
@@ -22,40 +24,32 @@ package testnet
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/pem"
-	"errors"
+	"context"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 )
 
 // SSHPort is the port every host's sshd listens on (in its own namespace).
-const SSHPort = 22
+const SSHPort = nsmachine.SSHPort
 
-const (
-	sshdPath = "/usr/sbin/sshd"
-	// settleTimeout bounds waiting for the processes in a namespace to end
-	// at cleanup; sshd sessions whose client vanished end within about
-	// 4 s (ClientAliveInterval 1, ClientAliveCountMax 3).
-	settleTimeout = 8 * time.Second
-)
+// settleTimeout bounds waiting for the processes in a namespace to end at
+// cleanup; sshd sessions whose client vanished end within about 4 s
+// (ClientAliveInterval 1, ClientAliveCountMax 3).
+const settleTimeout = 8 * time.Second
 
 // Host is one namespace host.
 type Host struct {
@@ -69,9 +63,9 @@ type Host struct {
 	// Veth is the bridge side of the host's link: LinkDown cuts the host off.
 	Veth string
 
-	nsIno uint64
-	sshd  *exec.Cmd
-	log   *lockedBuffer
+	nsIno   uint64
+	machine *nsmachine.Machine // its init is its sshd
+	log     string
 }
 
 // Net is a set of namespace hosts on one bridge.
@@ -91,6 +85,7 @@ type Net struct {
 
 	t      testing.TB
 	suffix string
+	bridge nsmachine.Bridge
 	settle time.Duration // settleTimeout; shorter in this package's tests
 }
 
@@ -98,60 +93,113 @@ type Net struct {
 // with t. It skips the test when the machine cannot make them.
 func New(t testing.TB, n int) *Net {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: testnet needs root for network namespaces (uid %d)", os.Geteuid())
-	}
-	for _, p := range []string{"ip", "unshare"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("SKIP: testnet needs %s: %v", p, err)
-		}
-	}
-	if _, err := os.Stat(sshdPath); err != nil {
-		t.Skipf("SKIP: testnet needs %s (apt-get install -y openssh-server): %v", sshdPath, err)
+	if err := nsmachine.Check(false); err != nil {
+		t.Skipf("SKIP: testnet: %v", err)
 	}
 	if err := subreaper.Become(); err != nil {
 		t.Fatalf("testnet: become subreaper: %v", err)
 	}
-	suffix := randHex(t, 3)[:5]
+	suffix := nsmachine.RandomHex(5)
 	tn := &Net{t: t, suffix: suffix, settle: settleTimeout, Dir: t.TempDir(), Bridge: "scvt" + suffix + "br"}
-
-	// The first namespace tells whether namespaces can be made here at all.
-	first := "scvt-" + suffix + "-h1"
-	if out, err := exec.Command("ip", "netns", "add", first).CombinedOutput(); err != nil {
+	ctx := context.Background()
+	// A first namespace tells whether namespaces can be made here at all.
+	probe := "scvt-" + suffix + "-probe"
+	if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
 		t.Skipf("SKIP: testnet: ip netns add failed (no CAP_SYS_ADMIN?): %v: %s", err, bytes.TrimSpace(out))
 	}
+	_ = exec.Command("ip", "netns", "del", probe).Run()
+	br, err := nsmachine.CreateBridge(ctx, tn.Bridge)
+	if err != nil {
+		t.Fatalf("testnet: %v", err)
+	}
+	tn.bridge, tn.BridgeAddr = br, br.Addr()
 	t.Cleanup(tn.cleanup)
-
-	subnet := tn.pickSubnet()
-	tn.BridgeAddr = subnet + ".1"
-	tn.ip("link", "add", tn.Bridge, "type", "bridge")
-	tn.ip("addr", "add", tn.BridgeAddr+"/24", "dev", tn.Bridge)
-	tn.ip("link", "set", tn.Bridge, "up")
+	tn.writeKeys(n)
 	for i := 1; i <= n; i++ {
 		h := &Host{
 			Name: fmt.Sprintf("h%d-%s", i, suffix),
 			NS:   fmt.Sprintf("scvt-%s-h%d", suffix, i),
-			Addr: fmt.Sprintf("%s.%d", subnet, 10+i),
+			Addr: br.HostAddr(i + 1),
 			Veth: fmt.Sprintf("scvt%sh%d", suffix, i),
 		}
 		tn.Hosts = append(tn.Hosts, h)
-		if i > 1 {
-			tn.ip("netns", "add", h.NS)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat("/run/netns/"+h.NS, &st); err != nil {
-			t.Fatalf("testnet: stat namespace %s: %v", h.NS, err)
-		}
-		h.nsIno = st.Ino
-		tn.ip("link", "add", h.Veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS)
-		tn.ip("link", "set", h.Veth, "master", tn.Bridge)
-		tn.ip("link", "set", h.Veth, "up")
-		tn.ip("-n", h.NS, "addr", "add", h.Addr+"/24", "dev", "eth0")
-		tn.ip("-n", h.NS, "link", "set", "eth0", "up")
-		tn.ip("-n", h.NS, "link", "set", "lo", "up")
+		tn.startHost(ctx, h)
 	}
-	tn.startSSHDs()
+	tn.waitSSHDs()
 	return tn
+}
+
+// writeKeys writes the host key, the client key and the known_hosts file.
+func (tn *Net) writeKeys(n int) {
+	t := tn.t
+	hostPub, err := nsmachine.WriteKey(filepath.Join(tn.Dir, "hostkey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.KeyFile = filepath.Join(tn.Dir, "id_ed25519")
+	clientPub, err := nsmachine.WriteKey(tn.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tn.Dir, "authorized_keys"), gossh.MarshalAuthorizedKey(clientPub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for i := 1; i <= n; i++ {
+		addrs = append(addrs, net.JoinHostPort(tn.bridge.HostAddr(i+1), strconv.Itoa(SSHPort)))
+	}
+	tn.KnownHosts = filepath.Join(tn.Dir, "known_hosts")
+	if err := os.WriteFile(tn.KnownHosts, []byte(knownhosts.Line(addrs, hostPub)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startHost starts h as a machine whose init is its sshd.
+func (tn *Net) startHost(ctx context.Context, h *Host) {
+	t := tn.t
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := nsmachine.SSHD{Addr: h.Addr, HostKey: filepath.Join(tn.Dir, "hostkey"), AuthorizedKeys: filepath.Join(tn.Dir, "authorized_keys"),
+		PidFile: filepath.Join(tn.Dir, "sshd-"+h.Name+".pid")}
+	cfgFile := filepath.Join(tn.Dir, "sshd-"+h.Name+".conf")
+	if err := os.WriteFile(cfgFile, []byte(cfg.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.log = filepath.Join(tn.Dir, "sshd-"+h.Name+".log")
+	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: h.Name, NetNS: h.NS, Veth: h.Veth, Bridge: tn.bridge, Addr: h.Addr,
+		Init: nsmachine.SSHDInit(cfgFile), Log: h.log})
+	if err != nil {
+		t.Fatalf("testnet: %v", err)
+	}
+	h.machine = m
+	if h.nsIno, err = nsmachine.NetNSInode(h.NS); err != nil {
+		t.Fatalf("testnet: %v", err)
+	}
+}
+
+// waitSSHDs waits until every host's sshd listens.
+func (tn *Net) waitSSHDs() {
+	for _, h := range tn.Hosts {
+		addr := net.JoinHostPort(h.Addr, strconv.Itoa(SSHPort))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				tn.t.Fatalf("testnet: sshd of %s does not listen on %s: %v\n%s", h.Name, addr, err, h.sshdLog())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func (h *Host) sshdLog() string {
+	b, _ := os.ReadFile(h.log)
+	return string(b)
 }
 
 // Inventory returns the hosts as ssh launcher inventory lines
@@ -172,396 +220,71 @@ func (tn *Net) LinkDown(i int) error { return tn.link(i, "down") }
 func (tn *Net) LinkUp(i int) error { return tn.link(i, "up") }
 
 func (tn *Net) link(i int, state string) error {
-	if out, err := exec.Command("ip", "link", "set", tn.Hosts[i].Veth, state).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip link set %s %s: %v: %s", tn.Hosts[i].Veth, state, err, bytes.TrimSpace(out))
-	}
-	return nil
+	return nsmachine.IP(context.Background(), "link", "set", tn.Hosts[i].Veth, state)
 }
 
 // Proc is a process running in a host's network namespace.
-type Proc struct {
-	PID   int
-	PPID  int
-	Comm  string
-	State string   // the state letter of /proc/PID/stat (Z: a zombie)
-	Env   []string // KEY=VALUE
-}
-
-// Getenv returns the value of key in p's environment.
-func (p Proc) Getenv(key string) string {
-	for _, kv := range p.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-func (p Proc) String() string { return fmt.Sprintf("%d(%s,%s)", p.PID, p.Comm, p.State) }
+type Proc = nsmachine.Proc
 
 // Procs lists the processes in host i's network namespace, sshd included.
 func (tn *Net) Procs(i int) []Proc {
-	return procsIn(tn.Hosts[i].nsIno)
-}
-
-func procsIn(ino uint64) []Proc {
-	want := "net:[" + strconv.FormatUint(ino, 10) + "]"
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var out []Proc
-	for _, d := range dirs {
-		if l, err := os.Readlink(d + "/ns/net"); err != nil || l != want {
-			continue
-		}
-		b, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 2 {
-			continue
-		}
-		p := Proc{Comm: s[open+1 : end], State: f[0]}
-		p.PID, _ = strconv.Atoi(strings.TrimSpace(s[:open]))
-		p.PPID, _ = strconv.Atoi(f[1])
-		if env, err := os.ReadFile(d + "/environ"); err == nil {
-			for kv := range strings.SplitSeq(string(env), "\x00") {
-				if kv != "" {
-					p.Env = append(p.Env, kv)
-				}
-			}
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// pickSubnet returns "10.X.Y" for a /24 that no route of this machine overlaps.
-func (tn *Net) pickSubnet() string {
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	if err != nil {
-		tn.t.Fatalf("testnet: ip route: %v", err)
-	}
-	var routes []*net.IPNet
-	for line := range strings.Lines(string(out)) {
-		for _, f := range strings.Fields(line) {
-			if !strings.Contains(f, "/") {
-				f += "/32"
-			}
-			if _, n, err := net.ParseCIDR(f); err == nil {
-				if ones, _ := n.Mask.Size(); ones > 0 { // not "default"
-					routes = append(routes, n)
-				}
-				break
-			}
-		}
-	}
-	for range 100 {
-		x, y := 160+randInt(tn.t, 64), randInt(tn.t, 256)
-		_, mine, _ := net.ParseCIDR(fmt.Sprintf("10.%d.%d.0/24", x, y))
-		free := true
-		for _, r := range routes {
-			if r.Contains(mine.IP) || mine.Contains(r.IP) {
-				free = false
-				break
-			}
-		}
-		if free {
-			return fmt.Sprintf("10.%d.%d", x, y)
-		}
-	}
-	tn.t.Fatal("testnet: no free /24 in 10.160-223.x.0")
-	return ""
-}
-
-func (tn *Net) ip(args ...string) {
-	tn.t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		tn.t.Fatalf("testnet: ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-}
-
-// startSSHDs writes the keys and a config per host and starts each sshd in
-// its namespace under its own hostname: ip netns exec and unshare exec, and
-// sh execs sshd, so the child's PID is sshd's.
-func (tn *Net) startSSHDs() {
-	t := tn.t
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	hostPub := WriteKey(t, filepath.Join(tn.Dir, "hostkey"))
-	tn.KeyFile = filepath.Join(tn.Dir, "id_ed25519")
-	clientPub := WriteKey(t, tn.KeyFile)
-	if err := os.WriteFile(filepath.Join(tn.Dir, "authorized_keys"), gossh.MarshalAuthorizedKey(clientPub), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var addrs []string
-	for _, h := range tn.Hosts {
-		addrs = append(addrs, net.JoinHostPort(h.Addr, strconv.Itoa(SSHPort)))
-	}
-	tn.KnownHosts = filepath.Join(tn.Dir, "known_hosts")
-	if err := os.WriteFile(tn.KnownHosts, []byte(knownhosts.Line(addrs, hostPub)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range tn.Hosts {
-		cfg := fmt.Sprintf(`Port %d
-ListenAddress %s
-HostKey %[3]s/hostkey
-PidFile %[3]s/sshd-%[4]s.pid
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-AuthorizedKeysFile %[3]s/authorized_keys
-StrictModes no
-AcceptEnv SCAV_*
-# bash sources ~/.bashrc for commands run by sshd unless SHLVL says it is
-# not a top-level shell: keep this machine's login files out of the tests.
-SetEnv SHLVL=1
-MaxStartups 100:30:200
-MaxSessions 50
-AllowStreamLocalForwarding yes
-StreamLocalBindUnlink yes
-ClientAliveInterval 1
-ClientAliveCountMax 3
-`, SSHPort, h.Addr, tn.Dir, h.Name)
-		cfgFile := filepath.Join(tn.Dir, "sshd-"+h.Name+".conf")
-		if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		h.log = &lockedBuffer{}
-		cmd := exec.Command("ip", "netns", "exec", h.NS, "unshare", "--uts", "/bin/sh", "-c",
-			`hostname "$0" && exec `+sshdPath+` -D -e -f "$1"`, h.Name, cfgFile)
-		cmd.Stdout, cmd.Stderr = h.log, h.log
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("testnet: start sshd on %s: %v", h.Name, err)
-		}
-		h.sshd = cmd
-	}
-	for _, h := range tn.Hosts {
-		addr := net.JoinHostPort(h.Addr, strconv.Itoa(SSHPort))
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				_ = c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("testnet: sshd of %s does not listen on %s: %v\n%s", h.Name, addr, err, h.log.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	return nsmachine.ProcsInNet(tn.Hosts[i].nsIno)
 }
 
 // cleanup is registered by New; see the package comment.
 func (tn *Net) cleanup() {
 	t := tn.t
-	me := os.Getpid()
 	for i := range tn.Hosts {
 		_ = tn.LinkUp(i) // a host left down would keep its sessions waiting
 	}
 	// Every process but sshd's listener should end on its own.
 	for _, h := range tn.Hosts {
-		if h.nsIno == 0 {
+		if h.machine == nil {
 			continue
 		}
-		listener := 0
-		if h.sshd != nil {
-			listener = h.sshd.Process.Pid
-		}
-		left := settle(h.nsIno, me, listener, tn.settle)
+		left := nsmachine.Settle(h.nsIno, h.machine.PID, tn.settle)
 		if len(left) > 0 {
 			t.Errorf("testnet: processes left on %s: %v", h.Name, left)
 			for _, p := range left {
 				_ = syscall.Kill(p.PID, syscall.SIGKILL)
 			}
-			if left := settleGone(left, me, tn.settle); len(left) > 0 {
+			if left := nsmachine.SettleGone(left, tn.settle); len(left) > 0 {
 				t.Errorf("testnet: processes on %s still there after SIGKILL: %v", h.Name, left)
 			}
-		}
-		if h.sshd != nil {
-			_ = h.sshd.Process.Signal(syscall.SIGTERM)
-			_ = h.sshd.Wait() // reaps it
-			if t.Failed() {
-				t.Logf("testnet: sshd log of %s:\n%s", h.Name, h.log.String())
-			}
-		}
-		if left := settle(h.nsIno, me, 0, tn.settle); len(left) > 0 {
-			t.Errorf("testnet: processes still on %s after SIGKILL and sshd's end: %v", h.Name, left)
 		}
 	}
 	var errs []string
 	for _, h := range tn.Hosts {
-		// Deleting the bridge side deletes the pair at once; the namespace
-		// would only take its eth0 along later, asynchronously.
-		_ = exec.Command("ip", "link", "del", h.Veth).Run()
-		if out, err := exec.Command("ip", "netns", "del", h.NS).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Sprintf("ip netns del %s: %v: %s", h.NS, err, bytes.TrimSpace(out)))
+		if h.machine == nil {
+			continue
+		}
+		if err := h.machine.Terminate(context.Background()); err != nil {
+			errs = append(errs, err.Error())
+		}
+		if t.Failed() {
+			t.Logf("testnet: sshd log of %s:\n%s", h.Name, h.sshdLog())
+		}
+		if left := h.machine.Gone(); len(left) > 0 {
+			errs = append(errs, fmt.Sprintf("%s: %v", h.Name, left))
 		}
 	}
-	if len(tn.Hosts) == 0 { // New failed before the first Host: its namespace is there
-		_ = exec.Command("ip", "netns", "del", "scvt-"+tn.suffix+"-h1").Run()
+	if err := tn.bridge.Delete(context.Background()); err != nil {
+		errs = append(errs, err.Error())
 	}
-	_ = exec.Command("ip", "link", "del", tn.Bridge).Run()
-	// Check that nothing remains.
-	if err := exec.Command("ip", "link", "show", tn.Bridge).Run(); err == nil {
+	if tn.bridge.Exists() {
 		errs = append(errs, "bridge "+tn.Bridge+" still exists")
-	}
-	for _, h := range tn.Hosts {
-		if _, err := os.Stat("/run/netns/" + h.NS); !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, "namespace "+h.NS+" still exists")
-		}
-		if err := exec.Command("ip", "link", "show", h.Veth).Run(); err == nil {
-			errs = append(errs, "link "+h.Veth+" still exists")
-		}
 	}
 	if len(errs) > 0 {
 		t.Errorf("testnet cleanup: %s", strings.Join(errs, "; "))
 	}
 }
 
-// settle waits up to d for every process in the namespace but keep to be
-// gone, and returns those left. A process that exits leaves the namespace
-// at once (a zombie has none), so the processes seen are followed by PID:
-// one that is a zombie child of the test process (me, their subreaper) is
-// reaped here; a zombie of another parent is that parent's to reap.
-func settle(ino uint64, me, keep int, d time.Duration) []Proc {
-	deadline := time.Now().Add(d)
-	seen := map[int]Proc{}
-	for {
-		for _, p := range procsIn(ino) {
-			if p.PID != keep {
-				seen[p.PID] = p
-			}
-		}
-		var left []Proc
-		for pid, p := range seen {
-			state, ppid, ok := procState(pid)
-			switch {
-			case !ok:
-				delete(seen, pid)
-				continue
-			case state == "Z" && ppid == me:
-				var ws unix.WaitStatus
-				if got, _ := unix.Wait4(pid, &ws, unix.WNOHANG, nil); got == pid {
-					delete(seen, pid)
-					continue
-				}
-			case state == "Z":
-				continue
-			}
-			p.State, p.PPID = state, ppid
-			left = append(left, p)
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// procState reads the state letter and the parent of pid.
-func procState(pid int) (state string, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return "", 0, false
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid, true
-}
-
-// settleGone waits up to d for the processes ps to be gone (reaping those
-// that are zombie children of me) and returns those left.
-func settleGone(ps []Proc, me int, d time.Duration) []Proc {
-	deadline := time.Now().Add(d)
-	for {
-		var left []Proc
-		for _, p := range ps {
-			state, ppid, ok := procState(p.PID)
-			if !ok || state == "Z" && ppid != me {
-				continue
-			}
-			if state == "Z" {
-				var ws unix.WaitStatus
-				if got, _ := unix.Wait4(p.PID, &ws, unix.WNOHANG, nil); got == p.PID {
-					continue
-				}
-			}
-			left = append(left, p)
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // WriteKey writes a new ed25519 private key in OpenSSH format and returns its public key.
 func WriteKey(t testing.TB, path string) gossh.PublicKey {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, err := nsmachine.WriteKey(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, err := gossh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sp, err := gossh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sp
-}
-
-func randHex(t testing.TB, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func randInt(t testing.TB, n int64) int {
-	v, err := rand.Int(rand.Reader, big.NewInt(n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(v.Int64())
+	return pub
 }

@@ -56,10 +56,10 @@ func TestTwoHosts(t *testing.T) {
 		}
 		var sshd bool
 		for _, p := range tn.Procs(i) {
-			sshd = sshd || p.PID == h.sshd.Process.Pid && p.Comm == "sshd"
+			sshd = sshd || p.PID == h.machine.PID && p.Comm == "sshd"
 		}
 		if !sshd {
-			t.Errorf("host %d: its sshd (pid %d) is not among its processes %v", i, h.sshd.Process.Pid, tn.Procs(i))
+			t.Errorf("host %d: its sshd (pid %d) is not among its processes %v", i, h.machine.PID, tn.Procs(i))
 		}
 	}
 	if err := tn.LinkDown(1); err != nil {

@@ -1,5 +1,5 @@
 // Package builtin is the catalog of the launchers linked into scavd and
-// scavctl (local, ssh and slurm; they run in process) and the one place a
+// scavctl (local, ssh, slurm and cloudvm; they run in process) and the one place a
 // program picks and opens its launcher: a built-in by name, an external
 // plugin binary by path and checksum, or, for a daemon scavctl starts
 // itself, the one its environment calls for.
@@ -29,6 +29,8 @@ type Options struct {
 	SSH SSHOptions
 	// Slurm configures the "slurm" launcher; its Logger is set by Catalog.
 	Slurm slurm.Options
+	// Cloud configures the "cloudvm" launcher (cloud.go).
+	Cloud CloudOptions
 }
 
 // SSHOptions configure the "ssh" launcher; see launchers/ssh.Options.
@@ -95,6 +97,9 @@ func Catalog(opts Options, reaper *local.Reaper) *plugins.Catalog {
 		o.Logger = log
 		return slurm.New(o)
 	})
+	_ = c.Register("cloudvm", func(*zap.Logger) (plugins.Launcher, error) {
+		return nil, errors.New("the cloudvm launcher holds a provider: open it with builtin.Open")
+	})
 	return c
 }
 
@@ -108,6 +113,13 @@ func Names() []string { return Catalog(Options{}, nil).Names() }
 func Open(ctx context.Context, name string, opts Options, log *zap.Logger) (plugins.Launcher, func(), error) {
 	if name == "" {
 		name = "local"
+	}
+	if name == "cloudvm" {
+		l, release, err := openCloud(ctx, opts.Cloud, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open launcher cloudvm: %w", err)
+		}
+		return l, release, nil
 	}
 	var reaper *local.Reaper
 	release := func() {}

@@ -181,6 +181,9 @@ func (a *attempt) start(ctx context.Context) error {
 		spec := a.spec
 		spec.Socket = a.conns[p.host].socket(a.spec)
 		env := plugins.WorkerEnv(spec, r, p.localRank, p.localWorld, first.host.Addr, a.port)
+		if sig := a.l.opts.PreemptSignal; sig != "" {
+			env = append(env, plugins.EnvPreemptSignal+"="+sig)
+		}
 		rp, err := a.startRank(ctx, r, a.conns[p.host], remoteCommand(a.spec.Dir, env, argv))
 		if rp != nil {
 			a.ranks = append(a.ranks, rp)

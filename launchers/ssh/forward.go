@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -53,13 +54,14 @@ func startForwarder(c *gossh.Client, host, local, job string, attempt int, logge
 	if len(tag) > 24 {
 		tag = tag[:24]
 	}
-	tmpl := fmt.Sprintf("/tmp/scav-%s-a%d-XXXXXXXX", tag, attempt)
-	out, err := output(c, "umask 077 && mktemp -d "+Quote(tmpl))
+	// In the host's $TMPDIR (a cloud instance's own disk), else /tmp.
+	tmpl := fmt.Sprintf("scav-%s-a%d-XXXXXXXX", tag, attempt)
+	out, err := output(c, `umask 077 && mktemp -d -p "${TMPDIR:-/tmp}" `+Quote(tmpl))
 	if err != nil {
 		return nil, fmt.Errorf("forward telemetry: make a directory on %s: %w", host, err)
 	}
 	dir := strings.TrimSpace(out)
-	if !strings.HasPrefix(dir, "/tmp/scav-") || strings.ContainsAny(dir, "\n'") {
+	if !strings.HasPrefix(dir, "/") || !strings.HasPrefix(path.Base(dir), "scav-") || strings.ContainsAny(dir, "\n'") {
 		return nil, fmt.Errorf("forward telemetry: mktemp on %s printed %q", host, out)
 	}
 	f := &forwarder{client: c, host: host, dir: dir, path: dir + "/" + forwardSocketName, local: local,

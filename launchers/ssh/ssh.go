@@ -60,7 +60,7 @@
 //
 // Workers on another host cannot reach the daemon's unix socket
 // (AttemptSpec.Socket). Unless Options.NoTelemetryForward is set, the
-// launcher makes a private directory (mode 0700) under /tmp on each host,
+// launcher makes a private directory (mode 0700) under $TMPDIR (else /tmp) on each host,
 // asks that host's sshd to listen on a unix socket in it (OpenSSH
 // streamlocal forwarding, on by default in sshd), sets the host's workers'
 // SCAV_SOCKET to it and proxies every connection made there, both ways, to a
@@ -146,6 +146,11 @@ type Options struct {
 	// comment): set it when a scavd runs on every host or the hosts share
 	// the daemon's machine.
 	NoTelemetryForward bool
+	// PreemptSignal, when set, is the signal (e.g. "USR1") the workers get
+	// before their machine is taken away (SCAV_PREEMPT_SIGNAL): set by a
+	// launcher that hears of pre-emptions and delivers them with Signal
+	// (launchers/cloudvm).
+	PreemptSignal string
 }
 
 // Launcher starts attempts over SSH. It implements plugins.Launcher.

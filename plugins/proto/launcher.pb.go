@@ -147,6 +147,7 @@ type CapabilitiesResponse struct {
 	Hosts         []string               `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	MachineTypes  []string               `protobuf:"bytes,3,rep,name=machine_types,json=machineTypes,proto3" json:"machine_types,omitempty"`
 	RunAs         bool                   `protobuf:"varint,4,opt,name=run_as,json=runAs,proto3" json:"run_as,omitempty"`
+	Offers        []*Offer               `protobuf:"bytes,5,rep,name=offers,proto3" json:"offers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +210,82 @@ func (x *CapabilitiesResponse) GetRunAs() bool {
 	return false
 }
 
+func (x *CapabilitiesResponse) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+// Offer is plugins.Offer: a machine type with its slots and prices now.
+type Offer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Slots         int64                  `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	OnDemandUsd   float64                `protobuf:"fixed64,3,opt,name=on_demand_usd,json=onDemandUsd,proto3" json:"on_demand_usd,omitempty"`
+	SpotUsd       float64                `protobuf:"fixed64,4,opt,name=spot_usd,json=spotUsd,proto3" json:"spot_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Offer) Reset() {
+	*x = Offer{}
+	mi := &file_launcher_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Offer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Offer) ProtoMessage() {}
+
+func (x *Offer) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Offer.ProtoReflect.Descriptor instead.
+func (*Offer) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Offer) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Offer) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *Offer) GetOnDemandUsd() float64 {
+	if x != nil {
+		return x.OnDemandUsd
+	}
+	return 0
+}
+
+func (x *Offer) GetSpotUsd() float64 {
+	if x != nil {
+		return x.SpotUsd
+	}
+	return 0
+}
+
 // Config is plugins.Config.
 type Config struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -217,13 +294,14 @@ type Config struct {
 	MachineType   string                 `protobuf:"bytes,3,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
 	Nodes         int64                  `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	LrScale       float64                `protobuf:"fixed64,5,opt,name=lr_scale,json=lrScale,proto3" json:"lr_scale,omitempty"`
+	Market        string                 `protobuf:"bytes,6,opt,name=market,proto3" json:"market,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
 	*x = Config{}
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +313,7 @@ func (x *Config) String() string {
 func (*Config) ProtoMessage() {}
 
 func (x *Config) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +326,7 @@ func (x *Config) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Config.ProtoReflect.Descriptor instead.
 func (*Config) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{4}
+	return file_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Config) GetWorkers() int64 {
@@ -286,6 +364,13 @@ func (x *Config) GetLrScale() float64 {
 	return 0
 }
 
+func (x *Config) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
 // AttemptSpec is plugins.AttemptSpec without the Output callback; output is
 // wanted when want_output is set.
 type AttemptSpec struct {
@@ -310,7 +395,7 @@ type AttemptSpec struct {
 
 func (x *AttemptSpec) Reset() {
 	*x = AttemptSpec{}
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +407,7 @@ func (x *AttemptSpec) String() string {
 func (*AttemptSpec) ProtoMessage() {}
 
 func (x *AttemptSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +420,7 @@ func (x *AttemptSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptSpec.ProtoReflect.Descriptor instead.
 func (*AttemptSpec) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{5}
+	return file_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AttemptSpec) GetJobId() string {
@@ -450,7 +535,7 @@ type RunAs struct {
 
 func (x *RunAs) Reset() {
 	*x = RunAs{}
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +547,7 @@ func (x *RunAs) String() string {
 func (*RunAs) ProtoMessage() {}
 
 func (x *RunAs) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +560,7 @@ func (x *RunAs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAs.ProtoReflect.Descriptor instead.
 func (*RunAs) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{6}
+	return file_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunAs) GetUid() uint32 {
@@ -522,7 +607,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +619,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +632,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{7}
+	return file_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartRequest) GetSpec() *AttemptSpec {
@@ -571,7 +656,7 @@ type StartEvent struct {
 
 func (x *StartEvent) Reset() {
 	*x = StartEvent{}
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +668,7 @@ func (x *StartEvent) String() string {
 func (*StartEvent) ProtoMessage() {}
 
 func (x *StartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +681,7 @@ func (x *StartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartEvent.ProtoReflect.Descriptor instead.
 func (*StartEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{8}
+	return file_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartEvent) GetEvent() isStartEvent_Event {
@@ -650,7 +735,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +747,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +760,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{9}
+	return file_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Started) GetHandleId() string {
@@ -697,7 +782,7 @@ type OutputLine struct {
 
 func (x *OutputLine) Reset() {
 	*x = OutputLine{}
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +794,7 @@ func (x *OutputLine) String() string {
 func (*OutputLine) ProtoMessage() {}
 
 func (x *OutputLine) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +807,7 @@ func (x *OutputLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputLine.ProtoReflect.Descriptor instead.
 func (*OutputLine) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{10}
+	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OutputLine) GetRank() int64 {
@@ -755,7 +840,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +852,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +865,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WaitRequest) GetHandleId() string {
@@ -803,7 +888,7 @@ type RankResult struct {
 
 func (x *RankResult) Reset() {
 	*x = RankResult{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +900,7 @@ func (x *RankResult) String() string {
 func (*RankResult) ProtoMessage() {}
 
 func (x *RankResult) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +913,7 @@ func (x *RankResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankResult.ProtoReflect.Descriptor instead.
 func (*RankResult) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RankResult) GetRank() int64 {
@@ -880,7 +965,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +977,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +990,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WaitResponse) GetExitCode() int64 {
@@ -954,7 +1039,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1051,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1064,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SignalRequest) GetHandleId() string {
@@ -1004,7 +1089,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1101,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1114,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 type StopRequest struct {
@@ -1043,7 +1128,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1140,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1153,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StopRequest) GetHandleId() string {
@@ -1093,7 +1178,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1190,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1203,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 type RecoverRequest struct {
@@ -1133,7 +1218,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1230,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1243,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecoverRequest) GetHandleId() string {
@@ -1197,19 +1282,26 @@ const file_launcher_proto_rawDesc = "" +
 	"\vNameRequest\"\"\n" +
 	"\fNameResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13CapabilitiesRequest\"\x89\x01\n" +
+	"\x13CapabilitiesRequest\"\xbf\x01\n" +
 	"\x14CapabilitiesResponse\x12\x1f\n" +
 	"\vmax_workers\x18\x01 \x01(\x03R\n" +
 	"maxWorkers\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12#\n" +
 	"\rmachine_types\x18\x03 \x03(\tR\fmachineTypes\x12\x15\n" +
-	"\x06run_as\x18\x04 \x01(\bR\x05runAs\"\x99\x01\n" +
+	"\x06run_as\x18\x04 \x01(\bR\x05runAs\x124\n" +
+	"\x06offers\x18\x05 \x03(\v2\x1c.scavenger.launcher.v1.OfferR\x06offers\"p\n" +
+	"\x05Offer\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\x03R\x05slots\x12\"\n" +
+	"\ron_demand_usd\x18\x03 \x01(\x01R\vonDemandUsd\x12\x19\n" +
+	"\bspot_usd\x18\x04 \x01(\x01R\aspotUsd\"\xb1\x01\n" +
 	"\x06Config\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12!\n" +
 	"\fglobal_batch\x18\x02 \x01(\x03R\vglobalBatch\x12!\n" +
 	"\fmachine_type\x18\x03 \x01(\tR\vmachineType\x12\x14\n" +
 	"\x05nodes\x18\x04 \x01(\x03R\x05nodes\x12\x19\n" +
-	"\blr_scale\x18\x05 \x01(\x01R\alrScale\"\xa8\x03\n" +
+	"\blr_scale\x18\x05 \x01(\x01R\alrScale\x12\x16\n" +
+	"\x06market\x18\x06 \x01(\tR\x06market\"\xa8\x03\n" +
 	"\vAttemptSpec\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x18\n" +
@@ -1300,54 +1392,56 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_launcher_proto_goTypes = []any{
 	(*NameRequest)(nil),          // 0: scavenger.launcher.v1.NameRequest
 	(*NameResponse)(nil),         // 1: scavenger.launcher.v1.NameResponse
 	(*CapabilitiesRequest)(nil),  // 2: scavenger.launcher.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil), // 3: scavenger.launcher.v1.CapabilitiesResponse
-	(*Config)(nil),               // 4: scavenger.launcher.v1.Config
-	(*AttemptSpec)(nil),          // 5: scavenger.launcher.v1.AttemptSpec
-	(*RunAs)(nil),                // 6: scavenger.launcher.v1.RunAs
-	(*StartRequest)(nil),         // 7: scavenger.launcher.v1.StartRequest
-	(*StartEvent)(nil),           // 8: scavenger.launcher.v1.StartEvent
-	(*Started)(nil),              // 9: scavenger.launcher.v1.Started
-	(*OutputLine)(nil),           // 10: scavenger.launcher.v1.OutputLine
-	(*WaitRequest)(nil),          // 11: scavenger.launcher.v1.WaitRequest
-	(*RankResult)(nil),           // 12: scavenger.launcher.v1.RankResult
-	(*WaitResponse)(nil),         // 13: scavenger.launcher.v1.WaitResponse
-	(*SignalRequest)(nil),        // 14: scavenger.launcher.v1.SignalRequest
-	(*SignalResponse)(nil),       // 15: scavenger.launcher.v1.SignalResponse
-	(*StopRequest)(nil),          // 16: scavenger.launcher.v1.StopRequest
-	(*StopResponse)(nil),         // 17: scavenger.launcher.v1.StopResponse
-	(*RecoverRequest)(nil),       // 18: scavenger.launcher.v1.RecoverRequest
+	(*Offer)(nil),                // 4: scavenger.launcher.v1.Offer
+	(*Config)(nil),               // 5: scavenger.launcher.v1.Config
+	(*AttemptSpec)(nil),          // 6: scavenger.launcher.v1.AttemptSpec
+	(*RunAs)(nil),                // 7: scavenger.launcher.v1.RunAs
+	(*StartRequest)(nil),         // 8: scavenger.launcher.v1.StartRequest
+	(*StartEvent)(nil),           // 9: scavenger.launcher.v1.StartEvent
+	(*Started)(nil),              // 10: scavenger.launcher.v1.Started
+	(*OutputLine)(nil),           // 11: scavenger.launcher.v1.OutputLine
+	(*WaitRequest)(nil),          // 12: scavenger.launcher.v1.WaitRequest
+	(*RankResult)(nil),           // 13: scavenger.launcher.v1.RankResult
+	(*WaitResponse)(nil),         // 14: scavenger.launcher.v1.WaitResponse
+	(*SignalRequest)(nil),        // 15: scavenger.launcher.v1.SignalRequest
+	(*SignalResponse)(nil),       // 16: scavenger.launcher.v1.SignalResponse
+	(*StopRequest)(nil),          // 17: scavenger.launcher.v1.StopRequest
+	(*StopResponse)(nil),         // 18: scavenger.launcher.v1.StopResponse
+	(*RecoverRequest)(nil),       // 19: scavenger.launcher.v1.RecoverRequest
 }
 var file_launcher_proto_depIdxs = []int32{
-	4,  // 0: scavenger.launcher.v1.AttemptSpec.config:type_name -> scavenger.launcher.v1.Config
-	6,  // 1: scavenger.launcher.v1.AttemptSpec.user:type_name -> scavenger.launcher.v1.RunAs
-	5,  // 2: scavenger.launcher.v1.StartRequest.spec:type_name -> scavenger.launcher.v1.AttemptSpec
-	9,  // 3: scavenger.launcher.v1.StartEvent.started:type_name -> scavenger.launcher.v1.Started
-	10, // 4: scavenger.launcher.v1.StartEvent.output:type_name -> scavenger.launcher.v1.OutputLine
-	12, // 5: scavenger.launcher.v1.WaitResponse.ranks:type_name -> scavenger.launcher.v1.RankResult
-	0,  // 6: scavenger.launcher.v1.Launcher.Name:input_type -> scavenger.launcher.v1.NameRequest
-	2,  // 7: scavenger.launcher.v1.Launcher.Capabilities:input_type -> scavenger.launcher.v1.CapabilitiesRequest
-	7,  // 8: scavenger.launcher.v1.Launcher.Start:input_type -> scavenger.launcher.v1.StartRequest
-	11, // 9: scavenger.launcher.v1.Launcher.Wait:input_type -> scavenger.launcher.v1.WaitRequest
-	14, // 10: scavenger.launcher.v1.Launcher.Signal:input_type -> scavenger.launcher.v1.SignalRequest
-	16, // 11: scavenger.launcher.v1.Launcher.Stop:input_type -> scavenger.launcher.v1.StopRequest
-	18, // 12: scavenger.launcher.v1.Launcher.Recover:input_type -> scavenger.launcher.v1.RecoverRequest
-	1,  // 13: scavenger.launcher.v1.Launcher.Name:output_type -> scavenger.launcher.v1.NameResponse
-	3,  // 14: scavenger.launcher.v1.Launcher.Capabilities:output_type -> scavenger.launcher.v1.CapabilitiesResponse
-	8,  // 15: scavenger.launcher.v1.Launcher.Start:output_type -> scavenger.launcher.v1.StartEvent
-	13, // 16: scavenger.launcher.v1.Launcher.Wait:output_type -> scavenger.launcher.v1.WaitResponse
-	15, // 17: scavenger.launcher.v1.Launcher.Signal:output_type -> scavenger.launcher.v1.SignalResponse
-	17, // 18: scavenger.launcher.v1.Launcher.Stop:output_type -> scavenger.launcher.v1.StopResponse
-	8,  // 19: scavenger.launcher.v1.Launcher.Recover:output_type -> scavenger.launcher.v1.StartEvent
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	4,  // 0: scavenger.launcher.v1.CapabilitiesResponse.offers:type_name -> scavenger.launcher.v1.Offer
+	5,  // 1: scavenger.launcher.v1.AttemptSpec.config:type_name -> scavenger.launcher.v1.Config
+	7,  // 2: scavenger.launcher.v1.AttemptSpec.user:type_name -> scavenger.launcher.v1.RunAs
+	6,  // 3: scavenger.launcher.v1.StartRequest.spec:type_name -> scavenger.launcher.v1.AttemptSpec
+	10, // 4: scavenger.launcher.v1.StartEvent.started:type_name -> scavenger.launcher.v1.Started
+	11, // 5: scavenger.launcher.v1.StartEvent.output:type_name -> scavenger.launcher.v1.OutputLine
+	13, // 6: scavenger.launcher.v1.WaitResponse.ranks:type_name -> scavenger.launcher.v1.RankResult
+	0,  // 7: scavenger.launcher.v1.Launcher.Name:input_type -> scavenger.launcher.v1.NameRequest
+	2,  // 8: scavenger.launcher.v1.Launcher.Capabilities:input_type -> scavenger.launcher.v1.CapabilitiesRequest
+	8,  // 9: scavenger.launcher.v1.Launcher.Start:input_type -> scavenger.launcher.v1.StartRequest
+	12, // 10: scavenger.launcher.v1.Launcher.Wait:input_type -> scavenger.launcher.v1.WaitRequest
+	15, // 11: scavenger.launcher.v1.Launcher.Signal:input_type -> scavenger.launcher.v1.SignalRequest
+	17, // 12: scavenger.launcher.v1.Launcher.Stop:input_type -> scavenger.launcher.v1.StopRequest
+	19, // 13: scavenger.launcher.v1.Launcher.Recover:input_type -> scavenger.launcher.v1.RecoverRequest
+	1,  // 14: scavenger.launcher.v1.Launcher.Name:output_type -> scavenger.launcher.v1.NameResponse
+	3,  // 15: scavenger.launcher.v1.Launcher.Capabilities:output_type -> scavenger.launcher.v1.CapabilitiesResponse
+	9,  // 16: scavenger.launcher.v1.Launcher.Start:output_type -> scavenger.launcher.v1.StartEvent
+	14, // 17: scavenger.launcher.v1.Launcher.Wait:output_type -> scavenger.launcher.v1.WaitResponse
+	16, // 18: scavenger.launcher.v1.Launcher.Signal:output_type -> scavenger.launcher.v1.SignalResponse
+	18, // 19: scavenger.launcher.v1.Launcher.Stop:output_type -> scavenger.launcher.v1.StopResponse
+	9,  // 20: scavenger.launcher.v1.Launcher.Recover:output_type -> scavenger.launcher.v1.StartEvent
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -1355,7 +1449,7 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[8].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[9].OneofWrappers = []any{
 		(*StartEvent_Started)(nil),
 		(*StartEvent_Output)(nil),
 	}
@@ -1365,7 +1459,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// cloudJobArgs is the job of the cloud end-to-end tests: the resumable CNN
+// with 1 or 2 workers and a batch range, over two types on spot within a
+// price cap, optimised for time. With the cap, the dearer type is worth
+// it only on spot: once its spot market is gone, the job must re-choose.
+func cloudJobArgs(types string, maxPrice float64) []string {
+	return []string{"--launcher", "cloudvm", "--types", types, "--spot", "--max-price", strconv.FormatFloat(maxPrice, 'f', -1, 64),
+		"--workers", "1:2", "--batch-size", "32:128", "--policy", "adaptive", "--objective", "time", "--target-steps", "2500",
+		"--env", "OMP_NUM_THREADS=1", "--grace", "20s", "--", pythonBin, "examples/resumable_cnn.py"}
+}
+
+// jobStatus reads a job's record and its latest step through `scavctl status -o json`.
+func jobStatus(t *testing.T, state, id string) (api.Job, telemetry.StepRecord) {
+	t.Helper()
+	var st struct {
+		Job      api.Job              `json:"job"`
+		LastStep telemetry.StepRecord `json:"last_step"`
+	}
+	out, e, _ := scavctl(t, state, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status %s: %v\n%s%s", id, err, out, e)
+	}
+	return st.Job, st.LastStep
+}
+
+// interruptOnSpot waits until job runs steps on spot instances of typ and
+// interrupts one of them (interrupt), trying again should the job have
+// moved away meanwhile; it returns the job's id and the instance.
+func interruptOnSpot(t *testing.T, state string, errOut interface{ String() string }, typ string, alive func(job string) []string,
+	interrupt func(id string) error) (job, victim string) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never ran on spot %s:\n%s", typ, errOut.String())
+		}
+		m := jobIDRe.FindStringSubmatch(errOut.String())
+		if m == nil {
+			continue
+		}
+		j, last := jobStatus(t, state, m[1])
+		if j.State.Done() {
+			t.Fatalf("the job ended before its spot notice: %s\n%s", j.Message, errOut.String())
+		}
+		k := len(j.Attempts)
+		if k == 0 || j.Attempts[k-1].Ended != nil || last.Attempt != j.Attempts[k-1].Attempt {
+			continue
+		}
+		if c := j.Attempts[k-1].Config; c.MachineType != typ || c.Market != plugins.MarketSpot {
+			continue
+		}
+		for _, id := range alive(j.ID) {
+			if err := interrupt(id); err == nil {
+				return j.ID, id
+			}
+		}
+	}
+}
+
+// checkRechosen checks the record of a job that got a spot notice on typ:
+// it succeeded, every step ran once, the attempt on typ ended for the
+// notice and the next runs on another type after a recorded re-choice,
+// and the cost it records is what its instances (recs) billed.
+func checkRechosen(t *testing.T, state, id, typ string, recs []localcloud.Record, usd, tol float64) {
+	t.Helper()
+	j := jobRecord(t, state, id)
+	if j.State != api.StateSucceeded {
+		t.Fatalf("job %s: %s (%s)", id, j.State, j.Message)
+	}
+	if last := checkEveryStepOnce(t, steps(t, state, id)); last < 100 {
+		t.Errorf("job ran %d steps", last)
+	}
+	var preempted int
+	for k, a := range j.Attempts {
+		if strings.Contains(a.EndReason, "pre-empted") {
+			preempted = k + 1
+		}
+	}
+	if preempted == 0 || preempted == len(j.Attempts) || j.Attempts[preempted-1].Config.MachineType != typ {
+		t.Fatalf("no attempt on %s ended for the notice and was followed by another: %+v", typ, j.Attempts)
+	}
+	next := j.Attempts[preempted].Config
+	if next.MachineType == typ {
+		t.Errorf("after the notice the job went on on %s again (%+v): not re-chosen", typ, next)
+	}
+	var rechosen bool
+	for _, d := range j.Decisions {
+		rechosen = rechosen || strings.Contains(d.Reason, "re-chosen") && d.To == next
+	}
+	if !rechosen {
+		t.Errorf("no recorded re-choice of %+v among %+v", next, j.Decisions)
+	}
+	if j.Cost == nil || math.Abs(j.Cost.USD-usd) > tol+1e-9 {
+		t.Errorf("recorded cost %+v, want $%.6f ± %.6f: the instances' billed seconds at their prices", j.Cost, usd, tol)
+		for _, r := range recs {
+			t.Logf("instance %s %s %s %s: %s to %v", r.ID, r.Type, r.Zone, r.Market, r.Launched, r.Ended)
+		}
+		for _, a := range j.Attempts {
+			if a.Cost != nil {
+				t.Logf("attempt %d: %+v", a.Attempt, a.Cost.Instances)
+			}
+		}
+	}
+	var sum float64
+	for _, a := range j.Attempts {
+		if a.Cost != nil {
+			sum += a.Cost.USD
+		}
+	}
+	if j.Cost != nil && math.Abs(sum-j.Cost.USD) > 1e-9 {
+		t.Errorf("the attempts' costs add up to $%g, the job's is $%g", sum, j.Cost.USD)
+	}
+	var alive []string
+	for _, r := range recs {
+		if r.Alive() {
+			alive = append(alive, r.ID)
+		}
+	}
+	if len(alive) > 0 {
+		t.Errorf("instances of the finished job still run: %v", alive)
+	}
+	t.Logf("job %s: %d attempts, %d instances, $%.6f billed; attempt %d on %s pre-empted, then %s",
+		id, len(j.Attempts), len(recs), j.Cost.USD, preempted, typ, workersText(next))
+}
+
+// workersText is how the test logs a configuration.
+func workersText(c plugins.Config) string {
+	return strconv.Itoa(c.Workers) + " x " + c.MachineType + " (" + c.Market + "), batch " + strconv.Itoa(c.GlobalBatch)
+}
+
+// TestCloudJobRechoosesAfterASpotNotice runs the job on the local cloud
+// (one zone): the optimizer chooses; a spot notice arrives for one of the
+// job's loc.full instances mid-run; the job checkpoints, the instance is
+// gone, the job resumes on the configuration the optimizer re-chose (loc.full
+// on demand is over the price cap) and finishes. Every step once, the
+// recorded cost is the instances' bill, nothing is left.
+func TestCloudJobRechoosesAfterASpotNotice(t *testing.T) {
+	needCloud(t)
+	began := time.Now()
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", "testdata/cloud-catalog.json")
+	jobBegan := time.Now()
+	cmd, _, errOut := startJob(t, d.state, cloudJobArgs("loc.half,loc.full", 0.1)...)
+	alive := func(job string) []string {
+		var ids []string
+		for _, r := range cloudRecords(t, d.state, job) {
+			if r.Alive() && r.Type == "loc.full" {
+				ids = append(ids, r.ID)
+			}
+		}
+		return ids
+	}
+	noticed := time.Now()
+	id, victim := interruptOnSpot(t, d.state, errOut, "loc.full", alive, func(inst string) error {
+		noticed = time.Now()
+		return localcloud.InterruptVia(context.Background(), cloudDirSock(d.state), inst, 30*time.Second)
+	})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scavctl run: %v\n%s", err, errOut.String())
+	}
+	recs := cloudRecords(t, d.state, id)
+	for _, r := range recs {
+		if r.ID == victim && (r.Ended == nil || r.Ended.Sub(noticed) > 30*time.Second) {
+			t.Errorf("the reclaimed instance %s ended at %v, not within its notice", victim, r.Ended)
+		}
+	}
+	cat, err := localcloud.LoadCatalog("testdata/cloud-catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	usd, tol := billed(t, recs, catalogPrice(cat))
+	checkRechosen(t, d.state, id, "loc.full", recs, usd, tol)
+	d.stop(t)
+	destroyCloud(t, cloudDir(d.state))
+	t.Logf("end to end in %s (the job: %s)", time.Since(began).Round(time.Second), time.Since(jobBegan).Round(time.Second))
+}
+
+func cloudDirSock(state string) string { return cloudDir(state) + "/admin.sock" }

@@ -1,0 +1,79 @@
+package jobs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// offering is a launcher whose offers the test sets.
+type offering struct {
+	mu     sync.Mutex
+	offers []plugins.Offer
+}
+
+func (o *offering) Name() string { return "offering" }
+func (o *offering) Capabilities(context.Context) (plugins.Capabilities, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return plugins.Capabilities{MaxWorkers: 4, Offers: append([]plugins.Offer(nil), o.offers...)}, nil
+}
+func (o *offering) Start(context.Context, plugins.AttemptSpec) (plugins.Handle, error) {
+	return nil, syscall.ENOSYS
+}
+func (o *offering) set(offers []plugins.Offer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.offers = offers
+}
+
+// TestRechooseAfterTheMarketChanges: a cost-optimised job that measured
+// types a and b runs on a, the cheaper per step at spot prices; when a's
+// spot market goes (a pre-emption blocklisted it) the controller re-chooses
+// over the offers now and moves to b on spot — and with no change in the
+// offers it keeps its decision.
+func TestRechooseAfterTheMarketChanges(t *testing.T) {
+	ctx := context.Background()
+	l := &offering{offers: []plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10, SpotUSD: 0.01}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}}}
+	j := api.Job{ID: "j", Config: plugins.Config{Workers: 1, GlobalBatch: 32, MachineType: "a", Market: plugins.MarketSpot, LRScale: 1},
+		Optimize: api.Optimize{Policy: "full", Objective: "cost", MinWorkers: 1, MaxWorkers: 1, MinBatch: 32, MaxBatch: 32,
+			TargetSamples: 32 * 10000, Types: []string{"a", "b"}, Spot: true}}
+	cur := j.Config
+	c, err := newController(ctx, j, l, func() (int, plugins.Config) { return 3, cur }, &progress{}, make(chan verdict, 1), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(c.cloud.cur.Spec.Candidates); got != 2 || c.cloud.cur.Markets["a"] != plugins.MarketSpot {
+		t.Fatalf("search space %+v, want a and b on spot", c.cloud.cur)
+	}
+	a := c.cloud.cur.Candidate(j.Config, "a")
+	b := a
+	b.Type = "b"
+	c.history = []policy.Observation{
+		{ElapsedS: 2, Config: a, Steps: 20, StepTime: 0.1, Progress: 20},
+		{ElapsedS: 4, Config: b, Steps: 20, StepTime: 0.05, Progress: 40},
+		{ElapsedS: 6, Config: a, Steps: 20, StepTime: 0.1, Progress: 60},
+	}
+	if _, ok := c.rechoose(ctx, "nothing changed"); ok {
+		t.Error("re-chose with the same offers")
+	}
+	l.set([]plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}})
+	dec, ok := c.rechoose(ctx, "pre-empted")
+	if !ok {
+		t.Fatal("no re-choice after a's spot market went")
+	}
+	want := plugins.Config{Workers: 1, GlobalBatch: 32, MachineType: "b", Market: plugins.MarketSpot, Nodes: 1, LRScale: 1}
+	if dec.To != want || dec.Phase != policy.PhaseOptimised {
+		t.Errorf("re-chose %+v (%s: %s), want %+v", dec.To, dec.Phase, dec.Reason, want)
+	}
+	if dec.PredictedUSD <= 0 || len(dec.Candidates) != 2 {
+		t.Errorf("decision without its predictions: %+v", dec)
+	}
+}

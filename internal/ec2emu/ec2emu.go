@@ -1,0 +1,190 @@
+// Package ec2emu is an EMULATION of a small part of Amazon EC2's Query API,
+// for tests and benchmarks that have no AWS account and no network: an
+// http.Handler that the real AWS SDK (aws-sdk-go-v2/service/ec2) is pointed
+// at with its BaseEndpoint. It is not AWS and does not pretend to be
+// beyond that: requests are not authenticated (their SigV4 signature is
+// not checked), and it answers only the actions cloudvm's aws provider
+// uses — RunInstances (on-demand and spot market options, tag
+// specifications, ClientToken, user data), DescribeInstances (instance ids,
+// tag and state filters), TerminateInstances and DescribeSpotPriceHistory
+// — in the XML shapes of the EC2 API reference (2016-11-15); the SDK's own
+// deserialisers are the judge of them.
+//
+// Behind RunInstances it starts real machines: each instance type maps to a
+// type of a Backend (the local cloud, launchers/cloudvm/localcloud), whose
+// instances boot with the SSH keys of the request's cloud-init user data,
+// so that the AWS code path provisions machines that really run the
+// workers. An instance is pending until its sshd answers, then running.
+//
+// Faults can be injected (Faults): InsufficientInstanceCapacity in chosen
+// zones, RequestLimitExceeded for the next n requests, and
+// InvalidInstanceID.NotFound for instances described right after their
+// launch, as EC2's eventual consistency does.
+package ec2emu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+)
+
+// Backend runs the machines behind the emulated instances.
+type Backend interface {
+	Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error)
+	Terminate(ctx context.Context, ids []string) error
+	// Ended is when the backend ended instance id (zero while it runs):
+	// an interrupted spot instance ends on its own.
+	Ended(id string) time.Time
+}
+
+// Options configure an Emulator.
+type Options struct {
+	// Backend runs the instances; required.
+	Backend Backend
+	// Types maps each EC2 instance type the emulation accepts to a type of
+	// the backend ("c6i.large": "loc.half").
+	Types map[string]string
+	// Zones are the availability zones of the emulated region; the
+	// backend's zones are used in the same order (zone i is backend zone i).
+	Zones, BackendZones []string
+	// SpotPrices are $/hour by instance type and zone, as
+	// DescribeSpotPriceHistory reports them.
+	SpotPrices map[string]map[string]float64
+}
+
+// Faults are the failures the emulator injects; Emulator.SetFaults changes them.
+type Faults struct {
+	// NoCapacity lists the zones where RunInstances fails with
+	// InsufficientInstanceCapacity.
+	NoCapacity []string
+	// Throttle fails the next Throttle requests, of any action, with
+	// RequestLimitExceeded.
+	Throttle int
+	// NotFoundFor answers InvalidInstanceID.NotFound when an instance is
+	// described by id within this long of its launch.
+	NotFoundFor time.Duration
+}
+
+// Emulator is the emulated EC2 endpoint.
+type Emulator struct {
+	o Options
+
+	mu     sync.Mutex
+	faults Faults
+	insts  map[string]*instance // by instance id
+	tokens map[string][]string  // client token -> instance ids
+	calls  map[string]int       // requests by action
+}
+
+// instance is an emulated instance.
+type instance struct {
+	provider.Instance
+	ec2Type     string
+	reservation string
+	token       string
+	image       string
+	backendZone string
+}
+
+// New makes an emulator.
+func New(o Options) (*Emulator, error) {
+	if o.Backend == nil || len(o.Types) == 0 || len(o.Zones) == 0 || len(o.Zones) != len(o.BackendZones) {
+		return nil, fmt.Errorf("new EC2 emulator: want a backend, types, and as many zones as backend zones: %+v", o)
+	}
+	return &Emulator{o: o, insts: map[string]*instance{}, tokens: map[string][]string{}, calls: map[string]int{}}, nil
+}
+
+// SetFaults sets the faults to inject from now on.
+func (e *Emulator) SetFaults(f Faults) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = f
+}
+
+// Calls returns how many requests of action were answered, faults included.
+func (e *Emulator) Calls(action string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[action]
+}
+
+// Instances returns every instance launched, terminated ones included.
+func (e *Emulator) Instances() []provider.Instance {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []provider.Instance
+	for _, in := range e.insts {
+		out = append(out, in.Instance)
+	}
+	slices.SortFunc(out, func(a, b provider.Instance) int { return a.Launched.Compare(b.Launched) })
+	return out
+}
+
+// ServeHTTP answers one Query API request (form-encoded POST, as the SDK sends).
+func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, "MalformedQueryString", err.Error())
+		return
+	}
+	action := r.Form.Get("Action")
+	e.mu.Lock()
+	e.calls[action]++
+	throttled := e.faults.Throttle > 0
+	if throttled {
+		e.faults.Throttle--
+	}
+	e.mu.Unlock()
+	if throttled {
+		writeError(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
+		return
+	}
+	var resp any
+	var err *apiError
+	switch action {
+	case "RunInstances":
+		resp, err = e.runInstances(r.Context(), r.Form)
+	case "DescribeInstances":
+		resp, err = e.describeInstances(r.Form)
+	case "TerminateInstances":
+		resp, err = e.terminateInstances(r.Context(), r.Form)
+	case "DescribeSpotPriceHistory":
+		resp, err = e.describeSpotPriceHistory(r.Form)
+	default:
+		err = &apiError{http.StatusBadRequest, "InvalidAction", fmt.Sprintf("The action %q is not valid for this web service (this is an emulation: it answers RunInstances, DescribeInstances, TerminateInstances and DescribeSpotPriceHistory).", action)}
+	}
+	if err != nil {
+		writeError(w, err.status, err.code, err.msg)
+		return
+	}
+	writeXML(w, resp)
+}
+
+// apiError is an EC2 error answer.
+type apiError struct {
+	status    int
+	code, msg string
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 9)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)[:17]
+}
+
+// running reports whether the machine at addr answers SSH yet.
+func running(addr string) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, "22"), 20*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}

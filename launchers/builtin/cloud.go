@@ -1,0 +1,132 @@
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/awscloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// CloudOptions configure the "cloudvm" launcher (scavd's cloud: group;
+// deploy/scavd.yaml says what each does).
+type CloudOptions struct {
+	// Provider is "local" (namespace machines on this host) or "aws".
+	Provider string
+	// StateDir keeps the pools' keys and charges and, for the local
+	// provider, the local cloud (default: <the daemon's state dir>/cloud).
+	StateDir string
+	// Catalog is the provider's catalog file: for local, the local cloud's
+	// types and prices (default: the embedded one); for aws, a price
+	// catalog that extends or overrides the embedded one (on-demand prices).
+	Catalog string
+	// Types, Zones, Market: the launcher's (see cloudvm.Options).
+	Types  []string
+	Zones  []string
+	Market string
+	// Region, Subnets ("zone=subnet-id"), Image, Key, InstanceProfile,
+	// SecurityGroups, Endpoint and Metadata are the aws provider's.
+	Region          string
+	Subnets         []string
+	Image           string
+	Key             string
+	InstanceProfile string
+	SecurityGroups  []string
+	Endpoint        string
+	Metadata        string
+	// User is the login user on the instances.
+	User string
+	// Owner names this scavd in the instances' owner tag (default: the
+	// host name and the state directory's base name).
+	Owner string
+	// MaxInstances, PoolLimit, IdleRelease, Blocklist and NoticeInterval: see cloudvm.Options.
+	MaxInstances   int
+	PoolLimit      int
+	IdleRelease    time.Duration
+	Blocklist      time.Duration
+	NoticeInterval time.Duration
+	// Rebalance also acts on rebalance recommendations.
+	Rebalance bool
+	// NoTelemetryForward gives the workers the daemon's socket path as it is.
+	NoTelemetryForward bool
+}
+
+// openCloud opens the provider and the cloudvm launcher over it; the
+// function returned closes both.
+func openCloud(ctx context.Context, o CloudOptions, log *zap.Logger) (plugins.Launcher, func(), error) {
+	if o.StateDir == "" {
+		return nil, nil, errors.New("cloud: no state directory (cloud.state_dir)")
+	}
+	prov, closeProv, err := openProvider(ctx, o, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cloud provider %s: %w", o.Provider, err)
+	}
+	owner := o.Owner
+	if owner == "" {
+		host, _ := os.Hostname()
+		owner = host + "-" + filepath.Base(filepath.Dir(filepath.Clean(o.StateDir)))
+	}
+	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: log, Provider: prov, StateDir: filepath.Join(o.StateDir, "launcher"),
+		Types: o.Types, Zones: o.Zones, Market: o.Market, Owner: owner, MaxInstances: o.MaxInstances, PoolLimit: o.PoolLimit, IdleRelease: o.IdleRelease,
+		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, Rebalance: o.Rebalance, User: o.User, NoTelemetryForward: o.NoTelemetryForward})
+	if err != nil {
+		closeProv()
+		return nil, nil, fmt.Errorf("cloud launcher: %w", err)
+	}
+	return l, func() {
+		if err := l.Close(); err != nil {
+			log.Warn("close the cloud launcher", zap.Error(err))
+		}
+		closeProv()
+	}, nil
+}
+
+// openProvider opens the provider o names.
+func openProvider(ctx context.Context, o CloudOptions, log *zap.Logger) (provider.Provider, func(), error) {
+	switch o.Provider {
+	case "", "local":
+		var cat *localcloud.Catalog
+		if o.Catalog != "" {
+			var err error
+			if cat, err = localcloud.LoadCatalog(o.Catalog); err != nil {
+				return nil, nil, err
+			}
+		}
+		c, err := localcloud.Open(ctx, localcloud.Options{Logger: log, Dir: filepath.Join(o.StateDir, "localcloud"), Catalog: cat})
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, c.Close, nil
+	case "aws":
+		cat, err := price.WithOverride(o.Catalog)
+		if err != nil {
+			return nil, nil, err
+		}
+		subnets := map[string]string{}
+		for _, s := range o.Subnets {
+			zone, id, ok := strings.Cut(s, "=")
+			if !ok {
+				return nil, nil, fmt.Errorf("subnet %q: want zone=subnet-id", s)
+			}
+			subnets[zone] = id
+		}
+		p, err := awscloud.New(ctx, awscloud.Options{Logger: log, Region: o.Region, Zones: o.Zones, Subnets: subnets, Types: o.Types, Catalog: cat,
+			Image: o.Image, KeyName: o.Key, InstanceProfile: o.InstanceProfile, SecurityGroups: o.SecurityGroups, Endpoint: o.Endpoint, Metadata: o.Metadata})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown provider %q: use local or aws", o.Provider)
+}

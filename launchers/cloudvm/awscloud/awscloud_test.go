@@ -1,0 +1,119 @@
+package awscloud
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/internal/ec2emu"
+	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+func boot(t *testing.T) provider.Boot {
+	t.Helper()
+	_, cpub, err := nsmachine.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hpriv, hpub, err := nsmachine.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return provider.Boot{AuthorizedKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(cpub))), HostKey: hpriv,
+		HostKeyPublic: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hpub)))}
+}
+
+// TestPrices checks the on-demand prices from the catalog and the spot
+// prices from DescribeSpotPriceHistory.
+func TestPrices(t *testing.T) {
+	e := emulate(t)
+	ps, err := e.prov.Prices(context.Background(), []string{"c6i.large", "c6i.xlarge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, p := range ps {
+		got[p.Type+"/"+p.Zone+"/"+p.Market] = p.USDPerHour
+	}
+	want := map[string]float64{"c6i.large//on-demand": 0.085, "c6i.xlarge//on-demand": 0.17, "c6i.large/us-east-1a/spot": 0.031,
+		"c6i.large/us-east-1b/spot": 0.029, "c6i.xlarge/us-east-1a/spot": 0.061, "c6i.xlarge/us-east-1b/spot": 0.066}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("price %s = %g, want %g (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// TestInstanceLifecycle launches spot instances through RunInstances, with
+// the emulation answering InvalidInstanceID.NotFound right after the
+// launch: the same ClientToken returns the same instances, the running
+// waiter rides out the NotFound, they are listed by tag, and terminated.
+func TestInstanceLifecycle(t *testing.T) {
+	e := emulate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e.emu.SetFaults(ec2emu.Faults{NotFoundFor: 300 * time.Millisecond})
+	tags := map[string]string{provider.TagOwner: "o-" + nsmachine.RandomHex(4), provider.TagJob: "j"}
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 2, Market: provider.Spot, Zone: "us-east-1b", Tags: tags, Token: "tok-" + nsmachine.RandomHex(6), Boot: boot(t)}
+	insts, err := e.prov.Provision(ctx, req)
+	if err != nil || len(insts) != 2 || insts[0].Market != provider.Spot || insts[0].Zone != "us-east-1b" || insts[0].Tags[provider.TagJob] != "j" {
+		t.Fatalf("Provision = %+v, %v", insts, err)
+	}
+	again, err := e.prov.Provision(ctx, req)
+	if err != nil || len(again) != 2 || again[0].ID != insts[0].ID || again[1].ID != insts[1].ID {
+		t.Fatalf("Provision with the same token = %+v, %v; want the same instances", again, err)
+	}
+	ids := []string{insts[0].ID, insts[1].ID}
+	ready, err := e.prov.WaitReady(ctx, ids)
+	if err != nil || len(ready) != 2 || ready[0].State != provider.Running || ready[0].Addr == "" {
+		t.Fatalf("WaitReady = %+v, %v", ready, err)
+	}
+	if n := e.emu.Calls("DescribeInstances"); n < 2 {
+		t.Errorf("%d DescribeInstances calls: the waiter never met the NotFound", n)
+	}
+	listed, err := e.prov.List(ctx, tags)
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("List = %+v, %v", listed, err)
+	}
+	if err := e.prov.Terminate(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if listed, _ := e.prov.List(ctx, tags); len(listed) != 0 {
+		t.Fatalf("List after Terminate = %+v", listed)
+	}
+	if err := e.prov.Terminate(ctx, []string{"i-0000000000000dead"}); err != nil {
+		t.Errorf("Terminate of an unknown id = %v, want nil", err)
+	}
+}
+
+// TestErrorClasses checks how the SDK's errors are classified:
+// InsufficientInstanceCapacity is a capacity error, RequestLimitExceeded
+// throttling, and the SDK does not retry either itself.
+func TestErrorClasses(t *testing.T) {
+	e := emulate(t)
+	ctx := context.Background()
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + nsmachine.RandomHex(6), Boot: boot(t)}
+	e.emu.SetFaults(ec2emu.Faults{NoCapacity: []string{"us-east-1a"}})
+	if _, err := e.prov.Provision(ctx, req); !errors.Is(err, provider.ErrCapacity) || !strings.Contains(err.Error(), "InsufficientInstanceCapacity") {
+		t.Errorf("no capacity: %v, want ErrCapacity", err)
+	}
+	e.emu.SetFaults(ec2emu.Faults{Throttle: 1})
+	if _, err := e.prov.List(ctx, nil); !errors.Is(err, provider.ErrThrottled) || !provider.Retryable(err) {
+		t.Errorf("throttled: %v, want ErrThrottled", err)
+	}
+	if n := e.emu.Calls("RunInstances"); n != 1 {
+		t.Errorf("%d RunInstances calls for one failed request: the SDK retried", n)
+	}
+	e.emu.SetFaults(ec2emu.Faults{})
+	if _, err := e.prov.Provision(ctx, provider.ProvisionRequest{Type: "m5.large", Count: 1, Zone: "us-east-1a"}); err == nil {
+		t.Error("a type outside the catalog was provisioned")
+	}
+	if !slices.Contains(e.prov.o.Types, "c6i.xlarge") {
+		t.Error("types")
+	}
+}

@@ -1,0 +1,166 @@
+package cloudvm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/plugins"
+)
+
+// chargesFile holds a pool's charges in its directory.
+const chargesFile = "charges.json"
+
+// readCharges reads the charges kept in a pool directory.
+func readCharges(dir string) ([]plugins.Charge, error) {
+	b, err := os.ReadFile(filepath.Join(dir, chargesFile))
+	if err != nil {
+		return nil, err
+	}
+	var cs []plugins.Charge
+	if err := json.Unmarshal(b, &cs); err != nil {
+		return nil, fmt.Errorf("read charges in %s: %w", dir, err)
+	}
+	return cs, nil
+}
+
+// writeCharges keeps cs in dir.
+func writeCharges(dir string, cs []plugins.Charge) error {
+	b, err := json.MarshalIndent(cs, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, chargesFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, chargesFile))
+}
+
+// saveChargesLocked keeps the pool's charges (p.mu held).
+func (p *pool) saveChargesLocked() {
+	if err := writeCharges(p.dir, p.charges); err != nil {
+		p.log.Warn("keep charges", zap.Error(err))
+	}
+}
+
+// endChargeLocked ends the charge of instance id at t (p.mu held).
+func (p *pool) endChargeLocked(id string, t time.Time) {
+	endCharge(p.charges, id, t)
+}
+
+func endCharge(cs []plugins.Charge, id string, t time.Time) bool {
+	for i := range cs {
+		if cs[i].Instance == id && cs[i].End == nil {
+			cs[i].End = &t
+			return true
+		}
+	}
+	return false
+}
+
+// Charges lists the instances acquired for job and what they cost (see
+// plugins.Charge): those of its pool, or, for a job that has none here
+// (it has ended, or scavd restarted), those kept in the state directory.
+func (l *Launcher) Charges(_ context.Context, job string) ([]plugins.Charge, error) {
+	l.mu.Lock()
+	p := l.pools[job]
+	l.mu.Unlock()
+	if p != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return slices.Clone(p.charges), nil
+	}
+	cs, err := readCharges(filepath.Join(l.o.StateDir, "pools", job))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return cs, err
+}
+
+// Release terminates every instance of job's pool (the job has ended) and
+// forgets the pool; its charges stay in the state directory.
+func (l *Launcher) Release(ctx context.Context, job string) error {
+	l.mu.Lock()
+	p := l.pools[job]
+	l.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	p.start.Lock() // no attempt is being provisioned meanwhile
+	defer p.start.Unlock()
+	var ids []string
+	for _, m := range p.snapshot() {
+		ids = append(ids, m.inst.ID)
+	}
+	err := l.release(ctx, p, ids)
+	l.mu.Lock()
+	if l.pools[job] == p {
+		delete(l.pools, job)
+	}
+	l.mu.Unlock()
+	_ = os.Remove(p.keyFile())
+	_ = os.Remove(p.knownHosts())
+	if err != nil {
+		return fmt.Errorf("release the instances of job %s: %w", job, err)
+	}
+	return nil
+}
+
+// StopOrphaned terminates the instances of an attempt a previous daemon
+// started and could not stop (it was killed): every instance of the job
+// with this launcher's owner. It returns how many there were.
+func (l *Launcher) StopOrphaned(ctx context.Context, spec plugins.RecoverSpec) (int, error) {
+	if err := l.Release(ctx, spec.JobID); err != nil {
+		return 0, err
+	}
+	n, err := l.terminateUnowned(ctx, map[string]string{provider.TagOwner: l.o.Owner, provider.TagJob: spec.JobID})
+	if err != nil {
+		return n, fmt.Errorf("stop the instances of job %s: %w", spec.JobID, err)
+	}
+	return n, nil
+}
+
+// terminateUnowned terminates the instances with tags that belong to no
+// pool of this launcher, and ends their charges in their job's directory.
+func (l *Launcher) terminateUnowned(ctx context.Context, tags map[string]string) (int, error) {
+	insts, err := l.list(ctx, tags)
+	if err != nil {
+		return 0, err
+	}
+	byJob := map[string][]string{}
+	l.mu.Lock()
+	for _, in := range insts {
+		if job := in.Tags[provider.TagJob]; l.pools[job] == nil {
+			byJob[job] = append(byJob[job], in.ID)
+		}
+	}
+	l.mu.Unlock()
+	n := 0
+	var errs []error
+	for job, ids := range byJob {
+		now := time.Now().UTC()
+		if err := l.terminate(ctx, ids); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n += len(ids)
+		l.log.Warn("terminated instances of a job that has no pool here", zap.String("job", job), zap.Strings("instances", ids))
+		dir := filepath.Join(l.o.StateDir, "pools", job)
+		if cs, err := readCharges(dir); err == nil {
+			for _, id := range ids {
+				endCharge(cs, id, now)
+			}
+			_ = writeCharges(dir, cs)
+		}
+	}
+	return n, errors.Join(errs...)
+}

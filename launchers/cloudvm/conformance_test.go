@@ -1,0 +1,39 @@
+package cloudvm
+
+import (
+	"testing"
+
+	"github.com/hashicorp/go-plugin"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/conformance"
+)
+
+// conformanceLauncher is a launcher for the suite, whose ranks share a
+// host: its type takes 4 workers an instance. The suite checks that
+// SCAV_SOCKET reaches the workers as given, so the telemetry socket is not
+// forwarded (the local cloud's instances share this filesystem).
+func conformanceLauncher(t *testing.T) *Launcher {
+	return newLauncher(t, Options{Logger: zap.NewNop(), Types: []string{"loc.wide"}, NoTelemetryForward: true})
+}
+
+// TestConformance runs the launcher suite against cloudvm on the local
+// cloud, in process: every subtest provisions its own instances.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) plugins.Launcher { return conformanceLauncher(t) })
+}
+
+// TestConformanceOverGRPC runs the suite against cloudvm served over real
+// gRPC (go-plugin's in-process test connection).
+func TestConformanceOverGRPC(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) plugins.Launcher {
+		client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(conformanceLauncher(t), zap.NewNop()))
+		t.Cleanup(func() { _ = client.Close() })
+		raw, err := client.Dispense(plugins.PluginName)
+		if err != nil {
+			t.Fatalf("Dispense: %v", err)
+		}
+		return raw.(plugins.Launcher)
+	})
+}

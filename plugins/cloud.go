@@ -1,0 +1,81 @@
+package plugins
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// Markets a machine is bought in (Config.Market).
+const (
+	MarketOnDemand = "on-demand"
+	MarketSpot     = "spot"
+)
+
+// Offer is one machine type a launcher can acquire now, as its
+// Capabilities report it.
+type Offer struct {
+	// Type names the machine type.
+	Type string `json:"type"`
+	// Slots is how many workers one machine of it takes.
+	Slots int `json:"slots"`
+	// OnDemandUSD is the $/hour of one machine on demand (0: not offered).
+	OnDemandUSD float64 `json:"on_demand_usd,omitempty"`
+	// SpotUSD is the $/hour of one spot machine now (0: no spot market, or
+	// every zone of it is blocklisted for now after a pre-emption or a
+	// capacity error).
+	SpotUSD float64 `json:"spot_usd,omitempty"`
+}
+
+// Charge is what one machine a launcher acquired for a job costs: it is
+// billed from Start until End (nil: it still runs) at USDPerHour, in units
+// of Granularity with at least Minimum (the provider's rules; EC2: per
+// second, 60 s at least).
+type Charge struct {
+	// Instance names the machine; Type, Zone and Market say what it is.
+	Instance string `json:"instance"`
+	Type     string `json:"type"`
+	Zone     string `json:"zone,omitempty"`
+	Market   string `json:"market"`
+	// USDPerHour is its price.
+	USDPerHour float64 `json:"usd_per_hour"`
+	// Start and End bound its billed life (provisioned to terminated).
+	Start time.Time  `json:"start"`
+	End   *time.Time `json:"end,omitempty"`
+	// Granularity and Minimum are the provider's billing rules (0: none).
+	Granularity time.Duration `json:"granularity,omitempty"`
+	Minimum     time.Duration `json:"minimum,omitempty"`
+}
+
+// Seconds is how long the machine has run by now (until End when it has ended).
+func (c Charge) Seconds(now time.Time) float64 {
+	end := now
+	if c.End != nil {
+		end = *c.End
+	}
+	return math.Max(end.Sub(c.Start).Seconds(), 0)
+}
+
+// Billed rounds s seconds of use up to the granularity and at least the
+// minimum, as the provider bills them.
+func (c Charge) Billed(s float64) float64 {
+	if g := c.Granularity.Seconds(); g > 0 {
+		s = math.Ceil(s/g-1e-9) * g
+	}
+	return math.Max(s, c.Minimum.Seconds())
+}
+
+// USD is what s billed seconds of the machine cost.
+func (c Charge) USD(s float64) float64 { return s / 3600 * c.USDPerHour }
+
+// Biller is implemented by launchers that acquire machines for a job and
+// pay for them (cloudvm): the daemon asks what a job's machines cost, and
+// tells the launcher when the job has ended so that it releases them at
+// once. It is reached in process only; a launcher behind gRPC releases a
+// job's machines once they have been idle for a while instead.
+type Biller interface {
+	// Charges lists the machines acquired for job, ended or running.
+	Charges(ctx context.Context, job string) ([]Charge, error)
+	// Release ends every machine of job: it has ended.
+	Release(ctx context.Context, job string) error
+}

@@ -1,0 +1,113 @@
+// Command benchcloud measures the cloudvm launcher on the local cloud of
+// this machine (root): how long an instance takes from provisioning to its
+// workers' first step and from termination to gone, per type; how long a
+// job takes from a spot notice to running again elsewhere; and the live
+// loop (type × workers × batch) against every fixed candidate with the
+// same work, for the time and the cost objectives, with the error of the
+// cost predicted at the committed decision. It prints Markdown tables.
+//
+//	go run ./tools/benchcloud --scavd bin/scavd --scavctl bin/scavctl [--target 8000]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+)
+
+func main() {
+	// A signal ends the jobs and the bench; the clouds are destroyed on the way out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchcloud:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is the running bench: its binaries and the scavd it drives.
+type bench struct {
+	scavd, scavctl, python string
+	catalog, state         string
+	target                 int
+	notices                int
+	types                  []string
+	workers, batches       []int
+	skipLoop               bool
+}
+
+func run(ctx context.Context) error {
+	var b bench
+	flag.StringVar(&b.scavd, "scavd", "bin/scavd", "scavd binary")
+	flag.StringVar(&b.scavctl, "scavctl", "bin/scavctl", "scavctl binary")
+	flag.StringVar(&b.python, "python", "/usr/bin/python3", "python with torch")
+	flag.StringVar(&b.catalog, "catalog", "tools/benchcloud/catalog.json", "local cloud catalog")
+	flag.IntVar(&b.target, "target", 8000, "work of each loop run: steps at batch 32")
+	flag.IntVar(&b.notices, "notices", 5, "spot notices to time")
+	flag.BoolVar(&b.skipLoop, "skip-loop", false, "leave out the live loop against the fixed candidates")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		return errors.New("the local cloud needs root (network namespaces, veths, cgroups)")
+	}
+	b.types, b.workers, b.batches = []string{"loc.half", "loc.full"}, []int{1, 2}, []int{32, 128}
+	cat, err := filepath.Abs(b.catalog)
+	if err != nil {
+		return err
+	}
+	b.catalog = cat
+	if b.state, err = os.MkdirTemp("", "benchcloud-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.state)
+	fmt.Printf("Catalog: %s (loc.half 0.5 CPU, $0.10/h on demand, $0.04/h spot; loc.full 1 CPU, $0.20/h, $0.07/h; billed per second, a minute at least).\n\n", filepath.Base(b.catalog))
+	if err := b.terminations(ctx); err != nil {
+		return fmt.Errorf("terminations: %w", err)
+	}
+	d, err := b.startScavd(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	if err := b.firstSteps(ctx); err != nil {
+		return fmt.Errorf("provision to first step: %w", err)
+	}
+	if err := b.noticeToRunning(ctx); err != nil {
+		return fmt.Errorf("spot notices: %w", err)
+	}
+	if b.skipLoop {
+		return nil
+	}
+	return b.loop(ctx)
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	switch n := len(s); {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return s[n/2]
+	default:
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+func minMax(v []float64) (float64, float64) {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0, 0
+	}
+	return s[0], s[len(s)-1]
+}
+
+func secs(d time.Duration) float64 { return d.Seconds() }

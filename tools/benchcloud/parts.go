@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+)
+
+// terminations times, on a local cloud of the bench's own, each type's
+// instance from the provisioning request to its sshd answering and from
+// the termination request to nothing of it left (namespace, link, cgroup,
+// processes), five times each.
+func (b *bench) terminations(ctx context.Context) error {
+	cat, err := localcloud.LoadCatalog(b.catalog)
+	if err != nil {
+		return err
+	}
+	c, err := localcloud.Open(ctx, localcloud.Options{Logger: zap.NewNop(), Dir: filepath.Join(b.state, "tcloud"), Catalog: cat})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Destroy(context.Background()) }()
+	priv, pub, err := nsmachine.NewKey()
+	if err != nil {
+		return err
+	}
+	key := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
+	boot := provider.Boot{AuthorizedKey: key, HostKey: priv, HostKeyPublic: key}
+	fmt.Println("## Instances: provisioning and termination (local cloud, 5 each)")
+	fmt.Println()
+	fmt.Println("| type | provision → sshd answers, median (min–max) | terminate → gone, median (min–max) |")
+	fmt.Println("|---|---|---|")
+	for _, typ := range b.types {
+		var up, down []float64
+		for i := range 5 {
+			t0 := time.Now()
+			insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: typ, Count: 1, Market: provider.OnDemand, Zone: cat.Zones[0],
+				Token: fmt.Sprintf("bench-%s-%d", typ, i), Boot: boot})
+			if err != nil {
+				return err
+			}
+			if _, err := c.WaitReady(ctx, []string{insts[0].ID}); err != nil {
+				return err
+			}
+			up = append(up, secs(time.Since(t0)))
+			t1 := time.Now()
+			if err := c.Terminate(ctx, []string{insts[0].ID}); err != nil {
+				return err
+			}
+			down = append(down, secs(time.Since(t1)))
+			if left := c.Leftovers(); len(left) > 0 {
+				return fmt.Errorf("left after terminate: %v", left)
+			}
+		}
+		lo, hi := minMax(up)
+		dlo, dhi := minMax(down)
+		fmt.Printf("| %s | %.0f ms (%.0f–%.0f) | %.0f ms (%.0f–%.0f) |\n", typ, 1e3*median(up), 1e3*lo, 1e3*hi, 1e3*median(down), 1e3*dlo, 1e3*dhi)
+	}
+	fmt.Println()
+	return nil
+}
+
+// firstSteps times, per type, a one-worker job from the instance's
+// provisioning (its launch time) to the workers' first step: boot, SSH,
+// python and torch import, process group, first step (3 jobs each).
+func (b *bench) firstSteps(ctx context.Context) error {
+	fmt.Println("## Provision → first step of the workers (scavd, 1 worker, 3 jobs each)")
+	fmt.Println()
+	fmt.Println("| type | provision → first step, median (min–max) | of which provision → attempt started |")
+	fmt.Println("|---|---|---|")
+	for _, typ := range b.types {
+		var first, started []float64
+		for range 3 {
+			id, err := b.runJob(ctx, "--types", typ, "--workers", "1", "--batch-size", "32", "--", b.python, "examples/resumable_cnn.py", "--steps", "20")
+			if err != nil {
+				return err
+			}
+			recs, err := b.records(ctx, id)
+			if err != nil || len(recs) == 0 {
+				return fmt.Errorf("instances of %s: %v, %w", id, recs, err)
+			}
+			steps, err := b.steps(id)
+			if err != nil {
+				return err
+			}
+			j, err := b.job(id)
+			if err != nil {
+				return err
+			}
+			launched := recs[0].Launched
+			first = append(first, firstStep(steps, 1).Sub(launched).Seconds())
+			started = append(started, j.Attempts[0].Started.Sub(launched).Seconds())
+		}
+		lo, hi := minMax(first)
+		fmt.Printf("| %s | %.2f s (%.2f–%.2f) | %.2f s |\n", typ, median(first), lo, hi, median(started))
+	}
+	fmt.Println()
+	return nil
+}
+
+// noticeToRunning interrupts the spot instance of a running job again and
+// again and times each notice to the first step of the job's next attempt,
+// on another instance (the next zone, or on demand).
+func (b *bench) noticeToRunning(ctx context.Context) error {
+	cmd, errOut, err := b.startJob(ctx, "--types", "loc.half", "--spot", "--workers", "1", "--batch-size", "32", "--grace", "60s",
+		"--", b.python, "examples/resumable_cnn.py", "--steps", "10000000")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var times []float64
+	var where []string
+	for range b.notices {
+		d, to, err := b.oneNotice(ctx, errOut)
+		if err != nil {
+			return err
+		}
+		times, where = append(times, d), append(where, to)
+	}
+	id, _ := jobID(errOut)
+	_ = exec.Command(b.scavctl, "--state-dir", b.state, "stop", id).Run()
+	_ = cmd.Wait()
+	lo, hi := minMax(times)
+	fmt.Printf("## Spot notice → workers running again elsewhere (%d notices, 60 s each)\n\n", len(times))
+	fmt.Println("| measure | value |\n|---|---|")
+	fmt.Printf("| **notice → first step on the new instance, median** | **%.2f s** (min %.2f, max %.2f) |\n", median(times), lo, hi)
+	fmt.Printf("| each | %s |\n", strings.Join(fmtSecs(times), ", "))
+	fmt.Printf("| where it went on | %s |\n\n", strings.Join(where, ", "))
+	return nil
+}
+
+// oneNotice waits for the job's attempt to run, interrupts its instance and
+// returns the time to the next attempt's first step and where it runs.
+func (b *bench) oneNotice(ctx context.Context, errOut *lockedBuf) (float64, string, error) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return 0, "", fmt.Errorf("the job does not run:\n%s", errOut.String())
+		}
+		id, err := jobID(errOut)
+		if err != nil {
+			continue
+		}
+		j, err := b.job(id)
+		if err != nil || len(j.Attempts) == 0 || j.Attempts[len(j.Attempts)-1].Ended != nil {
+			continue
+		}
+		k := j.Attempts[len(j.Attempts)-1].Attempt
+		steps, err := b.steps(id)
+		if err != nil || firstStep(steps, k).IsZero() {
+			continue
+		}
+		recs, err := b.records(ctx, id)
+		if err != nil {
+			return 0, "", err
+		}
+		var victim string
+		for _, r := range recs {
+			if r.Alive() && r.Market == provider.Spot && r.Interrupt == nil {
+				victim = r.ID
+			}
+		}
+		if victim == "" {
+			return 0, "", fmt.Errorf("no spot instance to interrupt: %+v", recs)
+		}
+		t0 := time.Now()
+		if err := localcloud.InterruptVia(ctx, filepath.Join(b.state, "cloud", "localcloud", "admin.sock"), victim, 60*time.Second); err != nil {
+			return 0, "", err
+		}
+		return b.nextAttempt(ctx, id, k, t0)
+	}
+}
+
+// nextAttempt waits for the first step of the attempt after k.
+func (b *bench) nextAttempt(ctx context.Context, id string, k int, t0 time.Time) (float64, string, error) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		steps, err := b.steps(id)
+		if err != nil {
+			return 0, "", err
+		}
+		if t := firstStep(steps, k+1); !t.IsZero() {
+			j, _ := b.job(id)
+			c := j.Attempts[len(j.Attempts)-1].Config
+			recs, _ := b.records(ctx, id)
+			zone := "?"
+			for _, r := range recs {
+				if r.Alive() {
+					zone = r.Zone + " " + r.Market
+				}
+			}
+			return t.Sub(t0).Seconds(), fmt.Sprintf("attempt %d: %s in %s", k+1, c.MachineType, zone), nil
+		}
+	}
+	return 0, "", fmt.Errorf("job %s did not run again after the notice", id)
+}
+
+func fmtSecs(v []float64) []string {
+	var out []string
+	for _, x := range v {
+		out = append(out, strconv.FormatFloat(x, 'f', 2, 64))
+	}
+	return out
+}

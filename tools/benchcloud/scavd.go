@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// daemon is the scavd the bench drives.
+type daemon struct {
+	cmd   *exec.Cmd
+	state string
+	log   *lockedBuf
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// startScavd starts scavd with the cloudvm launcher on a local cloud with
+// the bench's catalog (six zones: each notice blocklists one, and the next
+// spot instance comes from the next) and waits until it serves.
+func (b *bench) startScavd(ctx context.Context) (*daemon, error) {
+	d := &daemon{state: b.state, log: &lockedBuf{}}
+	d.cmd = exec.Command(b.scavd, "--state-dir", b.state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0",
+		"--launcher", "cloudvm", "--cloud-catalog", b.catalog, "--cloud-notice-interval", "500ms")
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := api.ReadDiscovery(b.state); err == nil {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("scavd did not start:\n%s", d.log.String())
+		}
+	}
+}
+
+// stop stops scavd and destroys its local cloud.
+func (d *daemon) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Wait()
+	dir := filepath.Join(d.state, "cloud", "localcloud")
+	if c, err := localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: dir}); err == nil {
+		if err := c.Destroy(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "benchcloud: destroy the local cloud:", err)
+		}
+	}
+}
+
+var jobRe = regexp.MustCompile(`scavctl: job ([A-Za-z0-9_-]+):`)
+
+// startJob starts scavctl run with args and returns it and its stderr.
+func (b *bench) startJob(ctx context.Context, args ...string) (*exec.Cmd, *lockedBuf, error) {
+	all := append([]string{"--state-dir", b.state, "run", "--launcher", "cloudvm", "--env", "OMP_NUM_THREADS=1"}, args...)
+	cmd := exec.CommandContext(ctx, b.scavctl, all...)
+	errOut := &lockedBuf{}
+	cmd.Stderr = errOut
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return cmd, errOut, nil
+}
+
+// runJob runs a job to its end and returns its id.
+func (b *bench) runJob(ctx context.Context, args ...string) (string, error) {
+	began := time.Now()
+	fmt.Fprintf(os.Stderr, "benchcloud: scavctl run %s\n", strings.Join(args, " "))
+	defer func() { fmt.Fprintf(os.Stderr, "benchcloud: ... %s\n", time.Since(began).Round(time.Second)) }()
+	cmd, errOut, err := b.startJob(ctx, args...)
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Wait(); err != nil {
+		return "", fmt.Errorf("scavctl run %s: %w\n%s", strings.Join(args, " "), err, errOut.String())
+	}
+	return jobID(errOut)
+}
+
+func jobID(errOut *lockedBuf) (string, error) {
+	out := errOut.String()
+	m := jobRe.FindStringSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("no job id yet in: %s", out)
+	}
+	return m[1], nil
+}
+
+// job reads a job's record.
+func (b *bench) job(id string) (api.Job, error) {
+	out, err := exec.Command(b.scavctl, "--state-dir", b.state, "status", id, "-o", "json").Output()
+	if err != nil {
+		return api.Job{}, fmt.Errorf("status %s: %w", id, err)
+	}
+	var st struct {
+		Job api.Job `json:"job"`
+	}
+	return st.Job, json.Unmarshal(out, &st)
+}
+
+// steps reads a job's step records.
+func (b *bench) steps(id string) ([]telemetry.StepRecord, error) {
+	out, err := exec.Command(b.scavctl, "--state-dir", b.state, "steps", id, "-o", "json").Output()
+	if err != nil {
+		return nil, fmt.Errorf("steps %s: %w", id, err)
+	}
+	var recs []telemetry.StepRecord
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var r telemetry.StepRecord
+		if err := dec.Decode(&r); err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+// firstStep is when rank 0 of attempt finished its first step (zero: none).
+func firstStep(recs []telemetry.StepRecord, attempt int) time.Time {
+	var first time.Time
+	for _, r := range recs {
+		t := time.Unix(0, int64(r.Time*1e9))
+		if r.Rank == 0 && r.Attempt == attempt && r.IsStep() && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
+}
+
+// records lists the local cloud's instances of job.
+func (b *bench) records(ctx context.Context, job string) ([]localcloud.Record, error) {
+	rs, err := localcloud.RecordsVia(ctx, filepath.Join(b.state, "cloud", "localcloud", "admin.sock"))
+	if err != nil {
+		return nil, err
+	}
+	var out []localcloud.Record
+	for _, r := range rs {
+		if r.Tags["scavenger:job"] == job {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
