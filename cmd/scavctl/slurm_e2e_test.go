@@ -240,7 +240,7 @@ func TestSlurmStandaloneInsideAnAllocation(t *testing.T) {
 // in its first attempt with every step recorded once. After the crash the
 // next scavd starts at once, on the same API socket, and scavctl run follows
 // the job through to its end; after the stop it starts only once scavctl run
-// has let go of the lost daemon (exit 75, saying how to follow the job).
+// has let go of the lost daemon (exit 75, saying how to attach to the job).
 func TestSlurmJobSurvivesScavd(t *testing.T) {
 	needTorch(t)
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
@@ -259,7 +259,7 @@ func testSlurmJobSurvivesScavd(t *testing.T, sig syscall.Signal) {
 	_ = first.Wait()
 	if sig == syscall.SIGTERM {
 		// scavctl run, having lost its daemon, says so and lets go.
-		if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 75 || !strings.Contains(errOut.String(), "scavctl status "+id) {
+		if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 75 || !strings.Contains(errOut.String(), "scavctl attach "+id) {
 			t.Fatalf("scavctl run after losing scavd: %v, want exit 75 and how to follow the job:\n%s", err, errOut.String())
 		}
 	}
