@@ -1,5 +1,51 @@
 #!/bin/sh
 # Slurm Prolog: report the allocation to this node's scavd, so that the jobs
-# `scavctl run` starts inside it are tied to $SLURM_JOB_ID. Fails open: it
-# always exits 0, because a failing prolog drains the node.
-exec /usr/local/bin/scavctl slurm prolog --log /var/log/scavenger/slurm-hooks.log
+# `scavctl run` starts inside it are tied to $SLURM_JOB_ID.
+#
+# Fails open: it always exits 0, because a failing prolog drains the node.
+# Whatever goes wrong (scavctl missing or not executable, no log directory,
+# no scavd, scavctl failing) is logged to syslog with the tag
+# scavenger-prolog (silently skipped where there is no logger) and, when the
+# log directory is there, to its slurm-hooks.log.
+#
+# Install it as README.md ("Running on Slurm") and slurm.conf.scavenger say.
+# Slurm runs a prolog with an environment of its own, so change the paths
+# here if yours differ:
+SCAVCTL=${SCAVCTL:-/usr/local/bin/scavctl}        # the scavctl binary
+LOG_DIR=${SCAVENGER_LOG_DIR:-/var/log/scavenger}  # holds slurm-hooks.log
+SYSLOG_SOCKET=${SCAVENGER_SYSLOG_SOCKET:-}        # empty: the system's (/dev/log)
+HOOK=prolog
+
+# syslog logs its arguments as a warning; it never fails.
+syslog() {
+	logger -t "scavenger-$HOOK" -p daemon.warning ${SYSLOG_SOCKET:+--socket "$SYSLOG_SOCKET"} \
+		-- "job ${SLURM_JOB_ID:-unknown}: $*" >/dev/null 2>&1
+	return 0
+}
+
+# warn logs its arguments to syslog and to the hook log if it can.
+warn() {
+	syslog "$*"
+	if [ -d "$LOG_DIR" ] && [ -w "$LOG_DIR" ]; then
+		printf '%s slurm %s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$HOOK" "${SLURM_JOB_ID:-unknown}" "$*" \
+			>>"$LOG_DIR/slurm-hooks.log" 2>/dev/null
+	fi
+	return 0
+}
+
+if [ ! -f "$SCAVCTL" ] || [ ! -x "$SCAVCTL" ]; then
+	warn "$SCAVCTL is missing or not executable, so the allocation is not reported to scavd (ignored: a failing $HOOK would drain the node)"
+	exit 0
+fi
+if [ -d "$LOG_DIR" ] && [ -w "$LOG_DIR" ]; then
+	set -- --log "$LOG_DIR/slurm-hooks.log"
+else
+	syslog "log directory $LOG_DIR is missing or not writable (create it: install -d -m 0750 $LOG_DIR)"
+	set --
+fi
+# scavctl logs to --log itself and says on stderr what went wrong.
+err=$("$SCAVCTL" slurm "$HOOK" "$@" 2>&1 >/dev/null)
+rc=$?
+[ -n "$err" ] && syslog "$err"
+[ "$rc" -eq 0 ] || warn "$SCAVCTL slurm $HOOK exited $rc (ignored: a failing $HOOK would drain the node)"
+exit 0
