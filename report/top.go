@@ -119,9 +119,13 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		}
 		if t := tr.jobs[j.ID]; t != nil {
 			row.Step = t.step
-			row.SamplesPerS = t.rate.PerSecond()
-			row.StepS = stepstats.Median(t.lastDts)
 			row.Noise = t.noiseScale()
+			if n := len(j.Attempts); n == 0 || j.Attempts[n-1].Attempt == t.attempt {
+				// Right after a relaunch the speed is the last
+				// configuration's until the new one's first step.
+				row.SamplesPerS = t.rate.PerSecond()
+				row.StepS = stepstats.Median(t.lastDts)
+			}
 		}
 		for _, at := range j.Attempts {
 			row.Step = max(row.Step, at.LastStep)

@@ -116,6 +116,25 @@ func TestTopTracker(t *testing.T) {
 	}
 }
 
+func TestTopRowAfterARelaunch(t *testing.T) {
+	tr := NewTopTracker()
+	for s := int64(1); s <= 10; s++ {
+		tr.Add(telemetry.StepRecord{Job: "j", Attempt: 1, World: 1, Step: s, Time: float64(s), Seconds: 1, GlobalBatch: 32, LocalBatch: 32}, 32)
+	}
+	job := api.Job{ID: "j", State: api.StateRunning, Config: plugins.Config{Workers: 1, GlobalBatch: 32},
+		Attempts: []api.Attempt{{Attempt: 1, Config: plugins.Config{Workers: 1, GlobalBatch: 32}}}}
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, topNow).Jobs[0]; r.SamplesPerS != 32 || r.StepS != 1 {
+		t.Fatalf("attempt 1: %v samples/s, step %v s; want 32 and 1", r.SamplesPerS, r.StepS)
+	}
+	// Relaunched on 4 workers: the record has attempt 2, no step of it yet.
+	job.Config = plugins.Config{Workers: 4, GlobalBatch: 128}
+	job.Attempts = append(job.Attempts, api.Attempt{Attempt: 2, Config: job.Config})
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, topNow).Jobs[0]; r.SamplesPerS != 0 || r.StepS != 0 || r.Step != 10 {
+		t.Errorf("attempt 2 before its first step: %v samples/s, step %v s at step %d; want no speed (the last one's is not this configuration's), step 10",
+			r.SamplesPerS, r.StepS, r.Step)
+	}
+}
+
 func TestTopBuildFrame(t *testing.T) {
 	started := topNow.Add(-time.Hour)
 	ended := topNow.Add(-10 * time.Minute)

@@ -57,7 +57,7 @@ func (a *app) watchJob(ctx context.Context, c *api.Client, job api.Job, first in
 	case errors.Is(err, errDaemonLost):
 		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them): follow it with scavctl attach %[3]s",
 			c.URL(), daemonLostAfter, job.ID)
-		return exitError{exitDaemonLost}
+		return exitError{code: exitDaemonLost}
 	case !o.stop && sig != nil:
 		con.notef("detached from job %s, which goes on: scavctl attach %[1]s follows it again", job.ID)
 		return nil
@@ -77,14 +77,14 @@ func finished(con *console, id string, final *telemetry.Event, st *stepStatus, s
 	}
 	if final.Handover {
 		con.notef("job %s: %s", id, final.Message)
-		return exitError{exitDaemonLost}
+		return exitError{code: exitDaemonLost}
 	}
 	con.notef("job %s finished: %s (exit %d); %s", id, final.Message, code, st.summary())
 	if sig, ok := sig.(syscall.Signal); ok && (code == 0 || final.State == string(api.StateStopped)) {
 		code = 128 + int(sig) // the shell's convention for a command ended by a signal
 	}
 	if code != 0 {
-		return exitError{code}
+		return exitError{code: code}
 	}
 	return nil
 }

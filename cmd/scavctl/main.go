@@ -27,6 +27,9 @@ func run(ctx context.Context, args []string) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintln(os.Stderr, "scavctl:", ee.msg)
+		}
 		return ee.code
 	default:
 		fmt.Fprintln(os.Stderr, "scavctl:", err)

@@ -43,10 +43,19 @@ type app struct {
 	logOut         *logWriter // the log's writer: stderr, under run's status line
 }
 
-// exitError carries a process exit code through cobra (the job's, for run).
-type exitError struct{ code int }
+// exitError carries a process exit code through cobra (the job's, for run),
+// and what to tell the user, when that was not said already.
+type exitError struct {
+	code int
+	msg  string
+}
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
 
 func newRootCmd(a *app) *cobra.Command {
 	root := &cobra.Command{

@@ -58,7 +58,10 @@ the running ones.
 On a terminal it redraws in place within the terminal's size (80×24 is
 enough); q or Ctrl-C quits and gives the terminal back as it was. --once, or
 standard output that is not a terminal, prints plain frames for scripts.
-top needs a running scavd; it starts none.`,
+top needs a running scavd; it starts none. Should scavd go away, the frame
+says since when and shows the jobs it ran as "unknown" (nothing reports
+them): on a terminal top reconnects when scavd is back; plain frames end
+after 15 s with exit status 75.`,
 		Example: `  scavctl top
   scavctl top --interval 5s
   scavctl top --once`,
@@ -86,6 +89,8 @@ type topSource interface {
 	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
 	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
 	NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error
+	Connected() bool
+	URL() string
 }
 
 // topSession holds top's state between frames.
@@ -99,6 +104,8 @@ type topSession struct {
 	node     string
 	interval time.Duration
 	note     string
+	// lost is when the daemon stopped answering; zero while it answers.
+	lost time.Time
 }
 
 // top runs `scavctl top` until ctx is done or the user quits.
@@ -235,11 +242,24 @@ func (s *topSession) drain(recs <-chan telemetry.StepRecord) {
 	}
 }
 
-// tick refreshes the records and returns the frame to show.
+// tick refreshes the records and returns the frame to show. A daemon that
+// no longer answers is lost: the frame says since when, and the next ticks
+// try it again.
 func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord) report.TopFrame {
 	s.note = ""
-	if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+	err := s.refresh(ctx)
+	switch {
+	case err == nil && !s.lost.IsZero():
+		s.lost = time.Time{} // back: read what the jobs did meanwhile
+		s.history(ctx)
+	case err == nil, ctx.Err() != nil:
+	case s.src.Connected():
 		s.note = "scavctl: " + err.Error()
+	default:
+		if s.lost.IsZero() {
+			s.lost = time.Now()
+		}
+		s.note = fmt.Sprintf("scavd (%s) is gone since %s; the jobs are as it last said; reconnecting", s.src.URL(), s.lost.Format("15:04:05"))
 	}
 	s.drain(recs)
 	return s.frame()
@@ -249,6 +269,15 @@ func (s *topSession) frame() report.TopFrame {
 	now := time.Now()
 	f := report.BuildTopFrame(s.jobs, s.tr, report.BuildNodes(s.nt, now), now)
 	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
+	if !s.lost.IsZero() {
+		// Without the daemon nobody says how its jobs go on: no speed, no
+		// forecast, and a state that is not a guess.
+		for i := range f.Jobs {
+			if r := &f.Jobs[i]; r.Active {
+				r.State, r.SamplesPerS, r.StepS, r.LeftS, r.Predicted = "unknown", 0, 0, 0, false
+			}
+		}
+	}
 	return f
 }
 
@@ -273,6 +302,9 @@ func (s *topSession) plain(ctx context.Context, w io.Writer, once bool, recs <-c
 		}
 		if once {
 			return nil
+		}
+		if !s.lost.IsZero() && time.Since(s.lost) >= daemonLostAfter {
+			return exitError{code: exitDaemonLost, msg: fmt.Sprintf("scavd (%s) has been gone since %s: top stops", s.src.URL(), s.lost.Format("15:04:05"))}
 		}
 		select {
 		case <-ctx.Done():

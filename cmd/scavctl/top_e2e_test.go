@@ -17,10 +17,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/report/reporttest"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -80,6 +80,9 @@ func (s *tmuxServer) waitPane(target string, within time.Duration, ok func(strin
 
 func TestTopUnderTmuxShowsARunningJob(t *testing.T) {
 	needTorch(t)
+	if err := subreaper.Become(); err != nil { // the workers of the run killed below come here
+		t.Fatal(err)
+	}
 	tm := newTmux(t)
 	state := stateDir(t)
 	run, _, errOut := startJob(t, state, "--name", "topped", "--workers", "2", "--batch-size", "64",
@@ -136,10 +139,39 @@ func TestTopUnderTmuxShowsARunningJob(t *testing.T) {
 		t.Errorf("top --once: exit %d, want a plain frame with %s and node %s:\n%s%s", rc, id, node, out, e)
 	}
 
-	if err := run.Process.Signal(syscall.SIGINT); err != nil {
+	// When the daemon goes (the run holding it is killed), a plain top says
+	// since when, shows the job's state as unknown, and ends with exit 75.
+	top := exec.Command(scavctlBin, "--state-dir", state, "top", "--interval", "200ms")
+	var topOut, topErr syncBuffer
+	top.Stdout, top.Stderr = &topOut, &topErr
+	if err := top.Start(); err != nil {
 		t.Fatal(err)
 	}
+	for deadline := time.Now().Add(20 * time.Second); !jobRowShown(topOut.String(), id); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("plain top showed no row of %s within 20s:\n%s%s", id, topOut.String(), topErr.String())
+		}
+	}
+	_ = run.Process.Kill()
 	_ = run.Wait()
+	topDone := make(chan error, 1)
+	go func() { topDone <- top.Wait() }()
+	select {
+	case <-topDone:
+	case <-time.After(daemonLostAfter + 20*time.Second):
+		_ = top.Process.Kill()
+		<-topDone
+		t.Fatalf("top did not end within %s of its daemon going:\n%s", daemonLostAfter+20*time.Second, topOut.String())
+	}
+	frames := strings.Split(topOut.String(), "\n\n")
+	last := frames[len(frames)-1]
+	if code := top.ProcessState.ExitCode(); code != exitDaemonLost || !strings.Contains(topErr.String(), "has been gone since") {
+		t.Errorf("top ended %d, stderr %q; want %d and that scavd has been gone", code, topErr.String(), exitDaemonLost)
+	}
+	if !strings.Contains(last, "is gone since") || !jobRowShown(last, id) || !strings.Contains(last, "unknown") {
+		t.Errorf("top's last frame does not say the daemon is gone and the job's state unknown:\n%s", last)
+	}
+	subreaper.ReapOrphans()
 }
 
 // thisNode is the name this machine's daemon samples the node under, as
