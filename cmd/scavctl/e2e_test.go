@@ -143,15 +143,25 @@ func TestRunCNNRecordsEveryStep(t *testing.T) {
 	needTorch(t)
 	const n, workers = 30, 2
 	state := stateDir(t)
-	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--batch-size", "64", "--",
-		pythonBin, "examples/cnn.py", "--steps", strconv.Itoa(n))
+	// The job comes from a job file, whose flags and command a user gives
+	// run with -f (the command line's --workers 2 wins over the file's 3).
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	text := fmt.Sprintf("name: every-step\nworkers: 3\nbatch_size: 64\ncommand: [%s, examples/cnn.py, --steps, %d]\n", pythonBin, n)
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := scavctl(t, state, "run", "-f", file, "--workers", "2")
 	if code != 0 {
 		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	if !strings.Contains(out, `[0] {"event": "summary"`) {
 		t.Errorf("rank 0's summary line is missing or not prefixed:\n%s", out)
 	}
-	recs := steps(t, state, jobID(t, errOut))
+	id := jobID(t, errOut)
+	if !strings.HasPrefix(id, "every-step-") {
+		t.Errorf("job %s: want the job file's name every-step", id)
+	}
+	recs := steps(t, state, id)
 
 	seen := map[[2]int64]int{}
 	var local, avg float64

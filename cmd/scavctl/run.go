@@ -45,6 +45,7 @@ type runFlags struct {
 	price         float64
 	machineType   string
 
+	file     string
 	launcher string
 	types    []string
 	spot     bool
@@ -84,23 +85,28 @@ on only from a job that finished:
   1        scavctl itself failed (bad flags, no daemon, ...)`,
 		Example: `  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
   scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py
-  scavctl run --workers 4 --mode self -- torchrun --nproc_per_node={workers} train.py --bs={local_batch_size}`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if resume, _ := cmd.Flags().GetString("resume"); resume != "" {
-				if len(args) > 0 {
-					return errors.New("--resume continues a job's own command: give no command")
-				}
-				return nil
-			}
-			if len(args) == 0 {
-				return errors.New("no command: give it after --, e.g. scavctl run -- python train.py")
-			}
-			if cmd.ArgsLenAtDash() != 0 {
+  scavctl run --workers 4 --mode self -- torchrun --nproc_per_node={workers} train.py --bs={local_batch_size}
+  scavctl run -f examples/job.yaml --workers 2`,
+		Args: cobra.ArbitraryArgs, // checked once a job file had its say
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
 				return fmt.Errorf("unexpected argument %q before --: put the training command after --", args[0])
 			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.file != "" {
+				command, err := applyJobFile(cmd.Flags(), f.file)
+				if err != nil {
+					return err
+				}
+				if len(args) == 0 {
+					args = command
+				}
+			}
+			switch {
+			case f.resume != "" && len(args) > 0:
+				return errors.New("--resume continues a job's own command: give no command")
+			case f.resume == "" && len(args) == 0:
+				return errors.New("no command: give it after --, e.g. scavctl run -- python train.py (or as command: in a job file, -f)")
+			}
 			a.launcher = f.launcher
 			return a.runJob(cmd.Context(), f, args)
 		},
@@ -125,6 +131,7 @@ on only from a job that finished:
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for costs and cost objectives (default: the catalog's for --machine-type; none: no costs shown)")
 	fl.StringVar(&f.machineType, "machine-type", "", "this machine's type in the price catalog (scavctl prices), which gives its price")
 	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
+	fl.StringVarP(&f.file, "file", "f", "", "a YAML job file: run's flags as keys (workers: 2, batch-size: 32:128, env: {K: V}, ...) and command: [python3, train.py]; flags given here win")
 	fl.BoolVarP(&f.detach, "detach", "d", false, "submit the job to the node's scavd, print its id and return (follow it with scavctl attach)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
