@@ -128,7 +128,7 @@ var (
 	jobLabels = []string{"job_id", "name", "node"}
 	gpuLabels = []string{"node", "gpu", "uuid"}
 
-	descJobInfo   = prometheus.NewDesc("scavenger_job_info", "A job running on this node (value 1), with its launcher, policy and phase.", append(jobLabels, "launcher", "policy", "phase"), nil)
+	descJobInfo   = prometheus.NewDesc("scavenger_job_info", "A job running on this node (value 1), with its state, launcher, policy, phase and machine type (empty: not chosen by the launcher).", append(jobLabels, "state", "launcher", "policy", "phase", "machine_type"), nil)
 	descSteps     = prometheus.NewDesc("scavenger_job_last_step", "The job's last optimizer step (rank 0); it goes back when an attempt restarts from an older checkpoint.", jobLabels, nil)
 	descStepRate  = prometheus.NewDesc("scavenger_job_steps_per_second", "The job's step rate (smoothed, current attempt).", jobLabels, nil)
 	descStepTime  = prometheus.NewDesc("scavenger_job_step_duration_seconds", "The job's smoothed time per step (current attempt).", jobLabels, nil)
@@ -136,10 +136,12 @@ var (
 	descWorkers   = prometheus.NewDesc("scavenger_job_workers", "Workers in the job's current configuration.", jobLabels, nil)
 	descBatch     = prometheus.NewDesc("scavenger_job_global_batch_size", "Global batch size of the job's current configuration, in samples.", jobLabels, nil)
 	descAttempt   = prometheus.NewDesc("scavenger_job_attempt", "The job's current attempt (launch) number.", jobLabels, nil)
+	descLoss      = prometheus.NewDesc("scavenger_job_loss", "The training loss of the job's newest step that reported one (rank 0, current attempt).", jobLabels, nil)
 	descNoise     = prometheus.NewDesc("scavenger_job_gradient_noise_scale", "The job's gradient noise scale B_simple, in samples (jobs under a policy).", jobLabels, nil)
 	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job, as its policy last predicted it, less the time since.", jobLabels, nil)
 	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
 	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
+	descCostLeft  = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars", "Cost still to pay to finish the job, in US dollars: its policy's last prediction, less the share of the predicted time gone since.", jobLabels, nil)
 	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
 	descJobRSS    = prometheus.NewDesc("scavenger_job_resident_memory_bytes", "Resident memory of the job's processes on this node.", jobLabels, nil)
@@ -187,7 +189,7 @@ type daemonCollector struct {
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
-		descRemaining, descFinish, descCost, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descLoss, descRemaining, descFinish, descCost, descCostLeft, descJobCPU, descJobCores, descJobRSS, descJobProcs,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
@@ -241,7 +243,7 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 		j, p := st.Job, st.Progress
 		names[j.ID] = j.Name
 		l := []string{j.ID, j.Name, m.node}
-		m.gauge(descJobInfo, 1, append(l, j.Launcher, j.Optimize.Policy, string(j.Phase))...)
+		m.gauge(descJobInfo, 1, append(l, string(j.State), j.Launcher, j.Optimize.Policy, string(j.Phase), j.Config.MachineType)...)
 		m.gauge(descSteps, float64(p.LastStep), l...)
 		if p.StepTime > 0 {
 			m.gauge(descStepRate, 1/p.StepTime, l...)
@@ -256,16 +258,29 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 		if p.Noise > 0 {
 			m.gauge(descNoise, p.Noise, l...)
 		}
-		for i := len(j.Decisions) - 1; i >= 0; i-- {
-			if dec := j.Decisions[i]; dec.PredictedS > 0 {
-				m.gauge(descRemaining, max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0), l...)
-				m.gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
-				m.gauge(descCost, dec.PredictedUSD, l...)
-				break
-			}
-		}
+		m.opt(descLoss, p.Loss, l...)
+		m.predicted(j.Decisions, l)
 	}
 	return names
+}
+
+// predicted writes what the newest decision with a prediction said of the
+// time and cost to finish, less what has gone since.
+func (m metricSink) predicted(decisions []api.Decision, l []string) {
+	for i := len(decisions) - 1; i >= 0; i-- {
+		dec := decisions[i]
+		if dec.PredictedS <= 0 {
+			continue
+		}
+		left := max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0)
+		m.gauge(descRemaining, left, l...)
+		m.gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
+		if dec.PredictedUSD > 0 {
+			m.gauge(descCost, dec.PredictedUSD, l...)
+			m.gauge(descCostLeft, dec.PredictedUSD*left/dec.PredictedS, l...)
+		}
+		return
+	}
 }
 
 // host writes the node's host sample (none when hs is nil).

@@ -33,7 +33,7 @@ try:
     while True:
         step += 1
         s.sendall((json.dumps({"v": 1, "job": env("SCAV_JOB_ID"), "attempt": int(env("SCAV_ATTEMPT")), "rank": int(env("RANK")),
-            "world": int(env("WORLD_SIZE")), "step": step, "t": time.time(), "dt": 0.05, "samples": 8,
+            "world": int(env("WORLD_SIZE")), "step": step, "t": time.time(), "dt": 0.05, "samples": 8, "loss": 10.0 / step,
             "local_sqr": 2.0 + 0.1 * (step % 3), "avg_sqr": 1.5 + 0.05 * (step % 2)}) + "\n").encode())
         time.sleep(0.05)
 finally:
@@ -170,7 +170,7 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 	}{
 		{"scavenger_job_last_step", 1}, {"scavenger_job_samples_per_second", 1}, {"scavenger_job_workers", 2},
 		{"scavenger_job_global_batch_size", 16}, {"scavenger_job_step_duration_seconds", 0.01}, {"scavenger_job_info", 1},
-		{"scavenger_job_processes", 4}, {"scavenger_job_resident_memory_bytes", 1},
+		{"scavenger_job_processes", 4}, {"scavenger_job_resident_memory_bytes", 1}, {"scavenger_job_loss", 1e-9},
 	} {
 		if v, ok := value(m[c.name], labels...); !ok || v < c.min {
 			t.Errorf("%s{%s} = %v (present %v), want at least %v", c.name, strings.Join(labels, ","), v, ok, c.min)
@@ -181,7 +181,7 @@ func TestNodeSamplesAndMetricsOfARunningJob(t *testing.T) {
 		v, ok := value(m["scavenger_job_gradient_noise_scale"], labels...)
 		return ok && v > 0
 	})
-	if _, ok := value(m["scavenger_job_info"], append(labels, `policy="adaptive"`, `launcher="local"`)...); !ok {
+	if _, ok := value(m["scavenger_job_info"], append(labels, `policy="adaptive"`, `launcher="local"`, `state="running"`)...); !ok {
 		t.Errorf("no scavenger_job_info with the policy and launcher: %v", m["scavenger_job_info"])
 	}
 	t.Logf("predictions: %v %v", m["scavenger_job_predicted_remaining_seconds"], m["scavenger_job_predicted_cost_dollars"])

@@ -72,10 +72,11 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 		t.Errorf("processes %+v: want 100 and 101 in cnn-000001, 999 in no job", p)
 	}
 	decided := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", Launcher: "local", Attempt: 2, Phase: policy.PhaseOptimised,
-		Config: plugins.Config{Workers: 2, GlobalBatch: 64}, Optimize: api.Optimize{Policy: "scavenger"},
+	loss := 0.75
+	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", State: api.StateRunning, Launcher: "local", Attempt: 2, Phase: policy.PhaseOptimised,
+		Config: plugins.Config{Workers: 2, GlobalBatch: 64, MachineType: "g5.xlarge"}, Optimize: api.Optimize{Policy: "scavenger"},
 		Decisions: []api.Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: policy.PhaseOptimised}}},
-		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5, Noise: 1234}}
+		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5, Noise: 1234, Loss: &loss}}
 	c := &daemonCollector{node: "gpu01.cluster", running: func() []jobs.Status { return []jobs.Status{st} }, latest: n.latest,
 		ingest: func() api.IngestStats { return api.IngestStats{} }}
 	want := `
@@ -118,9 +119,12 @@ scavenger_job_predicted_finish_timestamp_seconds{job_id="cnn-000001",name="cnn",
 # HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
 # TYPE scavenger_job_predicted_cost_dollars gauge
 scavenger_job_predicted_cost_dollars{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
-# HELP scavenger_job_info A job running on this node (value 1), with its launcher, policy and phase.
+# HELP scavenger_job_info A job running on this node (value 1), with its state, launcher, policy, phase and machine type (empty: not chosen by the launcher).
 # TYPE scavenger_job_info gauge
-scavenger_job_info{job_id="cnn-000001",launcher="local",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger"} 1
+scavenger_job_info{job_id="cnn-000001",launcher="local",machine_type="g5.xlarge",name="cnn",node="gpu01.cluster",phase="optimised",policy="scavenger",state="running"} 1
+# HELP scavenger_job_loss The training loss of the job's newest step that reported one (rank 0, current attempt).
+# TYPE scavenger_job_loss gauge
+scavenger_job_loss{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 0.75
 # HELP scavenger_node_network_received_bytes_total Bytes received on a network interface (loopback left out).
 # TYPE scavenger_node_network_received_bytes_total counter
 scavenger_node_network_received_bytes_total{device="eth0",node="gpu01.cluster"} 1000
@@ -133,7 +137,7 @@ scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_info", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
 		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus", "scavenger_node_network_received_bytes_total",
 		"scavenger_job_last_step", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
-		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info"); err != nil {
+		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info", "scavenger_job_loss"); err != nil {
 		t.Error(err)
 	}
 	if problems, err := testutil.GatherAndLint(newRegistry(c)); err != nil || len(problems) > 0 {

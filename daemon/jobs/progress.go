@@ -30,6 +30,8 @@ type progress struct {
 	synth int64
 	// noise is the gradient noise scale the controller last estimated (0: none).
 	noise float64
+	// loss is rank 0's newest reported loss (nil: none this attempt).
+	loss *float64
 }
 
 // Progress is what a job's steps tell of it now.
@@ -42,6 +44,9 @@ type Progress struct {
 	Stepped bool
 	// Noise is the latest gradient noise scale estimate (0: none).
 	Noise float64
+	// Loss is the training loss of rank 0's newest step that reported one
+	// (nil: none yet in this attempt).
+	Loss *float64
 }
 
 // begin starts following attempt, which goes on from step startStep (and
@@ -51,6 +56,7 @@ func (p *progress) begin(attempt int, startStep, first, last int64) {
 	defer p.mu.Unlock()
 	p.attempt, p.first, p.last, p.firstAt = attempt, first, last, time.Time{}
 	p.lastStep, p.lastTime, p.stepTime, p.stepped = max(startStep, last), 0, 0, false
+	p.loss = nil
 }
 
 // saw takes one step record.
@@ -82,13 +88,16 @@ func (p *progress) saw(rec telemetry.StepRecord) {
 		}
 	}
 	p.lastStep, p.lastTime = rec.Step, rec.Time
+	if rec.Loss != nil {
+		p.loss = rec.Loss
+	}
 }
 
 // now returns the progress so far.
 func (p *progress) now() Progress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Progress{LastStep: p.lastStep, StepTime: p.stepTime, Stepped: p.stepped, Noise: p.noise}
+	return Progress{LastStep: p.lastStep, StepTime: p.stepTime, Stepped: p.stepped, Noise: p.noise, Loss: p.loss}
 }
 
 // claimSteps takes n step numbers for steps read off the output and returns
