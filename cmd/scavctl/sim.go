@@ -31,7 +31,7 @@ type simFlags struct {
 
 func (f *simFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.trace, "trace", "", "an application's trace directory, e.g. ../shared/traces/cifar10 (required)")
+	fl.StringVar(&f.trace, "trace", "", "an application's trace directory, e.g. traces/cifar10 (required)")
 	fl.StringSliceVar(&f.types, "types", []string{"aws", "azure", "dgx-ext"}, "machine types of the traces to use (the trace files' suffixes)")
 	fl.StringVar(&f.objective, "objective", "time", "what to optimise: time, cost or knee")
 	fl.DurationVar(&f.deadline, "deadline", 0, "with --objective cost: the job must finish within this time")
@@ -78,9 +78,9 @@ a live job: the policy sees only the telemetry the python client would send,
 decides, and the job moves, paying the relaunch penalty. It reports the job's
 time and cost against the oracle (the best fixed configuration, knowing every
 trace) and the median fixed configuration, and how well the policy predicted.`,
-		Example: `  scavctl sim --trace ../shared/traces/cifar10 --objective cost --policy adaptive
-  scavctl sim --trace ../shared/traces/bert --objective time --budget 5 -o json
-  scavctl sim --trace ../shared/traces/deepspeech2 --policy scavenger --plot front.svg`,
+		Example: `  scavctl sim --trace traces/cifar10 --objective cost --policy adaptive
+  scavctl sim --trace traces/cifar10 --objective time --budget 5 -o json
+  scavctl sim --trace traces/cifar10 --policy scavenger --plot front.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := a.json()
@@ -155,7 +155,7 @@ func newPlanCmd(a *app) *cobra.Command {
 		Long: `plan lists the candidates of an application's traces — machine type, nodes,
 workers, global batch — with the step time, the time to finish the whole job
 and its cost, best first for the objective (the knee's distance for knee).`,
-		Example: "  scavctl plan --trace ../shared/traces/cifar10 --objective cost --top 10",
+		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := a.json()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"os"
@@ -16,52 +15,19 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 )
 
-// readmeSlurmBlocks returns the fenced code blocks of README.md's "Running
-// on Slurm" section, their indentation (inside a list item) removed.
-func readmeSlurmBlocks(t *testing.T) []string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	var block []string
-	in, section, indent := false, false, ""
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "## ") {
-			section = line == "## Running on Slurm"
-			continue
-		}
-		trimmed := strings.TrimLeft(line, " ")
-		switch {
-		case !section:
-		case !in && strings.HasPrefix(trimmed, "```"):
-			in, indent, block = true, line[:len(line)-len(trimmed)], nil
-		case in && strings.HasPrefix(trimmed, "```"):
-			in = false
-			blocks = append(blocks, strings.Join(block, "\n")+"\n")
-		case in:
-			block = append(block, strings.TrimPrefix(line, indent))
-		}
-	}
-	if len(blocks) == 0 {
-		t.Fatal(`README.md: no code blocks in "## Running on Slurm"`)
-	}
-	return blocks
-}
-
-// readmeSlurmBlock returns the block of the Slurm section that contains marker.
+// readmeSlurmBlock returns the block of README.md's Slurm section that
+// contains marker.
 func readmeSlurmBlock(t *testing.T, marker string) string {
 	t.Helper()
-	blocks := readmeSlurmBlocks(t)
+	blocks := readmeSectionBlocks(t, "Running on Slurm")
+	var all []string
 	for _, b := range blocks {
-		if strings.Contains(b, marker) {
-			return b
+		if strings.Contains(b.text, marker) {
+			return b.text
 		}
+		all = append(all, b.text)
 	}
-	t.Fatalf("README.md: no block of the Slurm section contains %q:\n%s", marker, strings.Join(blocks, "\n"))
+	t.Fatalf("README.md: no block of the Slurm section contains %q:\n%s", marker, strings.Join(all, "\n"))
 	return ""
 }
 
