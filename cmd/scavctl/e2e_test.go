@@ -423,21 +423,23 @@ func TestHelpOnEveryCommand(t *testing.T) {
 
 func TestBadFlagsAreNamed(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		want string
+		args      []string
+		want, not string
 	}{
-		{[]string{"run", "--workers", "3", "--batch-size", "64", "--", "true"}, "batch size 64 is not divisible by 3 workers"},
-		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, `--env "NOEQUALS"`},
-		{[]string{"run"}, "no command"},
-		{[]string{"run", "oops", "--", "true"}, `unexpected argument "oops" before --`},
-		{[]string{"jobs", "-o", "yaml"}, `-o "yaml"`},
-		{[]string{"report", "j", "--format", "pdf"}, `--format "pdf"`},
-		{[]string{"report", "j", "--format", "html", "-o", "json"}, "disagree"},
-		{[]string{"top", "--interval", "1ms"}, "--interval 1ms"},
+		{[]string{"run", "--workers", "3", "--batch-size", "64", "--", "true"}, "batch size 64 is not divisible by 3 workers", ""},
+		// One mistake, one message: not also the request's own "workers 0".
+		{[]string{"run", "--workers", "2:1", "--", "true"}, "did you mean --workers 1:2?", "workers 0"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, `--env "NOEQUALS"`, ""},
+		{[]string{"run"}, "no command", ""},
+		{[]string{"run", "oops", "--", "true"}, `unexpected argument "oops" before --`, ""},
+		{[]string{"jobs", "-o", "yaml"}, `-o "yaml"`, ""},
+		{[]string{"report", "j", "--format", "pdf"}, `--format "pdf"`, ""},
+		{[]string{"report", "j", "--format", "html", "-o", "json"}, "disagree", ""},
+		{[]string{"top", "--interval", "1ms"}, "--interval 1ms", ""},
 	} {
 		_, errOut, code := scavctl(t, t.TempDir(), c.args...)
-		if code == 0 || !strings.Contains(errOut, c.want) {
-			t.Errorf("scavctl %v: exit %d, stderr %q; want an error containing %q", c.args, code, errOut, c.want)
+		if code == 0 || !strings.Contains(errOut, c.want) || c.not != "" && strings.Contains(errOut, c.not) {
+			t.Errorf("scavctl %v: exit %d, stderr %q; want an error containing %q (and not %q)", c.args, code, errOut, c.want, c.not)
 		}
 	}
 }

@@ -248,10 +248,10 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
 	}
-	if err := req.Validate(); err != nil {
-		errs = append(errs, err)
+	if len(errs) > 0 { // the request's own checks would repeat these in its terms
+		return req, errors.Join(errs...)
 	}
-	return req, errors.Join(errs...)
+	return req, req.Validate()
 }
 
 // workerEnv is this process's environment with the --env pairs on top.
