@@ -6,61 +6,9 @@ import (
 	"html/template"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
-	"github.com/scavenger-ml/scavenger/stepstats"
 )
-
-// Figures is what the report's figures draw (plot.Panels lays them out).
-func (r JobReport) Figures() plot.JobReport {
-	f := plot.JobReport{Title: r.Job}
-	t0 := r.start
-	type key struct{ k, b int }
-	var order []key
-	measured := map[key][]float64{}
-	predicted := map[key]float64{}
-	for _, at := range r.Timeline {
-		end := at.Started.Add(time.Duration(at.WallS * float64(time.Second)))
-		f.Attempts = append(f.Attempts, plot.Span{StartS: at.Started.Sub(t0).Seconds(), EndS: end.Sub(t0).Seconds(),
-			Workers: at.Config.Workers, Batch: at.Config.GlobalBatch})
-		k := key{at.Config.Workers, at.Config.GlobalBatch}
-		if _, ok := measured[k]; !ok {
-			order = append(order, k)
-			measured[k] = nil
-		}
-		if at.MeasuredStepS > 0 {
-			measured[k] = append(measured[k], at.MeasuredStepS)
-		}
-		switch {
-		case at.ModelStepS > 0:
-			predicted[k] = at.ModelStepS
-		case at.PredictedStepS > 0 && len(r.Candidates) == 0:
-			predicted[k] = at.PredictedStepS
-		}
-	}
-	for _, k := range order {
-		f.StepTimes = append(f.StepTimes, plot.StepTime{Label: plot.ConfigLabel(k.k, k.b), MeasuredS: stepstats.Median(measured[k]), PredictedS: predicted[k]})
-	}
-	for _, p := range r.Noise {
-		f.Noise = append(f.Noise, plot.XY{X: p.T, Y: p.V})
-	}
-	for _, p := range r.Cost {
-		f.Cost = append(f.Cost, plot.XY{X: p.T, Y: p.V})
-	}
-	for _, p := range r.PredictedCost {
-		f.PredictedCost = append(f.PredictedCost, plot.XY{X: p.T, Y: p.V})
-	}
-	for _, c := range r.Candidates {
-		f.Candidates = append(f.Candidates, plot.Candidate{Label: plot.ConfigLabel(c.Workers, c.Batch), TimeS: c.TotalS, CostUSD: c.TotalUSD, Chosen: c.Chosen})
-	}
-	f.PredictedLabel = "predicted when chosen"
-	if len(r.Candidates) > 0 {
-		f.PredictedLabel = fmt.Sprintf("predicted by the model at step %d", r.CandidatesStep)
-		f.CandidatesNote = fmt.Sprintf("decision at step %d, objective %s", r.CandidatesStep, orDash(r.Objective))
-	}
-	return f
-}
 
 // orDash is s, or "-" when it is empty.
 func orDash(s string) string {
@@ -127,6 +75,8 @@ func (r JobReport) decisionRows() []decisionRow {
 			PredictedS: "-", PredictedD: "-"}
 		if d.PredictedS > 0 {
 			row.PredictedS = fmt.Sprintf("%.1f s", d.PredictedS)
+		}
+		if d.PredictedS > 0 && r.PriceUSDPerHour > 0 {
 			row.PredictedD = fmt.Sprintf("$%.4f", d.PredictedUSD)
 		}
 		out = append(out, row)
@@ -160,16 +110,20 @@ Total {{sec .R.TotalS}}, {{.R.CostText}}; relaunches {{sec .R.RelaunchS}}.</p>
 <figure id="fig-{{.Name}}">{{.SVG}}</figure>{{end}}
 </div>
 <h2>Attempts</h2>
-<table><tr><th>#</th><th>configuration</th><th>steps</th><th>wall</th><th>step measured (ms)</th><th>predicted when chosen (ms)</th><th>model (ms)</th><th class="l">ended by</th></tr>
-{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{if .PredictedStepS}}{{ms .PredictedStepS}}{{else}}-{{end}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
+<table><tr><th>#</th><th>configuration</th><th>steps</th><th>wall</th><th>step measured (ms)</th><th>predicted when chosen</th><th>model (ms)</th><th class="l">ended by</th></tr>
+{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{.PredictedText}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
 {{end}}</table>
 {{if .Decisions}}<h2>Decisions</h2>
 <table><tr><th>step</th><th class="l">phase</th><th>from</th><th>to</th><th>predicted time</th><th>predicted cost</th><th>candidates</th><th class="l">reason</th></tr>
 {{range .Decisions}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.PredictedS}}</td><td>{{.PredictedD}}</td><td>{{.Candidates}}</td><td class="l">{{.Reason}}</td></tr>
 {{end}}</table>{{end}}
+{{if .R.Finishes}}<h2>Predicted time to finish</h2>
+<table><tr><th>step</th><th class="l">phase</th><th>to</th><th>predicted</th><th>took</th><th>error</th></tr>
+{{range .R.Finishes}}{{$t := .Text}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{cfg .Workers .Batch}}</td><td>{{$t.Predicted}}</td><td>{{$t.Took}}</td><td>{{$t.Error}}</td></tr>
+{{end}}</table>{{end}}
 {{if .R.Candidates}}<h2>Candidates of the decision at step {{.R.CandidatesStep}}</h2>
 <table><tr><th>configuration</th><th>step (ms)</th><th>time to finish</th><th>cost to finish</th><th>chosen</th></tr>
-{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{sec .TotalS}}</td><td>{{usd .TotalUSD}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
+{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{sec .TotalS}}</td><td>{{if $.R.PriceUSDPerHour}}{{usd .TotalUSD}}{{else}}-{{end}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Text report</h2>
 <pre>{{.Text}}</pre>

@@ -55,6 +55,14 @@ type JobReport struct {
 	// Billed is what the machines a launcher acquired cost (cloudvm; nil
 	// otherwise): CostUSD, Cost and PredictedCost are then the bill's.
 	Billed *Billed `json:"billed,omitempty"`
+	// Throughput is rank 0's samples per second over the job and Loss its
+	// training loss, each point over a few steps of one attempt
+	// (stepstats.RateSeries, stepstats.LossSeries).
+	Throughput []stepstats.Point `json:"throughput,omitempty"`
+	Loss       []stepstats.Point `json:"loss,omitempty"`
+	// Finishes are the decisions that predicted the time to finish, with
+	// the time it took.
+	Finishes []Finish `json:"finishes,omitempty"`
 
 	decisions []api.Decision
 	start     time.Time // the origin of the series' times
@@ -80,8 +88,28 @@ type Attempt struct {
 	ModelStepS float64 `json:"model_step_s,omitempty"`
 }
 
-// maxNoisePoints bounds the noise series of a report.
-const maxNoisePoints = 300
+// Finish is a decision's predicted time to finish against the time it took.
+type Finish struct {
+	Step  int64  `json:"step"`
+	Phase string `json:"phase"`
+	// Workers and Batch are the configuration the decision chose.
+	Workers int `json:"workers"`
+	Batch   int `json:"batch"`
+	// AtS is the decision's time, in seconds since the job started.
+	AtS        float64 `json:"at_s"`
+	PredictedS float64 `json:"predicted_s"`
+	// TookS is the time from the decision to the job's end once the job
+	// succeeded (0 until then: it has not finished, or did not finish the
+	// work the prediction was about).
+	TookS float64 `json:"took_s,omitempty"`
+}
+
+// maxNoisePoints bounds the noise series of a report; maxStepPoints its
+// throughput and loss series (about).
+const (
+	maxNoisePoints = 300
+	maxStepPoints  = 150
+)
 
 // warmup steps of each attempt are left out of its measured step time, as the controller does.
 const warmup = 3
@@ -132,8 +160,31 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: c.Time.Sub(start).Seconds(), V: c.PredictedUSD})
 		}
 	}
-	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), float64(start.UnixNano())/1e9, maxNoisePoints)
+	t0 := float64(start.UnixNano()) / 1e9
+	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), t0, maxNoisePoints)
+	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
+	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
+	rep.Finishes = finishes(j.Decisions, start, rep.TotalS, rep.State)
 	return rep
+}
+
+// finishes are the decisions of ds that predicted the time to finish, with
+// the time it took from each when the job succeeded (state) after totalS
+// seconds from start.
+func finishes(ds []api.Decision, start time.Time, totalS float64, state string) []Finish {
+	var out []Finish
+	for _, d := range ds {
+		if d.PredictedS <= 0 {
+			continue
+		}
+		f := Finish{Step: d.Step, Phase: string(d.Phase), Workers: d.To.Workers, Batch: d.To.GlobalBatch,
+			AtS: d.Time.Sub(start).Seconds(), PredictedS: d.PredictedS}
+		if state == string(api.StateSucceeded) {
+			f.TookS = totalS - f.AtS
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // CostText says what the job cost, or that no price was set to say it.
@@ -199,18 +250,11 @@ func (r JobReport) Print(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tWORKERS\tBATCH\tSTEPS\tWALL\tSTEP MEASURED\tSTEP PREDICTED\tENDED BY")
 	for _, a := range r.Timeline {
-		steps, pred := "-", "-"
+		steps := "-"
 		if a.LastStep > 0 {
 			steps = fmt.Sprintf("%d..%d", a.FirstStep, a.LastStep)
 		}
-		switch {
-		case a.PredictedStepS > 0 && a.PredictedLater:
-			pred = fmt.Sprintf("%.1f ms (%+.0f%%) later", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
-		case a.PredictedStepS > 0:
-			pred = fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
-		case a.StartedBy == string(policy.PhaseProbing):
-			pred = "probe, no model yet"
-		}
+		pred := a.PredictedText()
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.1fs\t%.1f ms\t%s\t%s\n", a.Attempt.Attempt, a.Config.Workers, batchText(a.Config.GlobalBatch),
 			steps, a.WallS, a.MeasuredStepS*1e3, pred, clip(a.EndReason, 26))
 	}
@@ -258,27 +302,51 @@ func (r JobReport) printRelaunches(w io.Writer) {
 // printFinishes writes, for each decision that predicted when the job would
 // finish, that time against the time it took (for a finished job).
 func (r JobReport) printFinishes(w io.Writer) {
+	if len(r.Finishes) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Predicted time to finish, at each decision that made one:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := false
-	for _, d := range r.decisions {
-		if d.PredictedS <= 0 {
-			continue
-		}
-		if !header {
-			fmt.Fprintln(w, "Predicted time to finish, at each decision that made one:")
-			fmt.Fprintln(tw, "STEP\tPHASE\tTO\tPREDICTED\tTOOK\tERROR")
-			header = true
-		}
-		took, errPct := "-", "-"
-		if r.State == string(api.StateSucceeded) {
-			t := r.TotalS - d.Time.Sub(r.start).Seconds()
-			took = (time.Duration(t * float64(time.Second))).Round(100 * time.Millisecond).String()
-			errPct = fmt.Sprintf("%+.0f%%", pct(d.PredictedS, t))
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d x %s\t%s\t%s\t%s\n", d.Step, d.Phase, d.To.Workers, batchText(d.To.GlobalBatch),
-			(time.Duration(d.PredictedS * float64(time.Second))).Round(100*time.Millisecond), took, errPct)
+	fmt.Fprintln(tw, "STEP\tPHASE\tTO\tPREDICTED\tTOOK\tERROR")
+	for _, f := range r.Finishes {
+		t := f.Text()
+		fmt.Fprintf(tw, "%d\t%s\t%d x %s\t%s\t%s\t%s\n", f.Step, f.Phase, f.Workers, batchText(f.Batch), t.Predicted, t.Took, t.Error)
 	}
 	_ = tw.Flush()
+}
+
+// FinishText is how the reports write a Finish.
+type FinishText struct {
+	// Predicted is the time predicted, Took the time it took and Error the
+	// error in percent of it ("-" while not known).
+	Predicted, Took, Error string
+}
+
+// Text is how the reports write f.
+func (f Finish) Text() FinishText {
+	t := FinishText{Predicted: (time.Duration(f.PredictedS * float64(time.Second))).Round(100 * time.Millisecond).String(),
+		Took: "-", Error: "-"}
+	if f.TookS > 0 {
+		t.Took = (time.Duration(f.TookS * float64(time.Second))).Round(100 * time.Millisecond).String()
+		t.Error = fmt.Sprintf("%+.0f%%", pct(f.PredictedS, f.TookS))
+	}
+	return t
+}
+
+// PredictedText is how the reports write the step time predicted for a:
+// the value and its error against the measured one ("later" when it was
+// predicted after the attempt started), "probe, no model yet" for a probe
+// before any model, "-" otherwise.
+func (a Attempt) PredictedText() string {
+	switch {
+	case a.PredictedStepS > 0 && a.PredictedLater:
+		return fmt.Sprintf("%.1f ms (%+.0f%%) later", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+	case a.PredictedStepS > 0:
+		return fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+	case a.StartedBy == string(policy.PhaseProbing):
+		return "probe, no model yet"
+	}
+	return "-"
 }
 
 // predicted sets what was predicted for the attempt's configuration: by

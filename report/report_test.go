@@ -80,7 +80,7 @@ func TestReportHTMLIsSelfContained(t *testing.T) {
 	if err := rep.HTML(&b, panels); err != nil {
 		t.Fatal(err)
 	}
-	reporttest.CheckHTML(t, b.String(), 5)
+	reporttest.CheckHTML(t, b.String(), 8)
 }
 
 func TestReportJSONKeepsItsFields(t *testing.T) {

@@ -58,6 +58,9 @@ type Point struct {
 	// T is the time in seconds since the job started; V the value.
 	T float64 `json:"t_s"`
 	V float64 `json:"v"`
+	// Attempt is the attempt the point belongs to, for a series that says
+	// (0: it does not).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // NoiseSeries is the gradient noise scale along rank 0's steps in recs
@@ -82,7 +85,7 @@ func NoiseSeries(recs []telemetry.StepRecord, m0, t0 float64, n int) []Point {
 			continue
 		}
 		if v, ok := noise.Scale(); ok {
-			all = append(all, Point{r.Time - t0, v})
+			all = append(all, Point{T: r.Time - t0, V: v})
 		}
 	}
 	switch {

@@ -24,11 +24,7 @@ func (w *Rate) Add(r telemetry.StepRecord) {
 	if r.Rank != 0 {
 		return
 	}
-	samples := r.GlobalBatch
-	if samples == 0 {
-		samples = r.Samples * r.World
-	}
-	w.window = append(w.window, ratePoint{r.Time, samples})
+	w.window = append(w.window, ratePoint{r.Time, stepSamples(r)})
 	if len(w.window) > RateSteps {
 		w.window = w.window[1:]
 	}

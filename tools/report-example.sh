@@ -1,7 +1,9 @@
 #!/bin/sh
 # report-example.sh regenerates the README's pictures of `scavctl top` and
 # `scavctl report` from a real job: examples/resumable_cnn.py under the
-# scavenger policy (probes, then settles), on this machine's CPUs.
+# scavenger policy (probes, then settles), on this machine's CPUs, at an
+# assumed price of $2.50/h so that the report shows what the job cost (with
+# no price the report says "no price set" and draws no cost).
 #
 #   docs/top-example.txt     scavctl top --once while the job runs optimised
 #   docs/report-example.png  scavctl report JOB --format png
@@ -17,7 +19,7 @@ trap 'rm -rf "$state"' EXIT
 mkdir -p "$DOCS"
 
 OMP_NUM_THREADS=1 "$BIN/scavctl" --state-dir "$state" run --name example --workers 1:2 --batch-size 32:256 \
-	--policy scavenger --target-steps 3000 -- "$PYTHON" examples/resumable_cnn.py >"$state/run.out" 2>"$state/run.err" &
+	--policy scavenger --price 2.5 --target-steps 3000 -- "$PYTHON" examples/resumable_cnn.py >"$state/run.out" 2>"$state/run.err" &
 run=$!
 
 # One frame of top once the policy has chosen (or after two minutes).

@@ -59,12 +59,12 @@ func TestWriteReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reporttest.CheckHTML(t, string(page), 5)
+	reporttest.CheckHTML(t, string(page), 8)
 	figs := filepath.Join(dir, "figs") + "/"
 	if err := a.writeReport(rep, "svg", figs); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"timeline", "steptime", "noise", "cost", "pareto", "report"} {
+	for _, name := range []string{"timeline", "steptime", "throughput", "loss", "noise", "cost", "finish", "pareto", "report"} {
 		if _, err := os.Stat(filepath.Join(figs, j.ID+"-"+name+".svg")); err != nil {
 			t.Error(err)
 		}

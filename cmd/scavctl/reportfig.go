@@ -32,10 +32,11 @@ func (a *app) writeReport(rep report.JobReport, format, out string) error {
 		}
 		return done(err)
 	}
-	panels, err := plot.Panels(rep.Figures())
+	fig, err := plot.NewFigure(rep.Figures())
 	if err != nil {
 		return err
 	}
+	panels := fig.Panels
 	name := rep.Job + "-report." + format
 	if st, err := os.Stat(out); out != "" && out != "-" && (strings.HasSuffix(out, "/") || err == nil && st.IsDir()) {
 		if err := os.MkdirAll(out, 0o755); err != nil {
@@ -63,7 +64,7 @@ func (a *app) writeReport(rep report.JobReport, format, out string) error {
 	} else if len(panels) == 0 {
 		err = fmt.Errorf("report of %s: %w", rep.Job, plot.ErrNoData)
 	} else {
-		err = plot.WriteFigure(w, panels, format)
+		err = plot.WriteFigure(w, fig, format)
 	}
 	if err = done(err); err == nil && out != "-" {
 		fmt.Fprintln(a.stderr, "scavctl: wrote", out)

@@ -278,7 +278,7 @@ func TestReportFormatsOnARealOptimisedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reporttest.CheckHTML(t, string(page), 5)
+	reporttest.CheckHTML(t, string(page), 8)
 	parseSVGFile(t, svg)
 	f, err := os.Open(pngf)
 	if err != nil {
@@ -289,7 +289,7 @@ func TestReportFormatsOnARealOptimisedJob(t *testing.T) {
 	if err != nil || img.Bounds().Dx() < 100 {
 		t.Fatalf("%s: %v", pngf, err)
 	}
-	for _, name := range []string{"timeline", "steptime", "noise", "cost", "pareto", "report"} {
+	for _, name := range []string{"timeline", "steptime", "throughput", "loss", "noise", "cost", "finish", "pareto", "report"} {
 		parseSVGFile(t, filepath.Join(figs, id+"-"+name+".svg"))
 	}
 	t.Logf("report of %s: %d attempts, %d decisions, %d candidates; html %d bytes", id, len(rep.Timeline), rep.Decisions, len(rep.Candidates), len(page))

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"image/color"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -19,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
 
@@ -48,11 +50,11 @@ func Front(rep *sim.Report, path string) error {
 	}
 	cands.GlyphStyle.Radius = vg.Points(2)
 
-	oracle, err := marker(rep.Oracle.JCTS/3600, rep.Oracle.CostUSD, color.RGBA{G: 160, A: 255}, draw.TriangleGlyph{})
+	oracle, err := marker(rep.Oracle.JCTS/3600, rep.Oracle.CostUSD, color.RGBA{G: 160, A: 255}, vg.Points(5), draw.TriangleGlyph{})
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	outcome, err := marker(rep.JCTS/3600, rep.CostUSD, color.RGBA{R: 220, A: 255}, draw.CrossGlyph{})
+	outcome, err := marker(rep.JCTS/3600, rep.CostUSD, color.RGBA{R: 220, A: 255}, vg.Points(5), draw.CrossGlyph{})
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
@@ -70,4 +72,31 @@ func Front(rep *sim.Report, path string) error {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// candidatesAndFront draws points as grey dots and their time–cost Pareto
+// front (objective.Pareto) as a blue line.
+func candidatesAndFront(all plotter.XYs) (*plotter.Scatter, *plotter.Line, error) {
+	cands, err := plotter.NewScatter(all)
+	if err != nil {
+		return nil, nil, err
+	}
+	cands.GlyphStyle.Color = grey
+	xs := make([]float64, len(all))
+	ys := make([]float64, len(all))
+	for i, p := range all {
+		xs[i], ys[i] = p.X, p.Y
+	}
+	idx := objective.Pareto(xs, ys)
+	front := make(plotter.XYs, len(idx))
+	for i, j := range idx {
+		front[i] = all[j]
+	}
+	sort.Slice(front, func(a, b int) bool { return front[a].X < front[b].X })
+	line, err := plotter.NewLine(front)
+	if err != nil {
+		return nil, nil, err
+	}
+	line.Color = color.RGBA{B: 200, A: 255}
+	return cands, line, nil
 }

@@ -16,8 +16,8 @@ import (
 
 // SyntheticJob is a job that probed two configurations and chose the
 // second from three candidates, rank 0's step records with gradient norms
-// (the first attempt's from the difference estimator), and a time after it
-// ended.
+// (the first attempt's from the difference estimator) and losses, and a
+// time after it ended.
 func SyntheticJob() (api.Job, []telemetry.StepRecord, time.Time) {
 	t0 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -49,9 +49,10 @@ func SyntheticJob() (api.Job, []telemetry.StepRecord, time.Time) {
 		}
 		local := 3 + float64(s%7)/10
 		avg := 2.0
+		loss := 2.3/(1+float64(s)/100) + float64(s%5)/50
 		recs = append(recs, telemetry.StepRecord{Job: j.ID, Attempt: attempt, Rank: 0, World: cfg.Workers, Step: s, Time: float64(t0.UnixNano())/1e9 + ts,
 			Seconds: 0.25 + 0.05*float64(attempt-1), GlobalBatch: cfg.GlobalBatch, LocalBatch: cfg.LocalBatch(), Count: 2, Biased: attempt == 1,
-			LocalSqr: &local, AvgSqr: &avg})
+			LocalSqr: &local, AvgSqr: &avg, Loss: &loss})
 	}
 	return j, recs, at(200)
 }
@@ -71,7 +72,7 @@ func CheckHTML(t testing.TB, page string, figures int) {
 			t.Errorf("the page refers to something outside it: %q", bad)
 		}
 	}
-	for _, want := range []string{"<h2>Attempts</h2>", "<h2>Decisions</h2>", "Candidates of the decision", "</html>"} {
+	for _, want := range []string{"<h2>Attempts</h2>", "<h2>Decisions</h2>", "<h2>Predicted time to finish</h2>", "Candidates of the decision", "</html>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
