@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,9 @@ func (r *RunRequest) Validate() error {
 	}
 	if r.Grace.D() < 0 {
 		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))
+	}
+	if o := r.Optimize; !o.Active() && (o.MinWorkers != o.MaxWorkers || o.MinBatch != o.MaxBatch || len(o.Types) > 1) {
+		errs = append(errs, fmt.Errorf("ranges of workers or batch, and several machine types, need a moving policy (scavenger, adaptive or full), not %q", cmp.Or(o.Policy, "fixed")))
 	}
 	if r.Optimize.Active() {
 		spec, _, err := r.Optimize.Spec(r.Config, 0)

@@ -30,3 +30,26 @@ func TestSelfLaunchingCommandsNeedTheirWorkerCount(t *testing.T) {
 		}
 	}
 }
+
+// TestRangesNeedAMovingPolicy: whichever client sends it, a request with a
+// range or several machine types and no moving policy is refused.
+func TestRangesNeedAMovingPolicy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  Optimize
+		bad  bool
+	}{
+		{"no optimisation", Optimize{}, false},
+		{"a fixed point", Optimize{MinWorkers: 2, MaxWorkers: 2, MinBatch: 64, MaxBatch: 64}, false},
+		{"workers range, no policy", Optimize{MinWorkers: 1, MaxWorkers: 2}, true},
+		{"batch range, fixed", Optimize{Policy: "fixed", MinBatch: 32, MaxBatch: 64}, true},
+		{"two types, no policy", Optimize{Types: []string{"a", "b"}}, true},
+		{"workers range, adaptive", Optimize{Policy: "adaptive", MinWorkers: 1, MaxWorkers: 2, MinBatch: 32, MaxBatch: 32, TargetSamples: 1000}, false},
+	} {
+		r := RunRequest{Command: []string{"python3", "train.py"}, Config: plugins.Config{Workers: 1, GlobalBatch: 32}, Optimize: c.opt}
+		err := r.Validate()
+		if (err != nil) != c.bad || err != nil && !strings.Contains(err.Error(), "need a moving policy") {
+			t.Errorf("%s: %v, want refused: %v (saying a moving policy is needed)", c.name, err, c.bad)
+		}
+	}
+}

@@ -330,10 +330,7 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	case f.targetEpochs > 0:
 		o.TargetSamples = int64(f.targetEpochs * float64(f.datasetSize))
 	}
-	if !o.Active() && (minW != maxW || minB != maxB || len(f.types) > 1) {
-		return o, fmt.Errorf("ranges of workers or batch, and several --types, need a moving --policy (scavenger, adaptive or full), not %q", f.policy)
-	}
-	return o, nil
+	return o, nil // the request's checks (api.RunRequest.Validate) refuse ranges without a policy
 }
 
 func batchText(b int) string {

@@ -14,6 +14,9 @@ slow, records are dropped and counted (see stats()).
         scavenger.step(samples=len(x), loss=loss.item())
 
 For PyTorch DDP models, scavenger.torch.instrument() does the reporting itself.
+
+Outside a job, scavenger.run(), jobs(), job(), stop() and wait() submit and
+follow jobs through the node daemon's API (scavenger.api, loaded on first use).
 """
 
 import atexit
@@ -30,7 +33,19 @@ __all__ = [
     "world_size", "rank", "local_rank", "global_batch_size", "local_batch_size",
     "lr_scale", "checkpoint_dir", "restore_path", "start_step",
     "should_checkpoint", "checkpoint_request", "acknowledge", "target_samples",
+    "run", "jobs", "job", "stop", "wait", "DaemonError",
 ]
+
+_API = ("run", "jobs", "job", "stop", "wait", "DaemonError")
+
+
+def __getattr__(name: str):
+    """The job API (scavenger.api), imported only when a program uses it, so
+    that training workers do not pay for http.client."""
+    if name in _API:
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'scavenger' has no attribute {name!r}")
 
 _instance = None
 _lock = threading.Lock()
