@@ -87,14 +87,7 @@ func flagValues(key string, v *yaml.Node) ([]string, error) {
 	case yaml.ScalarNode:
 		return []string{v.Value}, nil
 	case yaml.SequenceNode:
-		var out []string
-		for _, it := range v.Content {
-			if it.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: want a list of values", it.Line)
-			}
-			out = append(out, it.Value)
-		}
-		return out, nil
+		return scalars(v, "a list of values")
 	case yaml.MappingNode:
 		if key != "env" {
 			return nil, errors.New("want a value or a list, not a mapping (only env is a mapping)")
@@ -113,18 +106,24 @@ func flagValues(key string, v *yaml.Node) ([]string, error) {
 func commandOf(v *yaml.Node) ([]string, error) {
 	switch v.Kind {
 	case yaml.SequenceNode:
-		var out []string
-		for _, it := range v.Content {
-			if it.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: want a list of arguments, e.g. [python3, train.py, --epochs, 3]", it.Line)
-			}
-			out = append(out, it.Value)
-		}
-		return out, nil
+		return scalars(v, "a list of arguments, e.g. [python3, train.py, --epochs, 3]")
 	case yaml.ScalarNode:
 		return splitWords(v.Value)
 	}
 	return nil, errors.New("want a list of arguments, e.g. [python3, train.py], or one line, e.g. python3 train.py --epochs 3")
+}
+
+// scalars is the values of a list of scalars; what names the list in the
+// error about an item that is not one.
+func scalars(list *yaml.Node, what string) ([]string, error) {
+	out := make([]string, 0, len(list.Content))
+	for _, it := range list.Content {
+		if it.Kind != yaml.ScalarNode {
+			return nil, fmt.Errorf("line %d: want %s", it.Line, what)
+		}
+		out = append(out, it.Value)
+	}
+	return out, nil
 }
 
 // splitWords splits s into words as sh does: blanks separate them, quotes

@@ -336,3 +336,25 @@ func TestSlurmHooksFailOpenWithoutScavctl(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmHookByItsName: deploy/slurm/scavenger-hook.sh is the prolog or
+// the epilog by the name it is installed as; under another name it does
+// nothing but say so, and exits 0 all the same.
+func TestSlurmHookByItsName(t *testing.T) {
+	dir, logDir := t.TempDir(), t.TempDir()
+	for name, want := range map[string]string{
+		"scavenger-prolog.sh": "slurm prolog job 7: ",
+		"scavenger-epilog.sh": "slurm epilog job 7: ",
+		"hook.sh":             "slurm hook job 7: installed as",
+	} {
+		path := filepath.Join(dir, name)
+		copyFile(t, filepath.Join(repoRoot, "deploy", "slurm", "scavenger-hook.sh"), path, nil)
+		cmd := exec.Command(path)
+		cmd.Env = append(os.Environ(), "SLURM_JOB_ID=7", "SCAVCTL="+filepath.Join(dir, "no-scavctl"),
+			"SCAVENGER_LOG_DIR="+logDir, "SCAVENGER_SYSLOG_SOCKET="+filepath.Join(dir, "no-syslog"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v, want exit 0 (fail open)\n%s", name, err, out)
+		}
+		awaitFile(t, filepath.Join(logDir, "slurm-hooks.log"), 5*time.Second, want)
+	}
+}
