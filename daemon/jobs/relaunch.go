@@ -44,7 +44,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 				from = fmt.Sprintf("the checkpoint of step %d", step)
 			}
 			lost := strings.Join(out.res.LostHosts, ", ")
-			r.endAttempt("failed: lost host "+lost, nil)
+			r.endAttempt(kill, "failed: lost host "+lost, nil)
 			r.save(kill)
 			r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("lost host %s; relaunching at %d workers, global batch %d from %s",
 				lost, next.Workers, next.GlobalBatch, from))
@@ -59,7 +59,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 // moved records the end of an attempt that checkpointed for a move and
 // plans the next one, unless the job was asked to stop meanwhile.
 func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (ending, bool) {
-	r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
+	r.endAttempt(kill, fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
 	r.save(kill)
 	r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("moving to %s, global batch %d after step %d: %s",
 		workersText(out.moved.cfg), out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason))

@@ -280,13 +280,13 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 		p.attempt, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
-// endAttempt closes the current attempt's record.
-func (r *runner) endAttempt(why string, move *api.MoveTiming) {
+// endAttempt closes the current attempt's record (and reads its machines' charges).
+func (r *runner) endAttempt(ctx context.Context, why string, move *api.MoveTiming) {
 	now := time.Now().UTC()
 	if k := len(r.rec.job.Attempts); k > 0 && r.rec.job.Attempts[k-1].Ended == nil {
 		a := &r.rec.job.Attempts[k-1]
 		a.Ended, a.EndReason, a.Move = &now, why, move
-		r.recordCost(context.Background()) // cost.go
+		r.recordCost(ctx) // cost.go
 	}
 }
 
@@ -307,7 +307,7 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if why == "" {
 		why = string(e.state)
 	}
-	r.endAttempt(why, nil)
+	r.endAttempt(ctx, why, nil)
 	r.settleCost(ctx) // cost.go: the job's machines end with it
 	now := time.Now().UTC()
 	j := &r.rec.job
