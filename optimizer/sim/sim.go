@@ -17,8 +17,9 @@
 //     done at the smallest final progress among the validation files.
 //   - Gradient statistics: a validation row's grad_sqr and grad_var describe
 //     its segment; the job emits them interpolated geometrically between
-//     segment midpoints, as the expected values of the python client's
-//     per-step norms (gns.Expected).
+//     segment midpoints, from the first step (before the first midpoint the
+//     trend of the first two is extended back: no flat plateau), as the
+//     expected values of the python client's per-step norms (gns.Expected).
 //   - A configuration change costs the relaunch penalty, billed at the new
 //     configuration's nodes, with no progress; probe steps count as progress.
 //   - Cost = nodes × $/h × hours (whole nodes), relaunches included.
