@@ -202,10 +202,10 @@ func (p *adaptive) refit(o Observation) error {
 
 // worthMoving applies the hysteresis: the candidate must beat staying by the
 // margin in the objective's terms, relaunch included, in expectation (see
-// expected); a candidate that meets a deadline or budget the current one
+// predict.Prediction.Expected); a candidate that meets a deadline or budget the current one
 // breaks always wins.
 func (t *tracker) worthMoving(cur, next predict.Prediction) bool {
-	cur, next = expected(cur), expected(next)
+	cur, next = cur.Expected(), next.Expected()
 	o := t.spec.Objective
 	m := t.spec.Margin
 	if o.DeadlineS > 0 {

@@ -84,40 +84,6 @@ func improvement(vstar, pt, lo, hi float64) (ei, pwin float64) {
 
 func normCDF(x float64) float64 { return 0.5 * math.Erfc(-x/math.Sqrt2) }
 
-// meanOf is the expected value of the distribution improvement assumes:
-// median pt, a half-normal in log on each side putting lo and hi at the 5 %
-// and 95 % quantiles.
-func meanOf(pt, lo, hi float64) float64 {
-	if !(pt > 0) {
-		return pt
-	}
-	m := pt / 2
-	if lo > 0 && lo < pt {
-		s := math.Log(pt/lo) / perf.Z90
-		m = pt * math.Exp(s*s/2) * normCDF(-s)
-	}
-	if hi > pt && !math.IsInf(hi, 0) {
-		s := math.Log(hi/pt) / perf.Z90
-		return m + pt*math.Exp(s*s/2)*normCDF(s)
-	}
-	return m + pt/2
-}
-
-// expected is p with its step time and totals at their expected values
-// (meanOf); a measured configuration's are its point.
-func expected(p predict.Prediction) predict.Prediction {
-	if p.StepHi <= p.StepLo || !(p.StepTime > 0) {
-		return p
-	}
-	f := meanOf(p.StepTime, p.StepLo, p.StepHi) / p.StepTime
-	p.StepTime *= f
-	p.RemainingS *= f
-	p.RemainingUSD *= f
-	p.TotalS = p.RemainingS + p.SwitchS
-	p.TotalUSD = p.RemainingUSD + p.SwitchUSD
-	return p
-}
-
 // incumbent is the index of the best measured configuration's prediction
 // (the current configuration's when none is measured), or -1.
 func (t *tracker) incumbent(preds []predict.Prediction) int {
@@ -241,7 +207,7 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 	// measured configuration, or any other at its expected value.
 	vstar, _, _ := t.objectiveValue(preds[inc])
 	for _, p := range preds {
-		if v, _, _ := t.objectiveValue(expected(p)); t.feasible(p) && v < vstar {
+		if v, _, _ := t.objectiveValue(p.Expected()); t.feasible(p) && v < vstar {
 			vstar = v
 		}
 	}

@@ -45,19 +45,6 @@ func TestImprovement(t *testing.T) {
 	}
 }
 
-func TestMeanOf(t *testing.T) {
-	if m := meanOf(5, 5, 5); m != 5 {
-		t.Errorf("zero width: %g", m)
-	}
-	w := math.Exp(perf.Z90 * 0.5)
-	if m, want := meanOf(5, 5/w, 5*w), 5*math.Exp(0.125); math.Abs(m-want) > 1e-9 {
-		t.Errorf("symmetric: %g, want the log-normal mean %g", m, want)
-	}
-	if a, b := meanOf(5, 4, 7), meanOf(5, 4, 60); !(b > a && a > 5) {
-		t.Errorf("means %g, %g: a longer upper tail must cost more", a, b)
-	}
-}
-
 // TestProbeCost: probes are charged in the objective's units — seconds for
 // time; dollars for cost with every node of the probe billed — and only
 // for the chance that they lose.

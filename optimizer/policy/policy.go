@@ -497,7 +497,7 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 
 // choose applies the objective with the deadline and budget left.
 // Like every expected-value decision it compares expected totals (see
-// expected), not the medians the predictions report: an unmeasured
+// predict.Prediction.Expected), not the medians the predictions report: an unmeasured
 // configuration whose interval reaches far above its point is worth less
 // than a measured one with the same point.
 func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
@@ -510,7 +510,7 @@ func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	}
 	exp := make([]predict.Prediction, len(preds))
 	for i, p := range preds {
-		exp[i] = expected(p)
+		exp[i] = p.Expected()
 	}
 	return objective.Choose(exp, o)
 }
