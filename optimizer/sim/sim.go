@@ -60,6 +60,9 @@ type Options struct {
 	Objective objective.Objective
 	// Policy names the policy (see policy.Names).
 	Policy string
+	// StatModel names the policy's statistical model (policy.StatAdaptDL,
+	// the default, or policy.StatPaper).
+	StatModel string
 	// Start is TYPE:K:B; empty means the first type, its smallest K, the
 	// smallest B.
 	Start string
@@ -124,6 +127,7 @@ type ErrorStats struct {
 type Report struct {
 	App        string  `json:"app"`
 	Policy     string  `json:"policy"`
+	StatModel  string  `json:"stat_model,omitempty"`
 	Objective  string  `json:"objective"`
 	RelaunchS  float64 `json:"relaunch_penalty_s"`
 	Candidates int     `json:"candidates"`
@@ -143,12 +147,24 @@ type Report struct {
 	DecisionS        float64 `json:"decision_s"`
 	Reason           string  `json:"reason"`
 
-	Oracle        Outcome    `json:"oracle"`
-	Fixed         FixedStats `json:"fixed"`
+	Oracle Outcome    `json:"oracle"`
+	Fixed  FixedStats `json:"fixed"`
+	// StepTimeError compares the policy's last step-time predictions with
+	// the traces on the candidates the job never ran, of the types the
+	// policy had fitted on their own measurements (FittedTypes); the
+	// others are predicted by a prior, not a model.
 	StepTimeError ErrorStats `json:"step_time_error"`
+	FittedTypes   []string   `json:"fitted_types,omitempty"`
+	// Bound is the least overhead any policy could have had in this run
+	// (see bound), in the objective's terms: the job's time or cost.
+	BoundJCTS    float64 `json:"bound_jct_s"`
+	BoundCostUSD float64 `json:"bound_cost_usd"`
 
 	// Front holds every fixed candidate's outcome (for plots).
 	Front []Outcome `json:"-"`
+	// Predictions are the policy's last predictions of every candidate
+	// (for scavctl plan --policy).
+	Predictions []predict.Prediction `json:"-"`
 }
 
 func (o *Options) defaults() error {
@@ -226,6 +242,7 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 		Target:     w.target,
 		Objective:  opts.Objective,
 		RelaunchS:  opts.RelaunchPenalty.Seconds(),
+		StatModel:  opts.StatModel,
 	}
 	stored := opts.Stored
 	if opts.Policy == "none" && stored == nil {
@@ -250,9 +267,11 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.StatModel = opts.StatModel
 	if err := w.score(rep, opts.Objective); err != nil {
 		return nil, err
 	}
+	rep.BoundJCTS, rep.BoundCostUSD = w.bound(start, opts, rep.Oracle)
 	return rep, nil
 }
 
@@ -311,6 +330,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		now, spent, progress float64
 		wait                 float64
 		lastPreds            []predict.Prediction
+		fitted               []string
 		recorded             bool
 	)
 	for iter := 0; progress < w.target*(1-1e-12); iter++ {
@@ -360,7 +380,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
 		}
 		if d.Predictions != nil {
-			lastPreds = d.Predictions
+			lastPreds, fitted = d.Predictions, d.FittedTypes
 		}
 		if d.Chosen >= 0 && d.Chosen < len(d.Predictions) && d.Predictions[d.Chosen].Candidate == d.Config && (!recorded || d.Config != cur || d.Commit) {
 			ch := d.Predictions[d.Chosen]
@@ -380,20 +400,25 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		}
 	}
 	rep.JCTS, rep.CostUSD = now, spent
-	rep.StepTimeError = w.stepErrors(lastPreds, rep.History)
+	rep.StepTimeError, rep.FittedTypes = w.stepErrors(lastPreds, rep.History, fitted), fitted
+	rep.Predictions = lastPreds
 	return rep, nil
 }
 
 // stepErrors compares predicted step times with the traces on candidates
-// the job never ran.
-func (w *world) stepErrors(preds []predict.Prediction, hist []Segment) ErrorStats {
+// the job never ran, of the fitted types.
+func (w *world) stepErrors(preds []predict.Prediction, hist []Segment, fitted []string) ErrorStats {
 	ran := map[predict.Candidate]bool{}
 	for _, s := range hist {
 		ran[predict.Candidate{Type: s.Type, Nodes: s.Nodes, Workers: s.Workers, Batch: s.Batch}] = true
 	}
+	fit := map[string]bool{}
+	for _, t := range fitted {
+		fit[t] = true
+	}
 	var errs []float64
 	for _, p := range preds {
-		if ran[p.Candidate] {
+		if ran[p.Candidate] || !fit[p.Type] {
 			continue
 		}
 		truth, _ := w.stepTime(p.Candidate)
@@ -404,6 +429,23 @@ func (w *world) stepErrors(preds []predict.Prediction, hist []Segment) ErrorStat
 	}
 	sort.Float64s(errs)
 	return ErrorStats{MedianPct: quantile(errs, 0.5), P90Pct: quantile(errs, 0.9), N: len(errs)}
+}
+
+// bound is the least time and cost any policy could have reached from
+// start: it sees nothing before the first report (one report interval in
+// start), and then either stays for good or pays at least one relaunch
+// (billed at the oracle's nodes) and finishes the rest at the oracle's
+// pace. The oracle itself cannot be beaten.
+func (w *world) bound(start predict.Candidate, opts Options, oracle Outcome) (jct, cost float64) {
+	stayS, stayUSD := w.fixedOutcome(start)
+	st, _ := w.stepTime(start)
+	perS := func(typ string, nodes int) float64 { return float64(nodes) * w.prices[typ] / 3600 }
+	_, t1, p1 := w.run(start, 0, math.Max(opts.ReportInterval.Seconds()/st, 1))
+	left := math.Max(1-p1/w.target, 0)
+	r := opts.RelaunchPenalty.Seconds()
+	moveS := t1 + r + left*oracle.JCTS
+	moveUSD := t1*perS(start.Type, start.Nodes) + r*perS(oracle.Type, oracle.Nodes) + left*oracle.CostUSD
+	return math.Max(math.Min(stayS, moveS), oracle.JCTS), math.Max(math.Min(stayUSD, moveUSD), oracle.CostUSD)
 }
 
 // quantile interpolates linearly between order statistics of sorted xs.
