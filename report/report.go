@@ -12,6 +12,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -67,6 +68,10 @@ type Attempt struct {
 	// ModelStepS is what the model of the latest model-based decision
 	// predicts for this configuration (0 when it made none).
 	ModelStepS float64 `json:"model_step_s,omitempty"`
+	// PredictedFlags and ModelFlags say what made those predictions
+	// doubtful (low-confidence, non-monotone): they are not facts.
+	PredictedFlags []string `json:"predicted_flags,omitempty"`
+	ModelFlags     []string `json:"model_flags,omitempty"`
 }
 
 // maxNoisePoints bounds the noise series of a report.
@@ -153,12 +158,12 @@ func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Ti
 		ra.WallS = end.Sub(at.Started).Seconds()
 		for _, d := range j.Decisions {
 			if d.To.Workers == at.Config.Workers && d.To.GlobalBatch == at.Config.GlobalBatch && d.PredictedStepS > 0 && !d.Time.After(at.Started) {
-				ra.PredictedStepS = d.PredictedStepS
+				ra.PredictedStepS, ra.PredictedFlags = d.PredictedStepS, d.PredictedFlags
 			}
 		}
 		for _, c := range r.Candidates {
 			if c.Workers == at.Config.Workers && c.Batch == at.Config.GlobalBatch {
-				ra.ModelStepS = c.StepS
+				ra.ModelStepS, ra.ModelFlags = c.StepS, c.Flags
 			}
 		}
 		if m := at.Move; m != nil {
@@ -185,6 +190,9 @@ func (r JobReport) Print(w io.Writer) error {
 		}
 		if a.PredictedStepS > 0 {
 			pred = fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+			if len(a.PredictedFlags) > 0 {
+				pred += " [" + strings.Join(a.PredictedFlags, ",") + "]"
+			}
 		}
 		if m := a.Move; m != nil {
 			move = fmt.Sprintf("%.2fs = %.2f+%.2f+%.2f+%.2f", m.Checkpoint+m.Exit+m.Start+m.FirstStep, m.Checkpoint, m.Exit, m.Start, m.FirstStep)

@@ -37,6 +37,10 @@ type observer struct {
 	progress       float64
 	est            gns.Estimator
 	began, elapsed float64 // Unix seconds of the job's first step; seconds of the job so far
+	// lastStep is the Unix time of the last step seen of any attempt;
+	// relaunch the measured relaunch before this attempt (from the last
+	// step of the previous one to the end of its first), reported once.
+	lastStep, relaunch float64
 }
 
 // newObserver starts observing a job whose base batch is m0.
@@ -48,6 +52,14 @@ func newObserver(m0, price float64, typ string) *observer {
 func (o *observer) attemptStarted(attempt int, cfg plugins.Config) {
 	o.attempt, o.cfg, o.seen = attempt, cfg, 0
 	o.reset()
+}
+
+// note records the time of a step of an attempt being left (its steps no
+// longer count, but the relaunch is measured from the last of them).
+func (o *observer) note(r telemetry.StepRecord) {
+	if r.Rank == 0 && r.IsStep() && r.Time > o.lastStep {
+		o.lastStep = r.Time
+	}
 }
 
 func (o *observer) reset() {
@@ -69,6 +81,10 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 		o.began = r.Time - r.Seconds
 	}
 	o.elapsed = r.Time - o.began
+	if o.seen == 0 && o.lastStep > 0 && r.Time > o.lastStep {
+		o.relaunch = r.Time - o.lastStep
+	}
+	o.note(r)
 	o.seen++
 	if o.seen <= warmupSteps || r.Seconds <= 0 {
 		return policy.Observation{}, false
@@ -87,13 +103,15 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 	}
 	n := float64(o.steps)
 	obs := policy.Observation{
-		ElapsedS: o.elapsed,
-		SpentUSD: o.elapsed / 3600 * o.price,
-		Config:   o.candidate(),
-		Steps:    n,
-		StepTime: o.dt / n,
-		SyncTime: o.sync / n,
+		ElapsedS:  o.elapsed,
+		SpentUSD:  o.elapsed / 3600 * o.price,
+		Config:    o.candidate(),
+		Steps:     n,
+		StepTime:  o.dt / n,
+		SyncTime:  o.sync / n,
+		RelaunchS: o.relaunch,
 	}
+	o.relaunch = 0
 	o.est, obs.Grad = o.grads.Update(o.est, n)
 	gain := float64(o.cfg.GlobalBatch) / o.m0 // no gradient statistics: every sample counts
 	if o.est.Steps() > 0 {
