@@ -7,8 +7,19 @@
 // Pollux's (Qiao et al., OSDI 2021; AdaptDL goodput.py) is
 // step = (T_grad^γ + T_sync^γ)^(1/γ) with T_grad = α_c + β_c·m and T_sync
 // distinguishing one replica, several replicas on one node, and several
-// nodes; it is fitted by minimising RMSLE with gonum/optimize. Fit picks the
-// Pollux form when the points can identify it.
+// nodes; it is fitted by minimising RMSLE with gonum/optimize.
+//
+// Fit never estimates more than the points identify (Guard): a parameter is
+// free only if the points vary what it describes, and there are no more free
+// parameters than measurements; the rest are fixed to the simpler form
+// (compute ∝ √m with one local batch, no overlap, flat sync, AdaptDL's
+// tie between regimes). With three configurations or more it keeps the form
+// that predicts held-out configurations better, and that cross-validated
+// error (Fitted.CV) scales its 90 % prediction intervals (Fitted.Interval)
+// where the measurements identify the model; elsewhere the intervals run
+// to the physical bounds the measurements imply (Bounds: a step never
+// beats its own compute; at fixed placement a larger local batch takes no
+// less time per step and no more per sample).
 package perf
 
 import (

@@ -130,14 +130,8 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 		pd.Predictions, pd.FittedTypes = d.Predictions, d.FittedTypes
 		return pd, nil
 	}
-	if !t.warm() {
-		// Probes measure step times and need no noise estimate; moves do.
-		w := t.warmingUp(t.warmReason())
-		if p.probed > 0 {
-			w.Phase = PhaseProbing
-		}
-		return w, nil
-	}
+	// Before the noise estimate is reliable and its forecast mature, moves
+	// are provisional: later reports revisit them.
 	return p.move(o, d), nil
 }
 
@@ -201,11 +195,11 @@ func (p *adaptive) refit(o Observation) error {
 }
 
 // worthMoving applies the hysteresis: the candidate must beat staying by the
-// margin in the objective's terms, relaunch included, in expectation (see
-// predict.Prediction.Expected); a candidate that meets a deadline or budget the current one
-// breaks always wins.
+// margin in the objective's terms, relaunch included, at the pessimistic
+// end of its interval (see tracker.choose); a candidate that meets a
+// deadline or budget the current one breaks always wins.
 func (t *tracker) worthMoving(cur, next predict.Prediction) bool {
-	cur, next = cur.Expected(), next.Expected()
+	cur, next = cur.Pessimistic(), next.Pessimistic()
 	o := t.spec.Objective
 	m := t.spec.Margin
 	if o.DeadlineS > 0 {

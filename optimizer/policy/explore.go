@@ -24,6 +24,8 @@ type probeOption struct {
 	cost float64
 	// design marks a probe of its type's identifiability design.
 	design bool
+	// idx indexes c's prediction.
+	idx int
 }
 
 // net is what the probe is worth after its cost.
@@ -190,6 +192,17 @@ func designProbes(cands []predict.Candidate, typ string) []predict.Candidate {
 	return out
 }
 
+// design is designProbes of typ, computed once.
+func (t *tracker) design(typ string) []predict.Candidate {
+	if t.designs == nil {
+		t.designs = map[string][]predict.Candidate{}
+		for _, ty := range t.types {
+			t.designs[ty] = designProbes(t.spec.Candidates, ty)
+		}
+	}
+	return t.designs[typ]
+}
+
 // nextProbe values every probe the search could make and returns the one
 // worth most beyond its cost, if any is worth anything. A probe informs the
 // candidates of its type and placement regime, so its value is the best
@@ -204,10 +217,11 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 		return probeOption{}, false
 	}
 	// The incumbent is what the job would do without probing: the best
-	// measured configuration, or any other at its expected value.
+	// measured configuration, or any other at its pessimistic value (see
+	// tracker.choose).
 	vstar, _, _ := t.objectiveValue(preds[inc])
 	for _, p := range preds {
-		if v, _, _ := t.objectiveValue(p.Expected()); t.feasible(p) && v < vstar {
+		if v, _, _ := t.objectiveValue(p.Pessimistic()); t.feasible(p) && v < vstar {
 			vstar = v
 		}
 	}
@@ -216,17 +230,27 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 		reg int
 	}
 	best := map[group]probeOption{}
-	byCand := map[predict.Candidate]int{}
+	byCand := map[predict.Candidate]int{} // the design probes' predictions
+	for _, typ := range t.types {
+		for _, d := range t.design(typ) {
+			byCand[d] = -1
+		}
+	}
 	for i, p := range preds {
-		byCand[p.Candidate] = i
+		if _, ok := byCand[p.Candidate]; ok {
+			byCand[p.Candidate] = i
+		}
 		if t.measured(p.Candidate) || !t.feasible(p) {
 			continue
 		}
 		pt, lo, hi := t.objectiveValue(p)
+		if lo >= vstar {
+			continue // its interval cannot beat the incumbent
+		}
 		ei, pwin := improvement(vstar, pt, lo, hi)
 		g := group{p.Type, regime(p.Candidate)}
 		if ei > best[g].voi {
-			best[g] = probeOption{c: p.Candidate, voi: ei, pwin: pwin}
+			best[g] = probeOption{c: p.Candidate, voi: ei, pwin: pwin, idx: i}
 		}
 	}
 	mature := t.forecastMature()
@@ -238,9 +262,9 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 		// over training, so the batch worth running only grows, and an
 		// immature forecast understates that.
 		near := map[int]predict.Candidate{}
-		for _, d := range designProbes(t.spec.Candidates, typ) {
+		for _, d := range t.design(typ) {
 			g, seen := best[group{typ, regime(d)}]
-			if !seen || t.measured(d) || d == t.last.Config {
+			if !seen || t.measured(d) || d == t.last.Config || byCand[d] < 0 {
 				continue
 			}
 			o, ok := near[regime(d)]
@@ -257,7 +281,7 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 			if d, ok := near[reg]; ok {
 				opts = append(opts, probeOption{c: d, voi: g.voi, pwin: g.pwin, cost: t.probeCost(preds[byCand[d]], preds[inc], g.pwin), design: true})
 			}
-			g.cost = t.probeCost(preds[byCand[g.c]], preds[inc], g.pwin)
+			g.cost = t.probeCost(preds[g.idx], preds[inc], g.pwin)
 			opts = append(opts, g)
 		}
 	}

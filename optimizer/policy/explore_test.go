@@ -96,7 +96,9 @@ func TestForecastMature(t *testing.T) {
 		{"less than a quadrupling", 1e4, []float64{10, 20, 30}, false},
 		{"seen 1 decade, 2 to go", 1e4, []float64{10, 50, 100}, false},
 		{"seen as far as it extrapolates", 1e4, []float64{10, 50, 100, 320}, true},
-		{"late in the job", 1e4, []float64{1000, 2000, 5000}, true},
+		{"late in the job", 1e4, []float64{1000, 2000, 3000, 5000}, true},
+		// Mature in span, but three reports cannot show an estimate reliable.
+		{"late, too few reports", 1e4, []float64{1000, 2000, 5000}, false},
 	}
 	for _, tc := range tests {
 		if got := growthTracker(tc.target, tc.ps...).forecastMature(); got != tc.want {

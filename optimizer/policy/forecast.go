@@ -61,12 +61,17 @@ func (t *tracker) growthWindow() (xs, ys []float64) {
 }
 
 // forecastMature reports whether the noise forecast can be trusted over the
-// rest of the job: a power law fitted on progress from p_first to p_now is
-// extrapolated to the target, and it is trusted over no more orders of
-// magnitude than it has seen — p_now/p_first ≥ target/p_now — with at least
-// three reports and a quadrupling of progress. A throughput-only job has no
-// forecast to wait for, and the paper's statistical model none to make.
+// rest of the job: the noise estimate it starts from is reliable (the
+// warm-up gate, tracker.warm), and a power law fitted on progress from
+// p_first to p_now is extrapolated to the target, trusted over no more
+// orders of magnitude than it has seen — p_now/p_first ≥ target/p_now —
+// with at least three reports and a quadrupling of progress. A
+// throughput-only job has no forecast to wait for, and the paper's
+// statistical model none to make.
 func (t *tracker) forecastMature() bool {
+	if !t.warm() {
+		return false
+	}
 	if t.throughputOnly() {
 		return true
 	}

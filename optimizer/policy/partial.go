@@ -16,12 +16,13 @@ import (
 //     measured is probed only if its optimistic (price-prior) prediction
 //     can beat the incumbent by more than the probe costs; probing stops
 //     when no candidate's interval reaches far enough below the incumbent.
-//  3. Wait until the noise estimate is reliable (the paper waits for it to
-//     stabilise before it even probes; probes measure step times, which do
-//     not wait on the noise, so they run meanwhile).
-//  4. Fit each type on its own measurements, predict with the noise
-//     forecast, choose for the objective, move once.
-//  5. Revisit once, when the forecast is mature and the chosen
+//  3. Fit each type on its own measurements, predict with the noise
+//     forecast, choose for the objective, move once. The paper waits for
+//     the noise estimate to stabilise before it even probes; here probes
+//     run at once (they measure step times, which do not wait on the
+//     noise), and a decision taken before the estimate is reliable and its
+//     forecast mature says so (Decision.Provisional).
+//  4. Revisit once, when the forecast is mature and the chosen
 //     configuration measured (oneShot), then stop.
 type partial struct {
 	t       *tracker
@@ -33,16 +34,6 @@ type partial struct {
 
 // Name implements Policy.
 func (p *partial) Name() string { return "scavenger" }
-
-// warming waits for a reliable noise estimate before the decision: in the
-// warm-up before any probe, in the probing phase after.
-func (p *partial) warming() Decision {
-	d := p.t.warmingUp(p.t.warmReason())
-	if p.probed > 0 {
-		d.Phase = PhaseProbing
-	}
-	return d
-}
 
 // Observe implements Policy.
 func (p *partial) Observe(o Observation) (Decision, error) { return p.t.label(p.observe(o)) }
@@ -73,9 +64,6 @@ func (p *partial) observe(o Observation) (Decision, error) {
 			p.probed++
 			p.phase = phaseProbe
 			return t.probe(opt.c, t.probeReason(fmt.Sprintf("scavenger search, probe %d", p.probed), opt)), nil
-		}
-		if !t.warm() {
-			return p.warming(), nil
 		}
 		p.phase = phaseChosen
 		return p.once.decide(t, o, func() (typeModels, error) { return ms, nil }, fmt.Sprintf("scavenger search over %d probes", p.probed))

@@ -280,6 +280,10 @@ type tracker struct {
 	relaunches []float64
 	// start is the configuration of the first report.
 	start predict.Candidate
+	// designs caches each type's identifiability design (designProbes);
+	// buf is choose's scratch space.
+	designs map[string][]predict.Candidate
+	buf     []predict.Prediction
 }
 
 // startType is the machine type the job started on.
@@ -287,12 +291,14 @@ func (t *tracker) startType() string { return t.start.Type }
 
 // Warm-up: the noise estimate is reliable once warmReports reports carry
 // gradient statistics and the standard error of ln φ at the latest one,
-// from the scatter of the recent reports around their trend, is below
-// stableTol; searches start after warmMaxSteps steps regardless (the paper
+// from the scatter of the reports the forecast fits around their trend, is
+// below stableTol — a 10 % error in φ moves the statistical efficiency by
+// at most 10 %, no more than the step-time model's error it is combined
+// with; decisions start after warmMaxSteps steps regardless (the paper
 // waits 2K–10K iterations).
 const (
 	warmReports  = 4
-	stableTol    = 0.05
+	stableTol    = 0.1
 	warmMaxSteps = 2000
 )
 
@@ -385,20 +391,19 @@ func (t *tracker) warmReason() string {
 
 // reliable reports whether the noise estimate can be decided on: at least
 // warmReports reports with gradient statistics, and a standard error of ln φ
-// at the latest report below stableTol, from the scatter of the last (up to
-// eight) reports around their linear trend in ln progress. The trend is
-// what the forecast is for; only the scatter around it makes an estimate
-// unreliable. A flat signal passes only after warmReports reports (it has
-// no scatter); a noisy one waits until the reports average it out.
+// at the latest report below stableTol, from the scatter of the reports the
+// noise forecast fits (growthWindow) around their linear trend in ln
+// progress. The trend is what the forecast is for; only the scatter around
+// it makes an estimate unreliable. A flat signal passes only after
+// warmReports reports (it has no scatter); a noisy one waits until enough
+// reports average it out.
 func (t *tracker) reliable() bool {
-	n := len(t.growth)
-	if n < warmReports {
+	if len(t.growth) < warmReports {
 		return false
 	}
-	pts := t.growth[max(0, n-8):]
-	xs, ys := make([]float64, len(pts)), make([]float64, len(pts))
-	for i, g := range pts {
-		xs[i], ys[i] = math.Log(g.progress), g.lnPhi
+	xs, ys := t.growthWindow()
+	if len(xs) < 3 {
+		return false
 	}
 	a, b := perf.Line(xs, ys)
 	var xm, sxx, ssr float64
@@ -496,10 +501,12 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 }
 
 // choose applies the objective with the deadline and budget left.
-// Like every expected-value decision it compares expected totals (see
-// predict.Prediction.Expected), not the medians the predictions report: an unmeasured
-// configuration whose interval reaches far above its point is worth less
-// than a measured one with the same point.
+// It compares the pessimistic end of each prediction's 90 % interval (see
+// predict.Prediction.Pessimistic), not the point the prediction reports: a
+// configuration is chosen on a model only where even the model's upper
+// bound wins; a measured configuration's interval is its measurement.
+// Where the model's optimism might pay, probing it is tracker.nextProbe's
+// call, priced against what it could gain.
 func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	o := t.spec.Objective
 	if o.DeadlineS > 0 {
@@ -508,11 +515,14 @@ func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	if o.BudgetUSD > 0 {
 		o.BudgetUSD = math.Max(o.BudgetUSD-t.last.SpentUSD, 1e-9)
 	}
-	exp := make([]predict.Prediction, len(preds))
-	for i, p := range preds {
-		exp[i] = p.Expected()
+	if cap(t.buf) < len(preds) {
+		t.buf = make([]predict.Prediction, len(preds))
 	}
-	return objective.Choose(exp, o)
+	pes := t.buf[:len(preds)]
+	for i, p := range preds {
+		pes[i] = p.Pessimistic()
+	}
+	return objective.Choose(pes, o)
 }
 
 // stay keeps the current configuration with the search over (or not worth it).

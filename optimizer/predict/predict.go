@@ -202,45 +202,19 @@ func Predict(c Candidate, in Inputs) (Prediction, error) {
 	return p, nil
 }
 
-// Mean is the expected value of a quantity known by its median pt and its
-// 90 % interval [lo, hi], taken as a half-normal in log on each side of the
-// median putting lo and hi at the 5 % and 95 % quantiles (intervals are
-// lopsided: a physical bound on one side, a guess on the other). A zero
-// width gives pt.
-func Mean(pt, lo, hi float64) float64 {
-	if !(pt > 0) {
-		return pt
-	}
-	m := pt / 2
-	if lo > 0 && lo < pt {
-		s := math.Log(pt/lo) / z90
-		m = pt * math.Exp(s*s/2) * normCDF(-s)
-	}
-	if hi > pt && !math.IsInf(hi, 0) {
-		s := math.Log(hi/pt) / z90
-		return m + pt*math.Exp(s*s/2)*normCDF(s)
-	}
-	return m + pt/2
-}
-
-// z90 is the standard normal quantile of a two-sided 90 % interval.
-const z90 = 1.6448536269514722
-
-func normCDF(x float64) float64 { return 0.5 * math.Erfc(-x/math.Sqrt2) }
-
-// Expected is p with its step time and totals at their expected values
-// (Mean of the step-time interval), what an expected-value decision
-// compares; a prediction of zero width is unchanged.
-func (p Prediction) Expected() Prediction {
-	if p.StepHi <= p.StepLo || !(p.StepTime > 0) {
+// Pessimistic is p with its step time and totals at the upper end of the
+// step time's 90 % interval, what a decision that must not rely on an
+// unvalidated model compares; a prediction of zero width (a measured
+// configuration) is unchanged.
+func (p Prediction) Pessimistic() Prediction {
+	if p.StepHi <= p.StepTime || !(p.StepTime > 0) {
 		return p
 	}
-	f := Mean(p.StepTime, p.StepLo, p.StepHi) / p.StepTime
-	p.StepTime *= f
+	f := p.StepHi / p.StepTime
+	p.StepTime = p.StepHi
 	p.RemainingS *= f
 	p.RemainingUSD *= f
-	p.TotalS = p.RemainingS + p.SwitchS
-	p.TotalUSD = p.RemainingUSD + p.SwitchUSD
+	p.TotalS, p.TotalUSD = p.TotalSHi, p.TotalUSDHi
 	return p
 }
 

@@ -94,22 +94,15 @@ func TestEnumerate(t *testing.T) {
 	}
 }
 
-func TestMean(t *testing.T) {
-	if m := Mean(5, 5, 5); m != 5 {
-		t.Errorf("zero width: %g", m)
+func TestPessimistic(t *testing.T) {
+	p := Prediction{StepTime: 1, StepLo: 0.5, StepHi: 3, RemainingS: 100, RemainingUSD: 10, SwitchS: 30, SwitchUSD: 3,
+		TotalS: 130, TotalUSD: 13, TotalSHi: 330, TotalUSDHi: 33}
+	if e := p.Pessimistic(); e.StepTime != 3 || e.TotalS != 330 || e.TotalUSD != 33 || e.RemainingS != 300 {
+		t.Errorf("pessimistic %+v", e)
 	}
-	w := math.Exp(z90 * 0.5)
-	if m, want := Mean(5, 5/w, 5*w), 5*math.Exp(0.125); math.Abs(m-want) > 1e-9 {
-		t.Errorf("symmetric: %g, want the log-normal mean %g", m, want)
-	}
-	if a, b := Mean(5, 4, 7), Mean(5, 4, 60); !(b > a && a > 5) {
-		t.Errorf("means %g, %g: a longer upper tail must cost more", a, b)
-	}
-	p := Prediction{StepTime: 1, StepLo: 1, StepHi: 3, RemainingS: 100, RemainingUSD: 10, SwitchS: 30, SwitchUSD: 3}
-	e := p.Expected()
-	f := Mean(1, 1, 3)
-	if math.Abs(e.TotalS-(100*f+30)) > 1e-9 || math.Abs(e.TotalUSD-(10*f+3)) > 1e-9 {
-		t.Errorf("expected %+v with factor %g", e, f)
+	m := Prediction{StepTime: 1, StepLo: 1, StepHi: 1, TotalS: 130, TotalSHi: 130}
+	if e := m.Pessimistic(); e != m {
+		t.Errorf("a measured prediction changed: %+v", e)
 	}
 }
 

@@ -108,7 +108,7 @@ func WriteBenchTable(w io.Writer, cells []BenchCell, decision time.Duration, dec
 			r.Oracle.JCTS/3600, r.Oracle.CostUSD, r.JCTS/3600, r.CostUSD, over, c.Objective, bound, vsFixed, r.Relaunches, predJ, predC, predAt, ste)
 	}
 	if decision > 0 {
-		fmt.Fprintf(&b, "\nOne decision (predict every candidate with its 90 %% interval, flag, choose on expected totals; worst of time, cost, knee; median of 21) over %d candidates: %.2f ms.\n", decisionCands, float64(decision.Microseconds())/1000)
+		fmt.Fprintf(&b, "\nOne decision (predict every candidate with its 90 %% interval, flag, choose on pessimistic totals; worst of time, cost, knee; median of 21) over %d candidates: %.2f ms.\n", decisionCands, float64(decision.Microseconds())/1000)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write bench table: %w", err)
@@ -129,7 +129,7 @@ func overhead(c BenchCell) (over, bound float64) {
 // MeasureDecision times one decision as the policies take it — predict
 // every candidate with its 90 % interval (models fitted by perf.Fit:
 // guards, cross-validation, bounds), flag non-monotone predictions, and
-// choose on the expected totals — over a synthetic space of 20 machine
+// choose on the pessimistic totals — over a synthetic space of 20 machine
 // types × 64 worker counts × 10 batches (12 800 candidates); it returns the
 // median of reps runs and the number of candidates.
 func MeasureDecision(kind objective.Kind, reps int) (time.Duration, int, error) {
@@ -162,11 +162,11 @@ func MeasureDecision(kind objective.Kind, reps int) (time.Duration, int, error) 
 		if err != nil {
 			return 0, 0, fmt.Errorf("measure decision: %w", err)
 		}
-		exp := make([]predict.Prediction, len(preds))
+		pes := make([]predict.Prediction, len(preds))
 		for j, p := range preds {
-			exp[j] = p.Expected()
+			pes[j] = p.Pessimistic()
 		}
-		if _, err := objective.Choose(exp, objective.Objective{Kind: kind}); err != nil {
+		if _, err := objective.Choose(pes, objective.Objective{Kind: kind}); err != nil {
 			return 0, 0, fmt.Errorf("measure decision: %w", err)
 		}
 		times = append(times, float64(time.Since(start)))
