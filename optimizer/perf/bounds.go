@@ -78,16 +78,3 @@ func (b Bounds) At(nodes, replicas int, local float64) (lo, hi float64) {
 	}
 	return lo, hi
 }
-
-// Monotone reports whether step times ts at increasing local batches ms (one
-// placement) respect the physical facts Bounds relies on: no step shorter
-// than at a smaller local batch, no sample dearer than at a smaller one, up
-// to tol (relative).
-func Monotone(ms, ts []float64, tol float64) bool {
-	for i := 1; i < len(ms) && i < len(ts); i++ {
-		if ts[i] < ts[i-1]*(1-tol) || ts[i]/ms[i] > ts[i-1]/ms[i-1]*(1+tol) {
-			return false
-		}
-	}
-	return true
-}

@@ -82,23 +82,6 @@ func TestBounds(t *testing.T) {
 	}
 }
 
-func TestMonotone(t *testing.T) {
-	tests := []struct {
-		name string
-		ts   []float64
-		want bool
-	}{
-		{"sublinear", []float64{1, 1.5, 2.5}, true},
-		{"faster at a larger batch", []float64{1, 0.9, 2.5}, false},
-		{"dearer per sample", []float64{1, 2.5, 3}, false},
-	}
-	for _, tc := range tests {
-		if got := Monotone([]float64{32, 64, 128}, tc.ts, 0.01); got != tc.want {
-			t.Errorf("%s: %v", tc.name, got)
-		}
-	}
-}
-
 // TestInterval: inside the measured region the interval is the
 // cross-validated error around the point; outside it reaches the physical
 // lower bound (perfect scaling of the measured compute).

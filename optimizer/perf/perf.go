@@ -195,7 +195,7 @@ func (f *Fitted) Around(nodes, replicas int, local, pt float64) (lo, mid, hi flo
 
 // Fit validates points and fits the model the points identify: Pollux's
 // form with only the parameters Guard allows (with one configuration that
-// is compute ∝ local batch and, for several replicas, one sync level: a
+// is compute ∝ √(local batch) and, for several replicas, one sync level: a
 // prior more than a fit, which its intervals say), and — with three or
 // more configurations over two local batches or more — Scavenger's linear
 // form too, keeping whichever predicts the configurations it was not fitted

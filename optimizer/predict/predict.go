@@ -132,7 +132,7 @@ const (
 	FlagLowConfidence Flag = 1 << iota
 	// FlagNonMonotone: against its neighbours on the same placement, the
 	// predicted step time falls as the local batch grows, or the time per
-	// sample rises (what no GPU does; see perf.Monotone).
+	// sample rises (what no GPU does; see perf.Bounds).
 	FlagNonMonotone
 )
 
