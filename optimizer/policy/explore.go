@@ -279,7 +279,13 @@ func (t *tracker) nextProbe(preds []predict.Prediction) (probeOption, bool) {
 				continue
 			}
 			if d, ok := near[reg]; ok {
-				opts = append(opts, probeOption{c: d, voi: g.voi, pwin: g.pwin, cost: t.probeCost(preds[byCand[d]], preds[inc], g.pwin), design: true})
+				// The design point informs the regime's best candidate,
+				// but the job stays there only if the point itself wins:
+				// it is charged its own chance of leaving again.
+				dp := preds[byCand[d]]
+				pt, lo, hi := t.objectiveValue(dp)
+				_, dwin := improvement(vstar, pt, lo, hi)
+				opts = append(opts, probeOption{c: d, voi: g.voi, pwin: g.pwin, cost: t.probeCost(dp, preds[inc], dwin), design: true})
 			}
 			g.cost = t.probeCost(preds[g.idx], preds[inc], g.pwin)
 			opts = append(opts, g)

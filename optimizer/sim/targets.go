@@ -67,8 +67,15 @@ const missNotes = `
   several other types and regimes are worth a look, at 30 s (and, for cost, 30 s of every node) a
   probe — where the "least possible" column says 1–4 % was reachable by a policy that already knew
   where to go. The prior's width is a statement about unseen hardware, not fitted here: with a
-  factor of 1.5 instead of 3, adaptive's deepspeech2/cost would drop to about +5 % and the other long
-  cells barely move.
+  factor of 1.5 instead of 3 (typeSpread, optimizer/policy/models.go) adaptive's deepspeech2/cost
+  drops to +5.0 % and cifar10/cost to +27.5 %, but scavenger's deepspeech2/cost rises to +33.9 %: a
+  narrower prior probes less and misses more, with no uniform gain.
+- A probe of a regime's identifiability design point is charged its own chance of leaving again (it
+  informs the regime's best candidate, but the job stays there only if the point itself wins). Pricing
+  it at the candidate's chance instead made design probes look cheap: on the long cells that was 0–9
+  points worse (scavenger cifar10/cost +44.4 %, deepspeech2/time +25.8 %) and step-time error 17 / 69 %,
+  but it happened to land ncf and cifar10/time, short jobs, on a design point at the largest batch near
+  their oracle (ncf/time +377 % against +993 %, cifar10/time +89 % against +122 %).
 - Early probes are chosen on an immature noise forecast: the batch that is best grows with the noise
   scale, so probes and provisional moves taken in the first minutes favour batches the job then
   outgrows; the second look (scavenger) and continuous moves (adaptive) correct the configuration,
