@@ -48,8 +48,16 @@ type Decision struct {
 	From   plugins.Config `json:"from"`
 	To     plugins.Config `json:"to"`
 	Reason string         `json:"reason"`
-	// PredictedStepS is the step time predicted for To (0 when not predicted).
-	PredictedStepS float64 `json:"predicted_step_s,omitempty"`
+	// PredictedStepS is the step time predicted for To (0 when not predicted),
+	// PredictedStepLoS..HiS its 90 % interval, and PredictedFlags what makes
+	// it doubtful (predict.Flag's words: low-confidence, non-monotone).
+	PredictedStepS   float64  `json:"predicted_step_s,omitempty"`
+	PredictedStepLoS float64  `json:"predicted_step_lo_s,omitempty"`
+	PredictedStepHiS float64  `json:"predicted_step_hi_s,omitempty"`
+	PredictedFlags   []string `json:"predicted_flags,omitempty"`
+	// Provisional marks a decision taken before the noise forecast was
+	// mature; the policy revisits it.
+	Provisional bool `json:"provisional,omitempty"`
 	// PredictedS and PredictedUSD are the predicted time and cost to finish in To.
 	PredictedS   float64 `json:"predicted_s,omitempty"`
 	PredictedUSD float64 `json:"predicted_usd,omitempty"`
@@ -75,6 +83,11 @@ type CandidatePrediction struct {
 	StepS    float64 `json:"step_s"`
 	TotalS   float64 `json:"total_s"`
 	TotalUSD float64 `json:"total_usd"`
+	// StepLoS and StepHiS are the step time's 90 % interval; Flags what
+	// makes the prediction doubtful (low-confidence, non-monotone).
+	StepLoS float64  `json:"step_lo_s,omitempty"`
+	StepHiS float64  `json:"step_hi_s,omitempty"`
+	Flags   []string `json:"flags,omitempty"`
 	// Chosen marks the candidate the decision chose.
 	Chosen bool `json:"chosen,omitempty"`
 }

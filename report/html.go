@@ -86,10 +86,17 @@ func (r JobReport) decisionRows() []decisionRow {
 
 // reportHTML is the page HTML fills.
 var reportHTML = template.Must(template.New("report").Funcs(template.FuncMap{
-	"ms":  func(s float64) string { return fmt.Sprintf("%.1f", s*1e3) },
-	"usd": func(v float64) string { return fmt.Sprintf("$%.4f", v) },
-	"sec": func(v float64) string { return fmt.Sprintf("%.1f s", v) },
-	"cfg": plot.ConfigLabel,
+	"ms": func(s float64) string { return fmt.Sprintf("%.1f", s*1e3) },
+	"flags": func(f []string) string {
+		if len(f) == 0 {
+			return ""
+		}
+		return " [" + strings.Join(f, ",") + "]"
+	},
+	"join": func(f []string) string { return strings.Join(f, ", ") },
+	"usd":  func(v float64) string { return fmt.Sprintf("$%.4f", v) },
+	"sec":  func(v float64) string { return fmt.Sprintf("%.1f s", v) },
+	"cfg":  plot.ConfigLabel,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Scavenger report: {{.R.Job}}</title>
@@ -111,7 +118,7 @@ Total {{sec .R.TotalS}}, {{.R.CostText}}; relaunches {{sec .R.RelaunchS}}.</p>
 </div>
 <h2>Attempts</h2>
 <table><tr><th>#</th><th>configuration</th><th>steps</th><th>wall</th><th>step measured (ms)</th><th>predicted when chosen</th><th>model (ms)</th><th class="l">ended by</th></tr>
-{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{.PredictedText}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
+{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{.PredictedText}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{flags .ModelFlags}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
 {{end}}</table>
 {{if .Decisions}}<h2>Decisions</h2>
 <table><tr><th>step</th><th class="l">phase</th><th>from</th><th>to</th><th>predicted time</th><th>predicted cost</th><th>candidates</th><th class="l">reason</th></tr>
@@ -122,8 +129,9 @@ Total {{sec .R.TotalS}}, {{.R.CostText}}; relaunches {{sec .R.RelaunchS}}.</p>
 {{range .R.Finishes}}{{$t := .Text}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{cfg .Workers .Batch}}</td><td>{{$t.Predicted}}</td><td>{{$t.Took}}</td><td>{{$t.Error}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.Candidates}}<h2>Candidates of the decision at step {{.R.CandidatesStep}}</h2>
-<table><tr><th>configuration</th><th>step (ms)</th><th>time to finish</th><th>cost to finish</th><th>chosen</th></tr>
-{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{sec .TotalS}}</td><td>{{if $.R.PriceUSDPerHour}}{{usd .TotalUSD}}{{else}}-{{end}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
+<p>Predictions, not facts: each step time with its 90 % interval; flagged ones (low-confidence: the interval spans more than ±25 %; non-monotone: against their neighbours a larger batch is faster, or a sample dearer) are not to be read as measurements.</p>
+<table><tr><th>configuration</th><th>step (ms)</th><th>90 % interval (ms)</th><th>time to finish</th><th>cost to finish</th><th class="l">flags</th><th>chosen</th></tr>
+{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{if .StepHiS}}{{ms .StepLoS}}..{{ms .StepHiS}}{{else}}-{{end}}</td><td>{{sec .TotalS}}</td><td>{{if $.R.PriceUSDPerHour}}{{usd .TotalUSD}}{{else}}-{{end}}</td><td class="l">{{join .Flags}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Text report</h2>
 <pre>{{.Text}}</pre>

@@ -12,6 +12,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -86,6 +87,10 @@ type Attempt struct {
 	// ModelStepS is what the model of the latest model-based decision
 	// predicts for this configuration (0 when it made none).
 	ModelStepS float64 `json:"model_step_s,omitempty"`
+	// PredictedFlags and ModelFlags say what made those predictions
+	// doubtful (low-confidence, non-monotone): they are not facts.
+	PredictedFlags []string `json:"predicted_flags,omitempty"`
+	ModelFlags     []string `json:"model_flags,omitempty"`
 }
 
 // Finish is a decision's predicted time to finish against the time it took.
@@ -227,7 +232,7 @@ func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Ti
 		ra.predicted(j.Decisions)
 		for _, c := range r.Candidates {
 			if c.Workers == at.Config.Workers && c.Batch == at.Config.GlobalBatch {
-				ra.ModelStepS = c.StepS
+				ra.ModelStepS, ra.ModelFlags = c.StepS, c.Flags
 			}
 		}
 		if m := at.Move; m != nil {
@@ -334,19 +339,25 @@ func (f Finish) Text() FinishText {
 }
 
 // PredictedText is how the reports write the step time predicted for a:
-// the value and its error against the measured one ("later" when it was
+// the value and its error against the measured one, the flags that make it
+// doubtful in brackets ("later" when it was
 // predicted after the attempt started), "probe, no model yet" for a probe
 // before any model, "-" otherwise.
 func (a Attempt) PredictedText() string {
-	switch {
-	case a.PredictedStepS > 0 && a.PredictedLater:
-		return fmt.Sprintf("%.1f ms (%+.0f%%) later", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
-	case a.PredictedStepS > 0:
-		return fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
-	case a.StartedBy == string(policy.PhaseProbing):
-		return "probe, no model yet"
+	if a.PredictedStepS <= 0 {
+		if a.StartedBy == string(policy.PhaseProbing) {
+			return "probe, no model yet"
+		}
+		return "-"
 	}
-	return "-"
+	s := fmt.Sprintf("%.1f ms (%+.0f%%)", a.PredictedStepS*1e3, pct(a.PredictedStepS, a.MeasuredStepS))
+	if len(a.PredictedFlags) > 0 {
+		s += " [" + strings.Join(a.PredictedFlags, ",") + "]"
+	}
+	if a.PredictedLater {
+		s += " later"
+	}
+	return s
 }
 
 // predicted sets what was predicted for the attempt's configuration: by
@@ -358,7 +369,7 @@ func (a *Attempt) predicted(ds []api.Decision) {
 	}
 	for _, d := range ds {
 		if !d.Time.After(a.Started) && same(d) {
-			a.StartedBy, a.PredictedStepS, a.PredictedLater = string(d.Phase), d.PredictedStepS, false
+			a.StartedBy, a.PredictedStepS, a.PredictedFlags, a.PredictedLater = string(d.Phase), d.PredictedStepS, d.PredictedFlags, false
 		}
 	}
 	if a.PredictedStepS > 0 {
@@ -366,7 +377,7 @@ func (a *Attempt) predicted(ds []api.Decision) {
 	}
 	for _, d := range ds {
 		if d.Time.After(a.Started) && same(d) && d.PredictedStepS > 0 {
-			a.PredictedStepS, a.PredictedLater = d.PredictedStepS, true
+			a.PredictedStepS, a.PredictedFlags, a.PredictedLater = d.PredictedStepS, d.PredictedFlags, true
 			return
 		}
 	}

@@ -103,3 +103,19 @@ func TestReportJSONKeepsItsFields(t *testing.T) {
 		t.Errorf("decisions %v: still a count", m["decisions"])
 	}
 }
+
+// TestPrintFlagsDoubtfulPredictions: a predicted step time flagged by the
+// policy (low-confidence, non-monotone) is printed with its flags, not as a
+// fact.
+func TestPrintFlagsDoubtfulPredictions(t *testing.T) {
+	j, recs, now := reporttest.SyntheticJob()
+	j.Decisions[0].PredictedStepS, j.Decisions[0].PredictedFlags = 0.29, []string{"low-confidence"}
+	rep := Make(j, recs, now)
+	var b bytes.Buffer
+	if err := rep.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b.Bytes(), []byte("[low-confidence]")) {
+		t.Errorf("flag missing from:\n%s", b.String())
+	}
+}

@@ -66,7 +66,7 @@ func (f *simFlags) options() (sim.Options, error) {
 
 func newSimCmd(a *app) *cobra.Command {
 	var f simFlags
-	var pol, start, plotFile string
+	var pol, start, plotFile, stat string
 	var noise float64
 	var seed uint64
 	cmd := &cobra.Command{
@@ -91,7 +91,7 @@ trace) and the median fixed configuration, and how well the policy predicted.`,
 			if err != nil {
 				return err
 			}
-			opts.Policy, opts.Start, opts.Noise, opts.Seed = pol, start, noise, seed
+			opts.Policy, opts.Start, opts.Noise, opts.Seed, opts.StatModel = pol, start, noise, seed, stat
 			rep, err := sim.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -111,6 +111,7 @@ trace) and the median fixed configuration, and how well the policy predicted.`,
 	cmd.Flags().StringVar(&pol, "policy", "adaptive", "policy: "+strings.Join(policy.Names, ", "))
 	cmd.Flags().StringVar(&start, "start", "", "starting configuration TYPE:K:B (default: the first type, its smallest K, the smallest batch)")
 	cmd.Flags().StringVar(&plotFile, "plot", "", "also draw the time-cost front of every candidate, the oracle and the outcome (.svg, .png or .pdf)")
+	cmd.Flags().StringVar(&stat, "stat-model", "", "statistical model: adaptdl (default: AdaScale gain with the noise forecast) or paper (Scavenger's γ/K and e = e*+θγ from two cold-start probes)")
 	cmd.Flags().Float64Var(&noise, "noise", 0, "relative noise on the telemetry the policy sees (e.g. 0.1)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the telemetry noise")
 	addOutputFlag(a, cmd)
@@ -131,7 +132,7 @@ func printSim(w io.Writer, r *sim.Report) error {
 	row("vs oracle", "%+.1f%% time, %+.1f%% cost", pct(r.JCTS, r.Oracle.JCTS), pct(r.CostUSD, r.Oracle.CostUSD))
 	row("Median fixed", "%s, $%.2f (over %d candidates)", hours(r.Fixed.MedianJCTS), r.Fixed.MedianCostUSD, r.Fixed.Count)
 	if r.StepTimeError.N > 0 {
-		row("Step-time error", "median %.1f%%, p90 %.1f%% over %d never-run candidates", r.StepTimeError.MedianPct, r.StepTimeError.P90Pct, r.StepTimeError.N)
+		row("Step-time error", "median %.1f%%, p90 %.1f%% over %d never-run candidates of the fitted types (%s)", r.StepTimeError.MedianPct, r.StepTimeError.P90Pct, r.StepTimeError.N, strings.Join(r.FittedTypes, ", "))
 	}
 	row("Last reason", "%s", r.Reason)
 	if err := tw.Flush(); err != nil {
@@ -149,13 +150,22 @@ func printSim(w io.Writer, r *sim.Report) error {
 func newPlanCmd(a *app) *cobra.Command {
 	var f simFlags
 	var top int
+	var pol, stat string
 	cmd := &cobra.Command{
 		Use:   "plan --trace DIR [flags]",
 		Short: "Show every candidate configuration with its predicted step time, time and cost",
 		Long: `plan lists the candidates of an application's traces — machine type, nodes,
 workers, global batch — with the step time, the time to finish the whole job
-and its cost, best first for the objective (the knee's distance for knee).`,
-		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10",
+and its cost, best first for the objective (the knee's distance for knee).
+
+Without --policy the figures are the traces' own (measured). With --policy,
+plan shows what that policy predicted at the end of a simulated run: each
+step time with its 90 % interval beside the measured one, and the flags that
+say not to read it as a fact — low-confidence (the interval spans more than
+±25 %: the model was not validated there) and non-monotone (against its
+neighbours, the step time falls as the local batch grows, or a sample costs
+more).`,
+		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10\n  scavctl plan --trace traces/cifar10 --objective cost --policy adaptive --top 20",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := a.json()
@@ -166,7 +176,13 @@ and its cost, best first for the objective (the knee's distance for knee).`,
 			if err != nil {
 				return err
 			}
-			rows, err := sim.Plan(cmd.Context(), opts)
+			var rows []sim.PlanRow
+			if pol == "" {
+				rows, err = sim.Plan(cmd.Context(), opts)
+			} else {
+				opts.Policy, opts.StatModel = pol, stat
+				rows, err = sim.PlanPredicted(cmd.Context(), opts)
+			}
 			if err != nil {
 				return err
 			}
@@ -181,6 +197,8 @@ and its cost, best first for the objective (the knee's distance for knee).`,
 	}
 	f.add(cmd)
 	cmd.Flags().IntVar(&top, "top", 0, "show only the best N (0: all)")
+	cmd.Flags().StringVar(&pol, "policy", "", "show what this policy predicted at the end of a simulated run, with intervals and flags, instead of the traces' figures")
+	cmd.Flags().StringVar(&stat, "stat-model", "", "with --policy: its statistical model (adaptdl or paper)")
 	addOutputFlag(a, cmd)
 	return cmd
 }

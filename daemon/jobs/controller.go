@@ -27,7 +27,8 @@ func recordCandidates(preds []predict.Prediction, chosen int) []api.CandidatePre
 	conv := func(i int) api.CandidatePrediction {
 		p := preds[i]
 		return api.CandidatePrediction{Type: p.Type, Workers: p.Workers, Batch: p.Batch,
-			StepS: p.StepTime, TotalS: p.TotalS, TotalUSD: p.TotalUSD, Chosen: i == chosen}
+			StepS: p.StepTime, TotalS: p.TotalS, TotalUSD: p.TotalUSD, Chosen: i == chosen,
+			StepLoS: p.StepLo, StepHiS: p.StepHi, Flags: p.Flags.Words()}
 	}
 	n := min(len(preds), maxRecordedCandidates)
 	if chosen >= n {
@@ -136,7 +137,8 @@ func (c *controller) run(ctx context.Context) {
 		}
 		now, cfg := c.current()
 		if c.left(now) {
-			continue // the attempt being left: its last steps do not count
+			c.obs.note(rec) // the attempt being left: its last steps do not count
+			continue
 		}
 		if now != attempt {
 			attempt = now
@@ -229,8 +231,10 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 	for i, p := range d.Predictions {
 		if i == d.Chosen || d.Chosen < 0 && p.Candidate == d.Config {
 			dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+			dec.PredictedStepLoS, dec.PredictedStepHiS, dec.PredictedFlags = p.StepLo, p.StepHi, p.Flags.Words()
 			break
 		}
 	}
+	dec.Provisional = d.Provisional
 	return dec
 }

@@ -38,6 +38,10 @@ type observer struct {
 	est            gns.Estimator
 	began, elapsed float64 // Unix seconds of the job's first step; seconds of the job so far
 	lastStep       int64   // the last step of rank 0 seen
+	// lastStepAt is the Unix time of the last step seen of any attempt;
+	// relaunch the measured relaunch before this attempt (from the last
+	// step of the previous one to the end of its first), reported once.
+	lastStepAt, relaunch float64
 
 	// candidateOf, when set, names a configuration as the optimizer does
 	// (a cloud job's type and machines); spent, when set, is what the job
@@ -56,6 +60,14 @@ func newObserver(m0, price float64, typ string) *observer {
 func (o *observer) attemptStarted(attempt int, cfg plugins.Config) {
 	o.attempt, o.cfg, o.seen = attempt, cfg, 0
 	o.reset()
+}
+
+// note records the time of a step of an attempt being left (its steps no
+// longer count, but the relaunch is measured from the last of them).
+func (o *observer) note(r telemetry.StepRecord) {
+	if r.Rank == 0 && r.IsStep() && r.Time > o.lastStepAt {
+		o.lastStepAt = r.Time
+	}
 }
 
 func (o *observer) reset() {
@@ -92,6 +104,10 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 	}
 	o.elapsed = r.Time - o.began
 	o.lastStep = r.Step
+	if o.seen == 0 && o.lastStepAt > 0 && r.Time > o.lastStepAt {
+		o.relaunch = r.Time - o.lastStepAt
+	}
+	o.note(r)
 	o.seen++
 	if o.seen <= warmupSteps || r.Seconds <= 0 {
 		return policy.Observation{}, false
@@ -110,13 +126,15 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 	}
 	n := float64(o.steps)
 	obs := policy.Observation{
-		ElapsedS: o.elapsed,
-		SpentUSD: o.spentUSD(o.elapsed),
-		Config:   o.candidate(),
-		Steps:    n,
-		StepTime: o.dt / n,
-		SyncTime: o.sync / n,
+		ElapsedS:  o.elapsed,
+		SpentUSD:  o.spentUSD(o.elapsed),
+		Config:    o.candidate(),
+		Steps:     n,
+		StepTime:  o.dt / n,
+		SyncTime:  o.sync / n,
+		RelaunchS: o.relaunch,
 	}
+	o.relaunch = 0
 	o.est, obs.Grad = o.grads.Update(o.est, n)
 	gain := float64(o.cfg.GlobalBatch) / o.m0 // no gradient statistics: every sample counts
 	if o.est.Steps() > 0 {

@@ -50,3 +50,34 @@ func TestObserverReports(t *testing.T) {
 		})
 	}
 }
+
+// TestObserverMeasuresRelaunch: the first report of a new attempt carries
+// the relaunch measured from the last step of the attempt left (even one
+// the controller no longer counts) to the first of the new one, once.
+func TestObserverMeasuresRelaunch(t *testing.T) {
+	o := newObserver(16, 1, "local")
+	rec := func(attempt int, step int64, at float64) telemetry.StepRecord {
+		return telemetry.StepRecord{V: 1, Job: "j", Attempt: attempt, Rank: 0, World: 1, Step: step, Time: at, Seconds: 0.1, Samples: 16, LocalBatch: 16}
+	}
+	o.attemptStarted(1, plugins.Config{Workers: 1, GlobalBatch: 16})
+	var first []float64
+	for s := int64(1); s <= 20; s++ {
+		if obs, ok := o.add(rec(1, s, float64(s)*0.1)); ok {
+			first = append(first, obs.RelaunchS)
+		}
+	}
+	o.note(rec(1, 21, 2.1)) // after the decision to move: the leaving attempt
+	o.attemptStarted(2, plugins.Config{Workers: 1, GlobalBatch: 16})
+	var second []float64
+	for s := int64(22); s <= 50; s++ {
+		if obs, ok := o.add(rec(2, s, 5.1+float64(s-22)*0.1)); ok {
+			second = append(second, obs.RelaunchS)
+		}
+	}
+	if len(first) == 0 || first[0] != 0 {
+		t.Errorf("first attempt reports %v: no relaunch to measure", first)
+	}
+	if len(second) < 2 || math.Abs(second[0]-3.0) > 1e-9 || second[1] != 0 {
+		t.Errorf("second attempt reports %v, want 3 s once", second)
+	}
+}

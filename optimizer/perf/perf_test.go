@@ -61,13 +61,19 @@ func TestFitScavengerExact(t *testing.T) {
 	}
 }
 
+// TestFitScavengerOneBatch: one local batch cannot tell an intercept from a
+// slope, so compute is proportional to the local batch (Eq. 9), not a
+// constant that no batch changes.
 func TestFitScavengerOneBatch(t *testing.T) {
 	got, err := FitScavenger([]Point{{1, 1, 32, 0.5, 0.1}, {1, 1, 32, 0.7, 0.1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.BetaC != 0 || math.Abs(got.AlphaC-0.5) > 1e-12 {
-		t.Fatalf("got %+v, want mean compute 0.5 and no slope", got)
+	if got.AlphaC != 0 || math.Abs(got.BetaC-0.5/32) > 1e-12 {
+		t.Fatalf("got %+v, want compute 0.5 s at 32 through the origin", got)
+	}
+	if c := got.StepTime(1, 1, 64) - got.StepTime(1, 1, 32); math.Abs(c-0.5) > 1e-12 {
+		t.Fatalf("doubling the local batch adds %g s of compute, want 0.5", c)
 	}
 }
 
@@ -104,28 +110,35 @@ func TestFitPolluxRecovers(t *testing.T) {
 }
 
 func TestFitChoosesForm(t *testing.T) {
+	// One configuration: compute ∝ local batch and one sync level, a prior
+	// whose intervals say it is one.
 	one, err := Fit([]Point{{2, 8, 32, 0.5, 0.1}, {2, 8, 32, 0.7, 0.1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if one.Form() != FormMeasured || math.Abs(one.StepTime(2, 8, 32)-0.6) > 1e-12 || !math.IsInf(one.StepTime(2, 8, 64), 1) || !math.IsInf(one.StepTime(1, 8, 32), 1) {
-		t.Fatalf("one config: %+v", one.Model)
+	if one.Form() != FormPollux || math.Abs(one.StepTime(2, 8, 32)-0.6) > 0.01 || !math.IsNaN(one.CV) {
+		t.Fatalf("one config: %+v", one)
+	}
+	if lo, _, hi := one.Interval(2, 8, 64); !(hi > 1.5*lo) {
+		t.Fatalf("one config at another batch: [%g, %g]", lo, hi)
 	}
 	two := []Point{{1, 1, 32, 0.5, 0}, {1, 1, 256, 1.5, 0}}
 	f, err := Fit(two)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Form() != FormScavenger || f.Configs != 2 {
-		t.Fatalf("form %s configs %d", f.Form(), f.Configs)
+	if f.Form() != FormPollux || f.Configs != 2 || !math.IsNaN(f.CV) {
+		t.Fatalf("form %s configs %d CV %g", f.Form(), f.Configs, f.CV)
 	}
+	// Compute linear in local batch (0.5 s at 32, 1.5 s at 256): the
+	// linear form cross-validates perfectly, Pollux's nearly so.
 	tests := []struct {
 		name string
 		pts  []Point
 		want Form
 	}{
-		{"three configs, one replica count", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 64, 0.8, 0}, {1, 1, 256, 1.5, 0}}, FormScavenger},
-		{"three configs, two batches and two replica counts", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 256, 1.5, 0}, {1, 4, 64, 0.9, 0.2}}, FormPollux},
+		{"three configs on a line", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 64, 0.5 + 32.0/224, 0}, {1, 1, 256, 1.5, 0}}, FormScavenger},
+		{"overlapping sync", []Point{{1, 1, 32, 0.5, 0}, {1, 1, 256, 1.5, 0}, {1, 4, 64, 0.62, 0.5}, {1, 4, 256, 1.5, 0.5}, {1, 8, 256, 1.52, 0.6}}, FormPollux},
 	}
 	for _, tc := range tests {
 		f, err := Fit(tc.pts)
@@ -133,13 +146,14 @@ func TestFitChoosesForm(t *testing.T) {
 			t.Fatal(err)
 		}
 		if f.Form() != tc.want {
-			t.Errorf("%s: form %s, want %s", tc.name, f.Form(), tc.want)
+			t.Errorf("%s: form %s, want %s (notes %v, CV %g)", tc.name, f.Form(), tc.want, f.Notes, f.CV)
 		}
 	}
 }
 
 func TestConfidence(t *testing.T) {
-	f := &Fitted{RMSLE: 0.01, Range: Range{MinLocal: 32, MaxLocal: 256, MaxReplicas: 16, MaxNodes: 2, SingleNodeMulti: true, MultiNode: true}}
+	f := &Fitted{RMSLE: 0.01, Range: Range{MinLocal: 32, MaxLocal: 256, MaxReplicas: 16, MaxNodes: 2, SingleNodeMulti: true, MultiNode: true,
+		SingleK: [2]int{2, 4}, MultiK: [2]int{8, 16}}}
 	tests := []struct {
 		n, k int
 		m    float64
@@ -149,6 +163,7 @@ func TestConfidence(t *testing.T) {
 		{2, 16, 256, "measured-range"},
 		{4, 32, 64, "extrapolated"},
 		{1, 4, 512, "extrapolated"},
+		{1, 8, 64, "extrapolated"},
 	}
 	for _, tc := range tests {
 		if got := f.Confidence(tc.n, tc.k, tc.m); got != tc.want {

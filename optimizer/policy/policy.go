@@ -3,26 +3,43 @@
 // scavenger, none (reuse stored step-time models for the same job
 // signature), and adaptive.
 //
-// scavenger is the paper's partial search (Tyagi & Sharma: once the noise
-// estimate is stable, probe the extreme configurations ~20 steps each, fit,
-// choose, stop), made sensible across machine types. Probing the extremes
-// of every type costs a relaunch each (9–12 per job with three types), so
-// the extremes of (K, B) are probed on the start type only; the fitted
-// shape, a function of (nodes, K, local batch), is transferred to each other
-// type, whose candidates carry their own node counts from the catalog's GPUs
-// per node, leaving one unknown speed factor; one probe per other type, at
-// its best configuration under the shape, measures it. The search is skipped
-// when its relaunches cannot pay (more than half the time left in the
-// current configuration), and another type is probed only while its
-// relaunch stays within a tenth of the best predicted remainder. Like the
-// paper, it predicts with the current noise scale and decides once.
+// What every searching policy shares (tracker, models.go, explore.go):
 //
-// adaptive is ours: a few probes chosen by a catalog prior and only when
-// search can pay, then re-optimising at every report with a forecast of the
-// noise scale's growth, across machine types, moving only when the predicted
-// gain beats the relaunch by a margin; once the forecast is mature and its
-// whole-job prediction has settled it commits the plan (Decision.Commit),
-// so that the reported prediction is made with the data the forecast needs.
+//   - It decides on the noise the job will see, not the noise it sees: the
+//     noise scale's growth is forecast as a power law in progress over the
+//     remaining work. A forecast is mature once the progress it has seen
+//     spans as many orders of magnitude as the extrapolation it makes (see
+//     forecastMature); a decision taken before that says so
+//     (Decision.Provisional) and is revisited.
+//   - Every prediction carries a 90 % interval (predict.Prediction.StepLo,
+//     StepHi): the cross-validated error of a type's own fitted model where
+//     its measurements identify it, the physical bounds (perfect scaling up
+//     to no scaling) where they do not, and a price prior for types never
+//     measured. Fits are guarded (perf.Guard): no more free parameters than
+//     measurements.
+//   - Probing is priced in the objective's units (seconds for time, dollars
+//     for cost with every node billed and the probe's own steps included),
+//     and the next probe is the one whose expected improvement over the
+//     incumbent (value of information × chance of winning) most exceeds its
+//     cost; probing stops when none pays, i.e. when no candidate's interval
+//     reaches far enough below the incumbent. Each type's probes are chosen
+//     for identifiability first (its design: one replica, a full node at the
+//     smallest and largest batch, the largest placement).
+//   - The relaunch cost is the one measured on this job once it has moved
+//     (Observation.RelaunchS), the Spec's prior before.
+//
+// scavenger is the paper's partial search (Tyagi & Sharma: once the noise
+// estimate is reliable, probe, fit, choose, stop), generalised across
+// machine types and made honest: its one decision is provisional until the
+// noise forecast is mature, and then revisited once. With Spec.StatModel
+// "paper" it also uses the paper's statistical model (γ/K from the two
+// cold-start probes at the smallest K, e = e* + θ·γ/K) instead of AdaptDL's
+// gain; the bench compares the two.
+//
+// adaptive is ours: the same probes, then re-optimising at every report with
+// the noise forecast, moving only when the predicted gain beats the relaunch
+// by a margin; once the forecast is mature and its whole-job prediction has
+// settled it commits the plan (Decision.Commit).
 //
 // Policies are deterministic state machines: Observe takes plain values and
 // returns a decision with its reason and predictions. They read no clocks,
@@ -57,7 +74,6 @@ import (
 	"math"
 	"sort"
 
-	"github.com/scavenger-ml/scavenger/optimizer/efficiency"
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
@@ -80,10 +96,21 @@ type Spec struct {
 	RelaunchS float64
 	// ProbeSteps is the number of steps a probe runs (default 20).
 	ProbeSteps float64
-	// Margin is the fraction a move must gain over staying (adaptive;
-	// default 0.05).
+	// Margin is the fraction a move must gain over staying (adaptive, and
+	// scavenger's revisit; default 0.05).
 	Margin float64
+	// StatModel names the statistical-efficiency model: "adaptdl" (the
+	// default: AdaScale gain from |G|² and tr Σ with the noise forecast) or
+	// "paper" (Scavenger's γ/K and e = e* + θ·γ/K from the two cold-start
+	// probes; see paper.go).
+	StatModel string
 }
+
+// The statistical models Spec.StatModel names.
+const (
+	StatAdaptDL = "adaptdl"
+	StatPaper   = "paper"
+)
 
 func (s *Spec) validate() error {
 	if len(s.Candidates) == 0 {
@@ -106,6 +133,13 @@ func (s *Spec) validate() error {
 	if s.Margin == 0 {
 		s.Margin = 0.05
 	}
+	switch s.StatModel {
+	case "":
+		s.StatModel = StatAdaptDL
+	case StatAdaptDL, StatPaper:
+	default:
+		return fmt.Errorf("%w: statistical model %q (have %s, %s)", ErrBadSpec, s.StatModel, StatAdaptDL, StatPaper)
+	}
 	return nil
 }
 
@@ -125,6 +159,11 @@ type Observation struct {
 	Grad gns.Sample
 	// Progress is the job's scale-invariant progress so far.
 	Progress float64
+	// RelaunchS is the measured seconds of the relaunch that started this
+	// configuration (from the last step of the previous attempt to the
+	// first of this one), on the first report after it; 0 when none was
+	// measured. Once measured it replaces Spec.RelaunchS.
+	RelaunchS float64
 }
 
 // ThroughputOnlyReason starts the Reason of every decision taken for a job
@@ -150,8 +189,15 @@ type Decision struct {
 	// Commit marks a decision that re-evaluated every candidate and
 	// confirms the configuration it returns as the job's plan, so that its
 	// predictions are the ones to report even though the configuration
-	// does not change (adaptive: once the noise forecast is mature).
+	// does not change (once the noise forecast is mature).
 	Commit bool `json:"commit,omitempty"`
+	// Provisional marks a model-based decision taken before the noise
+	// forecast was mature: the policy will revisit it.
+	Provisional bool `json:"provisional,omitempty"`
+	// FittedTypes are the machine types predicted by a model fitted on
+	// their own measurements (the others by a transferred shape or a
+	// prior).
+	FittedTypes []string `json:"-"`
 }
 
 // Phase is where a policy is in its search. The values are what job
@@ -187,6 +233,9 @@ func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, e
 		return nil, fmt.Errorf("new policy %s: %w", name, err)
 	}
 	t := newTracker(spec)
+	// A shorter memory than AdaptDL's 0.999 per M0-batch: the forecast
+	// needs the current noise scale, not last epoch's.
+	t.est.Decay = forecastDecay
 	switch name {
 	case "fixed":
 		return &fixed{t: t}, nil
@@ -200,42 +249,58 @@ func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, e
 		}
 		return &none{t: t, stored: stored}, nil
 	case "adaptive":
-		// A shorter memory than AdaptDL's 0.999 per M0-batch: the forecast
-		// needs the current noise scale, not last epoch's.
-		t.est.Decay = adaptiveDecay
 		return &adaptive{t: t}, nil
 	}
 	return nil, fmt.Errorf("new policy %q: %w (have %v)", name, ErrUnknownPolicy, Names)
 }
 
-// measurement is the step-weighted mean telemetry of one configuration.
+// measurement is the step-weighted mean telemetry of one configuration,
+// with the progress it made and its mean normalised noise γ/K.
 type measurement struct {
-	steps, step, sync float64
+	steps, step, sync  float64
+	progress           float64
+	gammaSteps, gammaW float64
 }
 
-// tracker is the state every policy shares: the noise estimate and the
-// measured step times.
+// tracker is the state every policy shares: the noise estimate and its
+// growth, the measured step times, the measured relaunches.
 type tracker struct {
 	spec    Spec
 	est     gns.Estimator
 	meas    map[predict.Candidate]*measurement
-	phis    []float64
 	last    Observation
 	reports int
 	steps   float64
 	types   []string
-	// forecast enables the noise-growth forecast in predictions, and
-	// transfer fills types with one measured configuration from the
-	// best-measured type's shape (adaptive only).
-	forecast, transfer bool
-	growth             []phiPoint
+	growth  []phiPoint
 	// grads says whether any report has carried gradient statistics; a job
 	// without them is throughput-only.
 	grads bool
+	// relaunches are the measured relaunch costs (s).
+	relaunches []float64
+	// start is the configuration of the first report.
+	start predict.Candidate
+	// designs caches each type's identifiability design (designProbes);
+	// buf is choose's scratch space.
+	designs map[string][]predict.Candidate
+	buf     []predict.Prediction
 }
 
-// maxGrowthExponent bounds the power-law exponent of the noise forecast.
-const maxGrowthExponent = 3
+// startType is the machine type the job started on.
+func (t *tracker) startType() string { return t.start.Type }
+
+// Warm-up: the noise estimate is reliable once warmReports reports carry
+// gradient statistics and the standard error of ln φ at the latest one,
+// from the scatter of the reports the forecast fits around their trend, is
+// below stableTol — a 10 % error in φ moves the statistical efficiency by
+// at most 10 %, no more than the step-time model's error it is combined
+// with; decisions start after warmMaxSteps steps regardless (the paper
+// waits 2K–10K iterations).
+const (
+	warmReports  = 4
+	stableTol    = 0.1
+	warmMaxSteps = 2000
+)
 
 type phiPoint struct{ progress, lnPhi float64 }
 
@@ -255,6 +320,14 @@ func (t *tracker) observe(o Observation) error {
 	if !(o.Steps > 0) || !(o.StepTime > 0) || o.SyncTime < 0 || math.IsInf(o.StepTime, 0) {
 		return fmt.Errorf("observe %s: %w: %g steps of %g s", o.Config, ErrBadObservation, o.Steps, o.StepTime)
 	}
+	m := t.meas[o.Config]
+	if m == nil {
+		m = &measurement{}
+		t.meas[o.Config] = m
+	}
+	if t.reports == 0 {
+		t.start = o.Config
+	}
 	if o.Grad.Count != 0 {
 		est, err := t.est.UpdateSteps(o.Grad, o.Steps)
 		if err != nil {
@@ -262,24 +335,39 @@ func (t *tracker) observe(o Observation) error {
 		}
 		t.est, t.grads = est, true
 		phi := t.est.NoiseScale(t.spec.M0)
-		t.phis = append(t.phis, phi)
-		if phi > 0 && !math.IsInf(phi, 0) {
+		if phi > 0 && !math.IsInf(phi, 0) && o.Progress > 0 {
 			t.growth = append(t.growth, phiPoint{o.Progress, math.Log(phi)})
 		}
+		if g, err := gns.NormalizedNoise(o.Grad.LocalSqr, o.Grad.TotalSqr, int(math.Round(o.Grad.Count))); err == nil {
+			m.gammaSteps += o.Steps
+			m.gammaW += g * o.Steps
+		}
 	}
-	m := t.meas[o.Config]
-	if m == nil {
-		m = &measurement{}
-		t.meas[o.Config] = m
+	if o.RelaunchS > 0 && !math.IsInf(o.RelaunchS, 0) {
+		t.relaunches = append(t.relaunches, o.RelaunchS)
 	}
 	n := m.steps + o.Steps
 	m.step = (m.step*m.steps + o.StepTime*o.Steps) / n
 	m.sync = (m.sync*m.steps + math.Min(o.SyncTime, o.StepTime)*o.Steps) / n
 	m.steps = n
+	m.progress += math.Max(o.Progress-t.last.Progress, 0)
 	t.last = o
 	t.reports++
 	t.steps += o.Steps
 	return nil
+}
+
+// relaunchS is the cost of one relaunch in seconds: the mean of those
+// measured on this job, or the Spec's prior before the first.
+func (t *tracker) relaunchS() float64 {
+	if len(t.relaunches) == 0 {
+		return t.spec.RelaunchS
+	}
+	var s float64
+	for _, r := range t.relaunches {
+		s += r
+	}
+	return s / float64(len(t.relaunches))
 }
 
 // throughputOnly reports whether no report has carried gradient statistics.
@@ -287,14 +375,54 @@ func (t *tracker) throughputOnly() bool { return !t.grads }
 
 // warm reports whether the warm-up gate of the searching policies has
 // passed: at once for a throughput-only job, otherwise once the noise
-// estimate is stable or after warmMaxSteps steps.
+// estimate is reliable (see reliable) or after warmMaxSteps steps.
 func (t *tracker) warm() bool {
-	return t.throughputOnly() || t.stable(stableMinSteps, stableTol) || t.steps >= warmMaxSteps
+	return t.throughputOnly() || t.reliable() || t.steps >= warmMaxSteps
 }
 
 // warmReason says what the warm-up is waiting for.
 func (t *tracker) warmReason() string {
-	return fmt.Sprintf("waiting for the noise estimate to stabilise (φ = %.4g after %.0f steps)", t.phis[len(t.phis)-1], t.steps)
+	phi := math.NaN()
+	if n := len(t.growth); n > 0 {
+		phi = math.Exp(t.growth[n-1].lnPhi)
+	}
+	return fmt.Sprintf("waiting for a reliable noise estimate (φ = %.4g after %.0f steps, %d reports)", phi, t.steps, len(t.growth))
+}
+
+// reliable reports whether the noise estimate can be decided on: at least
+// warmReports reports with gradient statistics, and a standard error of ln φ
+// at the latest report below stableTol, from the scatter of the reports the
+// noise forecast fits (growthWindow) around their linear trend in ln
+// progress. The trend is what the forecast is for; only the scatter around
+// it makes an estimate unreliable. A flat signal passes only after
+// warmReports reports (it has no scatter); a noisy one waits until enough
+// reports average it out.
+func (t *tracker) reliable() bool {
+	if len(t.growth) < warmReports {
+		return false
+	}
+	xs, ys := t.growthWindow()
+	if len(xs) < 3 {
+		return false
+	}
+	a, b := perf.Line(xs, ys)
+	var xm, sxx, ssr float64
+	for _, x := range xs {
+		xm += x / float64(len(xs))
+	}
+	for i, x := range xs {
+		sxx += (x - xm) * (x - xm)
+		r := ys[i] - a - b*x
+		ssr += r * r
+	}
+	k := float64(len(xs))
+	s2 := ssr / (k - 2)
+	last := xs[len(xs)-1] - xm
+	se2 := s2 / k
+	if sxx > 0 {
+		se2 += s2 * last * last / sxx
+	}
+	return math.Sqrt(se2) <= stableTol
 }
 
 // gain is the scale-invariant progress of one step at scale (batch/M0):
@@ -314,23 +442,6 @@ func (t *tracker) label(d Decision, err error) (Decision, error) {
 		d.Reason = ThroughputOnlyReason + d.Reason
 	}
 	return d, err
-}
-
-// stable reports whether the noise scale changed by less than tol over each
-// of the last three reports with gradient statistics, after at least
-// minSteps steps.
-func (t *tracker) stable(minSteps, tol float64) bool {
-	if t.steps < minSteps || len(t.phis) < 4 {
-		return false
-	}
-	n := len(t.phis)
-	for i := n - 3; i < n; i++ {
-		a, b := t.phis[i-1], t.phis[i]
-		if math.IsInf(a, 0) || math.IsInf(b, 0) || math.Abs(b-a) > tol*math.Abs(a) {
-			return false
-		}
-	}
-	return true
 }
 
 func (t *tracker) measured(c predict.Candidate) bool {
@@ -359,69 +470,8 @@ func (t *tracker) points(typ string) []perf.Point {
 	return pts
 }
 
-// measuredOver wraps a model so that measured configurations predict their
-// measured step time.
-type measuredOver struct {
-	base predict.StepTimer
-	at   map[[2]int]map[float64]float64
-}
-
-// StepTime implements predict.StepTimer.
-func (m measuredOver) StepTime(nodes, replicas int, local float64) float64 {
-	if v, ok := m.at[[2]int{nodes, replicas}][local]; ok {
-		return v
-	}
-	return m.base.StepTime(nodes, replicas, local)
-}
-
-// fit fits one model per machine type that has measurements.
-func (t *tracker) fit() (map[string]predict.StepTimer, map[string]*perf.Fitted, error) {
-	models := map[string]predict.StepTimer{}
-	fits := map[string]*perf.Fitted{}
-	var ref *perf.Fitted
-	for _, typ := range t.types {
-		pts := t.points(typ)
-		if len(pts) == 0 {
-			continue
-		}
-		f, err := perf.Fit(pts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("fit type %s: %w", typ, err)
-		}
-		fits[typ] = f
-		models[typ] = t.overlay(typ, f)
-		if ref == nil || f.Configs > ref.Configs {
-			ref = f
-		}
-	}
-	if t.transfer && ref != nil && ref.Configs >= 3 {
-		for typ, f := range fits {
-			if f.Configs >= 3 {
-				continue
-			}
-			pts := t.points(typ)
-			models[typ] = t.overlay(typ, perf.Scaled(ref.Model, pts))
-		}
-	}
-	return models, fits, nil
-}
-
-func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer {
-	at := map[[2]int]map[float64]float64{}
-	for c, m := range t.meas {
-		if c.Type != typ {
-			continue
-		}
-		k := [2]int{c.Nodes, c.Workers}
-		if at[k] == nil {
-			at[k] = map[float64]float64{}
-		}
-		at[k][c.Local()] = m.step
-	}
-	return measuredOver{base: base, at: at}
-}
-
-// predict forecasts every candidate whose type has a model.
+// predict forecasts every candidate whose type has a model, with the
+// noise forecast (or the paper's statistics) over the remaining work.
 func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Prediction, error) {
 	in := predict.Inputs{
 		Models:    models,
@@ -431,81 +481,32 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 		Var:       t.est.Var(),
 		Remaining: math.Max(t.spec.Target-t.last.Progress, 0),
 		Current:   t.last.Config,
-		RelaunchS: t.spec.RelaunchS,
+		RelaunchS: t.relaunchS(),
 	}
 	switch {
 	case t.throughputOnly():
 		// |G|² = 0 with tr Σ > 0 is an infinite noise scale: the gain is
 		// the scale at every batch (efficiency 1), goodput is samples/s.
 		in.Sqr, in.Var = 0, 1
-	case t.forecast:
+	case t.spec.StatModel == StatPaper:
+		if st, ok := t.paperStats(); ok {
+			in.Stats = st
+		} else {
+			in.NoiseIntegral = t.noiseIntegral()
+		}
+	default:
 		in.NoiseIntegral = t.noiseIntegral()
 	}
 	return predict.All(t.spec.Candidates, in)
 }
 
-// noiseIntegral forecasts the noise ratio u = φ/M0 over the rest of the job
-// with a power law in progress, u(p) = u_now·(p/p_now)^a, a fitted by least
-// squares of ln φ on ln p (over the recent half of progress once there are
-// eight reports) and clamped to [0, maxGrowthExponent], and returns
-// ∫ dp/(1+u(p)) over the remaining work (0 without a usable fit). The traces'
-// noise scales grow roughly as p^0.2 (bert) to p^2 (deepspeech2, ncf).
-func (t *tracker) noiseIntegral() float64 {
-	xs, ys := t.growthWindow()
-	if len(xs) < 3 || xs[len(xs)-1] <= xs[0] {
-		return 0
-	}
-	now := t.growth[len(t.growth)-1].progress
-	_, a := perf.Line(xs, ys)
-	if math.IsNaN(a) || a <= 0 {
-		return 0
-	}
-	// Over less than a quadrupling of progress the fit says little: shrink
-	// the exponent toward constant noise in proportion.
-	a *= math.Min(1, (xs[len(xs)-1]-xs[0])/math.Log(4))
-	a = math.Min(a, maxGrowthExponent)
-	u0 := t.est.Var() / math.Max(t.est.Sqr(), 1e-300)
-	return efficiency.ForecastIntegral(now, math.Max(t.spec.Target, now), u0, a)
-}
-
-// growthWindow returns ln progress and ln φ of the reports the noise
-// forecast fits: all of them, or the recent half of progress once there are
-// eight.
-func (t *tracker) growthWindow() (xs, ys []float64) {
-	if len(t.growth) < 3 {
-		return nil, nil
-	}
-	from := 0.0
-	if len(t.growth) >= 8 {
-		from = t.growth[len(t.growth)-1].progress / 2
-	}
-	for _, g := range t.growth {
-		if g.progress > 0 && g.progress >= from {
-			xs = append(xs, math.Log(g.progress))
-			ys = append(ys, g.lnPhi)
-		}
-	}
-	return xs, ys
-}
-
-// forecastMature reports whether the noise forecast has data over at least
-// a quadrupling of progress (below that, noiseIntegral shrinks the fitted
-// growth toward none).
-func (t *tracker) forecastMature() bool {
-	if xs, _ := t.growthWindow(); len(xs) < 3 {
-		return false
-	}
-	first := 0.0
-	for _, g := range t.growth {
-		if g.progress > 0 {
-			first = g.progress
-			break
-		}
-	}
-	return first > 0 && t.growth[len(t.growth)-1].progress >= 4*first
-}
-
 // choose applies the objective with the deadline and budget left.
+// It compares the pessimistic end of each prediction's 90 % interval (see
+// predict.Prediction.Pessimistic), not the point the prediction reports: a
+// configuration is chosen on a model only where even the model's upper
+// bound wins; a measured configuration's interval is its measurement.
+// Where the model's optimism might pay, probing it is tracker.nextProbe's
+// call, priced against what it could gain.
 func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	o := t.spec.Objective
 	if o.DeadlineS > 0 {
@@ -514,7 +515,14 @@ func (t *tracker) choose(preds []predict.Prediction) (objective.Choice, error) {
 	if o.BudgetUSD > 0 {
 		o.BudgetUSD = math.Max(o.BudgetUSD-t.last.SpentUSD, 1e-9)
 	}
-	return objective.Choose(preds, o)
+	if cap(t.buf) < len(preds) {
+		t.buf = make([]predict.Prediction, len(preds))
+	}
+	pes := t.buf[:len(preds)]
+	for i, p := range preds {
+		pes[i] = p.Pessimistic()
+	}
+	return objective.Choose(pes, o)
 }
 
 // stay keeps the current configuration with the search over (or not worth it).
@@ -522,10 +530,13 @@ func (t *tracker) stay(reason string) Decision {
 	return Decision{Config: t.last.Config, Reason: reason, Phase: PhaseOptimised, Chosen: -1}
 }
 
-// warmingUp keeps the current configuration while the noise estimate settles.
+// warmingUp keeps the current configuration while the noise estimate
+// settles, asking for reports every ProbeSteps steps so that the estimate is
+// judged on as many reports as possible.
 func (t *tracker) warmingUp(reason string) Decision {
 	d := t.stay(reason)
 	d.Phase = PhaseWarmup
+	d.WaitSteps = t.spec.ProbeSteps
 	return d
 }
 
@@ -546,9 +557,10 @@ func (t *tracker) waitToMeasure(reason string) Decision {
 	return d
 }
 
-// decide fits, predicts and chooses.
-func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) {
-	preds, err := t.predict(models)
+// decide predicts every candidate with models and chooses; a decision
+// taken before the noise forecast is mature is marked Provisional.
+func (t *tracker) decide(ms typeModels) (Decision, error) {
+	preds, err := t.predict(ms.models)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -556,7 +568,12 @@ func (t *tracker) decide(models map[string]predict.StepTimer) (Decision, error) 
 	if err != nil {
 		return Decision{}, err
 	}
-	return Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: PhaseOptimised, Predictions: preds, Chosen: ch.Index}, nil
+	d := Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: PhaseOptimised, Predictions: preds, Chosen: ch.Index, FittedTypes: ms.fitted}
+	if !t.forecastMature() {
+		d.Provisional = true
+		d.Reason += " (provisional: the noise forecast is not mature)"
+	}
+	return d, nil
 }
 
 // fixed never moves.
@@ -585,6 +602,9 @@ func (p *search) Models() map[string]predict.StepTimer { return p.t.baseModels()
 
 // Models implements ModelSource.
 func (p *adaptive) Models() map[string]predict.StepTimer { return p.t.baseModels() }
+
+// Models implements ModelSource.
+func (p *partial) Models() map[string]predict.StepTimer { return p.t.baseModels() }
 
 // baseModels fits every type with measurements, ignoring errors of single
 // types (they are simply left out).

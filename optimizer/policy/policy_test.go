@@ -164,18 +164,18 @@ func TestPolicies(t *testing.T) {
 		minMoves  int
 	}{
 		{name: "fixed never moves", policy: "fixed", kind: objective.Time, target: 1e6, maxMoves: 0},
-		// Partial search fits the start type from its four corners and
-		// probes the other type once at its best configuration under the
-		// transferred shape: it finds the right type, not always the
-		// optimum inside it, with 3 + 1 probes and at most one final move.
-		{name: "scavenger time", policy: "scavenger", kind: objective.Time, target: 1e6, wantType: "fast", minMoves: 4, maxMoves: 5},
-		{name: "scavenger cost", policy: "scavenger", kind: objective.Cost, target: 1e6, wantType: "slow", minMoves: 4, maxMoves: 5},
-		{name: "scavenger: short job does not search", policy: "scavenger", kind: objective.Time, target: 1000, maxMoves: 0},
+		// Partial search probes while a probe's expected improvement beats
+		// its cost: the two types' identifiability designs (at most four
+		// each) and a few candidates, then one move and a second look.
+		{name: "scavenger time", policy: "scavenger", kind: objective.Time, target: 1e6, nearFinal: true, wantType: "fast", minMoves: 2, maxMoves: 12},
+		{name: "scavenger cost", policy: "scavenger", kind: objective.Cost, target: 1e6, nearFinal: true, wantType: "slow", minMoves: 2, maxMoves: 12},
+		// A job that would finish before one relaunch is over never moves.
+		{name: "scavenger: short job does not search", policy: "scavenger", kind: objective.Time, target: 300, maxMoves: 0},
 		{name: "full time", policy: "full", kind: objective.Time, target: 1e6, wantFinal: true, minMoves: 20, maxMoves: 100},
 		{name: "none with stored truth", policy: "none", kind: objective.Time, target: 1e6, stored: true, wantFinal: true, minMoves: 1, maxMoves: 1},
-		{name: "adaptive time", policy: "adaptive", kind: objective.Time, target: 1e6, nearFinal: true, minMoves: 1, maxMoves: 8},
-		{name: "adaptive cost", policy: "adaptive", kind: objective.Cost, target: 1e6, wantFinal: true, minMoves: 1, maxMoves: 8},
-		{name: "adaptive: short job does not search", policy: "adaptive", kind: objective.Time, target: 3000, maxMoves: 0},
+		{name: "adaptive time", policy: "adaptive", kind: objective.Time, target: 1e6, nearFinal: true, wantType: "fast", minMoves: 1, maxMoves: 12},
+		{name: "adaptive cost", policy: "adaptive", kind: objective.Cost, target: 1e6, nearFinal: true, wantType: "slow", minMoves: 1, maxMoves: 12},
+		{name: "adaptive: short job does not search", policy: "adaptive", kind: objective.Time, target: 300, maxMoves: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,8 +201,8 @@ func TestPolicies(t *testing.T) {
 					t.Errorf("ended on %s, want %s (%s; ran %v)", ran[len(ran)-1], want, last.Reason, ran)
 				}
 			}
-			if tc.nearFinal && !nearBest(spec, ran[len(ran)-1], 0.02) {
-				t.Errorf("ended on %s, not within 2%% of %s (%s; ran %v)", ran[len(ran)-1], bestFor(spec), last.Reason, ran)
+			if tc.nearFinal && !nearBest(spec, ran[len(ran)-1], 0.03) {
+				t.Errorf("ended on %s, not within 3%% of %s (%s; ran %v)", ran[len(ran)-1], bestFor(spec), last.Reason, ran)
 			}
 			if tc.wantType != "" && ran[len(ran)-1].Type != tc.wantType {
 				t.Errorf("ended on %s, want type %s", ran[len(ran)-1], tc.wantType)
@@ -241,23 +241,6 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-func TestPriorProbesOrder(t *testing.T) {
-	tests := []struct {
-		kind objective.Kind
-		want predict.Candidate
-	}{
-		{objective.Time, predict.Candidate{Type: "fast", Nodes: 4, Workers: 16, Batch: 512}},
-		{objective.Cost, predict.Candidate{Type: "slow", Nodes: 1, Workers: 4, Batch: 512}},
-	}
-	for _, tc := range tests {
-		spec := synthSpec(tc.kind, 1)
-		got, first := priorProbes(spec, spec.Candidates[0])
-		if len(got) == 0 || got[0] != tc.want || first != 2 {
-			t.Errorf("%s: first probe %v, want %s", tc.kind, got, tc.want)
-		}
-	}
-}
-
 func TestSettled(t *testing.T) {
 	tests := []struct {
 		name string
@@ -277,7 +260,7 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-func TestCornerProbes(t *testing.T) {
+func TestDesignProbes(t *testing.T) {
 	c := func(n, k, b int) predict.Candidate {
 		return predict.Candidate{Type: "x", Nodes: n, Workers: k, Batch: b}
 	}
@@ -286,14 +269,19 @@ func TestCornerProbes(t *testing.T) {
 		cands []predict.Candidate
 		want  []predict.Candidate
 	}{
-		{"four corners", []predict.Candidate{c(1, 1, 8), c(1, 1, 32), c(1, 2, 16), c(2, 8, 64), c(2, 8, 256)},
-			[]predict.Candidate{c(1, 1, 8), c(1, 1, 32), c(2, 8, 64), c(2, 8, 256)}},
-		// One batch at each extreme K: the one-node shapes fill in.
-		{"degenerate corners", []predict.Candidate{c(1, 1, 8), c(1, 2, 16), c(1, 2, 32), c(1, 4, 32), c(1, 4, 64), c(4, 16, 256)},
-			[]predict.Candidate{c(1, 1, 8), c(4, 16, 256), c(1, 4, 64), c(1, 2, 32)}},
+		// One replica at the smallest batch, a full node (4) at both ends,
+		// the largest placement at the largest batch.
+		{"full node and extremes", []predict.Candidate{c(1, 1, 8), c(1, 1, 32), c(1, 2, 16), c(1, 4, 16), c(1, 4, 128), c(2, 8, 64), c(2, 8, 256)},
+			[]predict.Candidate{c(1, 1, 8), c(1, 4, 16), c(1, 4, 128), c(2, 8, 256)}},
+		// A type whose largest placement is one node: three probes.
+		{"one node only", []predict.Candidate{c(1, 1, 8), c(1, 2, 16), c(1, 2, 32), c(1, 4, 32), c(1, 4, 64)},
+			[]predict.Candidate{c(1, 1, 8), c(1, 4, 32), c(1, 4, 64)}},
+		// One batch per placement: the full node's two ends coincide.
+		{"one batch each", []predict.Candidate{c(1, 1, 8), c(1, 4, 32), c(4, 16, 256)},
+			[]predict.Candidate{c(1, 1, 8), c(1, 4, 32), c(4, 16, 256)}},
 	}
 	for _, tc := range tests {
-		got := cornerProbes(tc.cands, "x")
+		got := designProbes(tc.cands, "x")
 		if len(got) != len(tc.want) {
 			t.Fatalf("%s: %v, want %v", tc.name, got, tc.want)
 		}
@@ -317,15 +305,6 @@ func TestAdaptiveCommitsSettledPlan(t *testing.T) {
 	}
 }
 
-func TestPriorProbesKneeFront(t *testing.T) {
-	spec := synthSpec(objective.Knee, 1)
-	got, _ := priorProbes(spec, spec.Candidates[0])
-	want := []predict.Candidate{{Type: "fast", Nodes: 4, Workers: 16, Batch: 512}, {Type: "fast", Nodes: 1, Workers: 4, Batch: 512}}
-	if len(got) < 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("knee probes %v, want %v first", got, want)
-	}
-}
-
 // TestPhases: every decision carries its phase, typed, and each searching
 // policy goes warm-up, then probing (every move to a probe and every wait on
 // one), then optimised, and never back.
@@ -335,10 +314,13 @@ func TestPhases(t *testing.T) {
 		name string
 		want []Phase // the phases it must pass through
 	}{
-		{"scavenger", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
+		// scavenger and adaptive probe before the noise estimate is
+		// reliable (probes measure step times): warm-up is skipped when a
+		// probe pays at the first report.
+		{"scavenger", []Phase{PhaseProbing, PhaseOptimised}},
 		{"full", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
 		// adaptive measures each configuration it moves to (probing again).
-		{"adaptive", []Phase{PhaseWarmup, PhaseProbing, PhaseOptimised}},
+		{"adaptive", []Phase{PhaseProbing, PhaseOptimised}},
 		{"fixed", []Phase{PhaseOptimised}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,20 +6,12 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
 
-// Warm-up: the noise estimate is stable when φ moved by less than stableTol
-// over three consecutive reports after stableMinSteps steps; searches start
-// after warmMaxSteps steps regardless (the paper waits 2K–10K iterations).
-const (
-	stableMinSteps = 100
-	stableTol      = 0.05
-	warmMaxSteps   = 2000
-)
-
 type phase int
 
 const (
 	phaseWarm phase = iota
 	phaseProbe
+	phaseChosen
 	phaseDone
 )
 
@@ -31,7 +23,7 @@ type search struct {
 	plan   func(cands []predict.Candidate, current predict.Candidate) []predict.Candidate
 	phase  phase
 	probes []predict.Candidate
-	final  Decision
+	once   oneShot
 }
 
 // Name implements Policy.
@@ -68,21 +60,97 @@ func (p *search) observe(o Observation) (Decision, error) {
 				return t.probe(c, fmt.Sprintf("%s search: probe %d of %d", p.name, done+1, len(p.probes))), nil
 			}
 		}
-		models, _, err := t.fit()
-		if err != nil {
-			return Decision{}, fmt.Errorf("%s policy: %w", p.name, err)
-		}
-		d, err := t.decide(models)
-		if err != nil {
-			return Decision{}, fmt.Errorf("%s policy: %w", p.name, err)
-		}
-		d.Reason = fmt.Sprintf("%s search over %d probes: %s", p.name, len(p.probes), d.Reason)
-		p.final = d
-		p.phase = phaseDone
-		return d, nil
+		p.phase = phaseChosen
+		return p.once.decide(t, o, t.fit, fmt.Sprintf("%s search over %d probes", p.name, len(p.probes)))
 	default:
-		return t.stay("search finished; staying (" + p.final.Reason + ")"), nil
+		return p.once.revisit(t, o, t.fit)
 	}
+}
+
+// oneShot is how the decide-once policies (scavenger, full, none) end: one
+// model-based decision, then one second look once the noise forecast is
+// mature and the chosen configuration has been measured — the first
+// decision is provisional when the forecast was not mature, and its
+// configuration may have been predicted rather than measured. The second
+// look moves again only if that beats staying by the margin after the
+// relaunch, and commits the plan either way.
+type oneShot struct {
+	final     Decision
+	revisited bool
+}
+
+// decide takes the one decision: the objective's choice, unless it does
+// not beat a measured current configuration by the margin.
+func (s *oneShot) decide(t *tracker, o Observation, fit func() (typeModels, error), who string) (Decision, error) {
+	ms, err := fit()
+	if err != nil {
+		return Decision{}, fmt.Errorf("%s: %w", who, err)
+	}
+	d, err := t.decide(ms)
+	if err != nil {
+		return Decision{}, fmt.Errorf("%s: %w", who, err)
+	}
+	d = t.hysteresis(d, o)
+	d.Reason = who + ": " + d.Reason
+	if d.Config != o.Config {
+		d.WaitSteps = t.spec.ProbeSteps
+	}
+	s.final = d
+	return d, nil
+}
+
+// revisit is the one second look (see oneShot); before and after it the
+// job stays.
+func (s *oneShot) revisit(t *tracker, o Observation, fit func() (typeModels, error)) (Decision, error) {
+	if s.revisited {
+		return t.stay("search finished; staying (" + s.final.Reason + ")"), nil
+	}
+	if !t.forecastMature() || !t.measured(o.Config) {
+		what := o.Config.String() + " is measured"
+		if !t.forecastMature() {
+			what = "the noise forecast is mature and " + what
+		}
+		d := t.stay("search finished; a second look once " + what + " (" + s.final.Reason + ")")
+		if !t.measured(o.Config) {
+			d.WaitSteps = t.spec.ProbeSteps
+		}
+		return d, nil
+	}
+	s.revisited = true
+	ms, err := fit()
+	if err != nil {
+		return Decision{}, fmt.Errorf("revisit: %w", err)
+	}
+	d, err := t.decide(ms)
+	if err != nil {
+		return Decision{}, fmt.Errorf("revisit: %w", err)
+	}
+	d = t.hysteresis(d, o)
+	d.Commit = true
+	d.Reason = "second look, measured and mature: " + d.Reason
+	s.final = d
+	return d, nil
+}
+
+// hysteresis keeps a measured current configuration unless d's choice
+// beats it by the margin after the relaunch (see worthMoving); the
+// decision then keeps the predictions, pointing at the current one.
+func (t *tracker) hysteresis(d Decision, o Observation) Decision {
+	if d.Config == o.Config || !t.measured(o.Config) {
+		return d
+	}
+	cur := -1
+	for i, pr := range d.Predictions {
+		if pr.Candidate == o.Config {
+			cur = i
+		}
+	}
+	if cur < 0 || t.worthMoving(d.Predictions[cur], d.Predictions[d.Chosen]) {
+		return d
+	}
+	d.Reason = fmt.Sprintf("stay: %s does not beat %s by %.0f%% after the relaunch (%s)", d.Config, o.Config, 100*t.spec.Margin, d.Reason)
+	d.Config, d.Chosen = o.Config, cur
+	return d
 }
 
 func contains(cs []predict.Candidate, c predict.Candidate) bool {
@@ -120,13 +188,13 @@ func allProbes(cands []predict.Candidate, current predict.Candidate) []predict.C
 	return out
 }
 
-// none reuses stored step-time models: once the noise estimate is stable it
-// predicts, chooses and stops, without probing.
+// none reuses stored step-time models: once the noise estimate is reliable
+// it predicts and chooses without probing, then revisits once (oneShot).
 type none struct {
-	t      *tracker
-	stored map[string]predict.StepTimer
-	done   bool
-	final  Decision
+	t       *tracker
+	stored  map[string]predict.StepTimer
+	decided bool
+	once    oneShot
 }
 
 // Name implements Policy.
@@ -140,21 +208,19 @@ func (p *none) observe(o Observation) (Decision, error) {
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	if p.done {
-		return t.stay("stored-model choice made; staying (" + p.final.Reason + ")"), nil
+	fit := func() (typeModels, error) {
+		ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
+		for typ, m := range p.stored {
+			ms.models[typ], ms.kinds[typ] = t.overlay(typ, m), "stored"
+		}
+		return ms, nil
+	}
+	if p.decided {
+		return p.once.revisit(t, o, fit)
 	}
 	if !t.warm() {
-		return t.warmingUp("waiting for the noise estimate to stabilise"), nil
+		return t.warmingUp(t.warmReason()), nil
 	}
-	models := map[string]predict.StepTimer{}
-	for typ, m := range p.stored {
-		models[typ] = t.overlay(typ, m)
-	}
-	d, err := t.decide(models)
-	if err != nil {
-		return Decision{}, fmt.Errorf("none policy: %w", err)
-	}
-	d.Reason = "stored model: " + d.Reason
-	p.done, p.final = true, d
-	return d, nil
+	p.decided = true
+	return p.once.decide(t, o, fit, "stored model")
 }

@@ -85,11 +85,11 @@ func TestThroughputOnly(t *testing.T) {
 		{name: "full time", policy: "full", kind: objective.Time, target: 1e6, best: true, minMoves: 20, maxMoves: 100},
 		{name: "full cost", policy: "full", kind: objective.Cost, target: 1e6, best: true, minMoves: 20, maxMoves: 100},
 		{name: "none with stored truth", policy: "none", kind: objective.Time, target: 1e6, stored: true, best: true, minMoves: 1, maxMoves: 1},
-		{name: "scavenger time", policy: "scavenger", kind: objective.Time, target: 1e6, best: true, wantType: "fast", minMoves: 4, maxMoves: 5},
-		{name: "scavenger cost", policy: "scavenger", kind: objective.Cost, target: 1e6, best: true, wantType: "slow", minMoves: 4, maxMoves: 5},
-		{name: "scavenger: short job does not search", policy: "scavenger", kind: objective.Time, target: 1000},
-		{name: "adaptive time", policy: "adaptive", kind: objective.Time, target: 1e6, near: 0.02, wantType: "fast", minMoves: 1, maxMoves: 8},
-		{name: "adaptive cost", policy: "adaptive", kind: objective.Cost, target: 1e6, near: 0.02, wantType: "slow", minMoves: 1, maxMoves: 8},
+		{name: "scavenger time", policy: "scavenger", kind: objective.Time, target: 1e6, near: 0.03, wantType: "fast", minMoves: 2, maxMoves: 12},
+		{name: "scavenger cost", policy: "scavenger", kind: objective.Cost, target: 1e6, near: 0.03, wantType: "slow", minMoves: 2, maxMoves: 12},
+		{name: "scavenger: short job does not search", policy: "scavenger", kind: objective.Time, target: 300},
+		{name: "adaptive time", policy: "adaptive", kind: objective.Time, target: 1e6, near: 0.03, wantType: "fast", minMoves: 1, maxMoves: 12},
+		{name: "adaptive cost", policy: "adaptive", kind: objective.Cost, target: 1e6, near: 0.03, wantType: "slow", minMoves: 1, maxMoves: 12},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -93,3 +93,75 @@ func TestEnumerate(t *testing.T) {
 		}
 	}
 }
+
+func TestPessimistic(t *testing.T) {
+	p := Prediction{StepTime: 1, StepLo: 0.5, StepHi: 3, RemainingS: 100, RemainingUSD: 10, SwitchS: 30, SwitchUSD: 3,
+		TotalS: 130, TotalUSD: 13, TotalSHi: 330, TotalUSDHi: 33}
+	if e := p.Pessimistic(); e.StepTime != 3 || e.TotalS != 330 || e.TotalUSD != 33 || e.RemainingS != 300 {
+		t.Errorf("pessimistic %+v", e)
+	}
+	m := Prediction{StepTime: 1, StepLo: 1, StepHi: 1, TotalS: 130, TotalSHi: 130}
+	if e := m.Pessimistic(); e != m {
+		t.Errorf("a measured prediction changed: %+v", e)
+	}
+}
+
+type rangedStep struct{ lo, pt, hi float64 }
+
+func (r rangedStep) StepTime(int, int, float64) float64 { return r.pt }
+func (r rangedStep) Interval(int, int, float64) (float64, float64, float64) {
+	return r.lo, r.pt, r.hi
+}
+
+type fixedSteps float64
+
+func (f fixedSteps) Steps(remaining float64, batch int) float64 { return float64(f) }
+
+// TestPredictInterval: a Ranged model's interval reaches the totals and
+// flags a wide one; Statistics replace the gain.
+func TestPredictInterval(t *testing.T) {
+	cur := Candidate{Type: "a", Nodes: 1, Workers: 1, Batch: 32}
+	in := Inputs{Models: map[string]StepTimer{"a": rangedStep{0.5, 1, 2}}, Prices: map[string]float64{"a": 3.6}, M0: 32, Sqr: 1, Var: 1, Remaining: 100, Current: cur}
+	p, err := Predict(cur, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.StepLo != 0.5 || p.StepHi != 2 || p.TotalSLo != 50 || p.TotalSHi != 200 || p.Flags&FlagLowConfidence == 0 {
+		t.Errorf("%+v", p)
+	}
+	in.Models["a"] = rangedStep{0.95, 1, 1.05}
+	in.Stats = fixedSteps(10)
+	if p, err = Predict(cur, in); err != nil || p.Flags != 0 || p.TotalS != 10 || p.Gain != 10 {
+		t.Errorf("narrow, 10 steps: %+v %v", p, err)
+	}
+}
+
+func TestMarkNonMonotone(t *testing.T) {
+	c := func(b int) Candidate { return Candidate{Type: "a", Nodes: 1, Workers: 2, Batch: b} }
+	tests := []struct {
+		name  string
+		steps []float64 // at batches 64, 128, 256
+		want  []Flag
+	}{
+		{"sublinear", []float64{1, 1.5, 2.5}, []Flag{0, 0, 0}},
+		{"faster at a larger batch", []float64{1, 0.8, 1.5}, []Flag{FlagNonMonotone, FlagNonMonotone, 0}},
+		{"dearer per sample", []float64{1, 1.5, 3.5}, []Flag{0, FlagNonMonotone, FlagNonMonotone}},
+	}
+	for _, tc := range tests {
+		var preds []Prediction
+		for _, b := range []int{256, 64, 128} { // in any order
+			j := map[int]int{64: 0, 128: 1, 256: 2}[b]
+			preds = append(preds, Prediction{Candidate: c(b), StepTime: tc.steps[j]})
+		}
+		MarkNonMonotone(preds)
+		for _, p := range preds {
+			j := map[int]int{64: 0, 128: 1, 256: 2}[p.Batch]
+			if p.Flags != tc.want[j] {
+				t.Errorf("%s: batch %d flags %v, want %v", tc.name, p.Batch, p.Flags, tc.want[j])
+			}
+		}
+	}
+	if s := (FlagLowConfidence | FlagNonMonotone).String(); s != "low-confidence,non-monotone" {
+		t.Errorf("flags %q", s)
+	}
+}

@@ -15,4 +15,6 @@ var (
 	ErrStuck = errors.New("simulation makes no progress")
 	// ErrBadOptions means the options are unusable.
 	ErrBadOptions = errors.New("bad options")
+	// ErrNoPredictions means the policy made no predictions to plan with.
+	ErrNoPredictions = errors.New("policy made no predictions")
 )

@@ -17,8 +17,9 @@
 //     done at the smallest final progress among the validation files.
 //   - Gradient statistics: a validation row's grad_sqr and grad_var describe
 //     its segment; the job emits them interpolated geometrically between
-//     segment midpoints, as the expected values of the python client's
-//     per-step norms (gns.Expected).
+//     segment midpoints, from the first step (before the first midpoint the
+//     trend of the first two is extended back: no flat plateau), as the
+//     expected values of the python client's per-step norms (gns.Expected).
 //   - A configuration change costs the relaunch penalty, billed at the new
 //     configuration's nodes, with no progress; probe steps count as progress.
 //   - Cost = nodes × $/h × hours (whole nodes), relaunches included.
@@ -59,6 +60,9 @@ type Options struct {
 	Objective objective.Objective
 	// Policy names the policy (see policy.Names).
 	Policy string
+	// StatModel names the policy's statistical model (policy.StatAdaptDL,
+	// the default, or policy.StatPaper).
+	StatModel string
 	// Start is TYPE:K:B; empty means the first type, its smallest K, the
 	// smallest B.
 	Start string
@@ -123,6 +127,7 @@ type ErrorStats struct {
 type Report struct {
 	App        string  `json:"app"`
 	Policy     string  `json:"policy"`
+	StatModel  string  `json:"stat_model,omitempty"`
 	Objective  string  `json:"objective"`
 	RelaunchS  float64 `json:"relaunch_penalty_s"`
 	Candidates int     `json:"candidates"`
@@ -142,12 +147,24 @@ type Report struct {
 	DecisionS        float64 `json:"decision_s"`
 	Reason           string  `json:"reason"`
 
-	Oracle        Outcome    `json:"oracle"`
-	Fixed         FixedStats `json:"fixed"`
+	Oracle Outcome    `json:"oracle"`
+	Fixed  FixedStats `json:"fixed"`
+	// StepTimeError compares the policy's last step-time predictions with
+	// the traces on the candidates the job never ran, of the types the
+	// policy had fitted on their own measurements (FittedTypes); the
+	// others are predicted by a prior, not a model.
 	StepTimeError ErrorStats `json:"step_time_error"`
+	FittedTypes   []string   `json:"fitted_types,omitempty"`
+	// Bound is the least overhead any policy could have had in this run
+	// (see bound), in the objective's terms: the job's time or cost.
+	BoundJCTS    float64 `json:"bound_jct_s"`
+	BoundCostUSD float64 `json:"bound_cost_usd"`
 
 	// Front holds every fixed candidate's outcome (for plots).
 	Front []Outcome `json:"-"`
+	// Predictions are the policy's last predictions of every candidate
+	// (for scavctl plan --policy).
+	Predictions []predict.Prediction `json:"-"`
 }
 
 func (o *Options) defaults() error {
@@ -225,6 +242,7 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 		Target:     w.target,
 		Objective:  opts.Objective,
 		RelaunchS:  opts.RelaunchPenalty.Seconds(),
+		StatModel:  opts.StatModel,
 	}
 	stored := opts.Stored
 	if opts.Policy == "none" && stored == nil {
@@ -249,9 +267,11 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.StatModel = opts.StatModel
 	if err := w.score(rep, opts.Objective); err != nil {
 		return nil, err
 	}
+	rep.BoundJCTS, rep.BoundCostUSD = w.bound(start, opts, rep.Oracle)
 	return rep, nil
 }
 
@@ -310,6 +330,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		now, spent, progress float64
 		wait                 float64
 		lastPreds            []predict.Prediction
+		fitted               []string
 		recorded             bool
 	)
 	for iter := 0; progress < w.target*(1-1e-12); iter++ {
@@ -359,7 +380,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
 		}
 		if d.Predictions != nil {
-			lastPreds = d.Predictions
+			lastPreds, fitted = d.Predictions, d.FittedTypes
 		}
 		if d.Chosen >= 0 && d.Chosen < len(d.Predictions) && d.Predictions[d.Chosen].Candidate == d.Config && (!recorded || d.Config != cur || d.Commit) {
 			ch := d.Predictions[d.Chosen]
@@ -379,20 +400,25 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		}
 	}
 	rep.JCTS, rep.CostUSD = now, spent
-	rep.StepTimeError = w.stepErrors(lastPreds, rep.History)
+	rep.StepTimeError, rep.FittedTypes = w.stepErrors(lastPreds, rep.History, fitted), fitted
+	rep.Predictions = lastPreds
 	return rep, nil
 }
 
 // stepErrors compares predicted step times with the traces on candidates
-// the job never ran.
-func (w *world) stepErrors(preds []predict.Prediction, hist []Segment) ErrorStats {
+// the job never ran, of the fitted types.
+func (w *world) stepErrors(preds []predict.Prediction, hist []Segment, fitted []string) ErrorStats {
 	ran := map[predict.Candidate]bool{}
 	for _, s := range hist {
 		ran[predict.Candidate{Type: s.Type, Nodes: s.Nodes, Workers: s.Workers, Batch: s.Batch}] = true
 	}
+	fit := map[string]bool{}
+	for _, t := range fitted {
+		fit[t] = true
+	}
 	var errs []float64
 	for _, p := range preds {
-		if ran[p.Candidate] {
+		if ran[p.Candidate] || !fit[p.Type] {
 			continue
 		}
 		truth, _ := w.stepTime(p.Candidate)
@@ -403,6 +429,23 @@ func (w *world) stepErrors(preds []predict.Prediction, hist []Segment) ErrorStat
 	}
 	sort.Float64s(errs)
 	return ErrorStats{MedianPct: quantile(errs, 0.5), P90Pct: quantile(errs, 0.9), N: len(errs)}
+}
+
+// bound is the least time and cost any policy could have reached from
+// start: it sees nothing before the first report (one report interval in
+// start), and then either stays for good or pays at least one relaunch
+// (billed at the oracle's nodes) and finishes the rest at the oracle's
+// pace. The oracle itself cannot be beaten.
+func (w *world) bound(start predict.Candidate, opts Options, oracle Outcome) (jct, cost float64) {
+	stayS, stayUSD := w.fixedOutcome(start)
+	st, _ := w.stepTime(start)
+	perS := func(typ string, nodes int) float64 { return float64(nodes) * w.prices[typ] / 3600 }
+	_, t1, p1 := w.run(start, 0, math.Max(opts.ReportInterval.Seconds()/st, 1))
+	left := math.Max(1-p1/w.target, 0)
+	r := opts.RelaunchPenalty.Seconds()
+	moveS := t1 + r + left*oracle.JCTS
+	moveUSD := t1*perS(start.Type, start.Nodes) + r*perS(oracle.Type, oracle.Nodes) + left*oracle.CostUSD
+	return math.Max(math.Min(stayS, moveS), oracle.JCTS), math.Max(math.Min(stayUSD, moveUSD), oracle.CostUSD)
 }
 
 // quantile interpolates linearly between order statistics of sorted xs.

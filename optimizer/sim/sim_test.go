@@ -200,7 +200,8 @@ func TestNonePolicyReusesPriorModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Relaunches != 1 || rep.PredictedJCTS == 0 {
+	// One decision, and at most one more move at its second look.
+	if rep.Relaunches < 1 || rep.Relaunches > 2 || rep.PredictedJCTS == 0 {
 		t.Fatalf("none: %d relaunches, predicted %g (%s)", rep.Relaunches, rep.PredictedJCTS, rep.Reason)
 	}
 }
@@ -231,7 +232,9 @@ func TestGradInterpolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.vals[8].Rows[1].GradSqr = 4 // midpoints 50 (sqr 1) and 150 (sqr 4)
-	tests := []struct{ p, want float64 }{{10, 1}, {50, 1}, {100, 2}, {150, 4}, {190, 4}}
+	// Before the first midpoint the trend goes on back to the first step
+	// (×2 per 50 of progress): no flat plateau.
+	tests := []struct{ p, want float64 }{{0, 0.5}, {25, 1 / math.Sqrt2}, {50, 1}, {100, 2}, {150, 4}, {190, 4}}
 	for _, tc := range tests {
 		if got, _ := w.grad(8, tc.p); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("p=%g: sqr %g, want %g", tc.p, got, tc.want)

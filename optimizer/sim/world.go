@@ -186,7 +186,10 @@ func (w *world) segment(b int, p float64) (rate, end float64, row trace.Validati
 // grad returns |G|² and tr Σ at progress p of the run at batch b. A row's
 // statistics describe its segment (they match its progress per step), so they
 // are placed at the segment's midpoint and interpolated geometrically between
-// midpoints; before the first midpoint and after the last they are constant.
+// midpoints. From the first step to the first midpoint the trend between the
+// first two midpoints is extended back (a real job's statistics move from its
+// first step; holding them flat there would hand the policies a stable noise
+// scale that no real job shows). After the last midpoint they are constant.
 func (w *world) grad(b int, p float64) (sqr, vari float64) {
 	rows := w.vals[b].Rows
 	mids := make([]float64, len(rows))
@@ -196,7 +199,11 @@ func (w *world) grad(b int, p float64) (sqr, vari float64) {
 		prev = r.Progress
 	}
 	if p <= mids[0] {
-		return rows[0].GradSqr, rows[0].GradVar
+		if len(rows) < 2 || !(mids[1] > mids[0]) {
+			return rows[0].GradSqr, rows[0].GradVar
+		}
+		f := (math.Max(p, 0) - mids[0]) / (mids[1] - mids[0]) // in [-½·mids0/(mids1-mids0), 0]
+		return geo(rows[0].GradSqr, rows[1].GradSqr, f), geo(rows[0].GradVar, rows[1].GradVar, f)
 	}
 	for i := 1; i < len(rows); i++ {
 		if p <= mids[i] {
@@ -208,11 +215,11 @@ func (w *world) grad(b int, p float64) (sqr, vari float64) {
 	return last.GradSqr, last.GradVar
 }
 
-// geo interpolates geometrically between positive a and b (linearly if
-// either is zero).
+// geo interpolates (or, for f < 0, extrapolates) geometrically between
+// positive a and b (linearly if either is zero, floored at 0).
 func geo(a, b, f float64) float64 {
 	if a <= 0 || b <= 0 {
-		return a + f*(b-a)
+		return math.Max(a+f*(b-a), 0)
 	}
 	return math.Exp(math.Log(a) + f*(math.Log(b)-math.Log(a)))
 }

@@ -1,0 +1,139 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/scavenger-ml/scavenger/optimizer/perf"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
+)
+
+// typeSpread is the prior spread (one standard deviation of the log) of a
+// never-measured machine type's speed per GPU around its price ratio to a
+// measured type: the market prices GPU types roughly by what they deliver,
+// but how much of a newer GPU's speed a given model can use varies, so the
+// 90 % interval spans a factor of three either side.
+var typeSpread = math.Log(3) / perf.Z90
+
+// typeModels are the step-time models of every type that can be predicted.
+type typeModels struct {
+	models map[string]predict.StepTimer
+	// fitted are the types predicted by a model fitted on their own
+	// measurements (at least two configurations).
+	fitted []string
+	// kinds says how each type is predicted: "fit" or "prior".
+	kinds map[string]string
+}
+
+// fit models every type: its own guarded fit (perf.Fit) when it has
+// measurements — compute curves differ in shape between GPU types, so no
+// scale factor carries one type's shape to another — and, for a type never
+// measured, the best-measured type's predictions scaled by their price
+// ratio per GPU (priored), with the prior's spread. Measured configurations
+// predict their measured step time.
+func (t *tracker) fit() (typeModels, error) {
+	ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
+	fits := map[string]*perf.Fitted{}
+	var ref string
+	for _, typ := range t.types {
+		pts := t.points(typ)
+		if len(pts) == 0 {
+			continue
+		}
+		f, err := perf.Fit(pts)
+		if err != nil {
+			return typeModels{}, fmt.Errorf("fit type %s: %w", typ, err)
+		}
+		fits[typ] = f
+		if ref == "" || f.Configs > fits[ref].Configs {
+			ref = typ
+		}
+	}
+	for _, typ := range t.types {
+		f, ok := fits[typ]
+		switch {
+		case ok:
+			ms.models[typ], ms.kinds[typ] = t.overlay(typ, f), "fit"
+			if f.Configs >= 2 {
+				ms.fitted = append(ms.fitted, typ)
+			}
+		case ref != "":
+			ms.models[typ], ms.kinds[typ] = priored{ref: fits[ref], factor: t.perGPUPrice(ref) / t.perGPUPrice(typ)}, "prior"
+		}
+	}
+	return ms, nil
+}
+
+// perGPUPrice is the $/hour of one GPU of typ: its node price over the
+// most workers one node of it holds among the candidates.
+func (t *tracker) perGPUPrice(typ string) float64 {
+	g := 1
+	for _, c := range t.spec.Candidates {
+		if c.Type == typ && c.Nodes == 1 {
+			g = max(g, c.Workers)
+		}
+	}
+	return t.spec.Prices[typ] / float64(g)
+}
+
+// priored predicts a type never measured: the reference type's prediction
+// scaled by the ratio of their prices per GPU (speed in proportion to
+// price), its interval widened by typeSpread.
+type priored struct {
+	ref    predict.Ranged
+	factor float64
+}
+
+// StepTime implements predict.StepTimer.
+func (p priored) StepTime(nodes, replicas int, local float64) float64 {
+	return p.factor * p.ref.StepTime(nodes, replicas, local)
+}
+
+// Interval implements predict.Ranged.
+func (p priored) Interval(nodes, replicas int, local float64) (lo, pt, hi float64) {
+	lo, pt, hi = p.ref.Interval(nodes, replicas, local)
+	w := math.Exp(perf.Z90 * typeSpread)
+	return lo * p.factor / w, pt * p.factor, hi * p.factor * w
+}
+
+// measuredOver wraps a model so that measured configurations predict their
+// measured step time (an interval of zero width).
+type measuredOver struct {
+	base predict.StepTimer
+	at   map[[2]int]map[float64]float64
+}
+
+// StepTime implements predict.StepTimer.
+func (m measuredOver) StepTime(nodes, replicas int, local float64) float64 {
+	if v, ok := m.at[[2]int{nodes, replicas}][local]; ok {
+		return v
+	}
+	return m.base.StepTime(nodes, replicas, local)
+}
+
+// Interval implements predict.Ranged.
+func (m measuredOver) Interval(nodes, replicas int, local float64) (lo, pt, hi float64) {
+	if v, ok := m.at[[2]int{nodes, replicas}][local]; ok {
+		return v, v, v
+	}
+	if r, ok := m.base.(predict.Ranged); ok {
+		return r.Interval(nodes, replicas, local)
+	}
+	v := m.base.StepTime(nodes, replicas, local)
+	return v, v, v
+}
+
+func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer {
+	at := map[[2]int]map[float64]float64{}
+	for c, m := range t.meas {
+		if c.Type != typ {
+			continue
+		}
+		k := [2]int{c.Nodes, c.Workers}
+		if at[k] == nil {
+			at[k] = map[float64]float64{}
+		}
+		at[k][c.Local()] = m.step
+	}
+	return measuredOver{base: base, at: at}
+}

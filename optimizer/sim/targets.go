@@ -1,0 +1,249 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/optimizer/objective"
+)
+
+// longCell is issue 14's line between long and short cells: the oracle's
+// JCT in seconds.
+const longCell = 15 * 60
+
+// target is one line of the targets table.
+type target struct {
+	figure, policy, now, goal string
+	met                       bool
+	note                      string
+}
+
+// writeTargets states issue 14's targets, each with its figure now, met or
+// not and by how much, from the cells and the decision latency.
+func writeTargets(b *strings.Builder, cells []BenchCell, decision time.Duration, n int) {
+	var ts []target
+	for _, pol := range BenchPolicies {
+		ts = append(ts, longTarget(cells, pol))
+	}
+	ts = append(ts, shortTarget(cells, "adaptive"))
+	for _, pol := range BenchPolicies {
+		ts = append(ts, fixedTarget(cells, pol))
+	}
+	for _, pol := range BenchPolicies {
+		ts = append(ts, stepTarget(cells, pol))
+	}
+	for _, pol := range BenchPolicies {
+		ts = append(ts, predTarget(cells, pol))
+	}
+	ms := float64(decision.Microseconds()) / 1000
+	ts = append(ts, target{figure: fmt.Sprintf("one decision over %d candidates, with intervals", n), policy: "all",
+		now: fmt.Sprintf("%.2f ms", ms), goal: "<= 20 ms", met: ms <= 20, note: "also `go test ./optimizer/policy -bench Decision`"})
+	b.WriteString("## Against the targets (issue 14)\n\n")
+	b.WriteString("| figure | policy | now | goal | met | by how much, and why |\n|---|---|---|---|---|---|\n")
+	for _, t := range ts {
+		met := "no"
+		if t.met {
+			met = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", t.figure, t.policy, t.now, t.goal, met, t.note)
+	}
+	b.WriteString(missNotes)
+}
+
+// missNotes says what limits the figures that miss, in words; they hold
+// for the rules, not for these traces (nothing here is fitted to them).
+const missNotes = `
+### What limits the misses
+
+- Overhead on the long cells is mostly probing. Every probe is priced in the objective's units
+  (relaunch into it and back, billed at all its nodes, plus its steps against the incumbent's) and
+  made only while its expected improvement exceeds that; but the expected improvement of a machine
+  type never measured comes from a price prior (speed per GPU in proportion to price, 90 % within a
+  factor of three), and of a placement regime never measured from the physical bounds (anything
+  between no scaling and perfect scaling). Those tails are wide, so on a job of 20 minutes to an hour
+  several other types and regimes are worth a look, at 30 s (and, for cost, 30 s of every node) a
+  probe — where the "least possible" column says 1–4 % was reachable by a policy that already knew
+  where to go. The prior's width is a statement about unseen hardware, not fitted here: with a
+  factor of 1.5 instead of 3 (typeSpread, optimizer/policy/models.go) adaptive's deepspeech2/cost
+  drops to +5.0 % and cifar10/cost to +27.5 %, but scavenger's deepspeech2/cost rises to +33.9 %: a
+  narrower prior probes less and misses more, with no uniform gain.
+- A probe of a regime's identifiability design point is charged its own chance of leaving again (it
+  informs the regime's best candidate, but the job stays there only if the point itself wins). Pricing
+  it at the candidate's chance instead made design probes look cheap: on the long cells that was 0–9
+  points worse (scavenger cifar10/cost +44.4 %, deepspeech2/time +25.8 %) and step-time error 17 / 69 %,
+  but it happened to land ncf and cifar10/time, short jobs, on a design point at the largest batch near
+  their oracle (ncf/time +377 % against +993 %, cifar10/time +89 % against +122 %).
+- Early probes are chosen on an immature noise forecast: the batch that is best grows with the noise
+  scale, so probes and provisional moves taken in the first minutes favour batches the job then
+  outgrows; the second look (scavenger) and continuous moves (adaptive) correct the configuration,
+  at a relaunch each.
+- Decisions compare the pessimistic end of each prediction's interval (a measured configuration's
+  is its measurement): a configuration is chosen on a model only when even its upper bound wins,
+  otherwise it is probed first if that pays. This costs little here and keeps the live loop, whose
+  step times vary with the machine's load, from moving to configurations the model flatters.
+- ncf's oracle finishes in 16–27 s: one relaunch (30 s) is already more than the goal allows; the
+  "least possible" column states the bound.
+- Step-time error is over every never-run candidate of each fitted type, but a type is measured
+  where its candidates can win (its identifiability design, pruned by value), not everywhere: its
+  other placements (e.g. multi-node ones on a cost job) are extrapolated, and their predictions carry
+  wide intervals and the low-confidence flag rather than being read as facts.
+- scavenger+paper is the paper's statistical model as published: e ∝ γ/K measured on two short
+  cold-start probes early in training, with no forecast; it ranks batches by early-training noise and
+  is far behind on the jobs whose noise grows (deepspeech2, cifar10).
+`
+
+// of returns the cells of one bench policy.
+func of(cells []BenchCell, pol string) []BenchCell {
+	var out []BenchCell
+	for _, c := range cells {
+		if label(c.Report) == pol {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// overGoal is the overhead goal of a long cell for a policy: the paper's
+// own figures (+13 % time, +9 % cost) for scavenger, 5 % for adaptive.
+func overGoal(pol string, k objective.Kind) float64 {
+	if !strings.HasPrefix(pol, "scavenger") {
+		return 5
+	}
+	if k == objective.Cost {
+		return 9
+	}
+	return 13
+}
+
+func longTarget(cells []BenchCell, pol string) target {
+	t := target{figure: "overhead vs oracle, cells with oracle >= 15 min", policy: pol, goal: "<= 13 % time, <= 9 % cost (the paper's)"}
+	if overGoal(pol, objective.Time) == 5 {
+		t.goal = "<= 5 % on each"
+	}
+	var now, notes []string
+	met, all := 0, 0
+	for _, c := range of(cells, pol) {
+		if c.Report.Oracle.JCTS < longCell {
+			continue
+		}
+		all++
+		over, bound := overhead(c)
+		goal := overGoal(pol, c.Objective)
+		now = append(now, fmt.Sprintf("%s/%s %+.1f %%", c.App, c.Objective, over))
+		if over <= goal {
+			met++
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s by %.1f points (%d relaunches; least possible %+.1f %%)", c.App, c.Objective, over-goal, c.Report.Relaunches, bound))
+	}
+	t.now, t.met = strings.Join(now, ", "), met == all
+	t.note = fmt.Sprintf("%d of %d met", met, all)
+	if len(notes) > 0 {
+		t.note += "; missed: " + strings.Join(notes, "; ")
+	}
+	return t
+}
+
+func shortTarget(cells []BenchCell, pol string) target {
+	t := target{figure: "overhead vs oracle, cells with oracle < 15 min", policy: pol, goal: "<= +100 % on each"}
+	var now, notes []string
+	met, all := 0, 0
+	for _, c := range of(cells, pol) {
+		if c.Report.Oracle.JCTS >= longCell {
+			continue
+		}
+		all++
+		over, bound := overhead(c)
+		now = append(now, fmt.Sprintf("%s/%s %+.1f %%", c.App, c.Objective, over))
+		switch {
+		case over <= 100:
+			met++
+		case bound > 100:
+			notes = append(notes, fmt.Sprintf("%s/%s cannot be met: the oracle takes %.0f s, one relaunch 30 s; least possible %+.1f %%", c.App, c.Objective, c.Report.Oracle.JCTS, bound))
+		default:
+			notes = append(notes, fmt.Sprintf("%s/%s by %.1f points (%d relaunches; least possible %+.1f %%)", c.App, c.Objective, over-100, c.Report.Relaunches, bound))
+		}
+	}
+	t.now, t.met = strings.Join(now, ", "), met == all
+	t.note = fmt.Sprintf("%d of %d met", met, all)
+	if len(notes) > 0 {
+		t.note += "; " + strings.Join(notes, "; ")
+	}
+	return t
+}
+
+func fixedTarget(cells []BenchCell, pol string) target {
+	t := target{figure: ">= 2x faster (time) / >= 60 % cheaper (cost) than the median fixed candidate", policy: pol, goal: "8 of 8 (adaptive)"}
+	ok, all := 0, 0
+	var miss []string
+	for _, c := range of(cells, pol) {
+		all++
+		r := c.Report
+		good := r.Fixed.MedianJCTS/r.JCTS >= 2
+		fig := fmt.Sprintf("%.2fx", r.Fixed.MedianJCTS/r.JCTS)
+		if c.Objective == objective.Cost {
+			good = -pct(r.CostUSD, r.Fixed.MedianCostUSD) >= 60
+			fig = fmt.Sprintf("%.0f %% cheaper", -pct(r.CostUSD, r.Fixed.MedianCostUSD))
+		}
+		if good {
+			ok++
+		} else {
+			miss = append(miss, fmt.Sprintf("%s/%s %s", c.App, c.Objective, fig))
+		}
+	}
+	t.now, t.met = fmt.Sprintf("%d of %d", ok, all), ok == all
+	if pol != "adaptive" {
+		t.goal = "(goal set for adaptive)"
+	}
+	if len(miss) > 0 {
+		t.note = "missed: " + strings.Join(miss, ", ")
+	}
+	return t
+}
+
+func stepTarget(cells []BenchCell, pol string) target {
+	var meds, p90s []float64
+	for _, c := range of(cells, pol) {
+		if e := c.Report.StepTimeError; e.N > 0 {
+			meds, p90s = append(meds, e.MedianPct), append(p90s, e.P90Pct)
+		}
+	}
+	t := target{figure: "step-time error, never-run candidates of fitted types (median over cells of each cell's median / p90)", policy: pol, goal: "<= 10 % median, <= 30 % p90"}
+	if len(meds) == 0 {
+		t.now = "-"
+		return t
+	}
+	sort.Float64s(meds)
+	sort.Float64s(p90s)
+	m, p := quantile(meds, 0.5), quantile(p90s, 0.5)
+	t.now = fmt.Sprintf("%.1f %% / %.1f %%", m, p)
+	t.met = m <= 10 && p <= 30
+	if !t.met {
+		t.note = fmt.Sprintf("by %.1f / %.1f points: a fitted type is measured where its candidates could win, not everywhere; its other placements are predicted from few probes (see the intervals: flagged low-confidence, not facts)", math.Max(m-10, 0), math.Max(p-30, 0))
+	}
+	return t
+}
+
+func predTarget(cells []BenchCell, pol string) target {
+	var errs []float64
+	for _, c := range of(cells, pol) {
+		if r := c.Report; r.PredictedJCTS > 0 {
+			errs = append(errs, math.Abs(pct(r.PredictedJCTS, r.JCTS)))
+		}
+	}
+	t := target{figure: "predicted JCT error at the committed decision (median abs over cells)", policy: pol, goal: "<= 5 %"}
+	if len(errs) == 0 {
+		t.now = "-"
+		return t
+	}
+	sort.Float64s(errs)
+	m := quantile(errs, 0.5)
+	t.now, t.met = fmt.Sprintf("%.1f %%", m), m <= 5
+	if !t.met {
+		t.note = fmt.Sprintf("by %.1f points", m-5)
+	}
+	return t
+}
