@@ -50,6 +50,7 @@ type exitError struct {
 	msg  string
 }
 
+// Error is the message main prints, or a line naming the exit code.
 func (e exitError) Error() string {
 	if e.msg != "" {
 		return e.msg
