@@ -75,6 +75,10 @@ type Job struct {
 	Decisions []Decision   `json:"decisions,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// MaxRestarts is how many crashed attempts the job restarts from its
+	// last checkpoint; Restarts how many it has restarted so far.
+	MaxRestarts int `json:"max_restarts"`
+	Restarts    int `json:"restarts,omitempty"`
 	// Resume is where a stopped job can continue (scavctl run --resume).
 	Resume *ResumePoint `json:"resume,omitempty"`
 	// Result is how the last attempt ended, rank by rank.
@@ -122,7 +126,8 @@ type Attempt struct {
 	// Handle is the launcher's id of the attempt, to reattach to it after a
 	// daemon restart.
 	Handle string `json:"handle,omitempty"`
-	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
+	// EndReason says why it ended ("finished", "moved: ...", "crashed: ...",
+	// "stopped", "failed: ...").
 	EndReason string `json:"end_reason,omitempty"`
 	// Move breaks down the relaunch that ended this attempt, when one did.
 	Move *MoveTiming `json:"move,omitempty"`

@@ -30,6 +30,9 @@ const (
 	EventMoved EventKind = "moved"
 	// EventDecided: the job's policy decided (Phase and the predictions say more).
 	EventDecided EventKind = "decided"
+	// EventRestarting: an attempt crashed (a worker failed on its own) and
+	// the job restarts from its last complete checkpoint (--max-restarts).
+	EventRestarting EventKind = "restarting"
 	// EventStopping: a stop was requested; workers got SIGTERM.
 	EventStopping EventKind = "stopping"
 	// EventFinished: the job ended; ExitCode is final. Nothing follows it.

@@ -240,7 +240,7 @@ func alive(pids []int) []string {
 func TestRankFailureEndsJobWithItsCode(t *testing.T) {
 	needTorch(t)
 	state, pidDir := stateDir(t), t.TempDir()
-	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--grace", "3s", "--env", "PID_DIR="+pidDir, "--",
+	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--grace", "3s", "--max-restarts", "0", "--env", "PID_DIR="+pidDir, "--",
 		pythonBin, "cmd/scavctl/testdata/ddp_loop.py", "--fail-rank", "1", "--fail-after", "5", "--fail-code", "3")
 	if code != 3 {
 		t.Fatalf("scavctl exit %d, want the failing rank's 3\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

@@ -33,6 +33,7 @@ type runFlags struct {
 	ckptSignal string
 	stepRegex  string
 	resume     string
+	restarts   int
 
 	policy        string
 	objective     string
@@ -107,6 +108,7 @@ job's exit code.`,
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for cost objectives (default 1)")
 	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
+	fl.IntVar(&f.restarts, "max-restarts", api.DefaultMaxRestarts, "restart a job whose worker crashed (not stopped, not moved) this many times, from its last complete checkpoint, with back-off; 0: never")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	return cmd
 }
@@ -353,6 +355,7 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
+		MaxRestarts: &f.restarts,
 	}
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
@@ -363,13 +366,17 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	return req, errors.Join(errs...)
 }
 
-// workerEnv is this process's environment with the --env pairs on top.
+// workerEnv is this process's environment, less the variables Scavenger
+// sets for each worker, with the --env pairs on top.
 func workerEnv(pairs []string) ([]string, error) {
-	env := os.Environ()
+	env := plugins.InheritEnv(os.Environ())
 	var errs []error
 	for _, kv := range pairs {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("--env %q: use KEY=VALUE", kv))
+			continue
+		} else if plugins.IsContractEnv(k) {
+			errs = append(errs, fmt.Errorf("--env %s: Scavenger sets %s for each worker; it may not be given", k, k))
 			continue
 		}
 		env = append(env, kv)

@@ -88,6 +88,9 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 	if err := req.Validate(); err != nil {
 		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
+	if err := g.checkCapacity(ctx, req); err != nil {
+		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
+	}
 	if err := g.checkOwner(ctx, &owner); err != nil {
 		return api.Job{}, err
 	}
@@ -132,8 +135,12 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	if ckpt == "" {
 		ckpt = filepath.Join(g.o.CheckpointRoot, id)
 	}
+	restarts := api.DefaultMaxRestarts
+	if req.MaxRestarts != nil {
+		restarts = *req.MaxRestarts
+	}
 	return api.Job{
-		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
+		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode, MaxRestarts: restarts,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex,
 		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation,
 		State: api.StateStarting, Created: time.Now().UTC(),
@@ -153,6 +160,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 	case j.State == api.StateSucceeded:
 		return api.Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", api.ErrBadRequest, id)
 	}
+	env = plugins.InheritEnv(env) // the launcher sets the worker contract's variables
 	from := resumePoint{attempt: j.Attempt + 1}
 	if j.Resume != nil {
 		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
@@ -162,6 +170,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 		return api.Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", api.ErrBadRequest, id, j.CheckpointDir)
 	}
 	rec.job.State, rec.job.Ended, rec.job.ExitCode, rec.job.Result, rec.job.Message, rec.job.Resume = api.StateStarting, nil, nil, nil, "", nil
+	rec.job.Restarts = 0 // a resumed job has its restarts again
 	if err := g.launch(ctx, rec, env, from, fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)); err != nil {
 		return api.Job{}, err
 	}

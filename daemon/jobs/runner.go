@@ -62,6 +62,9 @@ type plan struct {
 	resumePoint
 	cfg  plugins.Config
 	prev *plugins.Config
+	// note, when set, says why this attempt starts (a restart after a
+	// crash); its started event carries it.
+	note string
 }
 
 // moveReq asks a running job to relaunch at another configuration.
@@ -232,6 +235,10 @@ func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.
 		}
 		if p.prev == nil {
 			r.log.Warn("start failed", zap.Error(err))
+			// The job's last attempt is the one that failed to start: its
+			// final event carries that number, which a follower (scavctl
+			// run) waits for.
+			r.rec.job.Attempt = p.attempt
 			return nil, ending{state: api.StateFailed, code: 127, msg: fmt.Sprintf("start: %v", err)}, false
 		}
 		r.log.Warn("relaunch failed; reverting", zap.Error(err))
@@ -274,8 +281,13 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
-	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %d workers, global batch %d (launcher %s, %s)",
-		p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+	note := ""
+	if p.note != "" {
+		note = " after a crash (" + p.note + ")"
+		p.note = ""
+	}
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d%s: %d workers, global batch %d (launcher %s, %s)",
+		p.attempt, note, p.cfg.Workers, p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
 // endAttempt closes the current attempt's record.
