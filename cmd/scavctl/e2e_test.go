@@ -608,6 +608,8 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 	id := waitForRecords(t, state, errOut, 2*30)
 	if _, e, code := scavctl(t, state, "move", id, "--workers", "1"); code != 0 {
 		t.Fatalf("scavctl move: exit %d\n%s", code, e)
+	} else if strings.Contains(e, "checkpointed") || !strings.Contains(e, "last complete checkpoint") {
+		t.Errorf("scavctl move said %q; want that it fell back to the last complete checkpoint", e)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("scavctl run: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)

@@ -306,6 +306,10 @@ func (w *watch) ended(res waited) {
 		out.timing.Exit = time.Since(w.acked).Seconds()
 	}
 	out.res, out.err = plugins.Result{}, nil
+	// Recorded before the requester hears: its answer (the record) says
+	// whether the move checkpointed or fell back to an older checkpoint.
+	w.r.endAttempt(fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
+	w.r.save(w.kill)
 	out.moved.fail(nil)
 }
 

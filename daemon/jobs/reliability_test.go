@@ -3,8 +3,11 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +220,62 @@ func TestCapacityIsCheckedAtSubmit(t *testing.T) {
 	}
 	if len(g.Active()) != 0 {
 		t.Errorf("refused jobs run: %v", g.Active())
+	}
+}
+
+// TestDrainSpoolTakesOnlyUnclaimedFiles: a spool file a live worker claimed
+// (to send it itself) is left to it; once the workers are gone, every file
+// is taken, and unfinished writes are removed.
+func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
+	nc, _ := store(t)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	dir := t.TempDir()
+	r := &runner{g: &Registry{o: Options{NC: nc}, log: log}, log: log, rec: record{job: api.Job{ID: "spool-000001", CheckpointDir: dir}}}
+	spool := filepath.Join(dir, spoolDir)
+	if err := os.Mkdir(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	line := func(step int) string {
+		b, _ := json.Marshal(telemetry.StepRecord{V: telemetry.SchemaVersion, Job: "spool-000001", Attempt: 1, World: 1, Step: int64(step), Time: 1.7e9})
+		return string(b) + "\n"
+	}
+	for name, text := range map[string]string{"a1-r0-9-000001.jsonl": line(1), "a1-r0-9-000002.jsonl" + sendingSuffix: line(2),
+		"a1-r0-9-000003.jsonl.tmp": line(3)} {
+		if err := os.WriteFile(filepath.Join(spool, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var got []int64
+	sub, err := nc.Subscribe(telemetry.StepSubject("spool-000001"), func(m *nats.Msg) {
+		recs, _ := telemetry.DecodeBatch(m.Data)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rec := range recs {
+			got = append(got, rec.Step)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	steps := func() []int64 {
+		_ = nc.Flush()
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), got...)
+	}
+	r.drainSpool(false)
+	if s := steps(); !reflect.DeepEqual(s, []int64{1}) {
+		t.Fatalf("with the workers alive, published %v; want only the unclaimed file's step 1", s)
+	}
+	r.drainSpool(true)
+	if s := steps(); !reflect.DeepEqual(s, []int64{1, 2}) {
+		t.Fatalf("with the workers gone, published %v; want steps 1 and 2", s)
+	}
+	if _, err := os.Stat(spool); !os.IsNotExist(err) {
+		ents, _ := os.ReadDir(spool)
+		t.Errorf("the spool directory is left with %v", ents)
 	}
 }

@@ -19,10 +19,21 @@ import (
 // when an attempt ends, and before a job goes on from a restart.
 const spoolDir = ".scavenger-spool"
 
+// A spool file is claimed by a rename before it is read: the worker that
+// wrote it renames it to <name>.sending to send it itself once a daemon
+// answers, the daemon to <name>.draining to publish it; a file is read by
+// whoever renamed it.
+const (
+	sendingSuffix  = ".sending"
+	drainingSuffix = ".draining"
+)
+
 // drainSpool publishes the step records the job's workers spooled and
 // removes their files. Only the job's own step records count: the directory
-// is its owner's, and no one else's records get in through it.
-func (r *runner) drainSpool() {
+// is its owner's, and no one else's records get in through it. With
+// workersGone, the files that a worker (or a daemon) had claimed and did not
+// finish are taken too: nobody is left to finish them.
+func (r *runner) drainSpool(workersGone bool) {
 	dir := filepath.Join(r.rec.job.CheckpointDir, spoolDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -30,10 +41,22 @@ func (r *runner) drainSpool() {
 	}
 	taken, refused := 0, 0
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".jsonl") {
+		name := e.Name()
+		if workersGone && strings.HasSuffix(name, ".tmp") { // a write its worker did not finish
+			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
+		claimed := strings.HasSuffix(name, sendingSuffix) || strings.HasSuffix(name, drainingSuffix)
+		if !strings.HasSuffix(name, ".jsonl") && !(workersGone && claimed) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if !strings.HasSuffix(name, drainingSuffix) {
+			if err := os.Rename(path, path+drainingSuffix); err != nil {
+				continue // the worker took it
+			}
+			path += drainingSuffix
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			continue
