@@ -85,6 +85,22 @@ type Job struct {
 	Result *plugins.Result `json:"result,omitempty"`
 	// Message says in words why the job is in its state, when it is not obvious.
 	Message string `json:"message,omitempty"`
+	// Output counts the job's output lines (daemon/jobs/outputcap.go).
+	Output *OutputStats `json:"output,omitempty"`
+}
+
+// OutputStats count a job's output lines as its history keeps them: the
+// first lines whole (its head), then only the newest.
+type OutputStats struct {
+	// Lines is how many lines the workers wrote, over all attempts.
+	Lines int64 `json:"lines"`
+	// HeadBytes is how many bytes of them the head holds; Tail is set once
+	// the head is full.
+	HeadBytes int64 `json:"head_bytes"`
+	Tail      bool  `json:"tail,omitempty"`
+	// Dropped counts the lines the daemon dropped because the job wrote
+	// faster than it publishes.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // Owner is a user as the daemon knows them: from the kernel (the peer

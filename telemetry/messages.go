@@ -14,6 +14,10 @@ type LogLine struct {
 	Line string `json:"line"`
 	// Time is when the daemon read the line.
 	Time time.Time `json:"t"`
+	// N numbers the job's output lines from 1, over all its attempts, so
+	// that a reader sees where its history left lines out (0: a line of
+	// the daemon's own, or a daemon before numbering).
+	N int64 `json:"n,omitempty"`
 }
 
 // EventKind names a job lifecycle event.

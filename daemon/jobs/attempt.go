@@ -99,12 +99,17 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		cancelWait()
 	}()
 	killed, closing := kill.Done(), shutdown.Done()
+	flush := time.NewTicker(outputFlushEvery)
+	defer flush.Stop()
 	for {
 		select {
 		case res := <-wc:
 			w.stops.Wait()
+			r.out.flush(true) // the attempt's output is all in: its last lines are kept
 			w.ended(res)
 			return w.out
+		case <-flush.C:
+			r.out.flush(false)
 		case <-closing:
 			closing = nil // acted on once
 			if w.out.moved == nil && !w.out.stopped && r.leave(h) {

@@ -36,16 +36,20 @@ func (r *runner) publishStep(rec telemetry.StepRecord) error {
 	return r.g.o.NC.Publish(telemetry.StepSubject(rec.Job), append(b, '\n'))
 }
 
-// output publishes each worker line of attempt on the job's log subject and
-// lets steps read the job's progress off it.
+// output publishes each worker line of attempt, as the job's output cap
+// lets it (outputcap.go), and lets steps read the job's progress off it.
 func (r *runner) output(attempt int, steps *outputSteps) plugins.OutputFunc {
 	job := r.rec.job.ID
-	subj := telemetry.LogSubject(job)
 	return func(rank int, stream plugins.Stream, line string) {
-		b, _ := json.Marshal(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
-		if err := r.g.o.NC.Publish(subj, b); err != nil {
-			r.log.Debug("publish output", zap.Error(err))
-		}
+		r.out.take(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
 		steps.line(job, &r.prog, rank, stream, line, r.log)
+	}
+}
+
+// publishLine publishes one output line on subject.
+func (r *runner) publishLine(subject string, l telemetry.LogLine) {
+	b, _ := json.Marshal(l)
+	if err := r.g.o.NC.Publish(subject, b); err != nil {
+		r.log.Debug("publish output", zap.Error(err))
 	}
 }

@@ -27,6 +27,7 @@ type runner struct {
 	env  []string // the workers' environment
 	from resumePoint
 	prog progress
+	out  *jobOutput // the job's output, capped
 	// view is the record as the runner last saved it; cur the attempt and
 	// configuration now, for the controller.
 	view atomic.Pointer[[]byte]
@@ -108,6 +109,7 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
 	}
+	r.out = newJobOutput(rec.job, r.publishLine)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {
 		r.rec.job.Phase = policy.PhaseWarmup
 	}
@@ -327,6 +329,9 @@ func (r *runner) finish(ctx context.Context, e ending) {
 // logged (the job goes on) and returned.
 func (r *runner) save(ctx context.Context) error {
 	r.prog.fold(&r.rec.job)
+	if st := r.out.stats(); st.Lines > 0 {
+		r.rec.job.Output = &st
+	}
 	b, err := r.rec.commit(context.WithoutCancel(ctx))
 	if b != nil {
 		r.view.Store(&b)
