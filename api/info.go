@@ -54,6 +54,12 @@ type Info struct {
 	// API is the API's unix socket; APIAddr its TCP address, when it has one.
 	API     string `json:"api,omitempty"`
 	APIAddr string `json:"api_addr,omitempty"`
+	// StateDisk, when set, says what is wrong with the daemon's state disk
+	// (full: the store cannot write until there is room again).
+	StateDisk string `json:"state_disk,omitempty"`
+	// CheckpointDisks names the running jobs' checkpoint directories that
+	// are short of space, with the space left.
+	CheckpointDisks []string `json:"checkpoint_disks,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

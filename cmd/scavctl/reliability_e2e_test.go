@@ -69,3 +69,10 @@ func TestRunRefusesMoreWorkersThanSlots(t *testing.T) {
 		t.Errorf("run --workers 2 with 1 slot: exit %d, want a refusal:\n%s", code, errOut)
 	}
 }
+
+func TestStatusOfTheDaemon(t *testing.T) {
+	out, errOut, code := scavctlWithin(t, time.Minute, stateDir(t), nil, "status")
+	if code != 0 || !strings.Contains(out, "State disk:") || !strings.Contains(out, "ok") {
+		t.Errorf("scavctl status: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -14,15 +14,18 @@ import (
 
 func newStatusCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "status JOB",
-		Short: "Show one job's record and its latest step",
-		Args:  cobra.ExactArgs(1),
+		Use:   "status [JOB]",
+		Short: "Show one job's record and its latest step, or, with no JOB, the daemon's",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
 			if err != nil {
 				return err
 			}
 			return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
+				if len(args) == 0 {
+					return a.showDaemon(ctx, c, asJSON)
+				}
 				return a.showStatus(ctx, c, args[0], asJSON)
 			})
 		},
@@ -31,11 +34,55 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// showDaemon prints the daemon's own state: its node, version, jobs and
+// what is wrong with it (a full state disk).
+func (a *app) showDaemon(ctx context.Context, c *api.Client, asJSON bool) error {
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return a.printJSON(info)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("Node", info.Node)
+	row("Version", info.Version)
+	row("PID", fmt.Sprint(info.PID))
+	row("API", info.API)
+	row("Running jobs", fmt.Sprintf("%d %s", len(info.Active), strings.Join(info.Active, " ")))
+	disk := "ok"
+	if info.StateDisk != "" {
+		disk = info.StateDisk
+	}
+	row("State disk", disk)
+	for _, c := range info.CheckpointDisks {
+		row("Checkpoint disk", c)
+	}
+	return tw.Flush()
+}
+
+// warnDaemon tells, on stderr, what is wrong with the daemon (a full state
+// disk: what a job's record says may be behind; a checkpoint directory
+// short of space).
+func (a *app) warnDaemon(ctx context.Context, c *api.Client) {
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return
+	}
+	for _, w := range append([]string{info.StateDisk}, info.CheckpointDisks...) {
+		if w != "" {
+			fmt.Fprintf(a.stderr, "scavctl: warning: scavd on %s: %s\n", info.Node, w)
+		}
+	}
+}
+
 func (a *app) showStatus(ctx context.Context, c *api.Client, id string, asJSON bool) error {
 	j, err := c.Job(ctx, id)
 	if err != nil {
 		return err
 	}
+	a.warnDaemon(ctx, c)
 	last, ok, err := c.LastStep(ctx, id)
 	if err != nil {
 		return err

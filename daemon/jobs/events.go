@@ -1,8 +1,12 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"go.uber.org/zap"
 
@@ -28,6 +32,20 @@ func (r *runner) publish(e telemetry.Event) {
 	if err := r.g.o.NC.Publish(telemetry.EventSubject(e.Job), b); err != nil {
 		r.log.Warn("publish event", zap.String("kind", string(e.Kind)), zap.Error(err))
 	}
+}
+
+// publishStored publishes e into the output stream and waits for the
+// stream to store it; its message id makes a second try after a lost
+// acknowledgement a duplicate the stream drops.
+func (r *runner) publishStored(ctx context.Context, e telemetry.Event) error {
+	b, _ := json.Marshal(e)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	defer cancel()
+	id := fmt.Sprintf("%s-%s-%d", e.Job, e.Kind, e.Attempt)
+	if _, err := r.g.js.Publish(ctx, telemetry.EventSubject(e.Job), b, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publish %s event of %s: %w", e.Kind, e.Job, err)
+	}
+	return nil
 }
 
 // publishStep publishes a step record the daemon made itself.

@@ -62,6 +62,7 @@ type Options struct {
 type Registry struct {
 	o   Options
 	log *zap.Logger
+	js  jetstream.JetStream // events that must be stored (a job's end)
 	// shutdown, when cancelled, asks every runner to stop its job (or to
 	// leave an attempt that outlives the daemon); kill ends the grace.
 	shutdown, kill             context.Context
@@ -77,6 +78,7 @@ type Registry struct {
 // (the daemon's root context).
 func New(ctx context.Context, o Options) *Registry {
 	g := &Registry{o: o, log: o.Log, jobs: map[string]*runner{}}
+	g.js, _ = jetstream.New(o.NC) // fails only without a connection
 	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
 	g.kill, g.cancelKill = context.WithCancel(ctx)
 	return g

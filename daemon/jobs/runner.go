@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -320,14 +321,55 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if e.resume != nil {
 		j.Resume = e.resume
 	}
-	r.save(ctx)
-	r.publish(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg})
+	// The end must be stored, or a follower waits for it forever: while the
+	// store cannot write (a full state disk) it is tried again until it can.
+	_ = r.keepTrying(ctx, "record the end of the job", func() error { return r.store(ctx) })
+	fin := telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg, Time: now}
+	_ = r.keepTrying(ctx, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
 	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
+}
+
+// keepTrying calls fn until it succeeds, fails for good (a conflict), or
+// ctx ends, waiting longer after each failure (up to 5s); it logs the first
+// failure and the success after it.
+func (r *runner) keepTrying(ctx context.Context, what string, fn func() error) error {
+	wait := 250 * time.Millisecond
+	for n := 0; ; n++ {
+		err := fn()
+		switch {
+		case err == nil && n > 0:
+			r.log.Info(what+": done after waiting", zap.Int("tries", n+1))
+			return nil
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrConflict):
+			r.log.Error(what, zap.Error(err))
+			return err
+		case n == 0:
+			r.log.Warn(what+": the store refuses it; trying again until it takes it (is the state disk full?)", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			r.log.Error(what+": gave up, the daemon is stopping", zap.Error(err))
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // save folds the progress into the record and writes it; a failure is
 // logged (the job goes on) and returned.
 func (r *runner) save(ctx context.Context) error {
+	err := r.store(ctx)
+	if err != nil {
+		r.log.Error("save job record", zap.Error(err))
+	}
+	return err
+}
+
+// store folds the progress and the output counts into the record and writes it.
+func (r *runner) store(ctx context.Context) error {
 	r.prog.fold(&r.rec.job)
 	if st := r.out.stats(); st.Lines > 0 {
 		r.rec.job.Output = &st
@@ -335,9 +377,6 @@ func (r *runner) save(ctx context.Context) error {
 	b, err := r.rec.commit(context.WithoutCancel(ctx))
 	if b != nil {
 		r.view.Store(&b)
-	}
-	if err != nil {
-		r.log.Error("save job record", zap.Error(err))
 	}
 	return err
 }
