@@ -6,9 +6,12 @@ telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
 and reconnecting with exponential backoff. Records a failed write did not
 deliver (the daemon went away) are spooled and sent first on the next
 connection, so a daemon restart loses only what the kernel had taken for the
-dead connection. While no daemon answers, records past half the queue's size
-spill to files in the job's spool directory ($SCAV_CHECKPOINT_DIR/
-.scavenger-spool), so memory stays bounded and nothing is dropped: the client
+dead connection. While no daemon answers, records spill to files in the job's
+spool directory ($SCAV_CHECKPOINT_DIR/.scavenger-spool) once they are
+SPILL_AFTER old or past half the queue's size, so memory stays bounded,
+nothing is dropped, and a worker killed meanwhile (a restarted daemon stops
+the workers it cannot reattach to, and resumes from the last checkpoint)
+loses at most the records of its last SPILL_AFTER: the client
 sends them first when a daemon answers again, and what is still there when
 the worker ends is the daemon's to publish (daemon/jobs/spool.go). Each file
 is claimed by a rename before it is read, by the client or the daemon, so a
@@ -152,6 +155,7 @@ class Client:
     BACKOFF_MIN = 0.05
     BACKOFF_MAX = 2.0
     WRITE_TIMEOUT = 5.0
+    SPILL_AFTER = 0.25  # seconds a record waits for a daemon before it goes to a file
 
     def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.05,
                  timed: bool = True):
@@ -183,6 +187,7 @@ class Client:
         # their record counts; _seq numbers them.
         self._spilled: collections.deque = collections.deque()
         self._seq = 0
+        self._spill_at: Optional[float] = None  # when the waiting records go to a file
         self._spill_dir = os.path.join(config.checkpoint_dir, SPOOL_DIR) if config.checkpoint_dir else ""
         self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
@@ -346,11 +351,19 @@ class Client:
 
     def _flush(self) -> None:
         """Write every queued record; keep them queued while no daemon answers,
-        spilling them to the spool directory past half the queue's size."""
+        spilling them to the spool directory once SPILL_AFTER old or past half
+        the queue's size."""
         if self._sock is None and not self._connect():
-            if len(self._queue) + len(self._spool) >= max(1, self._capacity // 2):
-                self._spill()
+            pending, now = len(self._queue) + len(self._spool), time.monotonic()
+            if not pending:
+                self._spill_at = None
+                return
+            if self._spill_at is None:
+                self._spill_at = now + self.SPILL_AFTER
+            if (pending >= max(1, self._capacity // 2) or now >= self._spill_at) and self._spill():
+                self._spill_at = None
             return
+        self._spill_at = None
         if not self._replay():
             return
         lines = []

@@ -254,6 +254,27 @@ class WireTest(unittest.TestCase):
         self.assertEqual((client.stats()["spilled"], client.stats()["dropped"]), (0, 0))
         self.assertEqual(os.listdir(spool), [])
 
+    def test_records_waiting_for_a_daemon_go_to_a_file(self):
+        # A few records, far below half the queue: while no daemon answers they
+        # still reach the spool directory, so that a worker killed meanwhile
+        # (a restarted daemon stops the workers it cannot reattach to) keeps them.
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        client = Client(dataclasses.replace(config(os.path.join(ckpt, "d.sock")), checkpoint_dir=ckpt))
+        self.addCleanup(client.close)
+        for i in range(3):
+            client.step(samples=i)
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        deadline = time.monotonic() + 30
+        while client.stats()["spilled"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(client.stats()["spilled"], 3)
+        recs = []
+        for name in os.listdir(spool):
+            with open(os.path.join(spool, name)) as f:
+                recs += [json.loads(line) for line in f]
+        self.assertEqual(sorted(r["step"] for r in recs), [1, 2, 3])
+
     def test_a_spilled_file_the_daemon_took_is_not_sent(self):
         ckpt = tempfile.mkdtemp(prefix="scav-test-")
         self.addCleanup(shutil.rmtree, ckpt)
