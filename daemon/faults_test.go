@@ -33,7 +33,8 @@ import (
 // collectives make them: a rank whose peer died waits there until the
 // daemon stops it) and rank 0 checkpoints the way the python client does (a
 // temporary file renamed, then the manifest); with SLOW=1 it marks each
-// write with SIDE/writing-STEP and takes 0.5 s in it.
+// write with SIDE/writing-STEP and takes 0.5 s in it. Asked to checkpoint
+// (a stop, a move), it does at once and exits 0.
 const faultWorker = `import json, os, sys, time, scavenger
 total, every, slow, side = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 rank, attempt, d = int(os.environ.get("RANK", "0")), os.environ["SCAV_ATTEMPT"], scavenger.checkpoint_dir()
@@ -51,19 +52,29 @@ def atomic(name, data):
     os.replace(tmp, os.path.join(d, name))
 
 def meet(i):
+    if int(os.environ.get("WORLD_SIZE", "2")) < 2:
+        return
     open(os.path.join(side, "at-%s-%d-%d" % (attempt, i, rank)), "w").close()
     while not os.path.exists(os.path.join(side, "at-%s-%d-%d" % (attempt, i, 1 - rank))):
         time.sleep(0.005)
 
+def checkpoint(i):
+    name = "ckpt-%d.pt" % i
+    atomic(name, b"x" * 1000)
+    atomic("latest.json", json.dumps({"format": "scavenger.manifest/1", "checkpoint": name, "step": i, "size": 1000}).encode())
+    return os.path.join(d, name)
+
 for i in range(scavenger.start_step() + 1, total + 1):
     scavenger.step(samples=1)
     time.sleep(0.01)
+    if scavenger.should_checkpoint():  # a stop or a move: checkpoint, say so, exit 0
+        scavenger.acknowledge(checkpoint(i) if rank == 0 else None)
+        scavenger.close()
+        sys.exit(0)
     if i % every == 0 and i < total:
         meet(i)
     if rank == 0 and i % every == 0 and i < total:
-        name = "ckpt-%d.pt" % i
-        atomic(name, b"x" * 1000)
-        atomic("latest.json", json.dumps({"format": "scavenger.manifest/1", "checkpoint": name, "step": i, "size": 1000}).encode())
+        checkpoint(i)
 scavenger.close()
 `
 
@@ -73,20 +84,27 @@ type trialResult struct {
 	lost, dup, repeated      int  // step records: never stored; stored twice; steps done again after a restart
 	procs, zombies, leftover int  // processes of the job alive after it, zombies, temporary or spool files left
 	attempts                 int  // the job's attempts
+	figure                   float64
 	note                     string
 }
 
-// faultTrial is one kind of fault: its name, its goal, and one run.
+// faultTrial is one kind of fault: its name, its goal, and one run; most,
+// when set, bounds its runs (a long trial); figure names what the runs'
+// figure measures (printed min–max).
 type faultTrial struct {
 	fault, goal string
 	run         func(t *testing.T, python string) trialResult
+	most        int
+	figure      string
 }
 
 var faultTrials = []faultTrial{
-	{"kill -9 a worker (random rank, random time)", "job finishes by itself in N/N; records lost 0", killWorkerTrial},
-	{"kill -9 rank 0 inside a checkpoint write", "resumes from the last complete checkpoint in N/N", killInCheckpointTrial},
-	{"state disk full, then freed", "no hang; recovers without restart; records lost 0", diskFullTrial},
-	{"kill -9 scavd, restart after 3–30 s", "job finishes in N/N; step records lost 0", killDaemonTrial},
+	{fault: "kill -9 a worker (random rank, random time)", goal: "job finishes by itself in N/N; records lost 0", run: killWorkerTrial},
+	{fault: "kill -9 rank 0 inside a checkpoint write", goal: "resumes from the last complete checkpoint in N/N", run: killInCheckpointTrial},
+	{fault: "state disk full, then freed", goal: "no hang; recovers without restart; records lost 0", run: diskFullTrial},
+	{fault: "kill -9 scavd, restart after 3–30 s", goal: "job finishes in N/N; step records lost 0", run: killDaemonTrial},
+	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
+	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
 }
 
 func TestFaults(t *testing.T) {
@@ -102,11 +120,15 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	var table bytes.Buffer
-	fmt.Fprintf(&table, "| fault | goal | N | goal met | records lost | duplicated | steps done again | attempts | processes left | zombies | files left |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&table, "| fault | goal | N | goal met | records lost | duplicated | steps done again | attempts | processes left | zombies | files left | figure |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, ft := range faultTrials {
 		var sum trialResult
-		met, runs, minA, maxA := 0, 0, 1<<30, 0
-		for i := 0; i < n; i++ {
+		met, runs, minA, maxA, minF, maxF := 0, 0, 1<<30, 0, 1e18, 0.0
+		runsOf := n
+		if ft.most > 0 {
+			runsOf = min(n, ft.most)
+		}
+		for i := 0; i < runsOf; i++ {
 			var r trialResult
 			ran := false
 			t.Run(fmt.Sprintf("%s/%d", ft.fault, i), func(t *testing.T) {
@@ -125,6 +147,7 @@ func TestFaults(t *testing.T) {
 			}
 			t.Logf("%s #%d: %+v", ft.fault, i, r)
 			minA, maxA = min(minA, r.attempts), max(maxA, r.attempts)
+			minF, maxF = min(minF, r.figure), max(maxF, r.figure)
 			sum.lost, sum.dup, sum.repeated = sum.lost+r.lost, sum.dup+r.dup, sum.repeated+r.repeated
 			sum.procs, sum.zombies, sum.leftover = sum.procs+r.procs, sum.zombies+r.zombies, sum.leftover+r.leftover
 		}
@@ -135,8 +158,12 @@ func TestFaults(t *testing.T) {
 		if maxA != minA {
 			attempts = fmt.Sprintf("%d–%d", minA, maxA)
 		}
-		fmt.Fprintf(&table, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %d | %d | %d |\n", ft.fault, ft.goal, runs, met, runs,
-			sum.lost, sum.dup, sum.repeated, attempts, sum.procs, sum.zombies, sum.leftover)
+		figure := ""
+		if ft.figure != "" {
+			figure = fmt.Sprintf("%s: %.0f–%.0f", ft.figure, minF, maxF)
+		}
+		fmt.Fprintf(&table, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %d | %d | %d | %s |\n", ft.fault, ft.goal, runs, met, runs,
+			sum.lost, sum.dup, sum.repeated, attempts, sum.procs, sum.zombies, sum.leftover, figure)
 	}
 	t.Logf("\n%s", table.String())
 	if out != "" {
@@ -155,7 +182,9 @@ func faultsDoc(n int, table string) []byte {
 		"the job's processes still alive after its end, zombies, and temporary or spool files left in its checkpoint "+
 		"directory. In the state-disk trial the checkpoint directory is on the full disk too: a checkpoint that does not fit "+
 		"fails rank 0, and the job restarts from the previous one (hence its second attempt). The kill -9 of scavd runs "+
-		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again. "+
+		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again; so do the service stop "+
+		"(SIGTERM under 4 jobs, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
+		"stdout after another job wrote 1000 lines; the figure is scavd's VmHWM). "+
 		"The test is daemon/faults_test.go (TestFaults runs each trial once).\n\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
 }
@@ -508,4 +537,115 @@ func missingSteps(byStep map[int]map[int64]int, ranks, total int) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// stopDaemonTrial stops scavd with SIGTERM (a service stop) under 4 jobs and
+// starts it again: each must checkpoint, resume from that checkpoint, and
+// finish with every step record stored.
+func stopDaemonTrial(t *testing.T, python string) trialResult {
+	const total, every = 400, 40
+	bin := scavdBin(t)
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	p, c := startScavd(t, bin, state)
+	var js []api.Job
+	var sides []string
+	for k := 0; k < 4; k++ {
+		side := t.TempDir()
+		js, sides = append(js, submitWorkers(t, c, python, side, total, every, false)), append(sides, side)
+	}
+	for _, side := range sides {
+		workerPid(t, side, 0, 1)
+		workerPid(t, side, 1, 1)
+	}
+	time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
+	p.stop(syscall.SIGTERM)
+	_, c = startScavd(t, bin, state)
+	r := trialResult{ok: true}
+	for _, j := range js {
+		waitFor(t, 3*time.Minute, "job "+j.ID+" to end", func() bool {
+			j, err = c.Job(context.Background(), j.ID)
+			return err == nil && j.State.Done()
+		})
+		resumed := len(j.Attempts) >= 2 && j.Attempts[0].EndReason == string(api.StateStopped) && j.Attempts[1].Restore != ""
+		if j.State != api.StateSucceeded || !resumed {
+			r.ok, r.note = false, fmt.Sprintf("job %s %s after %d attempts: %s", j.ID, j.State, len(j.Attempts), j.Message)
+		}
+		var one trialResult
+		settle(t, c, j, total, &one)
+		r.lost, r.dup, r.repeated = r.lost+one.lost, r.dup+one.dup, r.repeated+one.repeated
+		r.procs, r.zombies, r.leftover = r.procs+one.procs, r.zombies+one.zombies, r.leftover+one.leftover
+		r.attempts = max(r.attempts, one.attempts)
+	}
+	return r
+}
+
+// floodWorker writes argv[1] MB of 100-byte lines to its stdout.
+const floodWorker = `import sys
+line = b"x" * 99 + b"\n"
+for _ in range(int(sys.argv[1]) * 10):
+    sys.stdout.buffer.write(line * 1000)
+`
+
+// floodTrial runs a job of 1000 numbered lines, then one that writes 1 GB
+// (64 MB for a single run) to its stdout: the first job's history must stay
+// whole, and scavd's memory bounded (the figure: its peak RSS in MB).
+func floodTrial(t *testing.T, python string) trialResult {
+	mb := 64
+	if os.Getenv("SCAV_BENCH_FAULTS") != "" {
+		mb = 1000
+	}
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	p, c := startScavd(t, scavdBin(t), state)
+	ctx := context.Background()
+	run := func(cmd ...string) api.Job {
+		j, err := c.Run(ctx, api.RunRequest{Command: cmd, Dir: t.TempDir(), Config: plugins.Config{Workers: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final := follow(t, c, j.ID, 10*time.Minute); final.ExitCode == nil || *final.ExitCode != 0 {
+			t.Fatalf("job %v ended %+v", cmd[:1], final)
+		}
+		return j
+	}
+	small := run("/bin/sh", "-c", "for i in $(seq 1000); do echo line $i; done")
+	flood := run(python, "-c", floodWorker, strconv.Itoa(mb))
+	lines := 0
+	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Output(ctx2, small.ID, false, func(l *telemetry.LogLine, _ *telemetry.Event) error {
+		if l != nil {
+			lines++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := trialResult{figure: float64(peakRSS(p.cmd.Process.Pid)) / (1 << 20), attempts: 1}
+	r.ok = lines == 1000 && r.figure <= 150
+	r.note = fmt.Sprintf("history of the earlier job: %d lines of 1000; scavd peak RSS %.0f MB", lines, r.figure)
+	r.procs, r.zombies, r.leftover = leftovers(flood)
+	return r
+}
+
+// peakRSS is pid's peak resident set size in bytes (VmHWM), or 0.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
