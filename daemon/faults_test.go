@@ -508,13 +508,13 @@ func killDaemonTrial(t *testing.T, python string) trialResult {
 	}
 	time.Sleep(down)
 	_, c = startScavd(t, bin, state)
-	// Attempt 1's end (lost with the daemon) is a final event too: the
-	// record says when the job, resumed, is done.
-	waitFor(t, 3*time.Minute, "the job to end", func() bool {
-		j, err = c.Job(context.Background(), j.ID)
-		return err == nil && j.State.Done()
-	})
-	r := trialResult{ok: j.State == api.StateSucceeded,
+	// A follower (scavctl run) sees the end of the resumed job, not that of
+	// the attempt lost with the daemon.
+	final := follow(t, c, j.ID, 3*time.Minute)
+	if j, err = c.Job(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := trialResult{ok: j.State == api.StateSucceeded && final.ExitCode != nil && *final.ExitCode == 0 && final.Attempt == j.Attempt,
 		note: fmt.Sprintf("down %s; %s: %s", down.Round(time.Second), j.State, j.Message)}
 	settle(t, c, j, total, &r)
 	return r
