@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -230,7 +231,9 @@ func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
 	nc, _ := store(t)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	dir := t.TempDir()
-	r := &runner{g: &Registry{o: Options{NC: nc}, log: log}, log: log, rec: record{job: api.Job{ID: "spool-000001", CheckpointDir: dir}}}
+	g := &Registry{o: Options{NC: nc}, log: log}
+	g.js, _ = jetstream.New(nc)
+	r := &runner{g: g, log: log, rec: record{job: api.Job{ID: "spool-000001", CheckpointDir: dir}}}
 	spool := filepath.Join(dir, spoolDir)
 	if err := os.Mkdir(spool, 0o700); err != nil {
 		t.Fatal(err)
@@ -266,11 +269,11 @@ func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
 		defer mu.Unlock()
 		return append([]int64(nil), got...)
 	}
-	r.drainSpool(false)
+	r.drainSpool(context.Background(), false)
 	if s := steps(); !reflect.DeepEqual(s, []int64{1}) {
 		t.Fatalf("with the workers alive, published %v; want only the unclaimed file's step 1", s)
 	}
-	r.drainSpool(true)
+	r.drainSpool(context.Background(), true)
 	if s := steps(); !reflect.DeepEqual(s, []int64{1, 2}) {
 		t.Fatalf("with the workers gone, published %v; want steps 1 and 2", s)
 	}

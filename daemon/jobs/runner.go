@@ -199,7 +199,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 	}
 	p := plan{resumePoint: r.from, cfg: j.Config}
 	p.attempt = max(p.attempt, 1)
-	r.drainSpool(!p.reattach) // what the workers of an attempt before a restart left
+	r.drainSpool(kill, !p.reattach) // what the workers of an attempt before a restart left
 	hostLosses := 0
 	for {
 		h, end, ok := r.begin(kill, &p, outSteps)

@@ -2,12 +2,16 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -32,8 +36,10 @@ const (
 // removes their files. Only the job's own step records count: the directory
 // is its owner's, and no one else's records get in through it. With
 // workersGone, the files that a worker (or a daemon) had claimed and did not
-// finish are taken too: nobody is left to finish them.
-func (r *runner) drainSpool(workersGone bool) {
+// finish are taken too: nobody is left to finish them. A file whose records
+// the store did not take (a full state disk, for longer than spoolPatience)
+// stays, for the next drain.
+func (r *runner) drainSpool(ctx context.Context, workersGone bool) {
 	dir := filepath.Join(r.rec.job.CheckpointDir, spoolDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -64,11 +70,13 @@ func (r *runner) drainSpool(workersGone bool) {
 		recs, bad := telemetry.DecodeBatch(b)
 		refused += bad
 		var batch bytes.Buffer
+		chunk := 0
 		publish := func() error {
 			if batch.Len() == 0 {
 				return nil
 			}
-			err := r.g.o.NC.Publish(telemetry.StepSubject(r.rec.job.ID), batch.Bytes())
+			chunk++
+			err := r.storeSpooled(ctx, fmt.Sprintf("%s-%s-%d", r.rec.job.ID, strings.TrimSuffix(name, drainingSuffix), chunk), batch.Bytes())
 			batch.Reset()
 			return err
 		}
@@ -95,4 +103,23 @@ func (r *runner) drainSpool(workersGone bool) {
 	if taken+refused > 0 {
 		r.log.Info("step records the workers spooled while no daemon took them", zap.Int("published", taken), zap.Int("refused", refused))
 	}
+}
+
+// spoolPatience bounds how long one batch of spooled records waits for the
+// store (a full state disk) before its file is left for the next drain.
+const spoolPatience = 2 * time.Minute
+
+// storeSpooled publishes a batch of spooled step records into the step
+// stream and waits for the stream to store it, trying again (for up to
+// spoolPatience) while it does not; id makes a second try after a lost
+// acknowledgement a duplicate the stream drops.
+func (r *runner) storeSpooled(ctx context.Context, id string, data []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, spoolPatience)
+	defer cancel()
+	return r.keepTrying(ctx, "store spooled step records", func() error {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := r.g.js.Publish(c, telemetry.StepSubject(r.rec.job.ID), data, jetstream.WithMsgID(id))
+		return err
+	})
 }
