@@ -186,8 +186,8 @@ func (in *Server) Close() {
 		c.Close()
 	}
 	in.mu.Unlock()
+	in.stopHeld() // first: a connection may wait for room among the held batches
 	in.wg.Wait()
-	in.stopHeld()
 	_ = os.Remove(in.path)
 }
 
