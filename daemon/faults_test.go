@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,10 +191,7 @@ func faultsDoc(n int, table string) []byte {
 }
 
 // numCPU is the number of cores, for the table's heading.
-func numCPU() int {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	return max(1, bytes.Count(b, []byte("\nprocessor")))
-}
+func numCPU() int { return runtime.NumCPU() }
 
 // faultDaemon starts a daemon on a fresh state directory (under dir when
 // set) and returns it with a client; both are closed at the end of the test.
