@@ -184,7 +184,7 @@ func faultsDoc(n int, table string) []byte {
 		"directory. In the state-disk trial the checkpoint directory is on the full disk too: a checkpoint that does not fit "+
 		"fails rank 0, and the job restarts from the previous one (hence its second attempt). The kill -9 of scavd runs "+
 		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again; so do the service stop "+
-		"(SIGTERM under 4 jobs, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
+		"(SIGTERM under 4 jobs past their first checkpoint, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
 		"stdout after another job wrote 1000 lines; the figure is scavd's VmHWM). "+
 		"The test is daemon/faults_test.go (TestFaults runs each trial once).\n\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
@@ -555,9 +555,14 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 		side := t.TempDir()
 		js, sides = append(js, submitWorkers(t, c, python, side, total, every, false)), append(sides, side)
 	}
-	for _, side := range sides {
-		workerPid(t, side, 0, 1)
-		workerPid(t, side, 1, 1)
+	// Past the first checkpoint, the daemon knows each job's step time and
+	// asks for a checkpoint far enough ahead for both ranks (see the open
+	// finding in docs/bench-faults.md about a request made earlier).
+	for _, j := range js {
+		waitFor(t, 3*time.Minute, "job "+j.ID+" past its first checkpoint", func() bool {
+			last, ok, err := c.LastStep(context.Background(), j.ID)
+			return err == nil && ok && last.Step > every+5
+		})
 	}
 	time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
 	p.stop(syscall.SIGTERM)
@@ -574,6 +579,9 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 		}
 		var one trialResult
 		settle(t, c, j, total, &one)
+		if one.repeated > 0 { // resumed from an older checkpoint: it did not checkpoint when stopped
+			r.ok, r.note = false, fmt.Sprintf("job %s did not checkpoint when stopped: %d steps done again", j.ID, one.repeated)
+		}
 		r.lost, r.dup, r.repeated = r.lost+one.lost, r.dup+one.dup, r.repeated+one.repeated
 		r.procs, r.zombies, r.leftover = r.procs+one.procs, r.zombies+one.zombies, r.leftover+one.leftover
 		r.attempts = max(r.attempts, one.attempts)
