@@ -104,6 +104,13 @@ bench-cloud: setup build
 bench-ops: setup
 	GO=$(GO) sh tools/bench-ops.sh
 
+## bench-faults: the fault suite (issue 13), each trial N times (default 10); writes docs/bench-faults.md (root: tmpfs)
+N ?= 10
+bench-faults: build
+	SCAV_BENCH_FAULTS=$(CURDIR)/docs/bench-faults.md SCAV_BENCH_N=$(N) SCAV_TEST_BIN=$(BIN) SCAV_TEST_PYTHON=$(PYTHON) \
+	  $(GO) test ./daemon -run '^TestFaults$$' -count=1 -timeout 120m -v 2>&1 | grep -E '^\s+faults_test.go:[0-9]+: .* #[0-9]+:|^(--- |ok|FAIL)' || true
+	@cat docs/bench-faults.md
+
 ## bench-security: scavctl jobs latency and ingest records/s, this build against BASE (default 520f806, before it); writes docs/bench-security.md
 bench-security:
 	GO=$(GO) sh tools/bench-security.sh

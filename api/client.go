@@ -102,9 +102,9 @@ func (c *Client) Steps(ctx context.Context, job string, follow bool, fn func(tel
 // happened; exactly one of the two arguments of fn is non-nil. follow is
 // as for Steps.
 func (c *Client) Output(ctx context.Context, job string, follow bool, fn func(*telemetry.LogLine, *telemetry.Event) error) error {
-	logSubj := telemetry.LogSubject(job)
+	logSubj, tailSubj := telemetry.LogSubject(job), telemetry.LogTailSubject(job)
 	return c.follow(ctx, url.Values{"what": {StreamOutput}, "job": {job}}, follow, func(f Frame) error {
-		if f.Subject == logSubj {
+		if f.Subject == logSubj || f.Subject == tailSubj {
 			var l telemetry.LogLine
 			if err := json.Unmarshal([]byte(f.Data), &l); err != nil {
 				return nil // not a line this build can read; skip it

@@ -56,6 +56,12 @@ type Info struct {
 	APIAddr string `json:"api_addr,omitempty"`
 	// Launcher names the launcher the daemon's jobs run on.
 	Launcher string `json:"launcher,omitempty"`
+	// StateDisk, when set, says what is wrong with the daemon's state disk
+	// (full: the store cannot write until there is room again).
+	StateDisk string `json:"state_disk,omitempty"`
+	// CheckpointDisks names the running jobs' checkpoint directories that
+	// are short of space, with the space left.
+	CheckpointDisks []string `json:"checkpoint_disks,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

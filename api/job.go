@@ -75,6 +75,10 @@ type Job struct {
 	Decisions []Decision   `json:"decisions,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// MaxRestarts is how many crashed attempts the job restarts from its
+	// last checkpoint; Restarts how many it has restarted so far.
+	MaxRestarts int `json:"max_restarts"`
+	Restarts    int `json:"restarts,omitempty"`
 	// Resume is where a stopped job can continue (scavctl run --resume).
 	Resume *ResumePoint `json:"resume,omitempty"`
 	// Result is how the last attempt ended, rank by rank.
@@ -83,6 +87,22 @@ type Job struct {
 	Message string `json:"message,omitempty"`
 	// Cost is the sum of its attempts' costs (cloudvm).
 	Cost *Cost `json:"cost,omitempty"`
+	// Output counts the job's output lines (daemon/jobs/outputcap.go).
+	Output *OutputStats `json:"output,omitempty"`
+}
+
+// OutputStats count a job's output lines as its history keeps them: the
+// first lines whole (its head), then only the newest.
+type OutputStats struct {
+	// Lines is how many lines the workers wrote, over all attempts.
+	Lines int64 `json:"lines"`
+	// HeadBytes is how many bytes of them the head holds; Tail is set once
+	// the head is full.
+	HeadBytes int64 `json:"head_bytes"`
+	Tail      bool  `json:"tail,omitempty"`
+	// Dropped counts the lines the daemon dropped because the job wrote
+	// faster than it publishes.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // Owner is a user as the daemon knows them: from the kernel (the peer
@@ -124,7 +144,8 @@ type Attempt struct {
 	// Handle is the launcher's id of the attempt, to reattach to it after a
 	// daemon restart.
 	Handle string `json:"handle,omitempty"`
-	// EndReason says why it ended ("finished", "moved: ...", "stopped", "failed: ...").
+	// EndReason says why it ended ("finished", "moved: ...", "crashed: ...",
+	// "stopped", "failed: ...").
 	EndReason string `json:"end_reason,omitempty"`
 	// Move breaks down the relaunch that ended this attempt, when one did.
 	Move *MoveTiming `json:"move,omitempty"`

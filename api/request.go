@@ -48,7 +48,18 @@ type RunRequest struct {
 	// Allocation is the scheduler allocation the job runs in, as
 	// "<scheduler>.<id>" (scavctl run sets "slurm.$SLURM_JOB_ID").
 	Allocation string `json:"allocation,omitempty"`
+	// MaxRestarts is how many times an attempt that crashed (a worker
+	// failed on its own: not a stop, not a move) is restarted from the last
+	// complete checkpoint before the job fails; nil: DefaultMaxRestarts.
+	MaxRestarts *int `json:"max_restarts,omitempty"`
 }
+
+// DefaultMaxRestarts is a job's MaxRestarts unless it names one (torchrun's
+// --max-restarts convention); MaxMaxRestarts bounds what it may name.
+const (
+	DefaultMaxRestarts = 3
+	MaxMaxRestarts     = 100
+)
 
 // Validate collects every problem with the request.
 func (r *RunRequest) Validate() error {
@@ -71,8 +82,16 @@ func (r *RunRequest) Validate() error {
 	if r.Config.Workers > 0 && r.Config.GlobalBatch > 0 && r.Config.GlobalBatch%r.Config.Workers != 0 {
 		errs = append(errs, fmt.Errorf("batch size %d is not divisible by %d workers", r.Config.GlobalBatch, r.Config.Workers))
 	}
+	for _, kv := range r.Env {
+		if k, _, _ := strings.Cut(kv, "="); plugins.IsContractEnv(k) {
+			errs = append(errs, fmt.Errorf("--env %s: Scavenger sets %s for each worker; it may not be given", k, k))
+		}
+	}
 	if r.Dir != "" && !filepath.IsAbs(r.Dir) {
 		errs = append(errs, fmt.Errorf("working directory %q is not absolute", r.Dir))
+	}
+	if m := r.MaxRestarts; m != nil && (*m < 0 || *m > MaxMaxRestarts) {
+		errs = append(errs, fmt.Errorf("--max-restarts %d: use 0 to %d", *m, MaxMaxRestarts))
 	}
 	if r.Grace.D() < 0 {
 		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))

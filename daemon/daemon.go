@@ -124,6 +124,10 @@ type Daemon struct {
 	node      *nodeSampler
 	closeGPUs func() error
 	metrics   *metricsServer
+	// disk watches the state disk (nil when the daemon embeds no server);
+	// stopDisk ends its watch.
+	disk     *diskWatch
+	stopDisk func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -173,6 +177,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := d.startNode(ctx); err != nil {
 		return nil, err
 	}
+	d.startDiskWatch()
 	d.jobs.Recover(ctx)
 	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
@@ -221,9 +226,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, log.Named("nats")); err != nil {
+		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
+		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, d.disk.noteLog, log.Named("nats")); err != nil {
 			return err
 		}
+		d.disk.ns = d.ns
 	}
 	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
 		return err
@@ -264,7 +271,7 @@ func (d *Daemon) startJobs() error {
 	if err != nil {
 		return err
 	}
-	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: 30 * time.Second}
+	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: 30 * time.Second, Hold: d.disk.holding}
 	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(), Steps: steps}); err != nil {
 		return err
 	}
@@ -389,6 +396,9 @@ func (d *Daemon) shutdown() error {
 		api.RemoveDiscovery(d.cfg.StateDir, os.Getpid())
 	}
 	errs = append(errs, d.stopNode())
+	if d.stopDisk != nil {
+		d.stopDisk()
+	}
 	if d.jobs != nil {
 		d.jobs.Close(d.root)
 	}
@@ -424,6 +434,7 @@ func (d *Daemon) info() api.Info {
 	return api.Info{
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
-		API: d.APISocket(), APIAddr: d.APIAddr(), Launcher: d.launcher,
+		API: d.APISocket(), APIAddr: d.APIAddr(), Launcher: d.launcher, StateDisk: d.disk.status(),
+		CheckpointDisks: d.disk.checkpoints(),
 	}
 }

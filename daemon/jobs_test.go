@@ -78,7 +78,7 @@ func TestJobLifecycle(t *testing.T) {
 	t.Run("rank fails", func(t *testing.T) {
 		j, _, final := runAndWatch(t, c, api.RunRequest{
 			Command: []string{"/bin/sh", "-c", `if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60`},
-			Dir:     dir, Config: plugins.Config{Workers: 2},
+			Dir:     dir, Config: plugins.Config{Workers: 2}, MaxRestarts: new(int),
 		}, nil)
 		if j.State != api.StateFailed || *final.ExitCode != 3 || j.Result == nil || j.Result.FailedRank != 1 {
 			t.Fatalf("job state %s, exit %v, result %+v; want failed, 3, rank 1", j.State, *final.ExitCode, j.Result)

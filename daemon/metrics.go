@@ -70,7 +70,7 @@ func (d *Daemon) MetricsAddr() string {
 // Registry returns a new Prometheus registry holding the daemon's metrics
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
-	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats})
+	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges})
 }
 
 func newRegistry(c *daemonCollector) *prometheus.Registry {
@@ -174,6 +174,10 @@ var (
 	descIngested = prometheus.NewDesc("scavenger_ingest_records_total", "Step records accepted on the telemetry socket and published.", []string{"node"}, nil)
 	descDropped  = prometheus.NewDesc("scavenger_ingest_dropped_records_total", "Telemetry lines dropped, by reason.", []string{"node", "reason"}, nil)
 	descConns    = prometheus.NewDesc("scavenger_ingest_connections", "Open worker connections on the telemetry socket.", []string{"node"}, nil)
+
+	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
+	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
+	descDiskRestarts = prometheus.NewDesc("scavenger_state_store_restarts_total", "Times the store was restarted in place after the state disk had room again.", []string{"node"}, nil)
 )
 
 // daemonCollector reads the daemon's jobs, node samples and ingest counters
@@ -183,6 +187,7 @@ type daemonCollector struct {
 	running func() []jobs.Status
 	latest  func() (gpus, hosts *telemetry.NodeSample)
 	ingest  func() api.IngestStats
+	disk    func() (full, free, restarts float64)
 }
 
 // Describe implements prometheus.Collector.
@@ -193,7 +198,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
-		descIngested, descDropped, descConns,
+		descIngested, descDropped, descConns, descDiskFull, descDiskFree, descDiskRestarts,
 	} {
 		ch <- d
 	}
@@ -211,6 +216,12 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 	m.gauge(descConns, float64(st.Connections), m.node)
 	for _, reason := range ingest.DropReasons {
 		m.counter(descDropped, float64(st.Dropped[reason]), m.node, reason)
+	}
+	if c.disk != nil {
+		full, free, restarts := c.disk()
+		m.gauge(descDiskFull, full, m.node)
+		m.gauge(descDiskFree, free, m.node)
+		m.counter(descDiskRestarts, restarts, m.node)
 	}
 }
 

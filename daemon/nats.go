@@ -142,8 +142,8 @@ func mutualTLS(cert, key, ca string) (*tls.Config, error) {
 // startNATS runs the embedded nats-server with JetStream, its store under
 // stateDir, listening on listen ("host:port"; port 0 picks a free one) for
 // clients that present key, with TLS when tlsCfg is set (required off
-// loopback), in cluster when it names one.
-func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, log *zap.Logger) (*server.Server, error) {
+// loopback), in cluster when it names one; note reads its warnings and errors.
+func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, note func(string), log *zap.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("parse listen address %q: %w", listen, err)
@@ -181,7 +181,7 @@ func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, c
 	if err != nil {
 		return nil, fmt.Errorf("configure embedded nats-server on %s: %w", listen, err)
 	}
-	s.SetLoggerV2(natsLogger{log.Sugar()}, false, false, false)
+	s.SetLoggerV2(natsLogger{s: log.Sugar(), note: note}, false, false, false)
 	go s.Start() // the server owns this goroutine; Shutdown+WaitForShutdown joins it.
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
@@ -243,12 +243,24 @@ func connect(url string, s *server.Server, name string, key natsKey, caFile stri
 	return nc, nil
 }
 
-// natsLogger routes the embedded server's log into zap.
-type natsLogger struct{ s *zap.SugaredLogger }
+// natsLogger routes the embedded server's log into zap; note, when set,
+// reads its warnings and errors too (the state disk's watch).
+type natsLogger struct {
+	s    *zap.SugaredLogger
+	note func(line string)
+}
 
 func (l natsLogger) Noticef(f string, v ...any) { l.s.Debugf(f, v...) }
-func (l natsLogger) Warnf(f string, v ...any)   { l.s.Warnf(f, v...) }
-func (l natsLogger) Fatalf(f string, v ...any)  { l.s.Errorf(f, v...) }
-func (l natsLogger) Errorf(f string, v ...any)  { l.s.Errorf(f, v...) }
-func (l natsLogger) Debugf(f string, v ...any)  { l.s.Debugf(f, v...) }
-func (l natsLogger) Tracef(f string, v ...any)  { l.s.Debugf(f, v...) }
+func (l natsLogger) Warnf(f string, v ...any)   { l.s.Warnf(f, v...); l.noted(f, v) }
+func (l natsLogger) Fatalf(f string, v ...any)  { l.s.Errorf(f, v...); l.noted(f, v) }
+func (l natsLogger) Errorf(f string, v ...any)  { l.s.Errorf(f, v...); l.noted(f, v) }
+
+func (l natsLogger) Debugf(f string, v ...any) { l.s.Debugf(f, v...) }
+func (l natsLogger) Tracef(f string, v ...any) { l.s.Debugf(f, v...) }
+
+// noted hands a warning or error line to note.
+func (l natsLogger) noted(f string, v []any) {
+	if l.note != nil {
+		l.note(fmt.Sprintf(f, v...))
+	}
+}

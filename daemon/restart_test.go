@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // checkpointingJob writes a checkpoint manifest on its first attempt, says
@@ -207,6 +209,21 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(work, gone.ID, "attempt-2"))
 		return strings.Contains(string(b), "restore="+filepath.Join(gone.CheckpointDir, "ckpt-3")+" mine="+gone.ID)
 	})
+	// A follower (scavctl run) is told the lost attempt is resumed, and sees
+	// no end of the job for it: the job goes on.
+	var kinds []string
+	if err := c2.Output(ctx, gone.ID, false, func(_ *telemetry.LogLine, e *telemetry.Event) error {
+		if e != nil {
+			kinds = append(kinds, fmt.Sprintf("%s/%d: %s", e.Kind, e.Attempt, e.Message))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(kinds, "\n")
+	if strings.Contains(all, string(telemetry.EventFinished)+"/1") || !strings.Contains(all, string(telemetry.EventRestarting)+"/1") || !strings.Contains(all, "resuming it from its last checkpoint") {
+		t.Errorf("events of a lost job that resumed:\n%s\nwant a restarting event for attempt 1 and no end", all)
+	}
 }
 
 // TestRestartWithoutResumeLeavesJobsStopped: resume_jobs off keeps nothing.

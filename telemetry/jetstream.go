@@ -61,6 +61,10 @@ func (r Retention) withDefaults() Retention {
 	return d
 }
 
+// OutputKeepPerSubject bounds each subject of the output stream: a job's
+// output head, its tail (the newest lines past the head) and its events.
+const OutputKeepPerSubject = 4000
+
 // Store is Scavenger's JetStream state: the job and allocation buckets and the streams.
 type Store struct {
 	JS          jetstream.JetStream
@@ -75,8 +79,9 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	streams := []jetstream.StreamConfig{
 		{Name: StepStream, Description: "Scavenger step records", Subjects: []string{AllSteps},
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
-		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllEvents},
-			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
+		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllTails, AllEvents},
+			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, MaxMsgsPerSubject: OutputKeepPerSubject,
+			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 		{Name: NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{AllNodeGPU, AllNodeHost},
 			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 	}

@@ -14,6 +14,10 @@ type LogLine struct {
 	Line string `json:"line"`
 	// Time is when the daemon read the line.
 	Time time.Time `json:"t"`
+	// N numbers the job's output lines from 1, over all its attempts, so
+	// that a reader sees where its history left lines out (0: a line of
+	// the daemon's own, or a daemon before numbering).
+	N int64 `json:"n,omitempty"`
 }
 
 // EventKind names a job lifecycle event.
@@ -30,6 +34,9 @@ const (
 	EventMoved EventKind = "moved"
 	// EventDecided: the job's policy decided (Phase and the predictions say more).
 	EventDecided EventKind = "decided"
+	// EventRestarting: an attempt crashed (a worker failed on its own) and
+	// the job restarts from its last complete checkpoint (--max-restarts).
+	EventRestarting EventKind = "restarting"
 	// EventStopping: a stop was requested; workers got SIGTERM.
 	EventStopping EventKind = "stopping"
 	// EventFinished: the job ended; ExitCode is final. Nothing follows it.

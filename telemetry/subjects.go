@@ -28,8 +28,13 @@ func APISubject(verb string) string { return APIPrefix + verb }
 // StepSubject is where the step records of job id are published.
 func StepSubject(job string) string { return "scav.job." + job + ".step" }
 
-// LogSubject is where the output lines of job id's workers are published.
+// LogSubject is where the output lines of job id's workers are published:
+// the first of them (its head; see daemon/jobs/outputcap.go).
 func LogSubject(job string) string { return "scav.job." + job + ".log" }
+
+// LogTailSubject is where job id's output lines past its head are
+// published; the output stream keeps the newest OutputKeepPerSubject.
+func LogTailSubject(job string) string { return "scav.job." + job + ".logtail" }
 
 // EventSubject is where job id's lifecycle events are published.
 func EventSubject(job string) string { return "scav.job." + job + ".event" }
@@ -60,6 +65,7 @@ func JobOfSubject(subject string) string {
 const (
 	AllSteps   = "scav.job.*.step"
 	AllLogs    = "scav.job.*.log"
+	AllTails   = "scav.job.*.logtail"
 	AllEvents  = "scav.job.*.event"
 	AllControl = "scav.job.*.control"
 )

@@ -57,10 +57,11 @@ configuration cannot start, the job goes back to the one it had.`,
 				if cfg == j.Config {
 					return fmt.Errorf("job %s already runs with %d workers and batch %s: give --workers or --batch-size", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
 				}
-				if _, err := c.Move(ctx, j.ID, cfg, "requested by scavctl move"); err != nil {
+				moved, err := c.Move(ctx, j.ID, cfg, "requested by scavctl move")
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stderr, "scavctl: %s checkpointed; relaunching with %d workers, batch %s\n", j.ID, cfg.Workers, batchText(cfg.GlobalBatch))
+				fmt.Fprintf(a.stderr, "scavctl: %s %s; relaunching with %d workers, batch %s\n", j.ID, movedFrom(moved), cfg.Workers, batchText(cfg.GlobalBatch))
 				return nil
 			})
 		},
@@ -68,4 +69,19 @@ configuration cannot start, the job goes back to the one it had.`,
 	cmd.Flags().IntVarP(&workers, "workers", "w", 0, "workers of the new configuration")
 	cmd.Flags().IntVarP(&batch, "batch-size", "b", 0, "global batch of the new configuration")
 	return cmd
+}
+
+// movedFrom says where a moved job goes on from: the checkpoint it wrote for
+// the move, or, when its workers did not write one in time, its last
+// complete checkpoint before that.
+func movedFrom(j api.Job) string {
+	for i := len(j.Attempts) - 1; i >= 0; i-- {
+		if m := j.Attempts[i].Move; m != nil {
+			if m.Fallback {
+				return "did not checkpoint within its grace: it goes on from its last complete checkpoint"
+			}
+			break
+		}
+	}
+	return "checkpointed"
 }

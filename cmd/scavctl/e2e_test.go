@@ -250,7 +250,7 @@ func alive(pids []int) []string {
 func TestRankFailureEndsJobWithItsCode(t *testing.T) {
 	needTorch(t)
 	state, pidDir := stateDir(t), t.TempDir()
-	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--grace", "3s", "--env", "PID_DIR="+pidDir, "--",
+	out, errOut, code := scavctl(t, state, "run", "--workers", "2", "--grace", "3s", "--max-restarts", "0", "--env", "PID_DIR="+pidDir, "--",
 		pythonBin, "cmd/scavctl/testdata/ddp_loop.py", "--fail-rank", "1", "--fail-after", "5", "--fail-code", "3")
 	if code != 3 {
 		t.Fatalf("scavctl exit %d, want the failing rank's 3\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -641,6 +641,8 @@ func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.
 	id := waitForRecords(t, state, errOut, 2*30)
 	if _, e, code := scavctl(t, state, "move", id, "--workers", "1"); code != 0 {
 		t.Fatalf("scavctl move: exit %d\n%s", code, e)
+	} else if strings.Contains(e, "checkpointed") || !strings.Contains(e, "last complete checkpoint") {
+		t.Errorf("scavctl move said %q; want that it fell back to the last complete checkpoint", e)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("scavctl run: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)

@@ -166,7 +166,7 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 		case telemetry.EventDecided:
 			st.plan(e.Phase, e.PredictedS, e.PredictedUSD)
 			con.notef("%s: %s", e.Phase, e.Message)
-		case telemetry.EventStopping, telemetry.EventMoved:
+		case telemetry.EventStopping, telemetry.EventMoved, telemetry.EventRestarting:
 			con.notef("%s", e.Message)
 		case telemetry.EventStarted:
 			if e.Attempt > 1 {

@@ -24,8 +24,10 @@ func newLogsCmd(a *app) *cobra.Command {
 		Use:   "logs JOB",
 		Short: "Print a job's worker output, prefixed by rank",
 		Long: `logs prints what the job's workers wrote, each line prefixed by the worker's
-rank (stderr lines go to stderr). With -f it keeps printing until the job ends;
-with -o json it prints one JSON object per line (attempt, rank, stream, line, t).`,
+rank (stderr lines go to stderr). A job's history keeps its first 2000 lines
+and its newest 4000; logs says where lines are missing. With -f it keeps
+printing until the job ends; with -o json it prints one JSON object per line
+(attempt, rank, stream, line, t, n: the line's number in the job's output).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -36,11 +38,19 @@ with -o json it prints one JSON object per line (attempt, rank, stream, line, t)
 			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
 				con := newConsole(a.stdout, a.stderr, 0)
 				enc := json.NewEncoder(a.stdout)
+				var last int64 // the number of the last line printed
 				err := c.Output(ctx, j.ID, follow, func(l *telemetry.LogLine, e *telemetry.Event) error {
 					switch {
 					case l != nil && asJSON:
 						return enc.Encode(l)
+					case l != nil && l.Stream == "scavd": // the daemon's own note: it says what it left out
+						con.notef("%s", l.Line)
+						last = 0
 					case l != nil:
+						if gap := l.N - last - 1; last > 0 && gap > 0 {
+							con.notef("%d lines of output not kept here: a job's history keeps its first lines and its newest", gap)
+						}
+						last = l.N
 						con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
 					case follow && e.Kind == telemetry.EventFinished:
 						return errFinished

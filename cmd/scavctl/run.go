@@ -33,6 +33,7 @@ type runFlags struct {
 	stepRegex  string
 	resume     string
 	detach     bool
+	restarts   int
 
 	policy        string
 	objective     string
@@ -134,6 +135,7 @@ on only from a job that finished:
 	fl.StringVarP(&f.file, "file", "f", "", "a YAML job file: run's flags as keys (workers: 2, batch-size: 32:128, env: {K: V}, ...) and command: [python3, train.py]; flags given here win")
 	fl.BoolVarP(&f.detach, "detach", "d", false, "submit the job to the node's scavd, print its id and return (follow it with scavctl attach)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
+	fl.IntVar(&f.restarts, "max-restarts", api.DefaultMaxRestarts, "restart a job whose worker crashed (not stopped, not moved) this many times, from its last complete checkpoint, with back-off; 0: never")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	fl.StringVar(&f.launcher, "launcher", "", "the launcher the job needs (local, ssh, slurm, cloudvm): a scavd scavctl starts opens it; a running one must have it")
 	fl.StringSliceVar(&f.types, "types", nil, "launcher cloudvm: the machine types the job may run on, the first to start on (default: the launcher's)")
@@ -244,6 +246,7 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
+		MaxRestarts: &f.restarts,
 	}
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
@@ -254,13 +257,17 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	return req, req.Validate()
 }
 
-// workerEnv is this process's environment with the --env pairs on top.
+// workerEnv is this process's environment, less the variables Scavenger
+// sets for each worker, with the --env pairs on top.
 func workerEnv(pairs []string) ([]string, error) {
-	env := os.Environ()
+	env := plugins.InheritEnv(os.Environ())
 	var errs []error
 	for _, kv := range pairs {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("--env %q: use KEY=VALUE", kv))
+			continue
+		} else if plugins.IsContractEnv(k) {
+			errs = append(errs, fmt.Errorf("--env %s: Scavenger sets %s for each worker; it may not be given", k, k))
 			continue
 		}
 		env = append(env, kv)

@@ -14,14 +14,19 @@ import (
 
 func newStatusCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:               "status JOB",
-		Short:             "Show one job's record and its latest step",
-		Args:              cobra.ExactArgs(1),
+		Use:               "status [JOB]",
+		Short:             "Show one job's record and its latest step, or, with no JOB, the daemon's",
+		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := a.json()
 			if err != nil {
 				return err
+			}
+			if len(args) == 0 {
+				return a.withClient(cmd.Context(), func(ctx context.Context, c *api.Client) error {
+					return a.showDaemon(ctx, c, asJSON)
+				})
 			}
 			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
 				return a.showStatus(ctx, c, j, asJSON)
@@ -32,7 +37,51 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// showDaemon prints the daemon's own state: its node, version, jobs and
+// what is wrong with it (a full state disk).
+func (a *app) showDaemon(ctx context.Context, c *api.Client, asJSON bool) error {
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return a.printJSON(info)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("Node", info.Node)
+	row("Version", info.Version)
+	row("PID", fmt.Sprint(info.PID))
+	row("API", info.API)
+	row("Running jobs", fmt.Sprintf("%d %s", len(info.Active), strings.Join(info.Active, " ")))
+	disk := "ok"
+	if info.StateDisk != "" {
+		disk = info.StateDisk
+	}
+	row("State disk", disk)
+	for _, c := range info.CheckpointDisks {
+		row("Checkpoint disk", c)
+	}
+	return tw.Flush()
+}
+
+// warnDaemon tells, on stderr, what is wrong with the daemon (a full state
+// disk: what a job's record says may be behind; a checkpoint directory
+// short of space).
+func (a *app) warnDaemon(ctx context.Context, c *api.Client) {
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return
+	}
+	for _, w := range append([]string{info.StateDisk}, info.CheckpointDisks...) {
+		if w != "" {
+			fmt.Fprintf(a.stderr, "scavctl: warning: scavd on %s: %s\n", info.Node, w)
+		}
+	}
+}
+
 func (a *app) showStatus(ctx context.Context, c *api.Client, j api.Job, asJSON bool) error {
+	a.warnDaemon(ctx, c)
 	last, ok, err := c.LastStep(ctx, j.ID)
 	if err != nil {
 		return err

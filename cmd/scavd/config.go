@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -71,6 +72,7 @@ type settings struct {
 	// Replicas is how many NATS servers hold each stream and bucket.
 	Replicas int             `yaml:"replicas"`
 	Cluster  clusterSettings `yaml:"cluster"`
+	Local    localSettings   `yaml:"local"`
 	SSH      sshSettings     `yaml:"ssh"`
 	Slurm    slurmSettings   `yaml:"slurm"`
 	Cloud    cloudSettings   `yaml:"cloud"`
@@ -111,6 +113,12 @@ type cloudSettings struct {
 	NoticeInterval   time.Duration `yaml:"notice_interval"`
 	Rebalance        bool          `yaml:"rebalance"`
 	ForwardTelemetry bool          `yaml:"forward_telemetry"`
+}
+
+// localSettings configure the local launcher (launcher: local).
+type localSettings struct {
+	// Slots is the most workers a job may have on this node; 0: the CPU count.
+	Slots int `yaml:"slots"`
 }
 
 // slurmSettings configure the slurm launcher (launcher: slurm).
@@ -182,6 +190,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Cluster.TLSCert, "cluster-tls-cert", "", "TLS certificate of the routes (required off loopback)")
 	f.StringVar(&s.Cluster.TLSKey, "cluster-tls-key", "", "TLS key of the routes")
 	f.StringVar(&s.Cluster.TLSCA, "cluster-tls-ca", "", "CA that verifies the other nodes' route certificates")
+	f.IntVar(&s.Local.Slots, "local-slots", 0, "launcher local: the most workers one job may have on this node; larger requests are refused at submit (0: the number of CPUs)")
 	f.SetNormalizeFunc(normalizeFlag)
 	f.StringArrayVar(&s.SSH.Hosts, "ssh-hosts", []string{}, `launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
 		`or "ubuntu@gpu1:2222,slots=8" (repeatable as --ssh-host; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
@@ -232,6 +241,7 @@ func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
 // builtinOptions configure the built-in launchers from the settings.
 func (s settings) builtinOptions() builtin.Options {
 	return builtin.Options{
+		LocalSlots: s.Local.Slots,
 		SSH: builtin.SSHOptions{Hosts: s.SSH.Hosts, Inventory: s.SSH.Inventory, User: s.SSH.User,
 			KeyFiles: s.SSH.Keys, UseAgent: s.SSH.Agent, KnownHosts: s.SSH.KnownHosts, NoTelemetryForward: !s.SSH.ForwardTelemetry},
 		Slurm: slurm.Options{JobID: s.Slurm.JobID, Partition: s.Slurm.Partition, Grace: s.Slurm.Grace, SbatchArgs: s.Slurm.SbatchArgs,
@@ -395,7 +405,25 @@ func (l loader) load() (loaded, error) {
 	for _, fe := range res.validate() {
 		errs = append(errs, res.locate(fe))
 	}
-	return res, errors.Join(errs...)
+	return res, errors.Join(inLineOrder(res.path, errs)...)
+}
+
+// inLineOrder puts the problems found in the config file at path first, in
+// the order of their lines, and the others (flags) after them as they came.
+func inLineOrder(path string, errs []error) []error {
+	line := func(err error) int {
+		rest, ok := strings.CutPrefix(err.Error(), path+":")
+		if !ok || path == "" {
+			return math.MaxInt
+		}
+		n, _, _ := strings.Cut(rest, ":")
+		if v, err := strconv.Atoi(n); err == nil {
+			return v
+		}
+		return 0 // the file as a whole
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return line(errs[i]) < line(errs[j]) })
+	return errs
 }
 
 // fieldError is a problem with one key's value.
@@ -522,6 +550,9 @@ func (s settings) validateExposure() []fieldError {
 		case s.APITLSCert == "" && !apiserver.Loopback(s.APIListen):
 			bad("api_listen", "%s is off loopback: the API is served there only with TLS (set api_tls_cert and api_tls_key)", s.APIListen)
 		}
+	}
+	if s.Local.Slots < 0 {
+		bad("local.slots", "%d: use a positive number of workers, or 0 for the CPU count", s.Local.Slots)
 	}
 	if s.Replicas < 1 || s.Replicas > 5 {
 		bad("replicas", "%d: use 1 to 5 (3 survives the loss of a node)", s.Replicas)

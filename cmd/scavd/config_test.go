@@ -110,6 +110,19 @@ ssh:
 	if n := strings.Count(err.Error(), "\n") + 1; n != 9 {
 		t.Errorf("%d problems reported, want 9:\n%v", n, err)
 	}
+	// The file's problems come in the order of its lines, the flags' after them.
+	var order []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if rest, ok := strings.CutPrefix(l, path+":"); ok {
+			n, _, _ := strings.Cut(rest, ":")
+			order = append(order, n)
+		} else {
+			order = append(order, l[:strings.IndexByte(l, ':')])
+		}
+	}
+	if want := []string{"2", "3", "4", "5", "6", "7", "8", "10", "--log-format"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("problems in the order %v, want the file's lines in order, then the flags: %v\n%v", order, want, err)
+	}
 }
 
 func TestConfigFileErrors(t *testing.T) {

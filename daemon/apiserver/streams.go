@@ -88,7 +88,7 @@ func (s *Server) opener(what, job string, q map[string][]string, after uint64, f
 	case api.StreamSteps:
 		return s.replay(telemetry.StepStream, []string{telemetry.StepSubject(job)}, after, follow, nil), nil
 	case api.StreamOutput:
-		return s.replay(telemetry.OutputStream, []string{telemetry.LogSubject(job), telemetry.EventSubject(job)}, after, follow, nil), nil
+		return s.replay(telemetry.OutputStream, []string{telemetry.LogSubject(job), telemetry.LogTailSubject(job), telemetry.EventSubject(job)}, after, follow, nil), nil
 	case api.StreamLastStep:
 		return func(ctx context.Context, f *frames) error { return lastStep(ctx, js, job, f) }, nil
 	case api.StreamLive:

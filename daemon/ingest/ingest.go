@@ -92,6 +92,11 @@ type Server struct {
 	closed   bool
 	lastWarn map[string]time.Time
 
+	// held keeps the step batches the store refused for want of space;
+	// closing is closed when the server closes.
+	held    held
+	closing chan struct{}
+
 	wg sync.WaitGroup
 }
 
@@ -130,6 +135,7 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 	in.ln, in.path = ln, path
 	in.wg.Add(1)
 	go in.accept()
+	go in.publishHeld() // joined by Close (stopHeld)
 	return in, nil
 }
 
@@ -141,7 +147,10 @@ func newServer(pub Publisher, log *zap.Logger) *Server {
 		open:     make(map[net.Conn]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
 		lastWarn: make(map[string]time.Time),
+		closing:  make(chan struct{}),
 	}
+	in.held.cond = sync.NewCond(&in.held.mu)
+	in.held.done = make(chan struct{})
 	for _, r := range DropReasons {
 		in.dropped[r] = new(atomic.Int64)
 	}
@@ -171,11 +180,13 @@ func (in *Server) Close() {
 		return
 	}
 	in.closed = true
+	close(in.closing)
 	in.ln.Close()
 	for c := range in.open {
 		c.Close()
 	}
 	in.mu.Unlock()
+	in.stopHeld() // first: a connection may wait for room among the held batches
 	in.wg.Wait()
 	_ = os.Remove(in.path)
 }
@@ -336,11 +347,9 @@ func (in *Server) flush(b *batch) {
 	if b.n == 0 {
 		return
 	}
-	if err := in.steps.Publish(telemetry.StepSubject(b.job), b.buf); err != nil {
+	if err := in.flushStep(telemetry.StepSubject(b.job), b.buf, b.n); err != nil {
 		in.dropped[dropPublish].Add(int64(b.n))
 		in.warn(dropPublish, fmt.Sprintf("publish %d records of job %s: %v", b.n, b.job, err))
-	} else {
-		in.accepted.Add(int64(b.n))
 	}
 	b.buf, b.n = b.buf[:0], 0
 }

@@ -12,11 +12,15 @@ import (
 // stream's acknowledgement; a publish that is not acknowledged (no stream
 // leader for a moment, a server restarting) is tried again, with back-off,
 // for up to Patience, so that a record the socket took is not lost to a
-// cluster's failover. The end of Ctx (the daemon's) ends the waiting.
+// cluster's failover. A publish that fails while Hold says so (the store
+// cannot write: a full state disk) returns ErrStoreFull at once: the server
+// holds the batch and publishes it once the store writes again. The end of
+// Ctx (the daemon's) ends the waiting.
 type StreamPublisher struct {
 	Ctx      context.Context
 	JS       jetstream.JetStream
 	Patience time.Duration
+	Hold     func() bool
 }
 
 // Publish implements Publisher.
@@ -30,6 +34,9 @@ func (p StreamPublisher) Publish(subject string, data []byte) error {
 		if err == nil {
 			return nil
 		}
+		if p.Holding() {
+			return fmt.Errorf("publish to %s: %w (%v)", subject, ErrStoreFull, err)
+		}
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("publish to %s, unacknowledged for %s: %w", subject, p.Patience, err)
 		}
@@ -41,3 +48,7 @@ func (p StreamPublisher) Publish(subject string, data []byte) error {
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// Holding says whether Hold says the store cannot write: the server then
+// holds step batches without trying the store first.
+func (p StreamPublisher) Holding() bool { return p.Hold != nil && p.Hold() }

@@ -103,12 +103,17 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		cancelWait()
 	}()
 	killed, closing := kill.Done(), shutdown.Done()
+	flush := time.NewTicker(outputFlushEvery)
+	defer flush.Stop()
 	for {
 		select {
 		case res := <-wc:
 			w.stops.Wait()
+			r.out.flush(true) // the attempt's output is all in: its last lines are kept
 			w.ended(res)
 			return w.out
+		case <-flush.C:
+			r.out.flush(false)
 		case <-closing:
 			closing = nil // acted on once
 			if w.out.moved == nil && !w.out.stopped && r.leave(h) {
@@ -317,6 +322,10 @@ func (w *watch) ended(res waited) {
 		out.timing.Exit = time.Since(w.acked).Seconds()
 	}
 	out.res, out.err = plugins.Result{}, nil
+	// Recorded before the requester hears: its answer (the record) says
+	// whether the move checkpointed or fell back to an older checkpoint.
+	w.r.endAttempt(w.kill, fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
+	w.r.save(w.kill)
 	out.moved.fail(nil)
 }
 

@@ -1,8 +1,12 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"go.uber.org/zap"
 
@@ -30,22 +34,40 @@ func (r *runner) publish(e telemetry.Event) {
 	}
 }
 
+// publishStored publishes e into the output stream and waits for the
+// stream to store it; its message id makes a second try after a lost
+// acknowledgement a duplicate the stream drops.
+func (r *runner) publishStored(ctx context.Context, e telemetry.Event) error {
+	b, _ := json.Marshal(e)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	defer cancel()
+	id := fmt.Sprintf("%s-%s-%d", e.Job, e.Kind, e.Attempt)
+	if _, err := r.g.js.Publish(ctx, telemetry.EventSubject(e.Job), b, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publish %s event of %s: %w", e.Kind, e.Job, err)
+	}
+	return nil
+}
+
 // publishStep publishes a step record the daemon made itself.
 func (r *runner) publishStep(rec telemetry.StepRecord) error {
 	b, _ := json.Marshal(rec)
 	return r.g.o.NC.Publish(telemetry.StepSubject(rec.Job), append(b, '\n'))
 }
 
-// output publishes each worker line of attempt on the job's log subject and
-// lets steps read the job's progress off it.
+// output publishes each worker line of attempt, as the job's output cap
+// lets it (outputcap.go), and lets steps read the job's progress off it.
 func (r *runner) output(attempt int, steps *outputSteps) plugins.OutputFunc {
 	job := r.rec.job.ID
-	subj := telemetry.LogSubject(job)
 	return func(rank int, stream plugins.Stream, line string) {
-		b, _ := json.Marshal(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
-		if err := r.g.o.NC.Publish(subj, b); err != nil {
-			r.log.Debug("publish output", zap.Error(err))
-		}
+		r.out.take(telemetry.LogLine{Attempt: attempt, Rank: rank, Stream: string(stream), Line: line, Time: time.Now().UTC()})
 		steps.line(job, &r.prog, rank, stream, line, r.log)
+	}
+}
+
+// publishLine publishes one output line on subject.
+func (r *runner) publishLine(subject string, l telemetry.LogLine) {
+	b, _ := json.Marshal(l)
+	if err := r.g.o.NC.Publish(subject, b); err != nil {
+		r.log.Debug("publish output", zap.Error(err))
 	}
 }

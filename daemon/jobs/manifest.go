@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -49,4 +50,26 @@ func readManifest(dir string) (manifest, error) {
 		return manifest{}, fmt.Errorf("checkpoint %s: %d bytes, the manifest says %d", path, st.Size(), m.Size)
 	}
 	return manifest{path: path, step: m.Step}, nil
+}
+
+// tempFile matches the temporary files of the python client's atomic writes
+// (".<name>.<pid>.scavtmp"): a writer killed mid-write leaves one behind.
+var tempFile = regexp.MustCompile(`^\..+\.\d+\.scavtmp$`)
+
+// removeTemporaries deletes the temporary files that writers killed in the
+// middle of a checkpoint left in dir; it is called once the attempt's
+// workers are gone, so no writer is still at work. It returns how many it
+// removed.
+func removeTemporaries(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Type().IsRegular() && tempFile.MatchString(e.Name()) && os.Remove(filepath.Join(dir, e.Name())) == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -62,6 +62,7 @@ type Options struct {
 type Registry struct {
 	o   Options
 	log *zap.Logger
+	js  jetstream.JetStream // events that must be stored (a job's end)
 	// shutdown, when cancelled, asks every runner to stop its job (or to
 	// leave an attempt that outlives the daemon); kill ends the grace.
 	shutdown, kill             context.Context
@@ -77,6 +78,7 @@ type Registry struct {
 // (the daemon's root context).
 func New(ctx context.Context, o Options) *Registry {
 	g := &Registry{o: o, log: o.Log, jobs: map[string]*runner{}}
+	g.js, _ = jetstream.New(o.NC) // fails only without a connection
 	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
 	g.kill, g.cancelKill = context.WithCancel(ctx)
 	return g
@@ -86,6 +88,9 @@ func New(ctx context.Context, o Options) *Registry {
 // attempt, which runs as owner.
 func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error) {
 	if err := req.Validate(); err != nil {
+		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
+	}
+	if err := g.checkCapacity(ctx, req); err != nil {
 		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
 	if err := g.checkOwner(ctx, &owner); err != nil {
@@ -132,8 +137,12 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	if ckpt == "" {
 		ckpt = filepath.Join(g.o.CheckpointRoot, id)
 	}
+	restarts := api.DefaultMaxRestarts
+	if req.MaxRestarts != nil {
+		restarts = *req.MaxRestarts
+	}
 	return api.Job{
-		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode,
+		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode, MaxRestarts: restarts,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex,
 		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation,
 		State: api.StateStarting, Created: time.Now().UTC(),
@@ -153,6 +162,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 	case j.State == api.StateSucceeded:
 		return api.Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", api.ErrBadRequest, id)
 	}
+	env = plugins.InheritEnv(env) // the launcher sets the worker contract's variables
 	from := resumePoint{attempt: j.Attempt + 1}
 	if j.Resume != nil {
 		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
@@ -162,6 +172,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 		return api.Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", api.ErrBadRequest, id, j.CheckpointDir)
 	}
 	rec.job.State, rec.job.Ended, rec.job.ExitCode, rec.job.Result, rec.job.Message, rec.job.Resume = api.StateStarting, nil, nil, nil, "", nil
+	rec.job.Restarts = 0 // a resumed job has its restarts again
 	if err := g.launch(ctx, rec, env, from, fmt.Sprintf("resuming from step %d (%s)", from.step, from.restore)); err != nil {
 		return api.Job{}, err
 	}

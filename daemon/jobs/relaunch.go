@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -31,7 +32,10 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 	if out.detached {
 		return ending{detached: true}, true
 	}
-	r.drainSpool()
+	r.drainSpool(kill, true)
+	if n := removeTemporaries(r.rec.job.CheckpointDir); n > 0 {
+		r.log.Info("removed the temporary files of checkpoint writes the workers did not finish", zap.Int("files", n))
+	}
 	if out.moved != nil && out.err == nil {
 		return r.moved(kill, shutdown, out, p)
 	}
@@ -53,7 +57,53 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 			return ending{}, false
 		}
 	}
-	return r.conclude(out), true
+	v := restartAfter(crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
+		Restarts: r.rec.job.Restarts, MaxRestarts: r.rec.job.MaxRestarts})
+	if out.err == nil && v.Restart {
+		return r.restart(kill, shutdown, v, p)
+	}
+	e := r.conclude(out)
+	if out.err == nil && v.Crashed && r.rec.job.MaxRestarts > 0 {
+		e.msg, e.why = v.Reason, "crashed: "+v.Reason
+	}
+	return e, true
+}
+
+// restart records the crash of attempt p and plans the next one at the same
+// configuration, from the job's last complete checkpoint, after the
+// verdict's back-off; a stop that comes meanwhile ends the job there.
+func (r *runner) restart(kill, shutdown context.Context, v restartVerdict, p *plan) (ending, bool) {
+	restore, step := r.latestCheckpoint()
+	from := "the start (no checkpoint was written)"
+	if restore != "" {
+		from = fmt.Sprintf("the checkpoint of step %d", step)
+	}
+	j := &r.rec.job
+	j.Restarts++
+	r.endAttempt(kill, "crashed: "+v.Reason, nil)
+	r.save(kill)
+	msg := fmt.Sprintf("%s, from %s", v.Reason, from)
+	if v.Delay > 0 {
+		msg += fmt.Sprintf(", in %s", v.Delay)
+	}
+	r.event(telemetry.EventRestarting, p.attempt, msg)
+	r.log.Warn("attempt crashed; restarting", zap.Int("attempt", p.attempt), zap.String("reason", v.Reason), zap.Duration("backoff", v.Delay))
+	p.prev, p.restore, p.step, p.note = nil, restore, step, msg
+	t := time.NewTimer(v.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return ending{}, false
+	case <-r.stops:
+	case <-shutdown.Done():
+	case <-kill.Done():
+	}
+	e := ending{state: api.StateStopped, msg: "stopped on request while waiting to restart after a crash"}
+	if restore != "" {
+		e.resume = &api.ResumePoint{Checkpoint: restore, Step: step}
+		e.msg += fmt.Sprintf("; continue from the checkpoint of step %d with: scavctl run --resume %s", step, j.ID)
+	}
+	return e, true
 }
 
 // moved records the end of an attempt that checkpointed for a move and

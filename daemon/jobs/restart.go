@@ -122,33 +122,53 @@ func (g *Registry) Recover(ctx context.Context) {
 			}
 			continue
 		}
-		alive := false
+		alive, final := false, (*telemetry.Event)(nil)
 		if !j.State.Done() {
-			alive = g.settleLost(ctx, rec)
+			alive, final = g.settleLost(ctx, rec, kept && g.o.ResumeJobs)
 		}
-		if !kept {
-			continue
-		}
-		if !g.o.ResumeJobs || alive || j.State == api.StateSucceeded {
-			g.forgetEnv(j.ID)
-			continue
-		}
-		if _, err := g.Resume(ctx, j.ID, env); err != nil {
-			g.forgetEnv(j.ID)
-			g.log.Warn("job not resumed after restart", zap.String("job", j.ID), zap.Error(err))
-			continue
-		}
-		g.log.Info("job resumed after restart", zap.String("job", j.ID))
+		g.resumeAfterRestart(ctx, j, env, kept && !alive, final)
 	}
 	for id := range envs { // records gone
 		g.forgetEnv(id)
 	}
 }
 
+// resumeAfterRestart resumes, with ResumeJobs, a job the daemon before
+// stopped or lost (kept: its environment is kept and no worker of it may
+// still run). final is the end of a lost job, published unless it resumes
+// (a follower, scavctl run, goes on with the next attempt).
+func (g *Registry) resumeAfterRestart(ctx context.Context, j api.Job, env []string, kept bool, final *telemetry.Event) {
+	publishFinal := func() {
+		if final == nil {
+			return
+		}
+		b, _ := json.Marshal(final)
+		if err := g.o.NC.Publish(telemetry.EventSubject(j.ID), b); err != nil {
+			g.log.Warn("publish event", zap.String("job", j.ID), zap.Error(err))
+		}
+	}
+	if !kept || !g.o.ResumeJobs || j.State == api.StateSucceeded {
+		g.forgetEnv(j.ID)
+		publishFinal()
+		return
+	}
+	if _, err := g.Resume(ctx, j.ID, env); err != nil {
+		g.forgetEnv(j.ID)
+		g.log.Warn("job not resumed after restart", zap.String("job", j.ID), zap.Error(err))
+		if final != nil {
+			final.Message += "; it could not be resumed (" + err.Error() + "): continue it with scavctl run --resume " + j.ID
+		}
+		publishFinal()
+		return
+	}
+	g.log.Info("job resumed after restart", zap.String("job", j.ID))
+}
+
 // settleLost records that a job's supervision ended with the daemon before,
 // after killing what is left of its workers; alive reports that they may
-// still run (they could not be killed).
-func (g *Registry) settleLost(ctx context.Context, rec record) (alive bool) {
+// still run (they could not be killed). final is the end of its attempt, for
+// the caller to publish unless the job resumes (resuming: it is to).
+func (g *Registry) settleLost(ctx context.Context, rec record, resuming bool) (alive bool, final *telemetry.Event) {
 	j := &rec.job
 	msg := "lost: the scavd that ran it exited without stopping it (killed, crashed or timed out by the watchdog)"
 	switch n, err := g.stopLeftovers(ctx, *j); {
@@ -158,7 +178,10 @@ func (g *Registry) settleLost(ctx context.Context, rec record) (alive bool) {
 	case n > 0:
 		msg += fmt.Sprintf("; its %d leftover worker processes were killed", n)
 	}
-	if !alive {
+	switch {
+	case !alive && resuming:
+		msg += "; resuming it from its last checkpoint"
+	case !alive:
 		msg += "; continue it with scavctl run --resume " + j.ID
 	}
 	now := time.Now().UTC()
@@ -171,10 +194,12 @@ func (g *Registry) settleLost(ctx context.Context, rec record) (alive bool) {
 	if _, err := rec.commit(ctx); err != nil {
 		g.log.Error("record a lost job", zap.String("job", j.ID), zap.Error(err))
 	}
-	b, _ := json.Marshal(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &code, Message: msg, Time: now})
-	if err := g.o.NC.Publish(telemetry.EventSubject(j.ID), b); err != nil {
-		g.log.Warn("publish event", zap.String("job", j.ID), zap.Error(err))
-	}
 	g.log.Warn("job lost by the previous daemon", zap.String("job", j.ID), zap.String("message", msg))
-	return alive
+	if resuming && !alive {
+		b, _ := json.Marshal(telemetry.Event{Kind: telemetry.EventRestarting, Job: j.ID, Attempt: j.Attempt, Message: msg, Time: now})
+		if err := g.o.NC.Publish(telemetry.EventSubject(j.ID), b); err != nil {
+			g.log.Warn("publish event", zap.String("job", j.ID), zap.Error(err))
+		}
+	}
+	return alive, &telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &code, Message: msg, Time: now}
 }

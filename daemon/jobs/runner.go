@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type runner struct {
 	env  []string // the workers' environment
 	from resumePoint
 	prog progress
+	out  *jobOutput // the job's output, capped
 	// view is the record as the runner last saved it; cur the attempt and
 	// configuration now, for the controller.
 	view atomic.Pointer[[]byte]
@@ -63,6 +65,9 @@ type plan struct {
 	resumePoint
 	cfg  plugins.Config
 	prev *plugins.Config
+	// note, when set, says why this attempt starts (a restart after a
+	// crash); its started event carries it.
+	note string
 }
 
 // moveReq asks a running job to relaunch at another configuration.
@@ -106,6 +111,7 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
 	}
+	r.out = newJobOutput(rec.job, r.publishLine)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {
 		r.rec.job.Phase = policy.PhaseWarmup
 	}
@@ -195,7 +201,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 	}
 	p := plan{resumePoint: r.from, cfg: j.Config}
 	p.attempt = max(p.attempt, 1)
-	r.drainSpool() // what the workers of an attempt before a restart left
+	r.drainSpool(kill, !p.reattach) // what the workers of an attempt before a restart left
 	hostLosses := 0
 	for {
 		h, end, ok := r.begin(kill, &p, outSteps)
@@ -234,6 +240,10 @@ func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.
 		}
 		if p.prev == nil {
 			r.log.Warn("start failed", zap.Error(err))
+			// The job's last attempt is the one that failed to start: its
+			// final event carries that number, which a follower (scavctl
+			// run) waits for.
+			r.rec.job.Attempt = p.attempt
 			return nil, ending{state: api.StateFailed, code: 127, msg: fmt.Sprintf("start: %v", err)}, false
 		}
 		r.log.Warn("relaunch failed; reverting", zap.Error(err))
@@ -276,8 +286,13 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
-	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d: %s, global batch %d (launcher %s, %s)",
-		p.attempt, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+	note := ""
+	if p.note != "" {
+		note = " after a crash (" + p.note + ")"
+		p.note = ""
+	}
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d%s: %s, global batch %d (launcher %s, %s)",
+		p.attempt, note, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
 // endAttempt closes the current attempt's record (and reads its machines' charges).
@@ -315,22 +330,63 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if e.resume != nil {
 		j.Resume = e.resume
 	}
-	r.save(ctx)
-	r.publish(telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
-		State: string(e.state), Handover: handover})
+	// The end must be stored, or a follower waits for it forever: while the
+	// store cannot write (a full state disk) it is tried again until it can.
+	_ = r.keepTrying(ctx, "record the end of the job", func() error { return r.store(ctx) })
+	fin := telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
+		State: string(e.state), Handover: handover, Time: now}
+	_ = r.keepTrying(ctx, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
 	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
+}
+
+// keepTrying calls fn until it succeeds, fails for good (a conflict), or
+// ctx ends, waiting longer after each failure (up to 5s); it logs the first
+// failure and the success after it.
+func (r *runner) keepTrying(ctx context.Context, what string, fn func() error) error {
+	wait := 250 * time.Millisecond
+	for n := 0; ; n++ {
+		err := fn()
+		switch {
+		case err == nil && n > 0:
+			r.log.Info(what+": done after waiting", zap.Int("tries", n+1))
+			return nil
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrConflict):
+			r.log.Error(what, zap.Error(err))
+			return err
+		case n == 0:
+			r.log.Warn(what+": the store refuses it; trying again until it takes it (is the state disk full?)", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			r.log.Error(what+": gave up, the daemon is stopping", zap.Error(err))
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // save folds the progress into the record and writes it; a failure is
 // logged (the job goes on) and returned.
 func (r *runner) save(ctx context.Context) error {
+	err := r.store(ctx)
+	if err != nil {
+		r.log.Error("save job record", zap.Error(err))
+	}
+	return err
+}
+
+// store folds the progress and the output counts into the record and writes it.
+func (r *runner) store(ctx context.Context) error {
 	r.prog.fold(&r.rec.job)
+	if st := r.out.stats(); st.Lines > 0 {
+		r.rec.job.Output = &st
+	}
 	b, err := r.rec.commit(context.WithoutCancel(ctx))
 	if b != nil {
 		r.view.Store(&b)
-	}
-	if err != nil {
-		r.log.Error("save job record", zap.Error(err))
 	}
 	return err
 }

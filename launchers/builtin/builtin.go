@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -25,6 +27,10 @@ import (
 type Options struct {
 	// KillOnParentDeath ties local workers to this process.
 	KillOnParentDeath bool
+	// LocalSlots is how many workers the "local" launcher starts at most
+	// (scavd's --local-slots); 0: $SCAV_LOCAL_SLOTS when set, else the
+	// number of CPUs.
+	LocalSlots int
 	// SSH configures the "ssh" launcher (scavd's --ssh-* flags).
 	SSH SSHOptions
 	// Slurm configures the "slurm" launcher; its Logger is set by Catalog.
@@ -89,7 +95,8 @@ func newSSH(o SSHOptions, log *zap.Logger) (plugins.Launcher, error) {
 func Catalog(opts Options, reaper *local.Reaper) *plugins.Catalog {
 	c := plugins.NewCatalog()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
-		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: reaper}), nil
+		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: reaper,
+			MaxWorkers: LocalSlots(opts.LocalSlots)}), nil
 	})
 	_ = c.Register("ssh", func(log *zap.Logger) (plugins.Launcher, error) { return newSSH(opts.SSH, log) })
 	_ = c.Register("slurm", func(log *zap.Logger) (plugins.Launcher, error) {
@@ -101,6 +108,19 @@ func Catalog(opts Options, reaper *local.Reaper) *plugins.Catalog {
 		return nil, errors.New("the cloudvm launcher holds a provider: open it with builtin.Open")
 	})
 	return c
+}
+
+// LocalSlots is the capacity of the local launcher for the setting slots:
+// slots when positive, else $SCAV_LOCAL_SLOTS when it is a positive number,
+// else the number of CPUs this process may use.
+func LocalSlots(slots int) int {
+	if slots > 0 {
+		return slots
+	}
+	if n, err := strconv.Atoi(os.Getenv("SCAV_LOCAL_SLOTS")); err == nil && n > 0 {
+		return n
+	}
+	return runtime.NumCPU()
 }
 
 // Names lists the built-in launchers.

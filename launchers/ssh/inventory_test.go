@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -144,5 +145,26 @@ func TestRemoteCommandQuoting(t *testing.T) {
 	want := "[a b][it's][$HOME][`id`][$(id)][; id;][\\'\"][]['; id; echo ']|x'y $z;`q`"
 	if rest != want {
 		t.Errorf("got %q, want %q", rest, want)
+	}
+}
+
+// TestRemoteCommandProgramWithEquals runs a program whose path has a '='
+// (env would take it for an assignment and run the next word, or nothing).
+func TestRemoteCommandProgramWithEquals(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a=b")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "prog")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\nprintf 'ran %s %s' \"$1\" \"$V\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := remoteCommand("", []string{"V=v"}, []string{prog, "arg1"})
+	out, err := exec.Command("/bin/sh", "-c", cmd).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	if _, rest, _ := strings.Cut(string(out), "\n"); rest != "ran arg1 v" {
+		t.Errorf("got %q, want %q", rest, "ran arg1 v")
 	}
 }

@@ -23,7 +23,8 @@ const pgidMarker = "SCAVPGID "
 // script prints "SCAVPGID <pid>" (sshd makes each session's process a
 // session and group leader, so its pid is the pgid the launcher kills),
 // changes to dir, and execs env with the worker environment and the
-// arguments, every one of them single-quoted: no argument, key or value is
+// arguments (through `sh -c 'exec "$@"'` when the program's path has a '=',
+// which env would take for an assignment), every one of them single-quoted: no argument, key or value is
 // ever parsed by a shell. The contract variables that WorkerEnv leaves out
 // in ModeSelf are unset so that a stale value in the remote login
 // environment does not leak in.
@@ -40,6 +41,12 @@ func remoteCommand(dir string, env, argv []string) string {
 	b.WriteString(" --")
 	for _, kv := range env {
 		b.WriteString(" " + Quote(kv))
+	}
+	if len(argv) > 0 && strings.Contains(argv[0], "=") {
+		// env takes every NAME=VALUE word before the program as an
+		// assignment, "--" or not: a program whose path has a '=' is run
+		// by a shell's exec instead, which takes its first word as it is.
+		b.WriteString(` /bin/sh -c 'exec "$@"' scav-exec`)
 	}
 	for _, a := range argv {
 		b.WriteString(" " + Quote(a))

@@ -6,8 +6,17 @@ telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
 and reconnecting with exponential backoff. Records a failed write did not
 deliver (the daemon went away) are spooled and sent first on the next
 connection, so a daemon restart loses only what the kernel had taken for the
-dead connection. When the deque is full, because the daemon is absent or
-slow, new records are dropped and counted. Each new
+dead connection. While no daemon answers, records spill to files in the job's
+spool directory ($SCAV_CHECKPOINT_DIR/.scavenger-spool) once they are
+SPILL_AFTER old or past half the queue's size, so memory stays bounded,
+nothing is dropped, and a worker killed meanwhile (a restarted daemon stops
+the workers it cannot reattach to, and resumes from the last checkpoint)
+loses at most the records of its last SPILL_AFTER: the client
+sends them first when a daemon answers again, and what is still there when
+the worker ends is the daemon's to publish (daemon/jobs/spool.go). Each file
+is claimed by a rename before it is read, by the client or the daemon, so a
+record goes one way only. Without a spool directory, or when the deque is
+full between two flushes, new records are dropped and counted. Each new
 connection starts with a hello line; the thread also reads the daemon's
 requests from the same connection (see _control.py) and sends the worker's
 acknowledgements.
@@ -118,7 +127,7 @@ class NoopClient:
 
     def stats(self) -> Dict[str, int]:
         """All counters zero."""
-        return {"sent": 0, "dropped": 0, "queued": 0}
+        return {"sent": 0, "dropped": 0, "queued": 0, "spilled": 0}
 
     def close(self, timeout: float = 1.0) -> None:
         """Do nothing."""
@@ -146,6 +155,7 @@ class Client:
     BACKOFF_MIN = 0.05
     BACKOFF_MAX = 2.0
     WRITE_TIMEOUT = 5.0
+    SPILL_AFTER = 0.25  # seconds a record waits for a daemon before it goes to a file
 
     def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.05,
                  timed: bool = True):
@@ -173,6 +183,12 @@ class Client:
         self._stop = threading.Event()
         self.preempted = 0  # pre-emption signals received
         self.spooled = 0  # records left in the spool directory at close
+        # Files this worker spilled and has not sent yet, oldest first, with
+        # their record counts; _seq numbers them.
+        self._spilled: collections.deque = collections.deque()
+        self._seq = 0
+        self._spill_at: Optional[float] = None  # when the waiting records go to a file
+        self._spill_dir = os.path.join(config.checkpoint_dir, SPOOL_DIR) if config.checkpoint_dir else ""
         self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
@@ -235,9 +251,10 @@ class Client:
             self._acks.append(line)
 
     def stats(self) -> Dict[str, int]:
-        """Counters: sent, dropped, queued."""
+        """Counters: sent, dropped, queued (in memory), spilled (in files, unsent)."""
         return {"sent": self._sent, "dropped": self._dropped_full + self._dropped_send,
-                "queued": len(self._queue) + len(self._spool)}
+                "queued": len(self._queue) + len(self._spool),
+                "spilled": sum(n for _, n in self._spilled)}
 
     def close(self, timeout: float = 1.0) -> None:
         """Flush what is queued, waiting at most timeout seconds; idempotent.
@@ -270,32 +287,84 @@ class Client:
     def _leave(self) -> None:
         """At close: leave what no daemon took in the spool directory for the
         next daemon (a restart in progress), or count it dropped."""
+        if not self._spill():
+            self._dropped_send += len(self._spool)
+            self._spool.clear()
+        self.spooled = sum(n for _, n in self._spilled)
+
+    def _encode_queue(self) -> None:
+        """Move the queued steps, encoded, to the spool (oldest first)."""
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
             line = encode(build_record(self._header, step, t, samples, loss, {**self._defaults, **fields}))
-            if line is not None:
+            if line is None:
+                self._dropped_send += 1
+            else:
                 self._spool.append(line)
+
+    def _spill(self) -> bool:
+        """Write the queued and spooled step records to a new file in the spool
+        directory (atomically: a reader sees it whole or not at all)."""
+        self._encode_queue()
         if not self._spool:
-            return
+            return True
+        if not self._spill_dir:
+            return False
         lines = list(self._spool)
+        self._seq += 1
+        path = os.path.join(self._spill_dir, f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}-{self._seq:06d}.jsonl")
+        try:
+            os.makedirs(self._spill_dir, exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                f.write(b"".join(lines))
+            os.replace(path + ".tmp", path)
+        except OSError:
+            return False
         self._spool.clear()
-        if self._config.checkpoint_dir:
-            directory = os.path.join(self._config.checkpoint_dir, SPOOL_DIR)
-            name = f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}.jsonl"
+        self._spilled.append((path, len(lines)))
+        return True
+
+    def _replay(self) -> bool:
+        """Send the files this worker spilled, oldest first, each claimed by a
+        rename (a file the daemon took meanwhile is skipped); False when the
+        connection failed."""
+        while self._spilled and self._sock is not None:
+            path, n = self._spilled[0]
+            claimed = path + ".sending"
             try:
-                os.makedirs(directory, exist_ok=True)
-                with open(os.path.join(directory, name + ".tmp"), "wb") as f:
-                    f.write(b"".join(lines))
-                os.replace(os.path.join(directory, name + ".tmp"), os.path.join(directory, name))
-                self.spooled = len(lines)
-                return
+                os.rename(path, claimed)
+                with open(claimed, "rb") as f:
+                    data = f.read()
+            except OSError:  # the daemon has it (or it is gone): not ours to send
+                self._spilled.popleft()
+                continue
+            try:
+                self._sock.sendall(data)
             except OSError:
-                pass
-        self._dropped_send += len(lines)
+                os.rename(claimed, path)
+                self._disconnect()
+                return False
+            os.remove(claimed)
+            self._spilled.popleft()
+            self._sent += n
+        return self._sock is not None
 
     def _flush(self) -> None:
-        """Write every queued record; keep them queued while no daemon answers."""
+        """Write every queued record; keep them queued while no daemon answers,
+        spilling them to the spool directory once SPILL_AFTER old or past half
+        the queue's size."""
         if self._sock is None and not self._connect():
+            pending, now = len(self._queue) + len(self._spool), time.monotonic()
+            if not pending:
+                self._spill_at = None
+                return
+            if self._spill_at is None:
+                self._spill_at = now + self.SPILL_AFTER
+            if (pending >= max(1, self._capacity // 2) or now >= self._spill_at) and self._spill():
+                self._spill_at = None
+            return
+        self._spill_at = None
+        if not self._replay():
             return
         lines = []
         while self._acks:
@@ -323,9 +392,10 @@ class Client:
         self._sent += len(lines)
 
     def _keep(self, lines: list) -> None:
-        """Spool step records a failed write did not deliver, for the next connection."""
+        """Spool step records a failed write did not deliver, for the next
+        connection: in memory, then in a file past the queue's size."""
         for line in lines:
-            if len(self._spool) >= self._capacity:
+            if len(self._spool) >= self._capacity and not self._spill():
                 self._spool.popleft()
                 self._dropped_send += 1
             self._spool.append(line)

@@ -232,8 +232,11 @@ def _atomic_write(path: str, write: Callable[[Any], Any]) -> _HashingWriter:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
-    except BaseException:
-        _remove(temp)
+    except BaseException as e:
+        try:
+            _remove(temp)
+        except OSError as cleanup:  # the write's own error is the one to report
+            e.add_note(f"scavenger: could not remove the temporary file {temp}: {cleanup}")
         raise
     _fsync_directory(directory)
     return writer

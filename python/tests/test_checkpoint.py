@@ -131,6 +131,20 @@ class CheckpointTest(unittest.TestCase):
             self.assertEqual(ckpt.restore(self.dir, model=make(3)[0]).step, 1)
             self.assertFalse([n for n in os.listdir(self.dir) if n.endswith(".scavtmp")])
 
+    def test_failed_cleanup_does_not_mask_the_write_error(self):
+        def remove(path):
+            raise PermissionError(f"injected: cannot remove {path}")
+
+        def replace(src, dst):
+            raise OSError("injected: rename failed")
+
+        with mock.patch("scavenger.checkpoint.os.replace", replace), \
+                mock.patch("scavenger.checkpoint.os.remove", remove):
+            with self.assertRaisesRegex(OSError, "rename failed") as caught:
+                self.save(2)
+        self.assertNotIsInstance(caught.exception, PermissionError)
+        self.assertTrue(any("could not remove" in n for n in getattr(caught.exception, "__notes__", [])))
+
     def test_keeps_the_newest(self):
         for step in range(1, 6):
             self.save(step)

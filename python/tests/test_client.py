@@ -151,7 +151,7 @@ class WireTest(unittest.TestCase):
         self.assertEqual({k: r[k] for k in expected}, expected)
         self.assertTrue(before <= r["t"] <= time.time())
         self.assertTrue(all(0 <= rec["dt"] < 5 for rec in recs))
-        self.assertEqual(client.stats(), {"sent": 5, "dropped": 0, "queued": 0})
+        self.assertEqual(client.stats(), {"sent": 5, "dropped": 0, "queued": 0, "spilled": 0})
 
     def test_invalid_values_left_out(self):
         client = Client(config(self.sink.path))
@@ -229,6 +229,71 @@ class WireTest(unittest.TestCase):
         self.assertEqual([(r["job"], r["attempt"], r["rank"], r["step"]) for r in recs],
                          [("j-1", 2, 1, 1), ("j-1", 2, 1, 2), ("j-1", 2, 1, 3)])
         self.assertEqual((client.spooled, client.stats()["dropped"]), (3, 0))
+
+    def test_overflow_while_no_daemon_spills_and_replays(self):
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        path = os.path.join(ckpt, "d.sock")
+        cfg = dataclasses.replace(config(path), checkpoint_dir=ckpt)
+        client = Client(cfg, queue_size=100)
+        self.addCleanup(client.close)
+        for burst in range(25):  # 1000 records, ten times the queue, no daemon
+            for i in range(40):
+                client.step(samples=burst * 40 + i)
+            time.sleep(0.06)
+        s = client.stats()
+        self.assertEqual(s["dropped"], 0)
+        self.assertLessEqual(s["queued"], 100)
+        self.assertGreater(s["spilled"], 800)
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        self.assertTrue(os.listdir(spool))
+        sink = Sink(path=path)  # a daemon comes: the spilled records go first, in order
+        self.addCleanup(sink.close)
+        recs = sink.wait_for(1000, timeout=10)
+        self.assertEqual([r["step"] for r in recs], list(range(1, 1001)))
+        self.assertEqual((client.stats()["spilled"], client.stats()["dropped"]), (0, 0))
+        self.assertEqual(os.listdir(spool), [])
+
+    def test_records_waiting_for_a_daemon_go_to_a_file(self):
+        # A few records, far below half the queue: while no daemon answers they
+        # still reach the spool directory, so that a worker killed meanwhile
+        # (a restarted daemon stops the workers it cannot reattach to) keeps them.
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        client = Client(dataclasses.replace(config(os.path.join(ckpt, "d.sock")), checkpoint_dir=ckpt))
+        self.addCleanup(client.close)
+        for i in range(3):
+            client.step(samples=i)
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        deadline = time.monotonic() + 30
+        while client.stats()["spilled"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(client.stats()["spilled"], 3)
+        recs = []
+        for name in os.listdir(spool):
+            with open(os.path.join(spool, name)) as f:
+                recs += [json.loads(line) for line in f]
+        self.assertEqual(sorted(r["step"] for r in recs), [1, 2, 3])
+
+    def test_a_spilled_file_the_daemon_took_is_not_sent(self):
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        path = os.path.join(ckpt, "d.sock")
+        client = Client(dataclasses.replace(config(path), checkpoint_dir=ckpt), queue_size=10)
+        self.addCleanup(client.close)
+        for i in range(8):
+            client.step(samples=i)
+        time.sleep(0.2)
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        files = sorted(os.listdir(spool))
+        self.assertEqual(len(files), 1, files)
+        os.rename(os.path.join(spool, files[0]), os.path.join(spool, files[0] + ".draining"))  # the daemon claims it
+        client.step(samples=9)
+        sink = Sink(path=path)
+        self.addCleanup(sink.close)
+        recs = sink.wait_for(1, timeout=5)
+        time.sleep(0.2)
+        self.assertEqual([r["step"] for r in sink.records()], [9])
 
     def test_module_api_in_a_worker(self):
         code = ("import scavenger\n"

@@ -1,0 +1,657 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// The fault suite (issue 13): each trial injects one fault into a real
+// daemon running real python workers, and counts the outcome, the step
+// records lost and duplicated, and what was left behind. TestFaults runs
+// each trial once; with SCAV_BENCH_FAULTS=FILE (make bench-faults) it runs
+// each SCAV_BENCH_N times (default 10) and writes the table to FILE.
+
+// faultWorker reports total steps (10 ms each), writing its pid to
+// SIDE/pid-RANK-ATTEMPT; every EVERY steps the ranks meet (as DDP's
+// collectives make them: a rank whose peer died waits there until the
+// daemon stops it) and rank 0 checkpoints the way the python client does (a
+// temporary file renamed, then the manifest); with SLOW=1 it marks each
+// write with SIDE/writing-STEP and takes 0.5 s in it. Asked to checkpoint
+// (a stop, a move), it does at once and exits 0.
+const faultWorker = `import json, os, sys, time, scavenger
+total, every, slow, side = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+rank, attempt, d = int(os.environ.get("RANK", "0")), os.environ["SCAV_ATTEMPT"], scavenger.checkpoint_dir()
+open(os.path.join(side, "pid-%d-%s" % (rank, attempt)), "w").write(str(os.getpid()))
+
+def atomic(name, data):
+    tmp = os.path.join(d, ".%s.%d.scavtmp" % (name, os.getpid()))
+    with open(tmp, "wb") as f:
+        f.write(data[:len(data) // 2])
+        f.flush()
+        if slow and name.startswith("ckpt-"):
+            open(os.path.join(side, "writing-" + name[5:-3]), "w").close()
+            time.sleep(0.5)
+        f.write(data[len(data) // 2:])
+    os.replace(tmp, os.path.join(d, name))
+
+def meet(i):
+    if int(os.environ.get("WORLD_SIZE", "2")) < 2:
+        return
+    open(os.path.join(side, "at-%s-%d-%d" % (attempt, i, rank)), "w").close()
+    while not os.path.exists(os.path.join(side, "at-%s-%d-%d" % (attempt, i, 1 - rank))):
+        time.sleep(0.005)
+
+def checkpoint(i):
+    name = "ckpt-%d.pt" % i
+    atomic(name, b"x" * 1000)
+    atomic("latest.json", json.dumps({"format": "scavenger.manifest/1", "checkpoint": name, "step": i, "size": 1000}).encode())
+    return os.path.join(d, name)
+
+for i in range(scavenger.start_step() + 1, total + 1):
+    scavenger.step(samples=1)
+    time.sleep(0.01)
+    if scavenger.should_checkpoint():  # a stop or a move: checkpoint, say so, exit 0
+        scavenger.acknowledge(checkpoint(i) if rank == 0 else None)
+        scavenger.close()
+        sys.exit(0)
+    if i % every == 0 and i < total:
+        meet(i)
+    if rank == 0 and i % every == 0 and i < total:
+        checkpoint(i)
+scavenger.close()
+`
+
+// trialResult is one trial's outcome.
+type trialResult struct {
+	ok                       bool // the goal's outcome (the job finished by itself, ...)
+	lost, dup, repeated      int  // step records: never stored; stored twice; steps done again after a restart
+	procs, zombies, leftover int  // processes of the job alive after it, zombies, temporary or spool files left
+	attempts                 int  // the job's attempts
+	figure                   float64
+	note                     string
+}
+
+// faultTrial is one kind of fault: its name, its goal, and one run; most,
+// when set, bounds its runs (a long trial); figure names what the runs'
+// figure measures (printed min–max).
+type faultTrial struct {
+	fault, goal string
+	run         func(t *testing.T, python string) trialResult
+	most        int
+	figure      string
+}
+
+var faultTrials = []faultTrial{
+	{fault: "kill -9 a worker (random rank, random time)", goal: "job finishes by itself in N/N; records lost 0", run: killWorkerTrial},
+	{fault: "kill -9 rank 0 inside a checkpoint write", goal: "resumes from the last complete checkpoint in N/N", run: killInCheckpointTrial},
+	{fault: "state disk full, then freed", goal: "no hang; recovers without restart; records lost 0", run: diskFullTrial},
+	{fault: "kill -9 scavd, restart after 3–30 s", goal: "job finishes in N/N; step records lost 0", run: killDaemonTrial},
+	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
+	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
+}
+
+func TestFaults(t *testing.T) {
+	python := os.Getenv("SCAV_TEST_PYTHON")
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	out, n := os.Getenv("SCAV_BENCH_FAULTS"), 1
+	if out != "" {
+		n = 10
+		if v, err := strconv.Atoi(os.Getenv("SCAV_BENCH_N")); err == nil && v > 0 {
+			n = v
+		}
+	}
+	var table bytes.Buffer
+	fmt.Fprintf(&table, "| fault | goal | N | goal met | records lost | duplicated | steps done again | attempts | processes left | zombies | files left | figure |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, ft := range faultTrials {
+		var sum trialResult
+		met, runs, minA, maxA, minF, maxF := 0, 0, 1<<30, 0, 1e18, 0.0
+		runsOf := n
+		if ft.most > 0 {
+			runsOf = min(n, ft.most)
+		}
+		for i := 0; i < runsOf; i++ {
+			var r trialResult
+			ran := false
+			t.Run(fmt.Sprintf("%s/%d", ft.fault, i), func(t *testing.T) {
+				ran = true
+				r = ft.run(t, python)
+				if !r.ok || r.lost > 0 || r.dup > 0 || r.procs > 0 || r.zombies > 0 || r.leftover > 0 {
+					t.Errorf("%s: %+v", ft.fault, r)
+				}
+			})
+			if !ran {
+				break
+			}
+			runs++
+			if r.ok {
+				met++
+			}
+			t.Logf("%s #%d: %+v", ft.fault, i, r)
+			minA, maxA = min(minA, r.attempts), max(maxA, r.attempts)
+			minF, maxF = min(minF, r.figure), max(maxF, r.figure)
+			sum.lost, sum.dup, sum.repeated = sum.lost+r.lost, sum.dup+r.dup, sum.repeated+r.repeated
+			sum.procs, sum.zombies, sum.leftover = sum.procs+r.procs, sum.zombies+r.zombies, sum.leftover+r.leftover
+		}
+		if runs == 0 {
+			continue // not run (-run)
+		}
+		attempts := fmt.Sprint(minA)
+		if maxA != minA {
+			attempts = fmt.Sprintf("%d–%d", minA, maxA)
+		}
+		figure := ""
+		if ft.figure != "" {
+			figure = fmt.Sprintf("%s: %.0f–%.0f", ft.figure, minF, maxF)
+		}
+		fmt.Fprintf(&table, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %d | %d | %d | %s |\n", ft.fault, ft.goal, runs, met, runs,
+			sum.lost, sum.dup, sum.repeated, attempts, sum.procs, sum.zombies, sum.leftover, figure)
+	}
+	t.Logf("\n%s", table.String())
+	if out != "" {
+		if err := os.WriteFile(out, faultsDoc(n, table.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// faultsDoc is docs/bench-faults.md around the table.
+func faultsDoc(n int, table string) []byte {
+	return []byte(fmt.Sprintf("# Fault suite (issue 13)\n\nGenerated by `make bench-faults` (N=%d; `make bench-faults N=1` is the quick run) on %d cores, %s. "+
+		"Each trial starts a daemon on a fresh state directory, runs real python workers (2 ranks, 10 ms steps, rank 0 "+
+		"checkpointing every 40 steps), injects the fault and counts: step records never stored, stored twice (same "+
+		"attempt, rank and step), steps done again after a restart from the checkpoint (expected: the steps since it), the job's attempts, "+
+		"the job's processes still alive after its end, zombies, and temporary or spool files left in its checkpoint "+
+		"directory. In the state-disk trial the checkpoint directory is on the full disk too: a checkpoint that does not fit "+
+		"fails rank 0, and the job restarts from the previous one (hence its second attempt). The kill -9 of scavd runs "+
+		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again; so do the service stop "+
+		"(SIGTERM under 4 jobs past their first checkpoint, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
+		"stdout after another job wrote 1000 lines; the figure is scavd's VmHWM). "+
+		"The test is daemon/faults_test.go (TestFaults runs each trial once).\n\n%s",
+		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
+}
+
+// numCPU is the number of cores, for the table's heading.
+func numCPU() int { return runtime.NumCPU() }
+
+// faultDaemon starts a daemon on a fresh state directory (under dir when
+// set) and returns it with a client; both are closed at the end of the test.
+func faultDaemon(t *testing.T, state string) (*Daemon, *api.Client) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1",
+		Retention: telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}},
+		zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if err := d.Close(); err != nil {
+			t.Errorf("close the daemon: %v", err)
+		}
+	})
+	return d, c
+}
+
+// submitWorkers runs faultWorker on 2 ranks.
+func submitWorkers(t *testing.T, c *api.Client, python, side string, total, every int, slow bool) api.Job {
+	t.Helper()
+	s := "0"
+	if slow {
+		s = "1"
+	}
+	j, err := c.Run(context.Background(), api.RunRequest{
+		Command: []string{python, "-c", faultWorker, strconv.Itoa(total), strconv.Itoa(every), s, side},
+		Dir:     side, Config: plugins.Config{Workers: 2}, Grace: api.Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// workerPid waits for the pid of rank's worker in attempt.
+func workerPid(t *testing.T, side string, rank, attempt int) int {
+	t.Helper()
+	var pid int
+	waitFor(t, time.Minute, fmt.Sprintf("rank %d of attempt %d to start", rank, attempt), func() bool {
+		b, err := os.ReadFile(filepath.Join(side, fmt.Sprintf("pid-%d-%d", rank, attempt)))
+		pid, _ = strconv.Atoi(string(b))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+// countSteps counts job id's step records against the total steps of each
+// of ranks ranks, waiting (a minute at most) for records still on their way.
+func countSteps(t *testing.T, c *api.Client, id string, ranks, total int) (lost, dup, repeated int) {
+	t.Helper()
+	type key struct{ attempt, rank int }
+	var byStep map[int]map[int64]int
+	var byAttempt map[key]map[int64]int
+	read := func() bool {
+		byStep, byAttempt = map[int]map[int64]int{}, map[key]map[int64]int{}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Steps(ctx, id, false, func(r telemetry.StepRecord) error {
+			if byStep[r.Rank] == nil {
+				byStep[r.Rank] = map[int64]int{}
+			}
+			byStep[r.Rank][r.Step]++
+			k := key{r.Attempt, r.Rank}
+			if byAttempt[k] == nil {
+				byAttempt[k] = map[int64]int{}
+			}
+			byAttempt[k][r.Step]++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		lost = 0
+		for rank := 0; rank < ranks; rank++ {
+			for s := int64(1); s <= int64(total); s++ {
+				if byStep[rank][s] == 0 {
+					lost++
+				}
+			}
+		}
+		return lost == 0
+	}
+	for deadline := time.Now().Add(time.Minute); !read() && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	}
+	if lost > 0 {
+		t.Logf("missing steps: %s", missingSteps(byStep, ranks, total))
+	}
+	for _, steps := range byAttempt {
+		for _, n := range steps {
+			dup += n - 1
+		}
+	}
+	for _, steps := range byStep {
+		for _, n := range steps {
+			repeated += n - 1
+		}
+	}
+	return lost, dup, repeated - dup
+}
+
+// leftovers counts what job id left: its processes still alive, zombies
+// among this process's children, and temporary or spool files in its
+// checkpoint directory.
+func leftovers(j api.Job) (procs, zombies, files int) {
+	ents, _ := os.ReadDir("/proc")
+	me := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && bytes.Contains(env, []byte("SCAV_JOB_ID="+j.ID+"\x00")) {
+			procs++
+		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			// pid (comm) S ppid ...: the comm may hold spaces, the rest follows its last ')'.
+			if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(me) {
+				zombies++
+			}
+		}
+	}
+	tmps, _ := filepath.Glob(filepath.Join(j.CheckpointDir, ".*.scavtmp"))
+	spooled, _ := filepath.Glob(filepath.Join(j.CheckpointDir, ".scavenger-spool", "*"))
+	return procs, zombies, len(tmps) + len(spooled)
+}
+
+// settle fills in a finished job's records and leftovers.
+func settle(t *testing.T, c *api.Client, j api.Job, total int, r *trialResult) {
+	t.Helper()
+	r.lost, r.dup, r.repeated = countSteps(t, c, j.ID, 2, total)
+	r.procs, r.zombies, r.leftover = leftovers(j)
+	r.attempts = len(j.Attempts)
+}
+
+// killWorkerTrial kills a random rank with SIGKILL at a random time: the
+// job must restart from its checkpoint and finish by itself.
+func killWorkerTrial(t *testing.T, python string) trialResult {
+	const total, every = 400, 40
+	_, c := faultDaemon(t, t.TempDir())
+	side := t.TempDir()
+	j := submitWorkers(t, c, python, side, total, every, false)
+	rank := rand.IntN(2)
+	pid := workerPid(t, side, rank, 1)
+	workerPid(t, side, 1-rank, 1)
+	time.Sleep(time.Duration(300+rand.IntN(1700)) * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill rank %d: %v", rank, err)
+	}
+	final := follow(t, c, j.ID, 3*time.Minute)
+	j, err := c.Job(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := trialResult{ok: final.ExitCode != nil && *final.ExitCode == 0 && j.State == api.StateSucceeded && len(j.Attempts) >= 2,
+		note: fmt.Sprintf("rank %d killed; %d attempts", rank, len(j.Attempts))}
+	settle(t, c, j, total, &r)
+	return r
+}
+
+// killInCheckpointTrial kills rank 0 while it writes its second checkpoint:
+// the next attempt must start from the first, the last complete one.
+func killInCheckpointTrial(t *testing.T, python string) trialResult {
+	const total, every = 200, 40
+	_, c := faultDaemon(t, t.TempDir())
+	side := t.TempDir()
+	j := submitWorkers(t, c, python, side, total, every, true)
+	pid := workerPid(t, side, 0, 1)
+	waitFor(t, 2*time.Minute, "rank 0 inside its second checkpoint write", func() bool {
+		_, err := os.Stat(filepath.Join(side, fmt.Sprintf("writing-%d", 2*every)))
+		return err == nil
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill rank 0: %v", err)
+	}
+	final := follow(t, c, j.ID, 3*time.Minute)
+	j, err := c.Job(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(j.CheckpointDir, fmt.Sprintf("ckpt-%d.pt", every))
+	r := trialResult{ok: final.ExitCode != nil && *final.ExitCode == 0 && len(j.Attempts) >= 2 && j.Attempts[1].Restore == want}
+	if !r.ok {
+		r.note = fmt.Sprintf("state %s, attempts %+v; want attempt 2 from %s", j.State, j.Attempts, want)
+	}
+	settle(t, c, j, total, &r)
+	return r
+}
+
+// diskFullTrial fills the state disk under 2 stepping ranks and a job that
+// floods its output, then frees it: every job must end, the daemon must
+// recover by itself, and no step record may be lost.
+func diskFullTrial(t *testing.T, python string) trialResult {
+	const total, every = 300, 40
+	disk := smallDisk(t, 64<<20)
+	d, c := faultDaemon(t, filepath.Join(disk, "state"))
+	side := t.TempDir()
+	j := submitWorkers(t, c, python, side, total, every, false)
+	workerPid(t, side, 0, 1)
+	f := fill(t, disk, 3<<20)
+	flood, err := c.Run(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", "for i in $(seq 100000); do echo line $i of a flood of output that fills what is left; done"},
+		Dir: side, Config: plugins.Config{Workers: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the daemon to report the full state disk", func() bool { return d.info().StateDisk != "" })
+	if err := os.Remove(f); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the daemon to recover", func() bool { return d.info().StateDisk == "" })
+	ok := true
+	for _, id := range []string{j.ID, flood.ID} {
+		if final := follow(t, c, id, 3*time.Minute); final.ExitCode == nil || *final.ExitCode != 0 {
+			ok = false
+		}
+	}
+	_, _, restarts := d.disk.gauges()
+	r := trialResult{ok: ok && restarts >= 1, note: fmt.Sprintf("the store restarted %v times", restarts)}
+	if j, err = c.Job(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, c, j, total, &r)
+	return r
+}
+
+// scavdBin is the scavd binary the scavd trials run: $SCAV_TEST_BIN/scavd,
+// else one built for the test.
+func scavdBin(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("SCAV_TEST_BIN"); dir != "" {
+		return filepath.Join(dir, "scavd")
+	}
+	bin := filepath.Join(t.TempDir(), "scavd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/scavd").CombinedOutput(); err != nil {
+		t.Fatalf("build scavd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// scavdProc is a scavd run as its own process.
+type scavdProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startScavd starts bin on state and waits for its API.
+func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		"--node", "n1", "--node-sample-every", "0", "--log-level", "warn", "--gpu-source", "none")
+	var errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &errOut, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &scavdProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }() // joined by stop
+	t.Cleanup(func() { p.stop(syscall.SIGTERM) })
+	var c *api.Client
+	waitFor(t, time.Minute, "scavd's API", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("scavd exited: %s", errOut.String())
+		default:
+		}
+		var err error
+		c, err = api.Dial(context.Background(), filepath.Join(state, api.SocketName), time.Second)
+		return err == nil
+	})
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// stop sends sig to scavd and waits for it to end (kills it after a minute).
+func (p *scavdProc) stop(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// killDaemonTrial kills scavd with SIGKILL while its job runs, waits 3–30 s
+// (3 s for a single run), starts it again on the same state directory: the
+// job must finish with every step record stored.
+func killDaemonTrial(t *testing.T, python string) trialResult {
+	const total, every = 600, 40
+	bin := scavdBin(t)
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	p, c := startScavd(t, bin, state)
+	side := t.TempDir()
+	j := submitWorkers(t, c, python, side, total, every, false)
+	workerPid(t, side, 0, 1)
+	workerPid(t, side, 1, 1)
+	time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+	p.stop(syscall.SIGKILL)
+	down := 3 * time.Second
+	if os.Getenv("SCAV_BENCH_FAULTS") != "" {
+		down += time.Duration(rand.IntN(27000)) * time.Millisecond
+	}
+	time.Sleep(down)
+	_, c = startScavd(t, bin, state)
+	// A follower (scavctl run) sees the end of the resumed job, not that of
+	// the attempt lost with the daemon.
+	final := follow(t, c, j.ID, 3*time.Minute)
+	if j, err = c.Job(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := trialResult{ok: j.State == api.StateSucceeded && final.ExitCode != nil && *final.ExitCode == 0 && final.Attempt == j.Attempt,
+		note: fmt.Sprintf("down %s; %s: %s", down.Round(time.Second), j.State, j.Message)}
+	settle(t, c, j, total, &r)
+	return r
+}
+
+// missingSteps names, by rank, the ranges of steps without a record.
+func missingSteps(byStep map[int]map[int64]int, ranks, total int) string {
+	var out []string
+	for rank := 0; rank < ranks; rank++ {
+		for s := int64(1); s <= int64(total); s++ {
+			if byStep[rank][s] > 0 {
+				continue
+			}
+			e := s
+			for e < int64(total) && byStep[rank][e+1] == 0 {
+				e++
+			}
+			out = append(out, fmt.Sprintf("rank %d: %d-%d", rank, s, e))
+			s = e
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// stopDaemonTrial stops scavd with SIGTERM (a service stop) under 4 jobs and
+// starts it again: each must checkpoint, resume from that checkpoint, and
+// finish with every step record stored.
+func stopDaemonTrial(t *testing.T, python string) trialResult {
+	const total, every = 400, 40
+	bin := scavdBin(t)
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	p, c := startScavd(t, bin, state)
+	var js []api.Job
+	var sides []string
+	for k := 0; k < 4; k++ {
+		side := t.TempDir()
+		js, sides = append(js, submitWorkers(t, c, python, side, total, every, false)), append(sides, side)
+	}
+	// Past the first checkpoint, the daemon knows each job's step time and
+	// asks for a checkpoint far enough ahead for both ranks (see the open
+	// finding in docs/bench-faults.md about a request made earlier).
+	for _, j := range js {
+		waitFor(t, 3*time.Minute, "job "+j.ID+" past its first checkpoint", func() bool {
+			last, ok, err := c.LastStep(context.Background(), j.ID)
+			return err == nil && ok && last.Step > every+5
+		})
+	}
+	time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
+	p.stop(syscall.SIGTERM)
+	_, c = startScavd(t, bin, state)
+	r := trialResult{ok: true}
+	for _, j := range js {
+		waitFor(t, 3*time.Minute, "job "+j.ID+" to end", func() bool {
+			j, err = c.Job(context.Background(), j.ID)
+			return err == nil && j.State.Done()
+		})
+		resumed := len(j.Attempts) >= 2 && j.Attempts[0].EndReason == string(api.StateStopped) && j.Attempts[1].Restore != ""
+		if j.State != api.StateSucceeded || !resumed {
+			r.ok, r.note = false, fmt.Sprintf("job %s %s after %d attempts: %s", j.ID, j.State, len(j.Attempts), j.Message)
+		}
+		var one trialResult
+		settle(t, c, j, total, &one)
+		if one.repeated > 0 { // resumed from an older checkpoint: it did not checkpoint when stopped
+			r.ok, r.note = false, fmt.Sprintf("job %s did not checkpoint when stopped: %d steps done again", j.ID, one.repeated)
+		}
+		r.lost, r.dup, r.repeated = r.lost+one.lost, r.dup+one.dup, r.repeated+one.repeated
+		r.procs, r.zombies, r.leftover = r.procs+one.procs, r.zombies+one.zombies, r.leftover+one.leftover
+		r.attempts = max(r.attempts, one.attempts)
+	}
+	return r
+}
+
+// floodWorker writes argv[1] MB of 100-byte lines to its stdout.
+const floodWorker = `import sys
+line = b"x" * 99 + b"\n"
+for _ in range(int(sys.argv[1]) * 10):
+    sys.stdout.buffer.write(line * 1000)
+`
+
+// floodTrial runs a job of 1000 numbered lines, then one that writes 1 GB
+// (64 MB for a single run) to its stdout: the first job's history must stay
+// whole, and scavd's memory bounded (the figure: its peak RSS in MB).
+func floodTrial(t *testing.T, python string) trialResult {
+	mb := 64
+	if os.Getenv("SCAV_BENCH_FAULTS") != "" {
+		mb = 1000
+	}
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	p, c := startScavd(t, scavdBin(t), state)
+	ctx := context.Background()
+	run := func(cmd ...string) api.Job {
+		j, err := c.Run(ctx, api.RunRequest{Command: cmd, Dir: t.TempDir(), Config: plugins.Config{Workers: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final := follow(t, c, j.ID, 10*time.Minute); final.ExitCode == nil || *final.ExitCode != 0 {
+			t.Fatalf("job %v ended %+v", cmd[:1], final)
+		}
+		return j
+	}
+	small := run("/bin/sh", "-c", "for i in $(seq 1000); do echo line $i; done")
+	flood := run(python, "-c", floodWorker, strconv.Itoa(mb))
+	lines := 0
+	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Output(ctx2, small.ID, false, func(l *telemetry.LogLine, _ *telemetry.Event) error {
+		if l != nil {
+			lines++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := trialResult{figure: float64(peakRSS(p.cmd.Process.Pid)) / (1 << 20), attempts: 1}
+	r.ok = lines == 1000 && r.figure <= 150
+	r.note = fmt.Sprintf("history of the earlier job: %d lines of 1000; scavd peak RSS %.0f MB", lines, r.figure)
+	r.procs, r.zombies, r.leftover = leftovers(flood)
+	return r
+}
+
+// peakRSS is pid's peak resident set size in bytes (VmHWM), or 0.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,155 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ErrStoreFull is what a Publisher returns when the store cannot write for
+// want of space (a full state disk): the batch is held, not dropped.
+var ErrStoreFull = errors.New("the store cannot write: its disk is full")
+
+// heldMaxBytes bounds the step batches held in memory while the store
+// cannot write; past it, the connections that bring more wait (their
+// workers' clients queue, then spill to the job's spool directory).
+const heldMaxBytes = 64 << 20
+
+// heldBatch is a step batch the store has not taken yet.
+type heldBatch struct {
+	subject string
+	data    []byte
+	n       int
+}
+
+// held keeps, in order, the step batches the store refused for want of
+// space, and its goroutine publishes them once it takes them again. While
+// anything is held, new batches queue behind it, so that each job's records
+// stay in order.
+type held struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	q     []heldBatch
+	bytes int
+	stop  bool
+	done  chan struct{}
+}
+
+// pending says whether anything is held.
+func (h *held) pending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.q) > 0
+}
+
+// hold queues a copy of a batch, waiting while heldMaxBytes are held;
+// false when the server is closing (the batch is not taken).
+func (h *held) hold(subject string, data []byte, n int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for !h.stop && len(h.q) > 0 && h.bytes+len(data) > heldMaxBytes {
+		h.cond.Wait()
+	}
+	if h.stop {
+		return false
+	}
+	h.q = append(h.q, heldBatch{subject: subject, data: append([]byte(nil), data...), n: n})
+	h.bytes += len(data)
+	h.cond.Broadcast()
+	return true
+}
+
+// holder is a Publisher that knows when the store cannot write.
+type holder interface{ Holding() bool }
+
+// flushStep publishes a step batch, or holds it when the store cannot write
+// (known beforehand, or from the publish's error) or earlier batches are
+// still held; it returns the error of a publish that failed otherwise.
+func (in *Server) flushStep(subject string, data []byte, n int) error {
+	h, _ := in.steps.(holder)
+	if !in.held.pending() && (h == nil || !h.Holding()) {
+		err := in.steps.Publish(subject, data)
+		if err == nil {
+			in.accepted.Add(int64(n))
+			return nil
+		}
+		if !errors.Is(err, ErrStoreFull) {
+			return err
+		}
+		in.log.Warn("holding step records until the store writes again", zap.Error(err))
+	}
+	if !in.held.hold(subject, data, n) {
+		return fmt.Errorf("hold %d records: the telemetry socket is closing", n)
+	}
+	return nil
+}
+
+// publishHeld publishes the held batches, oldest first, trying each again
+// (every second at most) until the store takes it or the server closes.
+func (in *Server) publishHeld() {
+	h := &in.held
+	defer close(h.done)
+	wait := 50 * time.Millisecond
+	for {
+		h.mu.Lock()
+		for !h.stop && len(h.q) == 0 {
+			h.cond.Wait()
+		}
+		if h.stop {
+			lost := 0
+			for _, b := range h.q {
+				lost += b.n
+			}
+			h.mu.Unlock()
+			if lost > 0 {
+				in.dropped[dropPublish].Add(int64(lost))
+				in.log.Error("step records held while the store could not write are lost: the daemon is stopping", zap.Int("records", lost))
+			}
+			return
+		}
+		b := h.q[0]
+		h.mu.Unlock()
+		if err := in.steps.Publish(b.subject, b.data); err != nil {
+			if !in.sleep(wait) {
+				continue
+			}
+			wait = min(2*wait, time.Second)
+			continue
+		}
+		wait = 50 * time.Millisecond
+		in.accepted.Add(int64(b.n))
+		h.mu.Lock()
+		h.q = h.q[1:]
+		h.bytes -= len(b.data)
+		if len(h.q) == 0 {
+			in.log.Info("the store takes step records again; every held record is published")
+		}
+		h.cond.Broadcast()
+		h.mu.Unlock()
+	}
+}
+
+// sleep waits d, or less when the server closes; false when it closes.
+func (in *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-in.closing:
+		return false
+	}
+}
+
+// stopHeld ends the held batches' goroutine and waits for it.
+func (in *Server) stopHeld() {
+	h := &in.held
+	h.mu.Lock()
+	h.stop = true
+	h.cond.Broadcast()
+	h.mu.Unlock()
+	<-h.done
+}

@@ -1,0 +1,284 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/launchers/local"
+	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+func TestRestartAfter(t *testing.T) {
+	crashed := plugins.Result{ExitCode: 137, FailedRank: 1, Ranks: []plugins.RankResult{{Rank: 0, Stopped: true, Signal: "SIGTERM"}, {Rank: 1, ExitCode: 137, Signal: "SIGKILL"}}}
+	exit3 := plugins.Result{ExitCode: 3, FailedRank: 0, Ranks: []plugins.RankResult{{Rank: 0, ExitCode: 3}}}
+	for _, c := range []struct {
+		name    string
+		in      crash
+		restart bool
+		delay   time.Duration
+		reason  string // a part of it
+	}{
+		{"success", crash{Result: plugins.Result{FailedRank: -1}, MaxRestarts: 3}, false, 0, ""},
+		{"first crash restarts at once", crash{Result: crashed, MaxRestarts: 3}, true, 0, "rank 1 was killed by SIGKILL; restart 1 of 3"},
+		{"second waits 1s", crash{Result: exit3, Restarts: 1, MaxRestarts: 3}, true, time.Second, "rank 0 exited with 3; restart 2 of 3"},
+		{"third waits 2s", crash{Result: exit3, Restarts: 2, MaxRestarts: 3}, true, 2 * time.Second, "restart 3 of 3"},
+		{"back-off is bounded", crash{Result: exit3, Restarts: 60, MaxRestarts: 100}, true, maxRestartBackoff, "restart 61 of 100"},
+		{"crash loop", crash{Result: exit3, Restarts: 3, MaxRestarts: 3}, false, 0, "crash loop: it crashed 4 times and was restarted 3 times"},
+		{"no restarts", crash{Result: exit3, MaxRestarts: 0}, false, 0, "no restarts allowed (--max-restarts 0)"},
+		{"stopped", crash{Result: crashed, Stopped: true, MaxRestarts: 3}, false, 0, ""},
+		{"stopped by the launcher", crash{Result: plugins.Result{ExitCode: 143, Stopped: true}, MaxRestarts: 3}, false, 0, ""},
+		{"a move", crash{Result: crashed, Moving: true, MaxRestarts: 3}, false, 0, ""},
+		{"the daemon closes", crash{Result: crashed, Closing: true, MaxRestarts: 3}, false, 0, ""},
+		{"a lost host is not a crash", crash{Result: plugins.Result{ExitCode: 255, FailedRank: 1, LostHosts: []string{"h2"}}, MaxRestarts: 3}, false, 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := restartAfter(c.in)
+			if v.Restart != c.restart || v.Delay != c.delay || !strings.Contains(v.Reason, c.reason) || (c.reason == "") != !v.Crashed {
+				t.Errorf("restartAfter(%+v) = %+v; want restart %v after %s, reason with %q", c.in, v, c.restart, c.delay, c.reason)
+			}
+		})
+	}
+}
+
+// waitEnd waits for job id's runner to end and returns its record.
+func waitEnd(t *testing.T, g *Registry, id string, within time.Duration) api.Job {
+	t.Helper()
+	if r := g.running(id); r != nil {
+		select {
+		case <-r.done:
+		case <-time.After(within):
+			t.Fatalf("job %s did not end within %s", id, within)
+		}
+	}
+	j, err := g.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// events collects job id's events from now on.
+func followEvents(t *testing.T, nc *nats.Conn, id string) func() []telemetry.Event {
+	t.Helper()
+	ch := make(chan telemetry.Event, 64)
+	sub, err := nc.Subscribe(telemetry.EventSubject(id), func(m *nats.Msg) {
+		var e telemetry.Event
+		if json.Unmarshal(m.Data, &e) == nil {
+			ch <- e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []telemetry.Event {
+		_ = nc.Flush()
+		var out []telemetry.Event
+		for {
+			select {
+			case e := <-ch:
+				out = append(out, e)
+			case <-time.After(200 * time.Millisecond):
+				return out
+			}
+		}
+	}
+}
+
+// crashingWorker writes a checkpoint of step 5 (the python client's
+// manifest) in its first attempt, then rank 1 kills itself with SIGKILL; the
+// next attempt prints where it starts from and exits 0.
+const crashingWorker = `d="$SCAV_CHECKPOINT_DIR"
+if [ "$SCAV_ATTEMPT" = 1 ]; then
+  if [ "$RANK" = 0 ]; then
+    echo x > "$d/ckpt-5.pt"; printf '{"format":"scavenger.manifest/1","checkpoint":"ckpt-5.pt","step":5,"size":2}' > "$d/latest.json"
+    : > "$d/.ckpt-6.pt.4242.scavtmp"
+  fi
+  sleep 0.3; [ "$RANK" = 1 ] && kill -9 $$; sleep 30
+fi
+echo "restore=$SCAV_RESTORE start=$SCAV_START_STEP"`
+
+// TestCrashedAttemptRestartsFromTheCheckpoint: a worker killed by SIGKILL
+// restarts the job from its last complete checkpoint; the record and an
+// event say why; a killed writer's temporary file is cleaned up.
+func TestCrashedAttemptRestartsFromTheCheckpoint(t *testing.T) {
+	g, _, nc := registry(t)
+	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", crashingWorker}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 2}, Grace: api.Duration(2 * time.Second)}, me())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := followEvents(t, nc, j.ID)
+	j = waitEnd(t, g, j.ID, time.Minute)
+	if j.State != api.StateSucceeded || len(j.Attempts) != 2 || j.Restarts != 1 || j.MaxRestarts != api.DefaultMaxRestarts {
+		t.Fatalf("job %s (%s) after %d attempts, %d restarts of %d; want succeeded after 2 attempts, 1 restart of 3", j.State, j.Message, len(j.Attempts), j.Restarts, j.MaxRestarts)
+	}
+	if why := j.Attempts[0].EndReason; !strings.HasPrefix(why, "crashed: rank 1 was killed by SIGKILL; restart 1 of 3") {
+		t.Errorf("attempt 1 ended %q, want the crash named", why)
+	}
+	ckpt := filepath.Join(j.CheckpointDir, "ckpt-5.pt")
+	if j.Attempts[1].Restore != ckpt {
+		t.Errorf("attempt 2 restored %q, want %s", j.Attempts[1].Restore, ckpt)
+	}
+	var restarting, started string
+	for _, e := range evs() {
+		switch {
+		case e.Kind == telemetry.EventRestarting:
+			restarting = e.Message
+		case e.Kind == telemetry.EventStarted && e.Attempt == 2:
+			started = e.Message
+		}
+	}
+	if !strings.Contains(restarting, "from the checkpoint of step 5") || !strings.Contains(started, "after a crash") {
+		t.Errorf("events: restarting %q, started %q; want the crash and the checkpoint named", restarting, started)
+	}
+	if left, _ := filepath.Glob(filepath.Join(j.CheckpointDir, ".*.scavtmp")); len(left) > 0 {
+		t.Errorf("temporary files left in the checkpoint directory: %v", left)
+	}
+}
+
+// TestCrashLoopStops: a job that crashes every time is restarted as often
+// as it may, with back-off, and then fails saying so.
+func TestCrashLoopStops(t *testing.T) {
+	g, _, _ := registry(t)
+	two := 2
+	began := time.Now()
+	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", "exit 3"}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, MaxRestarts: &two}, me())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitEnd(t, g, j.ID, time.Minute)
+	took := time.Since(began)
+	if j.State != api.StateFailed || *j.ExitCode != 3 || len(j.Attempts) != 3 || j.Restarts != 2 {
+		t.Fatalf("job %s exit %v after %d attempts (%d restarts); want failed, 3, after 3 attempts", j.State, *j.ExitCode, len(j.Attempts), j.Restarts)
+	}
+	if !strings.Contains(j.Message, "crash loop") || !strings.Contains(j.Message, "--max-restarts") {
+		t.Errorf("message %q does not say it is a crash loop", j.Message)
+	}
+	if took < firstRestartBackoff {
+		t.Errorf("3 attempts in %s: no back-off before the second restart", took)
+	}
+}
+
+// TestFailedStartNamesItsAttempt: the final event of a job that could not
+// start carries the attempt that failed (a follower waits for attempt 1).
+func TestFailedStartNamesItsAttempt(t *testing.T) {
+	g, _, nc := registry(t)
+	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/nonexistent/cmd"}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}}, me())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := followEvents(t, nc, j.ID)
+	j = waitEnd(t, g, j.ID, time.Minute)
+	var fin *telemetry.Event
+	for _, e := range evs() {
+		if e.Kind == telemetry.EventFinished {
+			fin = &e
+		}
+	}
+	if j.State != api.StateFailed || j.Attempt != 1 || fin == nil || fin.Attempt != 1 || !strings.Contains(fin.Message, "/nonexistent/cmd") {
+		t.Fatalf("job %s attempt %d, final event %+v; want failed, attempt 1, naming the command", j.State, j.Attempt, fin)
+	}
+}
+
+// TestCapacityIsCheckedAtSubmit: a request for more workers than the
+// launcher can start, or a range that goes above it, is refused with the limit.
+func TestCapacityIsCheckedAtSubmit(t *testing.T) {
+	nc, st := store(t)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	g := New(context.Background(), Options{Log: log, Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2}),
+		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
+	t.Cleanup(func() { g.Close(context.Background()) })
+	for _, c := range []struct {
+		req  api.RunRequest
+		want string
+	}{
+		{api.RunRequest{Config: plugins.Config{Workers: 100000000}}, "--workers 100000000: launcher local starts at most 2 workers"},
+		{api.RunRequest{Config: plugins.Config{Workers: 1, GlobalBatch: 32}, Optimize: api.Optimize{Policy: "adaptive", TargetSamples: 1000,
+			MinWorkers: 1, MaxWorkers: 4, MinBatch: 32, MaxBatch: 64}}, "--workers 1:4: the range goes above the 2 workers"},
+	} {
+		c.req.Command, c.req.Dir = []string{"/bin/true"}, t.TempDir()
+		_, err := g.Submit(context.Background(), c.req, me())
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "--local-slots") {
+			t.Errorf("Submit(%d workers, range to %d) = %v; want %q", c.req.Config.Workers, c.req.Optimize.MaxWorkers, err, c.want)
+		}
+	}
+	if len(g.Active()) != 0 {
+		t.Errorf("refused jobs run: %v", g.Active())
+	}
+}
+
+// TestDrainSpoolTakesOnlyUnclaimedFiles: a spool file a live worker claimed
+// (to send it itself) is left to it; once the workers are gone, every file
+// is taken, and unfinished writes are removed.
+func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
+	nc, _ := store(t)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	dir := t.TempDir()
+	g := &Registry{o: Options{NC: nc}, log: log}
+	g.js, _ = jetstream.New(nc)
+	r := &runner{g: g, log: log, rec: record{job: api.Job{ID: "spool-000001", CheckpointDir: dir}}}
+	spool := filepath.Join(dir, spoolDir)
+	if err := os.Mkdir(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	line := func(step int) string {
+		b, _ := json.Marshal(telemetry.StepRecord{V: telemetry.SchemaVersion, Job: "spool-000001", Attempt: 1, World: 1, Step: int64(step), Time: 1.7e9})
+		return string(b) + "\n"
+	}
+	for name, text := range map[string]string{"a1-r0-9-000001.jsonl": line(1), "a1-r0-9-000002.jsonl" + sendingSuffix: line(2),
+		"a1-r0-9-000003.jsonl.tmp": line(3)} {
+		if err := os.WriteFile(filepath.Join(spool, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var got []int64
+	sub, err := nc.Subscribe(telemetry.StepSubject("spool-000001"), func(m *nats.Msg) {
+		recs, _ := telemetry.DecodeBatch(m.Data)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rec := range recs {
+			got = append(got, rec.Step)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	steps := func() []int64 {
+		_ = nc.Flush()
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), got...)
+	}
+	r.drainSpool(context.Background(), false)
+	if s := steps(); !reflect.DeepEqual(s, []int64{1}) {
+		t.Fatalf("with the workers alive, published %v; want only the unclaimed file's step 1", s)
+	}
+	r.drainSpool(context.Background(), true)
+	if s := steps(); !reflect.DeepEqual(s, []int64{1, 2}) {
+		t.Fatalf("with the workers gone, published %v; want steps 1 and 2", s)
+	}
+	if _, err := os.Stat(spool); !os.IsNotExist(err) {
+		ents, _ := os.ReadDir(spool)
+		t.Errorf("the spool directory is left with %v", ents)
+	}
+}
