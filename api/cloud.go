@@ -43,7 +43,7 @@ func (o Optimize) CloudSpec(start plugins.Config, offers []plugins.Offer) (Cloud
 		}
 	}
 	cl := Cloud{Markets: map[string]string{}, Slots: map[string]int{}}
-	prices := map[string]float64{}
+	prices, minBill := map[string]float64{}, map[string]float64{}
 	var shapes []predict.Shape
 	for _, off := range offers {
 		if len(o.Types) > 0 && !slices.Contains(o.Types, off.Type) {
@@ -58,6 +58,9 @@ func (o Optimize) CloudSpec(start plugins.Config, offers []plugins.Offer) (Cloud
 		}
 		slots := max(off.Slots, 1)
 		cl.Markets[off.Type], cl.Slots[off.Type], prices[off.Type] = market, slots, price
+		if off.MinimumBillS > 0 {
+			minBill[off.Type] = off.MinimumBillS
+		}
 		shapes = append(shapes, predict.Shape{Type: off.Type, GPUsPerNode: slots, MaxNodes: max((maxW+slots-1)/slots, 1)})
 	}
 	if len(shapes) == 0 {
@@ -76,7 +79,7 @@ func (o Optimize) CloudSpec(start plugins.Config, offers []plugins.Offer) (Cloud
 	if len(keep) == 0 {
 		return Cloud{}, fmt.Errorf("no configuration of %v divides evenly within the bounds", o.Types)
 	}
-	base.Candidates, base.Prices = keep, prices
+	base.Candidates, base.Prices, base.MinimumBillS = keep, prices, minBill
 	cl.Spec = base
 	return cl, nil
 }

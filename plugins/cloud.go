@@ -25,6 +25,9 @@ type Offer struct {
 	// every zone of it is blocklisted for now after a pre-emption or a
 	// capacity error).
 	SpotUSD float64 `json:"spot_usd,omitempty"`
+	// MinimumBillS is the fewest seconds a machine of it is billed once
+	// bought (the provider's minimum; EC2: 60), however soon it is released.
+	MinimumBillS float64 `json:"minimum_bill_s,omitempty"`
 }
 
 // Charge is what one machine a launcher acquired for a job costs: it is

@@ -94,7 +94,7 @@ func resultFromProto(p *pb.WaitResponse) Result {
 func offersToProto(os []Offer) []*pb.Offer {
 	var out []*pb.Offer
 	for _, o := range os {
-		out = append(out, &pb.Offer{Type: o.Type, Slots: int64(o.Slots), OnDemandUsd: o.OnDemandUSD, SpotUsd: o.SpotUSD})
+		out = append(out, &pb.Offer{Type: o.Type, Slots: int64(o.Slots), OnDemandUsd: o.OnDemandUSD, SpotUsd: o.SpotUSD, MinimumBillS: o.MinimumBillS})
 	}
 	return out
 }
@@ -102,7 +102,7 @@ func offersToProto(os []Offer) []*pb.Offer {
 func offersFromProto(ps []*pb.Offer) []Offer {
 	var out []Offer
 	for _, p := range ps {
-		out = append(out, Offer{Type: p.GetType(), Slots: int(p.GetSlots()), OnDemandUSD: p.GetOnDemandUsd(), SpotUSD: p.GetSpotUsd()})
+		out = append(out, Offer{Type: p.GetType(), Slots: int(p.GetSlots()), OnDemandUSD: p.GetOnDemandUsd(), SpotUSD: p.GetSpotUsd(), MinimumBillS: p.GetMinimumBillS()})
 	}
 	return out
 }

@@ -23,7 +23,7 @@ func TestCloudFieldsRoundTrip(t *testing.T) {
 	if got, _ := specFromProto(specToProto(spec)); !reflect.DeepEqual(got.Config, spec.Config) {
 		t.Errorf("config round trip:\n got %+v\nwant %+v", got.Config, spec.Config)
 	}
-	offers := []Offer{{Type: "loc.half", Slots: 1, OnDemandUSD: 0.1, SpotUSD: 0.03}, {Type: "loc.full", Slots: 2, OnDemandUSD: 0.2}}
+	offers := []Offer{{Type: "loc.half", Slots: 1, OnDemandUSD: 0.1, SpotUSD: 0.03, MinimumBillS: 60}, {Type: "loc.full", Slots: 2, OnDemandUSD: 0.2}}
 	if got := offersFromProto(offersToProto(offers)); !reflect.DeepEqual(got, offers) {
 		t.Errorf("offers round trip:\n got %+v\nwant %+v", got, offers)
 	}

@@ -57,7 +57,12 @@ func (l *Launcher) offers(ctx context.Context) ([]plugins.Offer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return offersAt(l.o.Types, l.types, l.zones, prices, l.blockSnapshot(), time.Now()), nil
+	out := offersAt(l.o.Types, l.types, l.zones, prices, l.blockSnapshot(), time.Now())
+	minimum := l.o.Provider.Billing().Minimum.Seconds()
+	for i := range out {
+		out[i].MinimumBillS = minimum
+	}
+	return out, nil
 }
 
 // offersAt is offers' pure part.

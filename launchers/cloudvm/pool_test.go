@@ -136,6 +136,9 @@ func TestSpotNotice(t *testing.T) {
 	if err != nil || caps.Offers[0].SpotUSD == 0 {
 		t.Fatalf("offers %+v, %v: want spot still offered in the other zone", caps.Offers, err)
 	}
+	if caps.Offers[0].MinimumBillS != 60 {
+		t.Errorf("offer %+v: want the catalog's minimum bill, 60 s", caps.Offers[0])
+	}
 	if !l.blockSnapshot().blocked(offering{"loc.half", inst.Zone, provider.Spot}, time.Now()) {
 		t.Fatalf("%s spot in %s is not blocklisted", inst.Type, inst.Zone)
 	}

@@ -112,7 +112,9 @@ func (t *tracker) incumbent(preds []predict.Prediction) int {
 // not win (when it wins, its relaunch and steps are the move's, counted in
 // its totals and so in the expected improvement): the relaunch into p
 // (billed at all of p's nodes for cost), its steps against the same
-// progress on the incumbent, and the relaunch to leave it.
+// progress on the incumbent, the relaunch to leave it, and for the machines
+// p must buy (those the incumbent does not hold), what their provider's
+// minimum bill adds to the time the probe uses them.
 func (t *tracker) probeCost(p, inc predict.Prediction, pwin float64) float64 {
 	steps := t.spec.ProbeSteps
 	r := t.relaunchS()
@@ -122,7 +124,7 @@ func (t *tracker) probeCost(p, inc predict.Prediction, pwin float64) float64 {
 	lossUSD := steps*p.StepTime*perS(p.Candidate) - steps*p.Gain*incPerProgress*perS(inc.Candidate)
 	lose := 1 - pwin
 	costS := lose * (2*r + math.Max(lossS, 0))
-	costUSD := lose * (r*perS(p.Candidate) + r*perS(inc.Candidate) + math.Max(lossUSD, 0))
+	costUSD := lose * (r*perS(p.Candidate) + r*perS(inc.Candidate) + math.Max(lossUSD, 0) + t.minimumBill(p, inc, steps*p.StepTime+r))
 	switch t.spec.Objective.Kind {
 	case objective.Time:
 		return costS
@@ -131,6 +133,18 @@ func (t *tracker) probeCost(p, inc predict.Prediction, pwin float64) float64 {
 	default: // first order in the product
 		return inc.TotalS*costUSD + inc.TotalUSD*costS
 	}
+}
+
+// minimumBill is what the machines probe p buys (its nodes that incumbent
+// inc does not hold: all of them on another type) are billed beyond the
+// used seconds of the probe, at their type's minimum bill.
+func (t *tracker) minimumBill(p, inc predict.Prediction, used float64) float64 {
+	bought := p.Nodes
+	if p.Type == inc.Type {
+		bought = max(p.Nodes-inc.Nodes, 0)
+	}
+	unused := math.Max(t.spec.MinimumBillS[p.Type]-used, 0)
+	return float64(bought) * unused * t.spec.Prices[p.Type] / 3600
 }
 
 // regime is a placement class: one replica, several on one node, several

@@ -74,6 +74,22 @@ func TestProbeCost(t *testing.T) {
 	if c := tr.probeCost(big, inc, 0.5); math.Abs(c-want/2) > 1e-9 {
 		t.Errorf("cost at even odds: $%g, want $%g", c, want/2)
 	}
+	// A provider's minimum bill: the 4 fast machines the probe buys are
+	// billed 120 s at least; the probe uses them 20 s of steps and 30 s of
+	// relaunch, so 70 s more each are paid if it loses.
+	spec.MinimumBillS = map[string]float64{"fast": 120, "slow": 120}
+	tr = newTracker(spec)
+	if c, w := tr.probeCost(big, inc, 0), want+4*70*10.0/3600; math.Abs(c-w) > 1e-9 {
+		t.Errorf("cost with a 120 s minimum bill: $%g, want $%g", c, w)
+	}
+	// On the incumbent's type only the machines it does not hold are bought.
+	more := predict.Prediction{Candidate: predict.Candidate{Type: "slow", Nodes: 3, Workers: 12, Batch: 384}, StepTime: 1, Gain: 8}
+	if got, w := tr.minimumBill(more, inc, 50), 2*70*2.0/3600; math.Abs(got-w) > 1e-12 {
+		t.Errorf("minimum bill of 2 more slow machines used 50 s: $%g, want $%g", got, w)
+	}
+	if got := tr.minimumBill(inc, more, 50); got != 0 {
+		t.Errorf("a probe on fewer machines of the same type buys none, yet pays $%g", got)
+	}
 }
 
 func growthTracker(target float64, ps ...float64) *tracker {

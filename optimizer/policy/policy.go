@@ -92,6 +92,10 @@ type Spec struct {
 	Target float64
 	// Objective is the user's goal; its deadline and budget are whole-job.
 	Objective objective.Objective
+	// MinimumBillS is, by machine type, the fewest seconds a machine is
+	// billed once bought (a provider's minimum; none: billed as used). A
+	// probe that buys machines and may leave them again pays it.
+	MinimumBillS map[string]float64
 	// RelaunchS is the seconds one configuration change costs.
 	RelaunchS float64
 	// ProbeSteps is the number of steps a probe runs (default 20).

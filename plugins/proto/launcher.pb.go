@@ -224,6 +224,7 @@ type Offer struct {
 	Slots         int64                  `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
 	OnDemandUsd   float64                `protobuf:"fixed64,3,opt,name=on_demand_usd,json=onDemandUsd,proto3" json:"on_demand_usd,omitempty"`
 	SpotUsd       float64                `protobuf:"fixed64,4,opt,name=spot_usd,json=spotUsd,proto3" json:"spot_usd,omitempty"`
+	MinimumBillS  float64                `protobuf:"fixed64,5,opt,name=minimum_bill_s,json=minimumBillS,proto3" json:"minimum_bill_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +283,13 @@ func (x *Offer) GetOnDemandUsd() float64 {
 func (x *Offer) GetSpotUsd() float64 {
 	if x != nil {
 		return x.SpotUsd
+	}
+	return 0
+}
+
+func (x *Offer) GetMinimumBillS() float64 {
+	if x != nil {
+		return x.MinimumBillS
 	}
 	return 0
 }
@@ -1289,12 +1297,13 @@ const file_launcher_proto_rawDesc = "" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12#\n" +
 	"\rmachine_types\x18\x03 \x03(\tR\fmachineTypes\x12\x15\n" +
 	"\x06run_as\x18\x04 \x01(\bR\x05runAs\x124\n" +
-	"\x06offers\x18\x05 \x03(\v2\x1c.scavenger.launcher.v1.OfferR\x06offers\"p\n" +
+	"\x06offers\x18\x05 \x03(\v2\x1c.scavenger.launcher.v1.OfferR\x06offers\"\x96\x01\n" +
 	"\x05Offer\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\x03R\x05slots\x12\"\n" +
 	"\ron_demand_usd\x18\x03 \x01(\x01R\vonDemandUsd\x12\x19\n" +
-	"\bspot_usd\x18\x04 \x01(\x01R\aspotUsd\"\xb1\x01\n" +
+	"\bspot_usd\x18\x04 \x01(\x01R\aspotUsd\x12$\n" +
+	"\x0eminimum_bill_s\x18\x05 \x01(\x01R\fminimumBillS\"\xb1\x01\n" +
 	"\x06Config\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12!\n" +
 	"\fglobal_batch\x18\x02 \x01(\x03R\vglobalBatch\x12!\n" +
