@@ -15,8 +15,9 @@ import (
 func main() {
 	log := plugins.NewPluginLogger(zapcore.DebugLevel)
 	// The plugin process reaps its workers' orphans itself, so that none is
-	// left a zombie when it exits.
-	l, release, err := builtin.Open(context.Background(), "local", builtin.Options{KillOnParentDeath: true}, log)
+	// left a zombie when it exits. The conformance suite runs up to 3
+	// workers, more than the CPUs of a small CI machine (the default slots).
+	l, release, err := builtin.Open(context.Background(), "local", builtin.Options{KillOnParentDeath: true, LocalSlots: 8}, log)
 	if err != nil {
 		log.Fatal("open the local launcher", zap.Error(err))
 	}
