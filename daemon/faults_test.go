@@ -444,6 +444,18 @@ type scavdProc struct {
 }
 
 // startScavd starts bin on state and waits for its API.
+// scavdStateDir is a state directory for a scavd of the test's own, removed
+// when the test ends (outside t.TempDir: its sockets' paths must be short).
+func scavdStateDir(t *testing.T) string {
+	t.Helper()
+	state, err := os.MkdirTemp("", "scavf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	return state
+}
+
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
@@ -487,12 +499,7 @@ func (p *scavdProc) stop(sig syscall.Signal) {
 // job must finish with every step record stored.
 func killDaemonTrial(t *testing.T, python string) trialResult {
 	const total, every = 600, 40
-	bin := scavdBin(t)
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
+	bin, state := scavdBin(t), scavdStateDir(t)
 	p, c := startScavd(t, bin, state)
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
@@ -509,7 +516,8 @@ func killDaemonTrial(t *testing.T, python string) trialResult {
 	// A follower (scavctl run) sees the end of the resumed job, not that of
 	// the attempt lost with the daemon.
 	final := follow(t, c, j.ID, 3*time.Minute)
-	if j, err = c.Job(context.Background(), j.ID); err != nil {
+	j, err := c.Job(context.Background(), j.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	r := trialResult{ok: j.State == api.StateSucceeded && final.ExitCode != nil && *final.ExitCode == 0 && final.Attempt == j.Attempt,
@@ -542,12 +550,7 @@ func missingSteps(byStep map[int]map[int64]int, ranks, total int) string {
 // finish with every step record stored.
 func stopDaemonTrial(t *testing.T, python string) trialResult {
 	const total, every = 400, 40
-	bin := scavdBin(t)
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
+	bin, state := scavdBin(t), scavdStateDir(t)
 	p, c := startScavd(t, bin, state)
 	var js []api.Job
 	var sides []string
@@ -570,6 +573,7 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 	r := trialResult{ok: true}
 	for _, j := range js {
 		waitFor(t, 3*time.Minute, "job "+j.ID+" to end", func() bool {
+			var err error
 			j, err = c.Job(context.Background(), j.ID)
 			return err == nil && j.State.Done()
 		})
