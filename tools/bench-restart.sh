@@ -44,8 +44,8 @@ trial() {
 	local worker=(tools/restartbench/worker.py --dir "$d/ckpt" --steps 300)
 	case $how in
 	scavctl) set -- "$BIN/scavctl" --state-dir "$d/state" run --name restart --workers 2 --max-restarts 3 -- "$PY" "${worker[@]}" ;;
-	torchrun) set -- "$PY" -m torch.distributed.run --nproc_per_node 2 --max_restarts 3 --master_port "$port" --redirects 2 --tee 2 "${worker[@]}" ;;
-	torchrun-0.5s) set -- "$PY" -m torch.distributed.run --nproc_per_node 2 --max_restarts 3 --monitor_interval 0.5 --master_port "$port" --redirects 2 --tee 2 "${worker[@]}" ;;
+	torchrun) set -- "$PY" -m torch.distributed.run --nproc_per_node 2 --max_restarts 3 --master_port "$port" --log_dir "$d/torchlogs" --redirects 2 --tee 2 "${worker[@]}" ;;
+	torchrun-0.5s) set -- "$PY" -m torch.distributed.run --nproc_per_node 2 --max_restarts 3 --monitor_interval 0.5 --master_port "$port" --log_dir "$d/torchlogs" --redirects 2 --tee 2 "${worker[@]}" ;;
 	esac
 	BENCH_STEPS="$d/steps" OMP_NUM_THREADS=1 setsid "$@" >"$d/log" 2>&1 &
 	local pid=$!
