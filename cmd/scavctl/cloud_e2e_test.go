@@ -14,6 +14,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"go.uber.org/zap"
@@ -26,7 +27,7 @@ import (
 type cloudScavd struct {
 	state string
 	cmd   *exec.Cmd
-	log   *syncBuffer
+	log   *syncbuf.Buffer
 }
 
 // needCloud skips a test that cannot make namespace instances here.
@@ -50,7 +51,7 @@ func startCloudScavd(t *testing.T, state string, env []string, args ...string) *
 	}
 	all := append([]string{"--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0",
 		"--launcher", "cloudvm", "--cloud-notice-interval", "200ms"}, args...)
-	d := &cloudScavd{state: state, cmd: exec.Command(scavdBinary(t), all...), log: &syncBuffer{}}
+	d := &cloudScavd{state: state, cmd: exec.Command(scavdBinary(t), all...), log: &syncbuf.Buffer{}}
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	_ = os.Remove(filepath.Join(state, "scavd.json"))

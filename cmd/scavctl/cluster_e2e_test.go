@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -23,14 +24,14 @@ type clusterNode struct {
 	name, ns, state string
 	args            []string
 	cmd             *exec.Cmd
-	log             *syncBuffer
+	log             *syncbuf.Buffer
 }
 
 // start runs the node's scavd (binary bin) in its namespace and waits
 // until it answers.
 func (n *clusterNode) start(bin string) (*api.Client, error) {
 	n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.ns, bin}, n.args...)...)
-	n.log = &syncBuffer{}
+	n.log = &syncbuf.Buffer{}
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		return nil, err

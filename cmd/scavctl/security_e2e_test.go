@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -425,7 +426,7 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 	d := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
 		scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0")
 	d.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
-	var dlog syncBuffer
+	var dlog syncbuf.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
 	if err := d.Start(); err != nil {
 		t.Fatal(err)

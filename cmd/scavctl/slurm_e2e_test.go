@@ -14,6 +14,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 )
 
@@ -39,7 +40,7 @@ func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 	t.Helper()
 	d := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--launcher", "slurm",
 		"--slurm-grace", "5s", "--slurm-poll", "200ms", "--slurm-work-dir", t.TempDir())
-	var dlog syncBuffer
+	var dlog syncbuf.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
 	if err := d.Start(); err != nil {
 		t.Fatal(err)

@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
 
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -62,7 +61,7 @@ func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 		args = append(args, "--ssh-host", h)
 	}
 	d := exec.Command(scavd, args...)
-	var dlog syncBuffer
+	var dlog syncbuf.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
@@ -136,21 +135,4 @@ func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "on "+tn.Hosts[1].Name) {
 		t.Fatalf("a job after the host came back: exit %d\n%s%s", code, out, e)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/report/reporttest"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -142,7 +143,7 @@ func TestTopUnderTmuxShowsARunningJob(t *testing.T) {
 	// When the daemon goes (the run holding it is killed), a plain top says
 	// since when, shows the job's state as unknown, and ends with exit 75.
 	top := exec.Command(scavctlBin, "--state-dir", state, "top", "--interval", "200ms")
-	var topOut, topErr syncBuffer
+	var topOut, topErr syncbuf.Buffer
 	top.Stdout, top.Stderr = &topOut, &topErr
 	if err := top.Start(); err != nil {
 		t.Fatal(err)

@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -120,7 +120,7 @@ func TestBatchScriptForwardsUSR1(t *testing.T) {
 	}
 	cmd := exec.Command(script)
 	cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "SLURM_JOB_ID=77"}
-	var stderr safeBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,21 +150,3 @@ func TestSbatchArgs(t *testing.T) {
 }
 
 var sigUSR1 = syscall.SIGUSR1
-
-// safeBuffer is a strings.Builder safe for a writer and a reader.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

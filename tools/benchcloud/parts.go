@@ -13,6 +13,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 )
@@ -142,7 +143,7 @@ func (b *bench) noticeToRunning(ctx context.Context) error {
 
 // oneNotice waits for the job's attempt to run, interrupts its instance and
 // returns the time to the next attempt's first step and where it runs.
-func (b *bench) oneNotice(ctx context.Context, errOut *lockedBuf) (float64, string, error) {
+func (b *bench) oneNotice(ctx context.Context, errOut *syncbuf.Buffer) (float64, string, error) {
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return 0, "", fmt.Errorf("the job does not run:\n%s", errOut.String())

@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -25,25 +25,14 @@ import (
 type daemon struct {
 	cmd   *exec.Cmd
 	state string
-	log   *lockedBuf
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	log   *syncbuf.Buffer
 }
 
 // startScavd starts scavd with the cloudvm launcher on a local cloud with
 // the bench's catalog (six zones: each notice blocklists one, and the next
 // spot instance comes from the next) and waits until it serves.
 func (b *bench) startScavd(ctx context.Context) (*daemon, error) {
-	d := &daemon{state: b.state, log: &lockedBuf{}}
+	d := &daemon{state: b.state, log: &syncbuf.Buffer{}}
 	d.cmd = exec.Command(b.scavd, "--state-dir", b.state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0",
 		"--launcher", "cloudvm", "--cloud-catalog", b.catalog, "--cloud-notice-interval", "500ms")
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
@@ -76,10 +65,10 @@ func (d *daemon) stop() {
 var jobRe = regexp.MustCompile(`scavctl: job ([A-Za-z0-9_-]+):`)
 
 // startJob starts scavctl run with args and returns it and its stderr.
-func (b *bench) startJob(ctx context.Context, args ...string) (*exec.Cmd, *lockedBuf, error) {
+func (b *bench) startJob(ctx context.Context, args ...string) (*exec.Cmd, *syncbuf.Buffer, error) {
 	all := append([]string{"--state-dir", b.state, "run", "--launcher", "cloudvm", "--env", "OMP_NUM_THREADS=1"}, args...)
 	cmd := exec.CommandContext(ctx, b.scavctl, all...)
-	errOut := &lockedBuf{}
+	errOut := &syncbuf.Buffer{}
 	cmd.Stderr = errOut
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
@@ -102,7 +91,7 @@ func (b *bench) runJob(ctx context.Context, args ...string) (string, error) {
 	return jobID(errOut)
 }
 
-func jobID(errOut *lockedBuf) (string, error) {
+func jobID(errOut *syncbuf.Buffer) (string, error) {
 	out := errOut.String()
 	m := jobRe.FindStringSubmatch(out)
 	if m == nil {
@@ -166,10 +155,4 @@ func (b *bench) records(ctx context.Context, job string) ([]localcloud.Record, e
 		}
 	}
 	return out, nil
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
