@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -38,6 +39,28 @@ func scavdBinary(t *testing.T) string {
 		t.Fatal(scavdErr)
 	}
 	return scavdBin
+}
+
+// startDaemon starts d (a scavd) with its output in the returned buffer;
+// the test's cleanup stops it with SIGTERM unless it was waited for, and
+// prints its output, under name, if the test failed.
+func startDaemon(t *testing.T, d *exec.Cmd, name string) *syncbuf.Buffer {
+	t.Helper()
+	var out syncbuf.Buffer
+	d.Stdout, d.Stderr = &out, &out
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d.ProcessState == nil {
+			_ = d.Process.Signal(syscall.SIGTERM)
+			_ = d.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s:\n%s", name, out.String())
+		}
+	})
+	return &out
 }
 
 // startScavd builds scavd and runs it on state with node sampling every

@@ -26,7 +26,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -426,18 +425,7 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 	d := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
 		scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0")
 	d.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
-	var dlog syncbuf.Buffer
-	d.Stdout, d.Stderr = &dlog, &dlog
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
-		if t.Failed() {
-			t.Logf("alice's scavd:\n%s", dlog.String())
-		}
-	})
+	dlog := startDaemon(t, d, "alice's scavd")
 	sock := filepath.Join(state, api.SocketName)
 	for deadline := time.Now().Add(30 * time.Second); !exists(sock); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 )
 
@@ -40,20 +39,7 @@ func startSlurmScavd(t *testing.T, state string) *exec.Cmd {
 	t.Helper()
 	d := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--launcher", "slurm",
 		"--slurm-grace", "5s", "--slurm-poll", "200ms", "--slurm-work-dir", t.TempDir())
-	var dlog syncbuf.Buffer
-	d.Stdout, d.Stderr = &dlog, &dlog
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if d.ProcessState == nil {
-			_ = d.Process.Signal(syscall.SIGTERM)
-			_ = d.Wait()
-		}
-		if t.Failed() {
-			t.Logf("scavd:\n%s", dlog.String())
-		}
-	})
+	dlog := startDaemon(t, d, "scavd")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if info, err := api.ReadDiscovery(state); err == nil && info.PID == d.Process.Pid {
 			return d

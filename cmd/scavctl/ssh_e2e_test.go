@@ -7,13 +7,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
 
-	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -61,18 +59,7 @@ func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 		args = append(args, "--ssh-host", h)
 	}
 	d := exec.Command(scavd, args...)
-	var dlog syncbuf.Buffer
-	d.Stdout, d.Stderr = &dlog, &dlog
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
-		if t.Failed() {
-			t.Logf("scavd:\n%s", dlog.String())
-		}
-	})
+	dlog := startDaemon(t, d, "scavd")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := api.ReadDiscovery(state); err == nil {
 			return state
