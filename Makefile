@@ -49,8 +49,15 @@ test: setup build vet test-go test-race test-python
 vet:
 	$(GO) vet ./...
 
+# test-go keeps the whole output in .cache/test-go.log and ends, when a test
+# failed, with each failure's own lines: the end of a long log is what CI shows.
 test-go:
-	SCAV_TEST_BIN=$(BIN) SCAV_TEST_PYTHON=$(PYTHON) $(GO) test $(GOFLAGS_TEST) ./...
+	@mkdir -p .cache
+	@{ SCAV_TEST_BIN=$(BIN) SCAV_TEST_PYTHON=$(PYTHON) $(GO) test $(GOFLAGS_TEST) ./... 2>&1; echo $$? > .cache/test-go.rc; } | tee .cache/test-go.log
+	@rc=$$(cat .cache/test-go.rc); if [ "$$rc" != 0 ]; then \
+	  echo; echo "== the failures (whole output: .cache/test-go.log) =="; \
+	  awk '/^--- FAIL/{p=1; n=0} /^(=== RUN|--- PASS|--- SKIP|ok |FAIL\t|PASS$$)/{p=0} p && n++ < 40' .cache/test-go.log; \
+	  grep -E '^(FAIL|panic:)' .cache/test-go.log; fi; exit $$rc
 
 ## test-race: the concurrent core (one writer per job record, ingest, the supervise loop) under the race detector
 test-race:

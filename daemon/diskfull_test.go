@@ -149,7 +149,7 @@ func TestStateDiskFullThenFreed(t *testing.T) {
 	long := submit("/bin/sh", "-c", "while [ -e "+hold+" ]; do echo tick; sleep 0.1; done")
 	steps := submit(python, "-c", stepper, hold, count)
 	f := fill(t, disk, 3<<20)
-	flood := submit("/bin/sh", "-c", "for i in $(seq 30000); do echo line $i of a flood of output that fills what is left; done")
+	flood := submit("/bin/sh", "-c", "for i in $(seq 100000); do echo line $i of a flood of output that fills what is left; done")
 	waitFor(t, 60*time.Second, "the daemon to report the full state disk and the checkpoint directory", func() bool {
 		info := d.info()
 		return info.StateDisk != "" && len(info.CheckpointDisks) > 0

@@ -600,8 +600,11 @@ func TestClosedLoopMovesWithoutLosingOrRepeatingSteps(t *testing.T) {
 	if err := json.Unmarshal([]byte(rout), &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, rout)
 	}
-	if len(rep.Timeline) < 3 || rep.Decisions == 0 {
-		t.Fatalf("the policy relaunched the job %d times with %d decisions, want at least 2:\n%s\n%s", len(rep.Timeline)-1, rep.Decisions, rout, errOut)
+	// How many moves the policy makes depends on what it measures (a
+	// probe that is already the best ends the search); at least one move,
+	// by its decision, is what this test needs.
+	if len(rep.Timeline) < 2 || rep.Decisions == 0 {
+		t.Fatalf("the policy relaunched the job %d times with %d decisions, want at least once:\n%s\n%s", len(rep.Timeline)-1, rep.Decisions, rout, errOut)
 	}
 	recs := steps(t, state, id)
 	last := checkEveryStepOnce(t, recs)
