@@ -293,7 +293,7 @@ func (d *Daemon) startJobs() error {
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs, Token: key.Token,
+		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected,
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs

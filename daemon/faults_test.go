@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,24 +92,19 @@ type trialResult struct {
 
 // faultTrial is one kind of fault: its name, its goal, and one run; most,
 // when set, bounds its runs (a long trial); figure names what the runs'
-// figure measures (printed min–max); openLoss, when set, is an open
-// finding that explains records this trial can lose: the bench counts them
-// against its goal, the CI run logs them instead of failing (every other
-// check still fails it).
+// figure measures (printed min–max).
 type faultTrial struct {
 	fault, goal string
 	run         func(t *testing.T, python string) trialResult
 	most        int
 	figure      string
-	openLoss    string
 }
 
 var faultTrials = []faultTrial{
 	{fault: "kill -9 a worker (random rank, random time)", goal: "job finishes by itself in N/N; records lost 0", run: killWorkerTrial},
 	{fault: "kill -9 rank 0 inside a checkpoint write", goal: "resumes from the last complete checkpoint in N/N", run: killInCheckpointTrial},
 	{fault: "state disk full, then freed", goal: "no hang; recovers without restart; records lost 0", run: diskFullTrial},
-	{fault: "kill -9 scavd, restart after 3–30 s", goal: "job finishes in N/N; step records lost 0", run: killDaemonTrial,
-		openLoss: "records a worker wrote into the dying daemon, or that it had read and not yet stored, have no acknowledgement back to the worker (docs/bench-faults.md, open findings)"},
+	{fault: "kill -9 scavd, restart after 3–30 s", goal: "job finishes in N/N; step records lost 0", run: killDaemonTrial},
 	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
 	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
 }
@@ -140,12 +136,7 @@ func TestFaults(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", ft.fault, i), func(t *testing.T) {
 				ran = true
 				r = ft.run(t, python)
-				lost := r.lost > 0
-				if lost && ft.openLoss != "" && out == "" {
-					t.Logf("%s: %d records lost: open finding: %s", ft.fault, r.lost, ft.openLoss)
-					lost = false
-				}
-				if !r.ok || lost || r.dup > 0 || r.procs > 0 || r.zombies > 0 || r.leftover > 0 {
+				if !r.ok || r.lost > 0 || r.dup > 0 || r.procs > 0 || r.zombies > 0 || r.leftover > 0 {
 					t.Errorf("%s: %+v", ft.fault, r)
 				}
 			})
@@ -296,10 +287,18 @@ func countSteps(t *testing.T, c *api.Client, id string, ranks, total int) (lost,
 	if lost > 0 {
 		t.Logf("missing steps: %s", missingSteps(byStep, ranks, total))
 	}
-	for _, steps := range byAttempt {
-		for _, n := range steps {
-			dup += n - 1
+	var dups []string
+	for k, steps := range byAttempt {
+		for s, n := range steps {
+			if n > 1 {
+				dup += n - 1
+				dups = append(dups, fmt.Sprintf("attempt %d rank %d step %d ×%d", k.attempt, k.rank, s, n))
+			}
 		}
+	}
+	if dup > 0 {
+		slices.Sort(dups)
+		t.Logf("duplicated: %s", strings.Join(dups, ", "))
 	}
 	for _, steps := range byStep {
 		for _, n := range steps {

@@ -10,6 +10,11 @@ const (
 	// ControlCheckpoint asks the workers to finish step AfterStep, have rank 0
 	// write a checkpoint into Dir, acknowledge, and exit 0.
 	ControlCheckpoint = "checkpoint"
+	// ControlStored tells a worker whose hello asked for it (Confirm) that
+	// the daemon is done with the first Lines lines it wrote on this
+	// connection, the hello included: their step records are stored (or
+	// refused as invalid, for good). Job, ID and Attempt are not set.
+	ControlStored = "stored"
 )
 
 // Control is a message from the daemon to a job's workers. The controller
@@ -25,6 +30,9 @@ type Control struct {
 	AfterStep int64 `json:"after_step,omitempty"`
 	// Dir is where to write the checkpoint.
 	Dir string `json:"dir,omitempty"`
+	// Lines is, in a ControlStored message, how many lines of the
+	// connection the daemon is done with.
+	Lines int64 `json:"lines,omitempty"`
 }
 
 // Encode returns the control message as one JSON line.

@@ -80,6 +80,11 @@ type StepRecord struct {
 	// Token is, in a hello, the attempt's token (SCAV_TOKEN): it binds the
 	// connection to the job and attempt the hello names.
 	Token string `json:"token,omitempty"`
+	// Confirm, in a hello, asks the daemon to confirm on the connection
+	// which lines it is done with (a ControlStored message), so that the
+	// worker keeps every step record until it is stored and sends the rest
+	// again on its next connection.
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // Kinds of worker message.

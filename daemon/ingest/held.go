@@ -18,11 +18,13 @@ var ErrStoreFull = errors.New("the store cannot write: its disk is full")
 // workers' clients queue, then spill to the job's spool directory).
 const heldMaxBytes = 64 << 20
 
-// heldBatch is a step batch the store has not taken yet.
+// heldBatch is a step batch the store has not taken yet, or (data nil) a
+// confirmation to send once the batches before it are stored.
 type heldBatch struct {
 	subject string
 	data    []byte
 	n       int
+	then    func()
 }
 
 // held keeps, in order, the step batches the store refused for want of
@@ -58,6 +60,19 @@ func (h *held) hold(subject string, data []byte, n int) bool {
 	}
 	h.q = append(h.q, heldBatch{subject: subject, data: append([]byte(nil), data...), n: n})
 	h.bytes += len(data)
+	h.cond.Broadcast()
+	return true
+}
+
+// after queues then, to run once every batch held now is stored; false when
+// nothing is held (then may run at once) or the server is closing.
+func (h *held) after(then func()) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop || len(h.q) == 0 {
+		return false
+	}
+	h.q = append(h.q, heldBatch{then: then})
 	h.cond.Broadcast()
 	return true
 }
@@ -112,7 +127,9 @@ func (in *Server) publishHeld() {
 		}
 		b := h.q[0]
 		h.mu.Unlock()
-		if err := in.steps.Publish(b.subject, b.data); err != nil {
+		if b.data == nil {
+			b.then()
+		} else if err := in.steps.Publish(b.subject, b.data); err != nil {
 			if !in.sleep(wait) {
 				continue
 			}

@@ -171,8 +171,10 @@ func (in *Server) Stats() api.IngestStats {
 	return s
 }
 
-// Close stops accepting, closes every connection, waits for the readers
-// (each publishes what it had read) and removes the socket. It is idempotent.
+// Close stops accepting, ends the reading side of every connection, waits
+// for the readers (each publishes what it had read, confirms it to a worker
+// that asked, and closes its connection) and removes the socket. It is
+// idempotent.
 func (in *Server) Close() {
 	in.mu.Lock()
 	if in.closed {
@@ -183,7 +185,11 @@ func (in *Server) Close() {
 	close(in.closing)
 	in.ln.Close()
 	for c := range in.open {
-		c.Close()
+		if r, ok := c.(interface{ CloseRead() error }); ok {
+			_ = r.CloseRead()
+		} else {
+			c.Close()
+		}
 	}
 	in.mu.Unlock()
 	in.stopHeld() // first: a connection may wait for room among the held batches
@@ -233,6 +239,8 @@ type peer struct {
 	conn    net.Conn
 	job     string // the job and attempt a valid hello bound it to ("": none)
 	attempt int
+	confirm bool       // its hello asked for ControlStored messages
+	lines   int64      // lines read so far (the reading goroutine's)
 	wmu     sync.Mutex // serialises control writes
 }
 
@@ -244,6 +252,7 @@ func (in *Server) serve(c io.Reader, p *peer) {
 	for {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
+			p.lines++
 			in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
 			if !discardLine(r) {
 				break
@@ -251,6 +260,7 @@ func (in *Server) serve(c io.Reader, p *peer) {
 			continue
 		}
 		if len(line) > 0 {
+			p.lines++
 			in.handle(&b, line, p)
 		}
 		if err != nil {
@@ -258,9 +268,49 @@ func (in *Server) serve(c io.Reader, p *peer) {
 		}
 		if r.Buffered() == 0 || b.n >= batchRecords || len(b.buf) >= batchBytes {
 			in.flush(&b)
+			if !in.confirm(p, &b) {
+				return
+			}
 		}
 	}
 	in.flush(&b)
+	in.confirm(p, &b)
+}
+
+// confirm tells p's worker, when its hello asked (Confirm), that the daemon
+// is done with every line it read so far: at once, or, while step batches
+// are held for a full store, once those before it are stored. A batch the
+// store did not take makes it false: the connection is then ended, so that
+// the worker sends what was not confirmed again on its next connection.
+func (in *Server) confirm(p *peer, b *batch) bool {
+	failed := b.failed
+	b.failed = false
+	if !p.confirm || p.conn == nil {
+		return true
+	}
+	if failed {
+		return false
+	}
+	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
+	if in.held.pending() && in.held.after(func() { in.write(p, msg) }) {
+		return true
+	}
+	in.write(p, msg)
+	return true
+}
+
+// write writes a line to p's worker, giving up after a second (a worker
+// that does not read is skipped: the daemon never stalls on one); it
+// reports whether the line was written.
+func (in *Server) write(p *peer, line []byte) bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := p.conn.Write(line); err != nil {
+		in.log.Debug("write to a worker", zap.String("job", p.job), zap.Error(err))
+		return false
+	}
+	return true
 }
 
 // handle validates one line: a step joins the batch; a hello registers the
@@ -321,9 +371,9 @@ func (in *Server) bind(p *peer, hello telemetry.StepRecord) {
 	ok := in.verify == nil || in.verify(hello.Job, hello.Attempt, hello.Token)
 	in.mu.Lock()
 	in.unregister(p)
-	p.job, p.attempt = "", 0
+	p.job, p.attempt, p.confirm = "", 0, false
 	if ok {
-		p.job, p.attempt = hello.Job, hello.Attempt
+		p.job, p.attempt, p.confirm = hello.Job, hello.Attempt, hello.Confirm
 		if in.peers[p.job] == nil {
 			in.peers[p.job] = map[*peer]struct{}{}
 		}
@@ -348,6 +398,7 @@ func (in *Server) flush(b *batch) {
 		return
 	}
 	if err := in.flushStep(telemetry.StepSubject(b.job), b.buf, b.n); err != nil {
+		b.failed = true
 		in.dropped[dropPublish].Add(int64(b.n))
 		in.warn(dropPublish, fmt.Sprintf("publish %d records of job %s: %v", b.n, b.job, err))
 	}
@@ -385,6 +436,13 @@ func (in *Server) unregister(p *peer) {
 	}
 }
 
+// Connected returns how many connections a hello bound to job.
+func (in *Server) Connected(job string) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.peers[job])
+}
+
 // Send writes a control message to every connected worker of its job and
 // returns how many it reached. A worker that does not take the line within a
 // second is skipped (and counted out): control never stalls the daemon.
@@ -398,12 +456,8 @@ func (in *Server) Send(c telemetry.Control) int {
 	line := c.Encode()
 	n := 0
 	for _, p := range peers {
-		p.wmu.Lock()
-		_ = p.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, err := p.conn.Write(line)
-		p.wmu.Unlock()
-		if err != nil {
-			in.log.Warn("send control", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Error(err))
+		if !in.write(p, line) {
+			in.log.Warn("send control: the worker did not take it", zap.String("job", c.Job), zap.String("kind", c.Kind))
 			continue
 		}
 		n++
@@ -411,11 +465,13 @@ func (in *Server) Send(c telemetry.Control) int {
 	return n
 }
 
-// batch collects consecutive valid records of one job.
+// batch collects consecutive valid records of one job; failed records
+// that the store did not take one since the last confirm.
 type batch struct {
-	job string
-	buf []byte
-	n   int
+	job    string
+	buf    []byte
+	n      int
+	failed bool
 }
 
 // discardLine skips the rest of an over-long line; false at end of input.

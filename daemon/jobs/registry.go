@@ -54,6 +54,10 @@ type Options struct {
 	// Token, when set, is the token of a job's attempt that binds its
 	// workers' telemetry to it (AttemptSpec.Token).
 	Token func(job string, attempt int) string
+	// Connected, when set, counts the workers of a job connected to this
+	// node's telemetry socket (ingest.Server.Connected): after a restart,
+	// the leftover workers of a lost job are asked to checkpoint first.
+	Connected func(job string) int
 }
 
 // Registry owns the jobs of this node: it takes submissions, resumptions,

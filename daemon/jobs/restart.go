@@ -31,8 +31,9 @@ import (
 // A daemon that dies without stopping its jobs (SIGKILL, a crash, the
 // watchdog) leaves records that say "running". The next daemon reattaches
 // to those whose launcher can (a batch scheduler's jobs outlive it; see
-// adopt.go). It marks the others failed ("lost"), after killing what is
-// left of their workers, and with ResumeJobs resumes them from their last
+// adopt.go). It marks the others failed ("lost"), after asking what is left
+// of their workers to checkpoint and exit (leftovers.go) and killing the
+// rest, and with ResumeJobs resumes them from their last
 // checkpoint (unless the leftovers could not be killed: then it says so
 // instead of starting a second copy).
 
@@ -108,6 +109,13 @@ func (g *Registry) Recover(ctx context.Context) {
 		return
 	}
 	envs := g.keptEnvs()
+	type lostJob struct {
+		rec  record
+		env  []string
+		kept bool
+	}
+	var lost []lostJob
+	var lostJobs []api.Job
 	for _, rec := range recs {
 		j := rec.job
 		if j.Node != g.o.Node {
@@ -115,18 +123,22 @@ func (g *Registry) Recover(ctx context.Context) {
 		}
 		env, kept := envs[j.ID]
 		delete(envs, j.ID)
-		if !j.State.Done() && g.canReattach(j) {
+		switch {
+		case !j.State.Done() && g.canReattach(j):
 			from := resumePoint{attempt: j.Attempt, reattach: true}
 			if err := g.launch(ctx, rec, env, from, fmt.Sprintf("reattaching to attempt %d after a restart of scavd", j.Attempt)); err != nil {
 				g.log.Warn("reattach after restart", zap.String("job", j.ID), zap.Error(err))
 			}
-			continue
+		case !j.State.Done():
+			lost, lostJobs = append(lost, lostJob{rec, env, kept}), append(lostJobs, j)
+		default:
+			g.resumeAfterRestart(ctx, j, env, kept, nil)
 		}
-		alive, final := false, (*telemetry.Event)(nil)
-		if !j.State.Done() {
-			alive, final = g.settleLost(ctx, rec, kept && g.o.ResumeJobs)
-		}
-		g.resumeAfterRestart(ctx, j, env, kept && !alive, final)
+	}
+	notes := g.checkpointLeftovers(ctx, lostJobs)
+	for _, l := range lost {
+		alive, final := g.settleLost(ctx, l.rec, l.kept && g.o.ResumeJobs, notes[l.rec.job.ID])
+		g.resumeAfterRestart(ctx, l.rec.job, l.env, l.kept && !alive, final)
 	}
 	for id := range envs { // records gone
 		g.forgetEnv(id)
@@ -167,10 +179,14 @@ func (g *Registry) resumeAfterRestart(ctx context.Context, j api.Job, env []stri
 // settleLost records that a job's supervision ended with the daemon before,
 // after killing what is left of its workers; alive reports that they may
 // still run (they could not be killed). final is the end of its attempt, for
-// the caller to publish unless the job resumes (resuming: it is to).
-func (g *Registry) settleLost(ctx context.Context, rec record, resuming bool) (alive bool, final *telemetry.Event) {
+// the caller to publish unless the job resumes (resuming: it is to). note,
+// when set, says what its workers did when asked to checkpoint (leftovers.go).
+func (g *Registry) settleLost(ctx context.Context, rec record, resuming bool, note string) (alive bool, final *telemetry.Event) {
 	j := &rec.job
 	msg := "lost: the scavd that ran it exited without stopping it (killed, crashed or timed out by the watchdog)"
+	if note != "" {
+		msg += "; " + note
+	}
 	switch n, err := g.stopLeftovers(ctx, *j); {
 	case err != nil:
 		alive = true

@@ -5,8 +5,11 @@ flush interval, turns the tuples into newline-delimited JSON (the wire format of
 telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
 and reconnecting with exponential backoff. Records a failed write did not
 deliver (the daemon went away) are spooled and sent first on the next
-connection, so a daemon restart loses only what the kernel had taken for the
-dead connection. While no daemon answers, records spill to files in the job's
+connection. The hello asks the daemon to confirm what it stored (a "stored"
+line naming how many lines of the connection it is done with): every step
+record written stays with the client until confirmed, and those a
+connection did not confirm before it broke are sent again on the next one,
+so a daemon killed mid-write loses nothing. While no daemon answers, records spill to files in the job's
 spool directory ($SCAV_CHECKPOINT_DIR/.scavenger-spool) once they are
 SPILL_AFTER old or past half the queue's size, so memory stays bounded,
 nothing is dropped, and a worker killed meanwhile (a restarted daemon stops
@@ -127,7 +130,7 @@ class NoopClient:
 
     def stats(self) -> Dict[str, int]:
         """All counters zero."""
-        return {"sent": 0, "dropped": 0, "queued": 0, "spilled": 0}
+        return {"sent": 0, "dropped": 0, "queued": 0, "spilled": 0, "unconfirmed": 0}
 
     def close(self, timeout: float = 1.0) -> None:
         """Do nothing."""
@@ -156,6 +159,8 @@ class Client:
     BACKOFF_MAX = 2.0
     WRITE_TIMEOUT = 5.0
     SPILL_AFTER = 0.25  # seconds a record waits for a daemon before it goes to a file
+    CONFIRM_WAIT = 0.5  # seconds close() waits, at most, for the daemon to confirm the last records
+    EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
 
     def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.05,
                  timed: bool = True):
@@ -176,6 +181,13 @@ class Client:
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
         self._acks: collections.deque = collections.deque()
+        # Step records written on this connection and not yet confirmed
+        # stored, as (line number on the connection, line); _lines counts
+        # the lines written on it, the hello included.
+        self._unconfirmed: collections.deque = collections.deque()
+        self._lines = 0
+        self._left = 0  # records left, unconfirmed, with a live daemon at close
+        self._close_wait = self.CONFIRM_WAIT
         # Encoded records a failed write left unsent: sent first on the next
         # connection (bounded like the queue: the oldest go first when full).
         self._spool: collections.deque = collections.deque()
@@ -251,10 +263,12 @@ class Client:
             self._acks.append(line)
 
     def stats(self) -> Dict[str, int]:
-        """Counters: sent, dropped, queued (in memory), spilled (in files, unsent)."""
+        """Counters: sent, dropped, queued (in memory, unsent), spilled (in
+        files, unsent), unconfirmed (sent, not yet confirmed stored)."""
         return {"sent": self._sent, "dropped": self._dropped_full + self._dropped_send,
                 "queued": len(self._queue) + len(self._spool),
-                "spilled": sum(n for _, n in self._spilled)}
+                "spilled": sum(n for _, n in self._spilled),
+                "unconfirmed": len(self._unconfirmed) + self._left}
 
     def close(self, timeout: float = 1.0) -> None:
         """Flush what is queued, waiting at most timeout seconds; idempotent.
@@ -271,6 +285,7 @@ class Client:
             except ValueError:  # not the main thread: the handler stays, and does nothing
                 pass
             self._preempt_restore = None
+        self._close_wait = min(self.CONFIRM_WAIT, timeout / 2)
         self._stop.set()
         self._thread.join(timeout)
 
@@ -281,8 +296,27 @@ class Client:
             self._poll()
         self._retry_at = 0.0
         self._flush()
+        self._await_confirmations(self._close_wait)
         self._leave()
-        self._disconnect()
+        # A daemon that took the last records and has not confirmed them
+        # yet (its store is full) holds them: sending them again later
+        # would store them twice.
+        self._disconnect(wait=0, resend=False)
+
+    def _await_confirmations(self, wait: float) -> None:
+        """Read the daemon's confirmations until every record sent is
+        confirmed, the connection ends, or wait seconds pass."""
+        deadline = time.monotonic() + wait
+        while self._unconfirmed and self._sock is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                ready, _, _ = select.select([self._sock], [], [], min(left, 0.05))
+            except (OSError, ValueError):
+                return
+            if ready:
+                self._poll()
 
     def _leave(self) -> None:
         """At close: leave what no daemon took in the spool directory for the
@@ -347,49 +381,68 @@ class Client:
             os.remove(claimed)
             self._spilled.popleft()
             self._sent += n
+            self._track(data.splitlines(keepends=True), 0)
         return self._sock is not None
 
+    def _track(self, lines: list, first: int) -> None:
+        """Count lines as written on the connection; the step records among
+        them (from index first on) wait for the daemon's confirmation."""
+        base = self._lines
+        self._lines += len(lines)
+        for i in range(first, len(lines)):
+            self._unconfirmed.append((base + i + 1, lines[i]))
+
+    def _forget_confirmed(self) -> None:
+        """Forget the records the daemon confirmed stored."""
+        stored = self.control.stored
+        while self._unconfirmed and self._unconfirmed[0][0] <= stored:
+            self._unconfirmed.popleft()
+
     def _flush(self) -> None:
-        """Write every queued record; keep them queued while no daemon answers,
-        spilling them to the spool directory once SPILL_AFTER old or past half
-        the queue's size."""
+        """Write every queued record; keep them queued while no daemon answers
+        (or, connected, while as many as the queue holds wait for the
+        daemon's confirmation), spilling them to the spool directory once
+        SPILL_AFTER old or past half the queue's size."""
         if self._sock is None and not self._connect():
-            pending, now = len(self._queue) + len(self._spool), time.monotonic()
-            if not pending:
-                self._spill_at = None
-                return
-            if self._spill_at is None:
-                self._spill_at = now + self.SPILL_AFTER
-            if (pending >= max(1, self._capacity // 2) or now >= self._spill_at) and self._spill():
-                self._spill_at = None
+            self._hold_back()
             return
-        self._spill_at = None
-        if not self._replay():
+        room = len(self._unconfirmed) < self._capacity
+        if room and not self._replay():
             return
         lines = []
         while self._acks:
             lines.append(self._acks.popleft())
         control = list(lines)  # acks and notices: never dropped while the worker lives
-        while self._spool:
-            lines.append(self._spool.popleft())
-        for _ in range(len(self._queue)):
-            step, t, samples, loss, fields = self._queue.popleft()
-            merged = {**self._defaults, **fields}
-            line = encode(build_record(self._header, step, t, samples, loss, merged))
-            if line is None:
-                self._dropped_send += 1
-            else:
-                lines.append(line)
-        if not lines:
+        if room:
+            self._spill_at = None
+            self._encode_queue()
+            while self._spool:
+                lines.append(self._spool.popleft())
+        if lines:
+            try:
+                self._sock.sendall(b"".join(lines))
+            except OSError:
+                self._acks.extendleft(reversed(control))  # sent again on the next connection
+                self._keep(lines[len(control):])
+                self._disconnect()
+                return
+            self._track(lines, len(control))
+            self._sent += len(lines)
+        if not room:
+            self._hold_back()
+
+    def _hold_back(self) -> None:
+        """Keep the queued records while they cannot be sent, spilling them
+        to the spool directory once SPILL_AFTER old or past half the
+        queue's size."""
+        pending, now = len(self._queue) + len(self._spool), time.monotonic()
+        if not pending:
+            self._spill_at = None
             return
-        try:
-            self._sock.sendall(b"".join(lines))
-        except OSError:
-            self._acks.extendleft(reversed(control))  # sent again on the next connection
-            self._keep(lines[len(control):])
-            self._disconnect()
-            return
-        self._sent += len(lines)
+        if self._spill_at is None:
+            self._spill_at = now + self.SPILL_AFTER
+        if (pending >= max(1, self._capacity // 2) or now >= self._spill_at) and self._spill():
+            self._spill_at = None
 
     def _keep(self, lines: list) -> None:
         """Spool step records a failed write did not deliver, for the next
@@ -420,12 +473,14 @@ class Client:
             sock.close()
             return False
         self._sock = sock
+        self._lines, self.control.stored = 1, 0
         self._backoff = self.BACKOFF_MIN
         return True
 
     def _hello(self) -> bytes:
         """The line that introduces this worker on a new connection."""
-        return encode(dict(self._header, kind="hello", step=self._step, t=time.time(), token=self._config.token))
+        return encode(dict(self._header, kind="hello", step=self._step, t=time.time(), token=self._config.token,
+                           confirm=True))
 
     def _poll(self) -> None:
         """Read whatever the daemon wrote, without waiting (the socket's timeout
@@ -445,9 +500,40 @@ class Client:
                 self._disconnect()
                 return
             self.control.feed(data)
+            self._forget_confirmed()
 
-    def _disconnect(self) -> None:
-        """Close the socket, if any; the next flush reconnects."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+    def _disconnect(self, wait: Optional[float] = None, resend: bool = True) -> None:
+        """Close the socket, if any, after reading (for wait seconds at most,
+        EOF_WAIT by default) the daemon's last confirmations; with resend,
+        the records it did not confirm go back to the front of the spool,
+        for the next connection. The next flush reconnects."""
+        if self._sock is None:
+            return
+        self._read_to_end(self.EOF_WAIT if wait is None else wait)
+        self._forget_confirmed()
+        self._sock.close()
+        self._sock = None
+        if resend:
+            self._spool.extendleft(reversed([line for _, line in self._unconfirmed]))
+        else:
+            self._left += len(self._unconfirmed)
+        self._unconfirmed.clear()
+
+    def _read_to_end(self, wait: float) -> None:
+        """Feed what the daemon still writes on the socket until it closes
+        its end or wait seconds pass."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                ready, _, _ = select.select([self._sock], [], [], left)
+                if not ready:
+                    return
+                data = self._sock.recv(65536)
+            except (OSError, ValueError):
+                return
+            if not data:
+                return
+            self.control.feed(data)

@@ -1,9 +1,11 @@
 """Requests from the node daemon to this worker, read from the telemetry socket.
 
 The daemon writes one JSON object per line on the worker's own connection
-(telemetry/control.go). Today there is one kind: "checkpoint" — finish step
-after_step, have rank 0 write a checkpoint into dir, acknowledge, and exit so
-that the job can be relaunched at another configuration.
+(telemetry/control.go). Two kinds: "checkpoint" — finish step after_step,
+have rank 0 write a checkpoint into dir, acknowledge, and exit so that the
+job can be relaunched at another configuration; and "stored" — the daemon
+is done with the first `lines` lines this worker wrote on the connection
+(their step records are stored), so the client can forget them.
 
 ControlState only parses and keeps state; the client's sender thread feeds it
 the bytes it reads and the training loop asks it at step boundaries.
@@ -14,6 +16,7 @@ import threading
 from typing import Any, Dict, Optional
 
 CHECKPOINT = "checkpoint"
+STORED = "stored"
 MAX_LINE = 64 << 10
 
 
@@ -26,6 +29,9 @@ class ControlState:
         self._buf = b""
         self._pending: Optional[Dict[str, Any]] = None
         self.ignored = 0
+        # Lines of the current connection the daemon confirmed; the sender
+        # thread (the only one that feeds) reads it and resets it on connect.
+        self.stored = 0
 
     def feed(self, data: bytes) -> None:
         """Take bytes read from the socket; complete lines become requests."""
@@ -42,6 +48,11 @@ class ControlState:
             msg = json.loads(line)
         except ValueError:
             self.ignored += 1
+            return
+        if isinstance(msg, dict) and msg.get("kind") == STORED:
+            lines = msg.get("lines")
+            if isinstance(lines, int) and not isinstance(lines, bool) and lines > self.stored:
+                self.stored = lines
             return
         if (not isinstance(msg, dict) or msg.get("kind") != CHECKPOINT
                 or msg.get("attempt") != self._attempt or not isinstance(msg.get("id"), str)

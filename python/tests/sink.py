@@ -11,14 +11,19 @@ import time
 class Sink:
     """Accepts connections on a fresh unix socket and keeps every line received.
 
-    With read=False it accepts but never reads, like a stalled daemon. path
-    defaults to a socket in a fresh temporary directory, removed at close().
+    With read=False it accepts but never reads, like a stalled daemon. Like
+    the daemon, it confirms each line it read to a client whose hello asked
+    (a "stored" line), unless confirm is False (a daemon whose store does
+    not take them). path defaults to a socket in a fresh temporary
+    directory, removed at close().
     """
 
-    def __init__(self, read: bool = True, path: str = ""):
+    def __init__(self, read: bool = True, path: str = "", confirm: bool = True):
         self._own_dir = "" if path else tempfile.mkdtemp(prefix="scav-test-")
         self.path = path or os.path.join(self._own_dir, "d.sock")
         self._read = read
+        self._confirm = confirm
+        self._write_lock = threading.Lock()  # one writer at a time on a connection
         self._lines = []
         self._conns = []
         self._lock = threading.Lock()
@@ -42,13 +47,27 @@ class Sink:
                 t.start()
 
     def _serve(self, conn: socket.socket) -> None:
+        n, confirm = 0, False
         with conn.makefile("rb") as f:
             try:
                 for line in f:
+                    n += 1
                     with self._lock:
                         self._lines.append(line)
+                    if n == 1:
+                        confirm = self._confirm and json.loads(line).get("confirm") is True
+                    if confirm:
+                        self._write(conn, (json.dumps({"v": 1, "kind": "stored", "lines": n}) + "\n").encode())
             except (OSError, ValueError):
                 return
+
+    def _write(self, conn: socket.socket, line: bytes) -> bool:
+        with self._write_lock:
+            try:
+                conn.sendall(line)
+                return True
+            except OSError:
+                return False
 
     def lines(self) -> list:
         """The raw lines received so far."""
@@ -80,14 +99,7 @@ class Sink:
         line = (json.dumps(obj) + "\n").encode()
         with self._lock:
             conns = list(self._conns)
-        sent = 0
-        for c in conns:
-            try:
-                c.sendall(line)
-                sent += 1
-            except OSError:
-                pass
-        return sent
+        return sum(self._write(c, line) for c in conns)
 
     def close(self) -> None:
         """Stop listening, close every connection and remove the socket file."""

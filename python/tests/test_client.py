@@ -151,7 +151,7 @@ class WireTest(unittest.TestCase):
         self.assertEqual({k: r[k] for k in expected}, expected)
         self.assertTrue(before <= r["t"] <= time.time())
         self.assertTrue(all(0 <= rec["dt"] < 5 for rec in recs))
-        self.assertEqual(client.stats(), {"sent": 5, "dropped": 0, "queued": 0, "spilled": 0})
+        self.assertEqual(client.stats(), {"sent": 5, "dropped": 0, "queued": 0, "spilled": 0, "unconfirmed": 0})
 
     def test_invalid_values_left_out(self):
         client = Client(config(self.sink.path))
@@ -212,6 +212,66 @@ class WireTest(unittest.TestCase):
         self.assertEqual([r["step"] for r in recs], [6, 7, 8, 9, 10])
         self.assertEqual(len(second.of_kind("hello")), 1, "the new connection starts with a hello")
         self.assertEqual(client.stats()["dropped"], 0)
+
+    def test_records_a_dying_daemon_did_not_confirm_are_sent_again(self):
+        # The daemon reads the records but dies before it stores them (it
+        # never confirms): the client sends them again to the next one.
+        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "confirm.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(path))
+        first = Sink(path=path, confirm=False)
+        client = Client(config(path))
+        self.addCleanup(client.close)
+        for i in range(5):
+            client.step(samples=i)
+        self.assertEqual(len(first.wait_for(5, timeout=5)), 5)
+        self.assertEqual(client.stats()["unconfirmed"], 5)
+        first.close()
+        client.step(samples=5)
+        second = Sink(path=path)
+        self.addCleanup(second.close)
+        recs = second.wait_for(6, timeout=5)
+        self.assertEqual([r["step"] for r in recs], [1, 2, 3, 4, 5, 6])
+        deadline = time.monotonic() + 5
+        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual((client.stats()["unconfirmed"], client.stats()["dropped"]), (0, 0))
+
+    def test_confirmed_records_are_not_sent_again(self):
+        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "confirmed.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(path))
+        first = Sink(path=path)
+        client = Client(config(path))
+        self.addCleanup(client.close)
+        for i in range(5):
+            client.step(samples=i)
+        first.wait_for(5, timeout=5)
+        deadline = time.monotonic() + 5
+        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(client.stats()["unconfirmed"], 0)
+        first.close()
+        client.step(samples=5)
+        second = Sink(path=path)
+        self.addCleanup(second.close)
+        self.assertEqual([r["step"] for r in second.wait_for(1, timeout=5)], [6])
+        time.sleep(0.2)
+        self.assertEqual([r["step"] for r in second.records()], [6], "only the unconfirmed record is sent again")
+
+    def test_a_live_daemon_keeps_what_it_did_not_confirm_at_close(self):
+        # A daemon whose store is full holds the records it read: at close
+        # they are not left in the spool as well (they would be stored twice).
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        path = os.path.join(ckpt, "d.sock")
+        sink = Sink(path=path, confirm=False)
+        self.addCleanup(sink.close)
+        client = Client(dataclasses.replace(config(path), checkpoint_dir=ckpt))
+        for i in range(3):
+            client.step(samples=i)
+        sink.wait_for(3, timeout=5)
+        client.close()
+        self.assertEqual((client.spooled, client.stats()["unconfirmed"]), (0, 3))
+        self.assertFalse(os.path.exists(os.path.join(ckpt, ".scavenger-spool")))
 
     def test_records_no_daemon_took_are_left_for_the_next(self):
         ckpt = tempfile.mkdtemp(prefix="scav-test-")

@@ -1,0 +1,160 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// The workers of a job whose daemon died still run (a local launcher's
+// children cannot be reattached to: their output pipes ended in the dead
+// daemon), and their clients reconnect to the new daemon's socket within
+// a couple of seconds. Before it kills what is left of them, the new daemon
+// asks them, as a move does, to checkpoint and exit: the job then resumes
+// from where they were, not from an older checkpoint, and each client
+// delivers its last step records (and has them confirmed) before it exits.
+// The request names a step a little past the last one stored (as a move's
+// does: moveLeadSteps, or moveLeadTime at the stored step time) so that
+// ranks that drifted apart stop at the same step. A job with no worker
+// connected within leftoverConnect (an uninstrumented script, workers
+// already gone) is killed at once, as before.
+const (
+	leftoverConnect = 3 * time.Second // the python client reconnects within 2 s (BACKOFF_MAX)
+	leftoverGrace   = 15 * time.Second
+	leftoverClose   = 2 * time.Second // for the clients to deliver their last records and close
+	leftoverPoll    = 100 * time.Millisecond
+)
+
+// checkpointLeftovers asks the leftover workers of each job to checkpoint
+// and exit (see above), all jobs at once, and waits for them within the
+// bounds above. It returns, by job, what became of them, for the record.
+func (g *Registry) checkpointLeftovers(ctx context.Context, jobs []api.Job) map[string]string {
+	if g.o.Connected == nil || len(jobs) == 0 {
+		return nil
+	}
+	var (
+		mu  sync.Mutex
+		out = map[string]string{}
+		wg  sync.WaitGroup
+	)
+	for _, j := range jobs {
+		wg.Go(func() {
+			if note := g.checkpointLeftover(ctx, j); note != "" {
+				mu.Lock()
+				out[j.ID] = note
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// checkpointLeftover does it for one job; the note says what its workers did.
+func (g *Registry) checkpointLeftover(ctx context.Context, j api.Job) string {
+	a, ok := openAttempt(j, g.o.Launcher.Name())
+	if !ok || a.Ended != nil {
+		return ""
+	}
+	id := fmt.Sprintf("%s-%d-recover", j.ID, a.Attempt)
+	acks := make(chan telemetry.StepRecord, 64)
+	sub, err := g.o.NC.Subscribe(telemetry.AckSubject(j.ID), func(m *nats.Msg) {
+		if r, err := telemetry.DecodeStep(m.Data); err == nil && r.Attempt == a.Attempt && r.ID == id {
+			select {
+			case acks <- r:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		g.log.Warn("follow the acknowledgements of a lost job's workers", zap.String("job", j.ID), zap.Error(err))
+		return ""
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var req []byte
+	start := time.Now()
+	tick := time.NewTicker(leftoverPoll)
+	defer tick.Stop()
+	acked, step, seen := map[int]bool{}, int64(0), false
+	for len(acked) < max(1, a.Config.Workers) && time.Since(start) < leftoverGrace {
+		if g.o.Connected(j.ID) > 0 {
+			if !seen { // the workers replay what they kept first: the stored step is recent
+				seen = true
+				req = telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: id, Job: j.ID, Attempt: a.Attempt, Dir: j.CheckpointDir,
+					AfterStep: g.lastStoredStep(ctx, j.ID)}.Encode()
+			}
+			// Sent again while some have not answered: a worker that
+			// connects later gets it too (a request it has is replaced by
+			// the same one).
+			if err := g.o.NC.Publish(telemetry.ControlSubject(j.ID), req); err != nil {
+				g.log.Warn("ask a lost job's workers to checkpoint", zap.String("job", j.ID), zap.Error(err))
+				return ""
+			}
+		} else if !seen && time.Since(start) > leftoverConnect {
+			return ""
+		}
+		select {
+		case r := <-acks:
+			acked[r.Rank] = true
+			if r.Checkpoint != "" {
+				step = r.Step
+			}
+		case <-tick.C:
+		case <-ctx.Done():
+			return ""
+		}
+	}
+	if len(acked) == 0 {
+		return ""
+	}
+	for end := time.Now().Add(leftoverClose); g.o.Connected(j.ID) > 0 && time.Now().Before(end); {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ""
+		}
+	}
+	if step > 0 {
+		return fmt.Sprintf("its %d running workers checkpointed step %d when asked", len(acked), step)
+	}
+	return fmt.Sprintf("its %d running workers stopped when asked", len(acked))
+}
+
+// lastStoredStep is the step a lost job's workers are asked to checkpoint
+// after: its newest stored step record's step plus a lead (0: none stored,
+// which asks at once).
+func (g *Registry) lastStoredStep(ctx context.Context, job string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := g.js.Stream(ctx, telemetry.StepStream)
+	if err != nil {
+		return 0
+	}
+	m, err := s.GetLastMsgForSubject(ctx, telemetry.StepSubject(job))
+	if err != nil {
+		return 0
+	}
+	recs, _ := telemetry.DecodeBatch(m.Data)
+	var last int64
+	var dt float64
+	for _, r := range recs {
+		if r.Step > last {
+			last, dt = r.Step, r.Seconds
+		}
+	}
+	if last == 0 {
+		return 0
+	}
+	lead := int64(moveLeadSteps)
+	if dt > 0 {
+		lead = max(lead, int64(moveLeadTime.Seconds()/dt)+1)
+	}
+	return last + lead
+}
