@@ -79,13 +79,19 @@ func (p *progress) saw(rec telemetry.StepRecord) {
 	if rec.Rank != 0 || rec.Step <= p.lastStep {
 		return
 	}
-	if p.lastTime > 0 && rec.Step == p.lastStep+1 && rec.Time > p.lastTime {
+	switch {
+	case p.lastTime > 0 && rec.Step == p.lastStep+1 && rec.Time > p.lastTime:
 		dt := rec.Time - p.lastTime
 		if p.stepTime == 0 {
 			p.stepTime = dt
 		} else {
 			p.stepTime = 0.8*p.stepTime + 0.2*dt
 		}
+	case p.stepTime == 0 && rec.Seconds > 0:
+		// The first record of an attempt: its own step time, so that a
+		// move asked for this early leads by time (moveLeadTime), not by
+		// two steps the ranks may have passed already.
+		p.stepTime = rec.Seconds
 	}
 	p.lastStep, p.lastTime = rec.Step, rec.Time
 	if rec.Loss != nil {

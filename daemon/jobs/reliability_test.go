@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -280,5 +281,28 @@ func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
 	if _, err := os.Stat(spool); !os.IsNotExist(err) {
 		ents, _ := os.ReadDir(spool)
 		t.Errorf("the spool directory is left with %v", ents)
+	}
+}
+
+// TestStepTimeFromTheFirstRecord: the first step record of an attempt gives
+// the step time (its dt) before two consecutive records do, so a move asked
+// for at once leads by time; consecutive records then smooth it.
+func TestStepTimeFromTheFirstRecord(t *testing.T) {
+	var p progress
+	p.begin(1, 0, 0, 0)
+	if got := p.now().StepTime; got != 0 {
+		t.Fatalf("step time %v before any record", got)
+	}
+	p.saw(telemetry.StepRecord{Attempt: 1, Rank: 1, Step: 1, Time: 100, Seconds: 0.5})
+	if got := p.now().StepTime; got != 0 {
+		t.Fatalf("step time %v from rank 1's record; want only rank 0's", got)
+	}
+	p.saw(telemetry.StepRecord{Attempt: 1, Rank: 0, Step: 1, Time: 100, Seconds: 0.01})
+	if got := p.now().StepTime; got != 0.01 {
+		t.Fatalf("step time %v after the first record, want its dt 0.01", got)
+	}
+	p.saw(telemetry.StepRecord{Attempt: 1, Rank: 0, Step: 2, Time: 100.02, Seconds: 0.02})
+	if got := p.now().StepTime; math.Abs(got-(0.8*0.01+0.2*0.02)) > 1e-9 {
+		t.Fatalf("step time %v after two records, want the smoothed 0.012", got)
 	}
 }
