@@ -84,7 +84,8 @@ func readersTrial(t *testing.T, python string) trialResult {
 	}
 	const readers, every = 8, 40
 	total := int(run / (10 * time.Millisecond))
-	d, c := faultDaemon(t, t.TempDir(), nil)
+	// Room for every step record of the 4 jobs (48,000 at 60 s).
+	d, c := faultDaemon(t, Config{StateDir: t.TempDir(), Retention: telemetry.Retention{StepMaxBytes: 64 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}})
 	var js []api.Job
 	var ids []string
 	for range 4 {

@@ -67,7 +67,7 @@ func sshLinkTrial(t *testing.T, python string) trialResult {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	_, c := faultDaemon(t, scavdStateDir(t), l)
+	_, c := faultDaemon(t, Config{StateDir: scavdStateDir(t), Launcher: l})
 	ctx := context.Background()
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false, "tcp")

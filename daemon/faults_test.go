@@ -132,10 +132,10 @@ func (r *trialResult) add(o trialResult) {
 
 // faultTrial is one kind of fault: its name, its goal, and one run; most,
 // when set, bounds its runs (a long trial); figure names what the runs'
-// figure measures (printed min–max, with digits decimals); openLoss, when set, is an open
-// finding that explains records this trial can lose: the bench counts them
-// against its goal, the CI run logs them instead of failing (every other
-// check still fails it).
+// figure measures (printed min–max, with digits decimals); openLoss, when
+// set, is an open finding that explains records this trial can lose: the
+// bench counts them against its goal, the CI run logs them instead of
+// failing (every other check still fails it).
 type faultTrial struct {
 	fault, goal string
 	run         func(t *testing.T, python string) trialResult
@@ -248,22 +248,25 @@ func faultsDoc(n int, table string) []byte {
 		"time from the cut to the relaunched attempt's start. The records the cut-off rank reported after the cut never reach the "+
 		"daemon; their steps come after the checkpoint and are done again (the log counts them); records lost are steps without "+
 		"any record. Its processes left are counted once the host answers again and a job on all 3 hosts ran. "+
-		"The test is daemon/faults_test.go (TestFaults runs each trial once).\n\n%s",
+		"The test is daemon/faults_test.go (the last two trials in faults_api_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
 }
 
 // numCPU is the number of cores, for the table's heading.
 func numCPU() int { return runtime.NumCPU() }
 
-// faultDaemon starts a daemon on the fresh state directory state, with
-// launcher (nil: the built-in local one), and returns it with a client; both
-// are closed at the end of the test.
-func faultDaemon(t *testing.T, state string, launcher plugins.Launcher) (*Daemon, *api.Client) {
+// faultDaemon starts a daemon of cfg, whose StateDir is a fresh directory
+// (node n1, NATS on a free port, and unless cfg sets one a retention that
+// fits a small state disk), and returns it with a client; both are closed
+// at the end of the test.
+func faultDaemon(t *testing.T, cfg Config) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1", Launcher: launcher,
-		Retention: telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}},
-		zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	cfg.Listen, cfg.Node = "127.0.0.1:0", "n1"
+	if cfg.Retention == (telemetry.Retention{}) {
+		cfg.Retention = telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
+	}
+	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +404,7 @@ func settle(t *testing.T, c *api.Client, j api.Job, total int, r *trialResult) {
 // job must restart from its checkpoint and finish by itself.
 func killWorkerTrial(t *testing.T, python string) trialResult {
 	const total, every = 400, 40
-	_, c := faultDaemon(t, t.TempDir(), nil)
+	_, c := faultDaemon(t, Config{StateDir: t.TempDir()})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
 	rank := rand.IntN(2)
@@ -426,7 +429,7 @@ func killWorkerTrial(t *testing.T, python string) trialResult {
 // the next attempt must start from the first, the last complete one.
 func killInCheckpointTrial(t *testing.T, python string) trialResult {
 	const total, every = 200, 40
-	_, c := faultDaemon(t, t.TempDir(), nil)
+	_, c := faultDaemon(t, Config{StateDir: t.TempDir()})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, true)
 	pid := workerPid(t, side, 0, 1)
@@ -457,7 +460,7 @@ func killInCheckpointTrial(t *testing.T, python string) trialResult {
 func diskFullTrial(t *testing.T, python string) trialResult {
 	const total, every = 300, 40
 	disk := smallDisk(t, 64<<20)
-	d, c := faultDaemon(t, filepath.Join(disk, "state"), nil)
+	d, c := faultDaemon(t, Config{StateDir: filepath.Join(disk, "state")})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
 	workerPid(t, side, 0, 1)
