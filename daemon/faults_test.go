@@ -33,12 +33,16 @@ import (
 // faultWorker reports total steps (10 ms each), writing its pid to
 // SIDE/pid-RANK-ATTEMPT; every EVERY steps the ranks meet (as DDP's
 // collectives make them: a rank whose peer died waits there until the
-// daemon stops it) and rank 0 checkpoints the way the python client does (a
-// temporary file renamed, then the manifest); with SLOW=1 it marks each
-// write with SIDE/writing-STEP and takes 0.5 s in it. Asked to checkpoint
-// (a stop, a move), it does at once and exits 0.
-const faultWorker = `import json, os, sys, time, scavenger
-total, every, slow, side = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+// daemon stops it), each marking its arrival with SIDE/at-ATTEMPT-STEP-RANK,
+// and rank 0 checkpoints the way the python client does (a temporary file
+// renamed, then the manifest); with SLOW=1 it marks each write with
+// SIDE/writing-STEP and takes 0.5 s in it. Asked to checkpoint (a stop, a
+// move), it does at once and exits 0. The ranks meet through those files;
+// with a fifth argument "tcp", through a TCP connection between them at
+// MASTER_ADDR:MASTER_PORT instead, as DDP's go over the network: a rank cut
+// off from its peer waits at its next meet, and the peer with it.
+const faultWorker = `import json, os, socket, sys, time, scavenger
+total, every, slow, side, tcp = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5:] == ["tcp"]
 rank, attempt, d = int(os.environ.get("RANK", "0")), os.environ["SCAV_ATTEMPT"], scavenger.checkpoint_dir()
 open(os.path.join(side, "pid-%d-%s" % (rank, attempt)), "w").write(str(os.getpid()))
 
@@ -53,12 +57,42 @@ def atomic(name, data):
         f.write(data[len(data) // 2:])
     os.replace(tmp, os.path.join(d, name))
 
+peer = None
+
+def connect():
+    addr = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    if rank == 0:
+        ln = socket.socket()
+        ln.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ln.bind(addr)
+        ln.listen(1)
+        c = ln.accept()[0]
+        ln.close()
+        return c
+    while True:
+        try:
+            return socket.create_connection(addr)
+        except OSError:
+            time.sleep(0.05)
+
 def meet(i):
+    global peer
     if int(os.environ.get("WORLD_SIZE", "2")) < 2:
         return
     open(os.path.join(side, "at-%s-%d-%d" % (attempt, i, rank)), "w").close()
-    while not os.path.exists(os.path.join(side, "at-%s-%d-%d" % (attempt, i, 1 - rank))):
-        time.sleep(0.005)
+    if not tcp:
+        while not os.path.exists(os.path.join(side, "at-%s-%d-%d" % (attempt, i, 1 - rank))):
+            time.sleep(0.005)
+        return
+    peer = peer or connect()
+    peer.sendall(i.to_bytes(4, "big"))
+    got = b""
+    while len(got) < 4:
+        b = peer.recv(4 - len(got))
+        if not b:  # the peer is gone: wait to be stopped, as a rank in a collective does
+            while True:
+                time.sleep(1)
+        got += b
 
 def checkpoint(i):
     name = "ckpt-%d.pt" % i
@@ -90,14 +124,22 @@ type trialResult struct {
 	note                     string
 }
 
+// add counts o's records and leftovers into r; its attempts are the most of either.
+func (r *trialResult) add(o trialResult) {
+	r.lost, r.dup, r.repeated = r.lost+o.lost, r.dup+o.dup, r.repeated+o.repeated
+	r.procs, r.zombies, r.leftover = r.procs+o.procs, r.zombies+o.zombies, r.leftover+o.leftover
+	r.attempts = max(r.attempts, o.attempts)
+}
+
 // faultTrial is one kind of fault: its name, its goal, and one run; most,
 // when set, bounds its runs (a long trial); figure names what the runs'
-// figure measures (printed min–max).
+// figure measures (printed min–max, with digits decimals).
 type faultTrial struct {
 	fault, goal string
 	run         func(t *testing.T, python string) trialResult
 	most        int
 	figure      string
+	digits      int
 }
 
 var faultTrials = []faultTrial{
@@ -107,6 +149,9 @@ var faultTrials = []faultTrial{
 	{fault: "kill -9 scavd, restart after 3–30 s", goal: "job finishes in N/N; step records lost 0", run: killDaemonTrial},
 	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
 	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
+	{fault: "4 jobs + 8 readers for 60 s (15 s when N=1)", goal: "0 errors; p99 API latency reported", run: readersTrial, figure: "p99 API latency, ms", digits: 1},
+	// Last: testnet makes the test process a subreaper for the rest of the run.
+	{fault: "SSH host link down mid-job", goal: "relaunch on the rest; records lost 0", run: sshLinkTrial, figure: "link down → relaunched, s", digits: 1},
 }
 
 func TestFaults(t *testing.T) {
@@ -150,8 +195,7 @@ func TestFaults(t *testing.T) {
 			t.Logf("%s #%d: %+v", ft.fault, i, r)
 			minA, maxA = min(minA, r.attempts), max(maxA, r.attempts)
 			minF, maxF = min(minF, r.figure), max(maxF, r.figure)
-			sum.lost, sum.dup, sum.repeated = sum.lost+r.lost, sum.dup+r.dup, sum.repeated+r.repeated
-			sum.procs, sum.zombies, sum.leftover = sum.procs+r.procs, sum.zombies+r.zombies, sum.leftover+r.leftover
+			sum.add(r)
 		}
 		if runs == 0 {
 			continue // not run (-run)
@@ -162,7 +206,7 @@ func TestFaults(t *testing.T) {
 		}
 		figure := ""
 		if ft.figure != "" {
-			figure = fmt.Sprintf("%s: %.0f–%.0f", ft.figure, minF, maxF)
+			figure = fmt.Sprintf("%s: %.*f–%.*f", ft.figure, ft.digits, minF, ft.digits, maxF)
 		}
 		fmt.Fprintf(&table, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %d | %d | %d | %s |\n", ft.fault, ft.goal, runs, met, runs,
 			sum.lost, sum.dup, sum.repeated, attempts, sum.procs, sum.zombies, sum.leftover, figure)
@@ -187,21 +231,33 @@ func faultsDoc(n int, table string) []byte {
 		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again; so do the service stop "+
 		"(SIGTERM under 4 jobs past their first checkpoint, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
 		"stdout after another job wrote 1000 lines; the figure is scavd's VmHWM). "+
-		"The test is daemon/faults_test.go (TestFaults runs each trial once).\n\n%s",
+		"The readers trial runs 4 jobs sized to 60 s of steps (15 s when N=1) under 8 API readers, each with its own client, "+
+		"reading in a loop until the jobs end (the job list; a job's status, output, output followed to its first frame, step "+
+		"records and report); the figure is the p99 latency of all their calls (the log has each kind's p50, p99 and max). "+
+		"The SSH trial runs a job at 2 workers through the ssh launcher (scavd's keepalive defaults) on 3 namespace hosts, its ranks "+
+		"meeting over TCP as DDP's collectives do, and cuts the link of one rank's host after the first checkpoint; the figure is the "+
+		"time from the cut to the relaunched attempt's start. The records the cut-off rank reported after the cut never reach the "+
+		"daemon; their steps come after the checkpoint and are done again (the log counts them); records lost are steps without "+
+		"any record. Its processes left are counted once the host answers again and a job on all 3 hosts ran. "+
+		"The test is daemon/faults_test.go (the last two trials in faults_api_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
 }
 
 // numCPU is the number of cores, for the table's heading.
 func numCPU() int { return runtime.NumCPU() }
 
-// faultDaemon starts a daemon on a fresh state directory (under dir when
-// set) and returns it with a client; both are closed at the end of the test.
-func faultDaemon(t *testing.T, state string) (*Daemon, *api.Client) {
+// faultDaemon starts a daemon of cfg, whose StateDir is a fresh directory
+// (node n1, NATS on a free port, and unless cfg sets one a retention that
+// fits a small state disk), and returns it with a client; both are closed
+// at the end of the test.
+func faultDaemon(t *testing.T, cfg Config) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1",
-		Retention: telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}},
-		zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	cfg.Listen, cfg.Node = "127.0.0.1:0", "n1"
+	if cfg.Retention == (telemetry.Retention{}) {
+		cfg.Retention = telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
+	}
+	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,15 +275,16 @@ func faultDaemon(t *testing.T, state string) (*Daemon, *api.Client) {
 	return d, c
 }
 
-// submitWorkers runs faultWorker on 2 ranks.
-func submitWorkers(t *testing.T, c *api.Client, python, side string, total, every int, slow bool) api.Job {
+// submitWorkers runs faultWorker on 2 ranks; extra are its further
+// arguments ("tcp").
+func submitWorkers(t *testing.T, c *api.Client, python, side string, total, every int, slow bool, extra ...string) api.Job {
 	t.Helper()
 	s := "0"
 	if slow {
 		s = "1"
 	}
 	j, err := c.Run(context.Background(), api.RunRequest{
-		Command: []string{python, "-c", faultWorker, strconv.Itoa(total), strconv.Itoa(every), s, side},
+		Command: append([]string{python, "-c", faultWorker, strconv.Itoa(total), strconv.Itoa(every), s, side}, extra...),
 		Dir:     side, Config: plugins.Config{Workers: 2}, Grace: api.Duration(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +403,7 @@ func settle(t *testing.T, c *api.Client, j api.Job, total int, r *trialResult) {
 // job must restart from its checkpoint and finish by itself.
 func killWorkerTrial(t *testing.T, python string) trialResult {
 	const total, every = 400, 40
-	_, c := faultDaemon(t, t.TempDir())
+	_, c := faultDaemon(t, Config{StateDir: t.TempDir()})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
 	rank := rand.IntN(2)
@@ -371,7 +428,7 @@ func killWorkerTrial(t *testing.T, python string) trialResult {
 // the next attempt must start from the first, the last complete one.
 func killInCheckpointTrial(t *testing.T, python string) trialResult {
 	const total, every = 200, 40
-	_, c := faultDaemon(t, t.TempDir())
+	_, c := faultDaemon(t, Config{StateDir: t.TempDir()})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, true)
 	pid := workerPid(t, side, 0, 1)
@@ -402,7 +459,7 @@ func killInCheckpointTrial(t *testing.T, python string) trialResult {
 func diskFullTrial(t *testing.T, python string) trialResult {
 	const total, every = 300, 40
 	disk := smallDisk(t, 64<<20)
-	d, c := faultDaemon(t, filepath.Join(disk, "state"))
+	d, c := faultDaemon(t, Config{StateDir: filepath.Join(disk, "state")})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
 	workerPid(t, side, 0, 1)
@@ -597,9 +654,7 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 		if one.repeated > 0 { // resumed from an older checkpoint: it did not checkpoint when stopped
 			r.ok, r.note = false, fmt.Sprintf("job %s did not checkpoint when stopped: %d steps done again", j.ID, one.repeated)
 		}
-		r.lost, r.dup, r.repeated = r.lost+one.lost, r.dup+one.dup, r.repeated+one.repeated
-		r.procs, r.zombies, r.leftover = r.procs+one.procs, r.zombies+one.zombies, r.leftover+one.leftover
-		r.attempts = max(r.attempts, one.attempts)
+		r.add(one)
 	}
 	return r
 }

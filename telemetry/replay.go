@@ -60,6 +60,8 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", what, err)
 	}
+	// Run after the iterator's Stop: the consumer is gone when this returns.
+	defer deleteConsumer(ctx, s, c)
 	if info := c.CachedInfo(); done != nil && info != nil && info.NumPending == 0 {
 		return nil // nothing to deliver, and no following
 	}
@@ -91,6 +93,24 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 			}
 		}
 	}
+}
+
+// deleteConsumer deletes the ordered consumer c of s from the server. The
+// server keeps an ordered consumer until it has been inactive for 5
+// minutes (nats.go's default), and takes at most 1000 consumers per stream
+// (its default): without this, every read of a stream left one behind,
+// and after 1000 reads in 5 minutes (8 users reading logs in a loop reach
+// that in seconds) every read and follow of the stream was refused
+// ("maximum consumers limit reached") until they expired. A consumer that
+// cannot be deleted (the server is gone) expires as before.
+func deleteConsumer(ctx context.Context, s jetstream.Stream, c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), openTimeout)
+	defer cancel()
+	_ = s.DeleteConsumer(ctx, info.Name)
 }
 
 // DecodeBatch splits a step message (one or more newline-separated records,

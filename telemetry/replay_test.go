@@ -73,3 +73,60 @@ func TestReplayLast(t *testing.T) {
 		t.Errorf("follow: %v, %v: want the 3 newest, then b-gpu-1", seen, err)
 	}
 }
+
+// TestReplayLeavesNoConsumer reads a stream more times than the server
+// takes consumers on it (1000 by default), in every way a read ends: each
+// read deletes its consumer as it returns, so none is refused and none is
+// left.
+func TestReplayLeavesNoConsumer(t *testing.T) {
+	_, js := testnats.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := OpenStore(ctx, js, Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a", "b"} {
+		if _, err := js.Publish(ctx, NodeSubject("a", NodeHost), []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subjects := []string{AllNodeHost}
+	errFirst := errors.New("first")
+	reads := []struct {
+		name string
+		read func() error
+	}{
+		{"to the end", func() error {
+			return Replay(ctx, js, NodeStream, subjects, false, func(jetstream.Msg) error { return nil })
+		}},
+		{"the newest", func() error {
+			return ReplayLast(ctx, js, NodeStream, subjects, false, func(jetstream.Msg) error { return nil })
+		}},
+		{"nothing after the last", func() error {
+			return ReplayAfter(ctx, js, NodeStream, subjects, 1<<40, false, func(jetstream.Msg) error { return nil })
+		}},
+		{"a follow ended by its reader", func() error {
+			if err := Replay(ctx, js, NodeStream, subjects, true, func(jetstream.Msg) error { return errFirst }); !errors.Is(err, errFirst) {
+				return err
+			}
+			return nil
+		}},
+	}
+	for i := range 1400 {
+		r := reads[i%len(reads)]
+		if err := r.read(); err != nil {
+			t.Fatalf("read %d (%s): %v", i, r.name, err)
+		}
+	}
+	s, err := js.Stream(ctx, NodeStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Consumers; n != 0 {
+		t.Errorf("%d consumers left on %s after the reads, want 0", n, NodeStream)
+	}
+}
