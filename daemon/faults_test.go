@@ -229,14 +229,14 @@ func faultsDoc(n int, table string) []byte {
 		"directory. In the state-disk trial the checkpoint directory is on the full disk too: a checkpoint that does not fit "+
 		"fails rank 0, and the job restarts from the previous one (hence its second attempt). The kill -9 of scavd runs "+
 		"bin/scavd as its own process and waits 3–30 s (3 s when N=1) before starting it again; so do the service stop "+
-		"(SIGTERM under 4 jobs past their first checkpoint, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
+		"(SIGTERM under 4 jobs within a second of their first step record, each asked to checkpoint, which it does at once) and the flood (one job writes 1 GB to its "+
 		"stdout after another job wrote 1000 lines; the figure is scavd's VmHWM). "+
 		"The readers trial runs 4 jobs sized to 60 s of steps (15 s when N=1) under 8 API readers, each with its own client, "+
 		"reading in a loop until the jobs end (the job list; a job's status, output, output followed to its first frame, step "+
 		"records and report); the figure is the p99 latency of all their calls (the log has each kind's p50, p99 and max). "+
 		"The SSH trial runs a job at 2 workers through the ssh launcher (scavd's keepalive defaults) on 3 namespace hosts, its ranks "+
 		"meeting over TCP as DDP's collectives do, and cuts the link of one rank's host after the first checkpoint; the figure is the "+
-		"time from the cut to the relaunched attempt's start. The records the cut-off rank reported after the cut never reach the "+
+		"time from the cut to the relaunched attempt's start. The records the cut-off rank reported after the cut may never reach the "+
 		"daemon; their steps come after the checkpoint and are done again (the log counts them); records lost are steps without "+
 		"any record. Its processes left are counted once the host answers again and a job on all 3 hosts ran. "+
 		"The test is daemon/faults_test.go (the last two trials in faults_api_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
