@@ -111,6 +111,7 @@ var faultTrials = []faultTrial{
 		openLoss: "records a worker wrote into the dying daemon, or that it had read and not yet stored, have no acknowledgement back to the worker (docs/bench-faults.md, open findings)"},
 	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
 	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
+	{fault: "Slurm node lost mid-job (3 nodes)", goal: "resumes on the rest; records lost 0", run: slurmNodeLostTrial, most: 3, figure: "s from the loss to the relaunch"},
 }
 
 func TestFaults(t *testing.T) {

@@ -508,6 +508,9 @@ func (c *Cluster) stop() {
 				for len(c.jobProcs()) > 0 && time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 				}
+				if left := c.jobProcs(); len(left) > 0 {
+					t.Logf("testslurm: job processes still there at the shutdown: %v", left)
+				}
 			}
 			if _, err := c.Run(ctx, "scontrol", "shutdown"); err != nil {
 				t.Logf("testslurm: scontrol shutdown: %v", err)
@@ -547,28 +550,59 @@ func (c *Cluster) stop() {
 // it still runs of a job that was requeued or ended meanwhile.
 func (c *Cluster) rejoinNodes(ctx context.Context) {
 	for i := range c.Nodes {
-		if err := c.Net.Thaw(i); err != nil {
-			c.t.Errorf("testslurm: %v", err)
-		}
-		if err := c.Net.LinkUp(i); err != nil {
+		if err := c.rejoin(i); err != nil {
 			c.t.Errorf("testslurm: %v", err)
 		}
 	}
+	if err := c.awaitResponding(ctx, c.Nodes...); err != nil {
+		c.t.Logf("testslurm: %v", err)
+	}
+}
+
+// RestoreNode brings node i back after LoseNode: it thaws it, brings its
+// link up and waits (15 s at most) until Slurm sees it respond again;
+// Slurm then ends what still ran there of jobs that ended meanwhile.
+func (c *Cluster) RestoreNode(ctx context.Context, i int) error {
+	if c.Net == nil {
+		return fmt.Errorf("restore node %d: a cluster of one node has no namespace nodes", i)
+	}
+	if err := c.rejoin(i); err != nil {
+		return err
+	}
+	return c.awaitResponding(ctx, c.Nodes[i])
+}
+
+// rejoin thaws node i and brings its link up.
+func (c *Cluster) rejoin(i int) error {
+	if err := c.Net.Thaw(i); err != nil {
+		return fmt.Errorf("rejoin node %s: %w", c.Nodes[i], err)
+	}
+	if err := c.Net.LinkUp(i); err != nil {
+		return fmt.Errorf("rejoin node %s: %w", c.Nodes[i], err)
+	}
+	return nil
+}
+
+// awaitResponding waits (15 s at most) until Slurm reports none of nodes
+// down or not responding.
+func (c *Cluster) awaitResponding(ctx context.Context, nodes ...string) error {
 	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	for {
 		states, err := c.NodeStates(ctx)
-		responding := err == nil
-		for _, s := range states {
-			if strings.HasSuffix(s, "*") || strings.HasPrefix(s, "down") {
-				responding = false
+		var lost []string
+		for _, n := range nodes {
+			if s := states[n]; err == nil && (strings.HasSuffix(s, "*") || strings.HasPrefix(s, "down")) {
+				lost = append(lost, n+" "+s)
 			}
 		}
-		if responding {
-			return
+		if err == nil && len(lost) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes not responding 15 s after they rejoined: %v %v", lost, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.t.Logf("testslurm: not every node responds 15 s after the rejoin")
 }
 
 // checkNothingLeft polls until no process of the cluster (one whose
@@ -598,7 +632,7 @@ func (c *Cluster) checkNothingLeft(t testing.TB) {
 }
 
 // jobProcs lists, as leftovers does, the processes of the cluster that are
-// not its daemons: slurmstepd and job processes.
+// not its daemons (nor slurmctld's slurmscriptd): slurmstepd and job processes.
 func (c *Cluster) jobProcs() []string {
 	daemons := map[string]bool{}
 	for _, d := range append(append([]*exec.Cmd(nil), c.slurmds...), c.ctld, c.munged) {
@@ -608,7 +642,7 @@ func (c *Cluster) jobProcs() []string {
 	}
 	var procs []string
 	for _, p := range c.leftovers() {
-		if !daemons[strings.Fields(p)[0]] {
+		if !daemons[strings.Fields(p)[0]] && !strings.Contains(p, " (slurmscriptd) ") {
 			procs = append(procs, p)
 		}
 	}
