@@ -2,8 +2,6 @@ package testslurm
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,10 +108,10 @@ func TestLeftoversAreFound(t *testing.T) {
 }
 
 // TestMultiNode starts a cluster of three namespace nodes: a 2-node srun
-// runs on two nodes that report two different hostnames; a node lost
-// under a requeueable 2-node batch job is DOWN within seconds and the job
-// runs again on the other two; after the teardown no namespace, bridge or
-// process of the cluster is left, even as a zombie.
+// runs on two nodes that report two different hostnames (lost nodes are
+// exercised by launchers/slurm's and the daemon's multi-node tests); after
+// the teardown no namespace, bridge or process of the cluster is left, and
+// no zombie child of this process.
 func TestMultiNode(t *testing.T) {
 	var c *Cluster
 	t.Run("cluster", func(t *testing.T) {
@@ -138,52 +136,10 @@ func TestMultiNode(t *testing.T) {
 				t.Errorf("hostname %q is none of the nodes %v", h, c.Nodes)
 			}
 		}
-
-		// A node lost under a 2-node job: DOWN, and the job requeued on the others.
-		side := t.TempDir()
-		out, err = c.Run(ctx, "sbatch", "--parsable", "-N", "2", "-n", "2", "--requeue", "-o", "/dev/null",
-			"--wrap", "exec srun sh -c 'touch "+side+"/up-${SLURM_RESTART_COUNT:-0}-$SLURM_PROCID; exec sleep 300'")
-		if err != nil {
+		// A job still running at the end is cancelled by the teardown.
+		if _, err := c.Run(ctx, "sbatch", "-N", "3", "-o", "/dev/null", "--wrap", "exec srun sleep 300"); err != nil {
 			t.Fatal(err)
 		}
-		id := strings.TrimSpace(out)
-		nodes := c.awaitRunning(t, ctx, id, 0)
-		c.poll(t, 30*time.Second, "both tasks to start", func() error {
-			_, err0 := os.Stat(filepath.Join(side, "up-0-0"))
-			_, err1 := os.Stat(filepath.Join(side, "up-0-1"))
-			return errors.Join(err0, err1)
-		})
-		lost := slices.Index(c.Nodes, nodes[1])
-		start := time.Now()
-		if err := c.LoseNode(lost); err != nil {
-			t.Fatal(err)
-		}
-		c.poll(t, 30*time.Second, "the lost node to be down", func() error {
-			st, err := c.NodeStates(ctx)
-			if err != nil || strings.HasPrefix(st[c.Nodes[lost]], "down") {
-				return err
-			}
-			return fmt.Errorf("node %s is %s", c.Nodes[lost], st[c.Nodes[lost]])
-		})
-		t.Logf("node %s lost: DOWN after %.1f s", c.Nodes[lost], time.Since(start).Seconds())
-		// Released from the requeue's BeginTime hold, as the launcher does.
-		c.poll(t, 30*time.Second, "the job requeued", func() error {
-			o, err := c.Run(ctx, "scontrol", "show", "job", "-o", id)
-			if err != nil || strings.Contains(o, "Restarts=1") {
-				return err
-			}
-			return fmt.Errorf("job %s: %s", id, o)
-		})
-		again := c.awaitRunning(t, ctx, id, 3*time.Second)
-		c.poll(t, 30*time.Second, "both tasks to start again", func() error {
-			_, err0 := os.Stat(filepath.Join(side, "up-1-0"))
-			_, err1 := os.Stat(filepath.Join(side, "up-1-1"))
-			return errors.Join(err0, err1)
-		})
-		if slices.Contains(again, c.Nodes[lost]) {
-			t.Errorf("requeued job runs on %v, the lost node %s among them", again, c.Nodes[lost])
-		}
-		t.Logf("job %s ran on %v, again on %v %.1f s after the loss", id, nodes, again, time.Since(start).Seconds())
 	})
 	if c == nil || c.Net == nil {
 		return
@@ -200,36 +156,16 @@ func TestMultiNode(t *testing.T) {
 	if left := c.leftovers(); len(left) > 0 {
 		t.Errorf("processes of the cluster left: %v", left)
 	}
-}
-
-// awaitRunning waits until job id runs and returns its nodes; release,
-// when not zero, is how long after a requeue the job is released from its
-// BeginTime hold (scontrol update StartTime=now).
-func (c *Cluster) awaitRunning(t *testing.T, ctx context.Context, id string, release time.Duration) []string {
-	t.Helper()
-	var nodes []string
-	first := time.Now()
-	c.poll(t, 60*time.Second, "job "+id+" to run", func() error {
-		o, err := c.Run(ctx, "scontrol", "show", "job", "-o", id)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			continue
 		}
-		if strings.Contains(o, "Reason=BeginTime") && release > 0 && time.Since(first) > release {
-			_, _ = c.Run(ctx, "scontrol", "update", "JobId="+id, "StartTime=now")
+		s := string(b)
+		// pid (comm) STATE PPID ...: the comm may hold spaces.
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			t.Errorf("zombie child left: %s", s)
 		}
-		if !strings.Contains(o, "JobState=RUNNING") {
-			return fmt.Errorf("job %s: %s", id, o)
-		}
-		for _, f := range strings.Fields(o) {
-			if v, ok := strings.CutPrefix(f, "NodeList="); ok {
-				out, err := c.Run(ctx, "scontrol", "show", "hostnames", v)
-				if err != nil {
-					return err
-				}
-				nodes = strings.Fields(out)
-			}
-		}
-		return nil
-	})
-	return nodes
+	}
 }
