@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -163,18 +164,25 @@ func reapSlurmOrphans() int {
 	return len(orphans) - len(nsmachine.SettleGone(orphans, time.Second))
 }
 
-// TestSlurmMultiNodeMoves moves a job of real python workers on a 3-node
-// Slurm cluster from 2 workers on 2 nodes to 1 worker on 1 node and back
-// through the daemon's API: each attempt starts from the checkpoint the
-// previous one wrote when asked to move, so rank 0 does every step exactly
-// once; the 2-node attempts run on two different nodes.
-func TestSlurmMultiNodeMoves(t *testing.T) {
+// TestSlurmMultiNode runs jobs of real python workers (faultWorker) through
+// the daemon on one 3-node Slurm cluster: moves of 2 nodes -> 1 -> 2, and a
+// requeue across nodes.
+func TestSlurmMultiNode(t *testing.T) {
 	python := os.Getenv("SCAV_TEST_PYTHON")
 	if python == "" {
 		python = "/usr/bin/python3"
 	}
-	const total, every = 1500, 40
 	cl, c := slurmCluster(t)
+	t.Run("Moves", func(t *testing.T) { testSlurmMoves(t, cl, c, python) })
+	t.Run("RequeueAcrossNodes", func(t *testing.T) { testSlurmRequeue(t, cl, c, python) })
+}
+
+// testSlurmMoves moves a job from 2 workers on 2 nodes to 1 worker on 1
+// node and back through the daemon's API: each attempt starts from the
+// checkpoint the previous one wrote when asked to move, so rank 0 does
+// every step exactly once; the 2-node attempts run on two different nodes.
+func testSlurmMoves(t *testing.T, cl *testslurm.Cluster, c *api.Client, python string) {
+	const total, every = 1500, 40
 	side := t.TempDir()
 	j := runOnNodes(t, c, python, side, total, every)
 	ctx := context.Background()
@@ -201,32 +209,8 @@ func TestSlurmMultiNodeMoves(t *testing.T) {
 			t.Fatalf("move to %+v: %v", *next, err)
 		}
 	}
-	final := follow(t, c, j.ID, 3*time.Minute)
-	j, err := c.Job(ctx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.State != api.StateSucceeded || final.ExitCode == nil || *final.ExitCode != 0 || len(j.Attempts) != 3 {
-		t.Fatalf("job %s: %s, %d attempts: %s", j.ID, j.State, len(j.Attempts), j.Message)
-	}
-	// Rank 0's steps: each once; every attempt from the previous one's last.
-	type span struct{ first, last int64 }
-	spans := map[int]*span{}
-	count := map[int64]int{}
-	if err := c.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error {
-		if r.Rank != 0 {
-			return nil
-		}
-		count[r.Step]++
-		if s := spans[r.Attempt]; s == nil {
-			spans[r.Attempt] = &span{r.Step, r.Step}
-		} else {
-			s.first, s.last = min(s.first, r.Step), max(s.last, r.Step)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	j = finished(t, c, j.ID, 3)
+	spans, count := rank0Steps(t, c, j.ID)
 	for s := int64(1); s <= total; s++ {
 		if count[s] != 1 {
 			t.Errorf("rank 0 step %d recorded %d times", s, count[s])
@@ -238,4 +222,110 @@ func TestSlurmMultiNodeMoves(t *testing.T) {
 		}
 	}
 	t.Logf("attempts on %v; rank 0's steps %+v %+v %+v", nodes, *spans[1], *spans[2], *spans[3])
+}
+
+// testSlurmRequeue drains the node of rank 0 of a running 2-node job and
+// requeues the job (scontrol requeue, as an administrator or a pre-emption
+// with requeue would): the launcher releases it from its BeginTime hold, it
+// runs again within the same attempt on the two other nodes, and its
+// workers resume from the newest checkpoint (the python client reads the
+// manifest when SLURM_RESTART_COUNT > 0), so no step up to that checkpoint
+// is done twice and none is lost. The steps done again since the
+// checkpoint carry the same attempt number as their first run: they are
+// logged, not asserted.
+func testSlurmRequeue(t *testing.T, cl *testslurm.Cluster, c *api.Client, python string) {
+	const total, every = 600, 40
+	ctx := context.Background()
+	side := t.TempDir()
+	j := runOnNodes(t, c, python, side, total, every)
+	p0 := workerPid(t, side, 0, 1)
+	workerPid(t, side, 1, 1)
+	awaitCheckpoint(t, j)
+	drained := cl.Nodes[nodeOf(t, cl, p0)]
+	if _, err := cl.Run(ctx, "scontrol", "update", "NodeName="+drained, "State=DRAIN", "Reason=scavenger-test"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cl.Run(context.Background(), "scontrol", "update", "NodeName="+drained, "State=RESUME") })
+	j, err := c.Job(ctx, j.ID)
+	if err != nil || len(j.Attempts) != 1 || j.Attempts[0].Handle == "" {
+		t.Fatalf("job %+v, %v", j, err)
+	}
+	b, err := os.ReadFile(filepath.Join(j.CheckpointDir, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct{ Step int64 }
+	if err := json.Unmarshal(b, &manifest); err != nil || manifest.Step < every {
+		t.Fatalf("manifest %s: %v", b, err)
+	}
+	begin := time.Now()
+	if _, err := cl.Run(ctx, "scontrol", "requeue", j.Attempts[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	var again int
+	waitFor(t, time.Minute, "rank 0 to run again", func() bool {
+		b, _ := os.ReadFile(filepath.Join(side, "pid-0-1"))
+		again, _ = strconv.Atoi(string(b))
+		return again > 0 && again != p0
+	})
+	took := time.Since(begin)
+	node := cl.Nodes[nodeOf(t, cl, again)]
+	j = finished(t, c, j.ID, 1)
+	if node == drained {
+		t.Errorf("the requeued job's rank 0 ran again on the drained node %s", node)
+	}
+	_, count := rank0Steps(t, c, j.ID)
+	twice := 0
+	for s := int64(1); s <= total; s++ {
+		switch {
+		case count[s] == 0:
+			t.Errorf("rank 0 step %d never recorded", s)
+		case count[s] > 1 && s <= manifest.Step:
+			t.Errorf("rank 0 step %d, before the checkpoint of step %d, recorded %d times", s, manifest.Step, count[s])
+		case count[s] > 1:
+			twice++
+		}
+	}
+	t.Logf("requeued after the checkpoint of step %d (or later): rank 0 ran again on %s (first on %s, drained) %.1f s later; "+
+		"%d of its steps were done again since the checkpoint", manifest.Step, node, drained, took.Seconds(), twice)
+}
+
+// finished follows job id to its end and checks that it succeeded in
+// attempts attempts.
+func finished(t *testing.T, c *api.Client, id string, attempts int) api.Job {
+	t.Helper()
+	final := follow(t, c, id, 3*time.Minute)
+	j, err := c.Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != api.StateSucceeded || final.ExitCode == nil || *final.ExitCode != 0 || len(j.Attempts) != attempts {
+		t.Fatalf("job %s: %s, %d attempts (want %d): %s", j.ID, j.State, len(j.Attempts), attempts, j.Message)
+	}
+	return j
+}
+
+// stepSpan is the first and last step of an attempt.
+type stepSpan struct{ first, last int64 }
+
+// rank0Steps reads job id's step records of rank 0: each attempt's span
+// and how many times each step was recorded.
+func rank0Steps(t *testing.T, c *api.Client, id string) (map[int]*stepSpan, map[int64]int) {
+	t.Helper()
+	spans, count := map[int]*stepSpan{}, map[int64]int{}
+	if err := c.Steps(context.Background(), id, false, func(r telemetry.StepRecord) error {
+		if r.Rank != 0 {
+			return nil
+		}
+		count[r.Step]++
+		if s := spans[r.Attempt]; s == nil {
+			spans[r.Attempt] = &stepSpan{r.Step, r.Step}
+		} else {
+			s.first, s.last = min(s.first, r.Step), max(s.last, r.Step)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return spans, count
 }
