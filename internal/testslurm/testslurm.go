@@ -98,6 +98,9 @@ type Cluster struct {
 	starts  map[*exec.Cmd]uint64 // the daemons' start times
 	tag     string
 	stopped sync.Once
+
+	mu   sync.Mutex
+	lost map[int]bool // the nodes LoseNode lost and RestoreNode did not bring back
 }
 
 // daemons are the programs a cluster runs; clients are the commands tests use.
@@ -252,8 +255,9 @@ func (c *Cluster) NodeStates(ctx context.Context) (map[string]string, error) {
 // network dies: its link goes down and every process on it is frozen
 // (the namespace nodes share this machine's filesystem and unix sockets,
 // which a cut-off machine would not reach). It needs a cluster of
-// namespace nodes. The node stays lost until the teardown, which thaws it
-// and brings its link up so that Slurm ends what ran there.
+// namespace nodes. The node stays lost until RestoreNode, or until the
+// teardown, which powers it off: every process of the cluster on it
+// (slurmd, slurmstepd, the job's) is killed before its link comes back.
 func (c *Cluster) LoseNode(i int) error {
 	if c.Net == nil {
 		return fmt.Errorf("lose node %d: a cluster of one node has no namespace nodes", i)
@@ -264,6 +268,12 @@ func (c *Cluster) LoseNode(i int) error {
 	if err := c.Net.Freeze(i); err != nil {
 		return fmt.Errorf("lose node %s: %w", c.Nodes[i], err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost == nil {
+		c.lost = map[int]bool{}
+	}
+	c.lost[i] = true
 	return nil
 }
 
@@ -544,18 +554,38 @@ func (c *Cluster) stop() {
 	})
 }
 
-// rejoinNodes thaws every namespace node and brings its link up, then
-// waits (15 s at most) until every node responds and no job process runs
-// on one Slurm has lost: slurmctld tells a node that comes back to end what
-// it still runs of a job that was requeued or ended meanwhile.
+// rejoinNodes powers off the nodes still lost (see LoseNode), thaws every
+// namespace node and brings its link up, then waits (15 s at most) until
+// every other node responds.
 func (c *Cluster) rejoinNodes(ctx context.Context) {
-	for i := range c.Nodes {
+	c.mu.Lock()
+	lost := c.lost
+	c.lost = nil
+	c.mu.Unlock()
+	var up []string
+	for i, n := range c.Nodes {
+		if lost[i] {
+			c.powerOff(i)
+		} else {
+			up = append(up, n)
+		}
 		if err := c.rejoin(i); err != nil {
 			c.t.Errorf("testslurm: %v", err)
 		}
 	}
-	if err := c.awaitResponding(ctx, c.Nodes...); err != nil {
+	if err := c.awaitResponding(ctx, up...); err != nil {
 		c.t.Logf("testslurm: %v", err)
+	}
+}
+
+// powerOff kills every process of the cluster on node i (those whose
+// environment names it: slurmd, slurmstepd and the job's processes), as a
+// machine powered off; the host's own sshd stays.
+func (c *Cluster) powerOff(i int) {
+	for _, p := range c.Net.Procs(i) {
+		if p.Getenv("SLURM_CONF") == c.Conf || "SCAV_TESTSLURM="+p.Getenv("SCAV_TESTSLURM") == c.tag {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
 	}
 }
 
@@ -569,6 +599,9 @@ func (c *Cluster) RestoreNode(ctx context.Context, i int) error {
 	if err := c.rejoin(i); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	delete(c.lost, i)
+	c.mu.Unlock()
 	return c.awaitResponding(ctx, c.Nodes[i])
 }
 
