@@ -17,6 +17,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
@@ -26,9 +27,19 @@ import (
 
 // slurmCluster starts a real cluster of three namespace nodes (skipping
 // the test where it cannot) and a daemon whose launcher submits every
-// attempt to it as a batch job; the daemon stops before the cluster.
+// attempt to it as a batch job; the daemon stops before the cluster, and
+// once the cluster is gone the test process is no longer the subreaper
+// that testslurm made it, so that the tests after it count their zombies
+// as before.
 func slurmCluster(t *testing.T) (*testslurm.Cluster, *api.Client) {
 	t.Helper()
+	if testslurm.Available() == nil {
+		t.Cleanup(func() {
+			if err := subreaper.Leave(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	cl := testslurm.Start(t, testslurm.Options{Nodes: 3, CPUs: 4})
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	l, err := slurm.New(slurm.Options{Logger: log, Env: []string{"SLURM_CONF=" + cl.Conf, "OMP_NUM_THREADS=1"},
