@@ -41,8 +41,16 @@ func slurmCluster(t *testing.T) (*testslurm.Cluster, *api.Client) {
 		})
 	}
 	cl := testslurm.Start(t, testslurm.Options{Nodes: 3, CPUs: 4})
+	return cl, slurmDaemon(t, cl, "")
+}
+
+// slurmDaemon starts a daemon whose launcher runs every attempt on cl: as
+// a step of allocation alloc, or submitted as a batch job when alloc is
+// empty; it stops when the test ends.
+func slurmDaemon(t *testing.T, cl *testslurm.Cluster, alloc string) *api.Client {
+	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	l, err := slurm.New(slurm.Options{Logger: log, Env: []string{"SLURM_CONF=" + cl.Conf, "OMP_NUM_THREADS=1"},
+	l, err := slurm.New(slurm.Options{Logger: log, JobID: alloc, Env: []string{"SLURM_CONF=" + cl.Conf, "OMP_NUM_THREADS=1"},
 		Grace: 2 * time.Second, PollInterval: 200 * time.Millisecond, WorkDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +72,7 @@ func slurmCluster(t *testing.T) (*testslurm.Cluster, *api.Client) {
 			t.Errorf("close the daemon: %v", err)
 		}
 	})
-	return cl, c
+	return c
 }
 
 // runOnNodes runs faultWorker (see submitWorkers) as 2 workers on 2 nodes.
@@ -186,6 +194,43 @@ func TestSlurmMultiNode(t *testing.T) {
 	cl, c := slurmCluster(t)
 	t.Run("Moves", func(t *testing.T) { testSlurmMoves(t, cl, c, python) })
 	t.Run("RequeueAcrossNodes", func(t *testing.T) { testSlurmRequeue(t, cl, c, python) })
+	// Last: it loses a node.
+	t.Run("NodeLostInAllocation", func(t *testing.T) { testSlurmNodeLostInAllocation(t, cl, python) })
+}
+
+// testSlurmNodeLostInAllocation runs the job as steps of an allocation of
+// the three nodes that survives a node failure (--no-kill), through a
+// daemon of its own, and loses the node of rank 1 after the first
+// checkpoint: srun reports the node failure, the launcher names the node
+// in LostHosts, Slurm takes it out of the allocation, and the daemon
+// relaunches the job as a step on the two nodes left, from the checkpoint,
+// where it finishes with no step record lost or stored twice.
+func testSlurmNodeLostInAllocation(t *testing.T, cl *testslurm.Cluster, python string) {
+	const total, every = 400, 40
+	c := slurmDaemon(t, cl, cl.HoldNoKill(t, 2))
+	side := t.TempDir()
+	j := runOnNodes(t, c, python, side, total, every)
+	workerPid(t, side, 0, 1)
+	pid := workerPid(t, side, 1, 1)
+	awaitCheckpoint(t, j)
+	lost := nodeOf(t, cl, pid)
+	begin := time.Now()
+	if err := cl.LoseNode(lost); err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := workerPid(t, side, 0, 2), workerPid(t, side, 1, 2)
+	again := time.Since(begin)
+	n0, n1 := nodeOf(t, cl, p0), nodeOf(t, cl, p1)
+	j = finished(t, c, j.ID, 2)
+	if n0 == lost || n1 == lost || n0 == n1 {
+		t.Errorf("attempt 2 on %s and %s (lost %s)", cl.Nodes[n0], cl.Nodes[n1], cl.Nodes[lost])
+	}
+	nlost, dup, repeated := countSteps(t, c, j.ID, 2, total)
+	if nlost > 0 || dup > 0 {
+		t.Errorf("step records: %d lost, %d stored twice", nlost, dup)
+	}
+	t.Logf("lost %s: attempt 2 (%s) on %s and %s %.1f s later; %d steps done again since the checkpoint; %s",
+		cl.Nodes[lost], j.Attempts[1].Handle, cl.Nodes[n0], cl.Nodes[n1], again.Seconds(), repeated, j.Attempts[0].EndReason)
 }
 
 // testSlurmMoves moves a job from 2 workers on 2 nodes to 1 worker on 1

@@ -431,10 +431,24 @@ func (c *Cluster) Run(ctx context.Context, name string, args ...string) (string,
 // cancelled when the test ends (and by the cluster's teardown in any case).
 func (c *Cluster) Hold(t testing.TB, cpus int) string {
 	t.Helper()
+	return c.hold(t, "--ntasks="+strconv.Itoa(cpus))
+}
+
+// HoldNoKill is Hold for an allocation of perNode CPUs on every node that
+// a node failure does not end (sbatch --no-kill): Slurm takes a lost node
+// out of it, and the steps go on with the others.
+func (c *Cluster) HoldNoKill(t testing.TB, perNode int) string {
+	t.Helper()
+	return c.hold(t, "--no-kill", "--nodes="+strconv.Itoa(len(c.Nodes)), "--ntasks-per-node="+strconv.Itoa(perNode))
+}
+
+// hold is Hold with the sbatch arguments that size the allocation.
+func (c *Cluster) hold(t testing.TB, size ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := c.Run(ctx, "sbatch", "--parsable", "--job-name=hold", "--ntasks="+strconv.Itoa(cpus),
-		"--output=/dev/null", "--wrap=exec sleep 3600")
+	args := append([]string{"--parsable", "--job-name=hold"}, size...)
+	out, err := c.Run(ctx, "sbatch", append(args, "--output=/dev/null", "--wrap=exec sleep 3600")...)
 	if err != nil {
 		t.Fatalf("testslurm: hold an allocation: %v", err)
 	}

@@ -30,7 +30,7 @@ func TestMultiNodeCluster(t *testing.T) {
 	t.Run("SubmittedTwoNodes", func(t *testing.T) { testTwoNodes(t, c, "") })
 	t.Run("RequeueAcrossNodes", func(t *testing.T) { testRequeueAcrossNodes(t, c) })
 	// Made after the submitted jobs, which would wait for its CPUs otherwise.
-	alloc := holdNoKill(t, c)
+	alloc := c.HoldNoKill(t, 2)
 	t.Run("StepsTwoNodes", func(t *testing.T) { testTwoNodes(t, c, alloc) })
 	if t.Failed() {
 		return
@@ -40,32 +40,6 @@ func TestMultiNodeCluster(t *testing.T) {
 		return
 	}
 	t.Run("NodeLostSubmitted", func(t *testing.T) { testNodeLost(t, c, "") })
-}
-
-// holdNoKill holds an allocation of two CPUs on each node that a node
-// failure does not end (--no-kill) and returns its id.
-func holdNoKill(t *testing.T, c *testslurm.Cluster) string {
-	ctx := testCtx(t, 30*time.Second)
-	out, err := c.Run(ctx, "sbatch", "--parsable", "--no-kill", "--job-name=hold", "-N", strconv.Itoa(len(c.Nodes)),
-		"--ntasks-per-node=2", "--output=/dev/null", "--wrap=exec sleep 3600")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := strings.TrimSpace(out)
-	for {
-		st, err := c.JobState(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st == "RUNNING" {
-			return id
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("allocation %s is %s", id, st)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // hostOf returns the host a rank's "up HOST from STEP" line names.
