@@ -150,6 +150,7 @@ var faultTrials = []faultTrial{
 	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
 	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
 	{fault: "4 jobs + 8 readers for 60 s (15 s when N=1)", goal: "0 errors; p99 API latency reported", run: readersTrial, figure: "p99 API latency, ms", digits: 1},
+	{fault: "Slurm node lost mid-job (3 nodes)", goal: "resumes on the rest; records lost 0", run: slurmNodeLostTrial, figure: "loss → relaunched, s", digits: 1},
 	// Last: testnet makes the test process a subreaper for the rest of the run.
 	{fault: "SSH host link down mid-job", goal: "relaunch on the rest; records lost 0", run: sshLinkTrial, figure: "link down → relaunched, s", digits: 1},
 }
@@ -239,7 +240,11 @@ func faultsDoc(n int, table string) []byte {
 		"time from the cut to the relaunched attempt's start. The records the cut-off rank reported after the cut may never reach the "+
 		"daemon; their steps come after the checkpoint and are done again (the log counts them); records lost are steps without "+
 		"any record. Its processes left are counted once the host answers again and a job on all 3 hosts ran. "+
-		"The test is daemon/faults_test.go (the last two trials in faults_api_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
+		"The Slurm trial runs a job at 2 workers on 2 of the 3 namespace nodes of a private Slurm cluster (each node its own slurmd, "+
+		"every attempt a batch job the launcher submits), and loses rank 1's node after the first checkpoint (its link down and "+
+		"its processes frozen, as a dead machine); the figure is the time from the loss to the relaunched workers' start on the two "+
+		"other nodes; its processes left are counted once the node is back and Slurm ended what still ran there. "+
+		"The test is daemon/faults_test.go (the last three trials in faults_api_test.go, faults_slurm_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
 }
 

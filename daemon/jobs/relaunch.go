@@ -130,8 +130,9 @@ func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (en
 }
 
 // afterHostLoss is the configuration to go on at after hosts were lost: the
-// same, with no more workers than the launcher can still start. ok is false
-// when the launcher cannot say or has no room left.
+// same, with no more workers than the launcher can still start, on no more
+// nodes than it still has. ok is false when the launcher cannot say or has
+// no room left.
 func (r *runner) afterHostLoss(ctx context.Context, cfg plugins.Config, lost []string) (plugins.Config, bool) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -146,6 +147,9 @@ func (r *runner) afterHostLoss(ctx context.Context, cfg plugins.Config, lost []s
 	}
 	if next.Workers < 1 {
 		return cfg, false
+	}
+	if n := len(caps.Hosts); n > 0 && next.Nodes > n {
+		next.Nodes = n
 	}
 	if r.rec.job.Optimize.Active() && next.GlobalBatch%next.Workers != 0 {
 		next.GlobalBatch -= next.GlobalBatch % next.Workers

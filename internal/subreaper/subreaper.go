@@ -24,6 +24,17 @@ func Become() error {
 	return nil
 }
 
+// Leave reaps the orphans that have exited and makes this process no
+// longer a child subreaper: orphans go to PID 1 again (for a test that
+// must not change how the tests after it count their zombies).
+func Leave() error {
+	ReapOrphans()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("leave child subreaper: %w", err)
+	}
+	return nil
+}
+
 // ReapOrphans reaps every exited child of this process without blocking.
 func ReapOrphans() {
 	for {

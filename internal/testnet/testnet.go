@@ -38,6 +38,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
@@ -223,6 +224,47 @@ func (tn *Net) link(i int, state string) error {
 	return nsmachine.IP(context.Background(), "link", "set", tn.Hosts[i].Veth, state)
 }
 
+// Command returns a command that runs path on host i: in its network and
+// UTS namespaces (its address, its hostname), through nsenter, which execs
+// path so that the command's PID is path's.
+func (tn *Net) Command(i int, path string, args ...string) *exec.Cmd {
+	h := tn.Hosts[i]
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(h.machine.PID), "--net", "--uts", "--", path}, args...)...)
+}
+
+// Freeze stops (SIGSTOP) every process on host i, its sshd included, until
+// none runs; with LinkDown it makes the host lost entirely: the hosts share
+// this machine's filesystem and unix sockets, which a host whose network is
+// cut would not reach. Thaw undoes it; the cleanup thaws every host.
+func (tn *Net) Freeze(i int) error { return tn.signalAll(i, syscall.SIGSTOP) }
+
+// Thaw continues (SIGCONT) every process on host i.
+func (tn *Net) Thaw(i int) error { return tn.signalAll(i, syscall.SIGCONT) }
+
+// signalAll sends sig to every process on host i until each is stopped
+// (SIGSTOP) or none is (SIGCONT): a process forked meanwhile gets it too.
+func (tn *Net) signalAll(i int, sig syscall.Signal) error {
+	want := func(state string) bool { return (state == "T") == (sig == syscall.SIGSTOP) }
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		done := true
+		for _, p := range tn.Procs(i) {
+			if p.State == "Z" || want(p.State) {
+				continue
+			}
+			done = false
+			_ = syscall.Kill(p.PID, sig)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s the processes of %s: some do not follow: %v", unix.SignalName(sig), tn.Hosts[i].Name, tn.Procs(i))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Proc is a process running in a host's network namespace.
 type Proc = nsmachine.Proc
 
@@ -235,6 +277,7 @@ func (tn *Net) Procs(i int) []Proc {
 func (tn *Net) cleanup() {
 	t := tn.t
 	for i := range tn.Hosts {
+		_ = tn.Thaw(i)
 		_ = tn.LinkUp(i) // a host left down would keep its sessions waiting
 	}
 	// Every process but sshd's listener should end on its own.

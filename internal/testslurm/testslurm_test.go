@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,4 +105,67 @@ func TestLeftoversAreFound(t *testing.T) {
 		t.Errorf("leftovers %q do not include the escaped sleep %d", c.leftovers(), pid)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// TestMultiNode starts a cluster of three namespace nodes: a 2-node srun
+// runs on two nodes that report two different hostnames (lost nodes are
+// exercised by launchers/slurm's and the daemon's multi-node tests); after
+// the teardown no namespace, bridge or process of the cluster is left, and
+// no zombie child of this process.
+func TestMultiNode(t *testing.T) {
+	var c *Cluster
+	t.Run("cluster", func(t *testing.T) {
+		c = Start(t, Options{Nodes: 3, CPUs: 4})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := c.Run(ctx, "srun", "-N", "2", "-n", "2", "-l", "hostname")
+		if err != nil {
+			t.Fatalf("srun: %v\n%s", err, c.Logs())
+		}
+		hosts := map[string]bool{}
+		for line := range strings.Lines(out) {
+			if _, h, ok := strings.Cut(strings.TrimSpace(line), ": "); ok {
+				hosts[h] = true
+			}
+		}
+		if len(hosts) != 2 {
+			t.Fatalf("srun -N 2 hostname printed %q: want two hostnames", out)
+		}
+		for h := range hosts {
+			if !slices.Contains(c.Nodes, h) {
+				t.Errorf("hostname %q is none of the nodes %v", h, c.Nodes)
+			}
+		}
+		// A job still running at the end is cancelled by the teardown.
+		if _, err := c.Run(ctx, "sbatch", "-N", "3", "-o", "/dev/null", "--wrap", "exec srun sleep 300"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if c == nil || c.Net == nil {
+		return
+	}
+	// The cleanups of the subtest have run.
+	for _, h := range c.Net.Hosts {
+		if _, err := os.Stat("/run/netns/" + h.NS); err == nil {
+			t.Errorf("namespace %s left", h.NS)
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/" + c.Net.Bridge); err == nil {
+		t.Errorf("bridge %s left", c.Net.Bridge)
+	}
+	if left := c.leftovers(); len(left) > 0 {
+		t.Errorf("processes of the cluster left: %v", left)
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		// pid (comm) STATE PPID ...: the comm may hold spaces.
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			t.Errorf("zombie child left: %s", s)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,9 @@ type attempt struct {
 	step      string    // "<job>.<step>" once srun reported it
 	srunLines []string  // srun's last unlabelled lines
 	lastJob   jobInfo   // batch mode: the last state read
+	nodeList  string    // the nodes the attempt runs on: the allocation's (step), the last run's (batch)
+	nodesLost []string  // batch mode: the nodes whose failure requeued the job, which was then cancelled
+	nodesFail []string  // the nodes srun reported failed ("srun: error: Node failure on NODE")
 	cancelAt  time.Time // batch mode: when the watcher cancels a job still running after SIGKILL
 	lost      error     // batch mode: the job vanished
 }
@@ -91,6 +95,12 @@ func (a *attempt) emit(ev event) { a.events <- ev }
 func (a *attempt) other(stream plugins.Stream, line string) {
 	a.logger.Debug("slurm output", zap.String("stream", string(stream)), zap.String("line", line))
 	keep := strings.Contains(line, "error") || !strings.HasPrefix(line, "srun: ")
+	if node, ok := strings.CutPrefix(line, nodeFailure); ok {
+		// srun may then exit 0, as if the tasks on the node had.
+		a.mu.Lock()
+		a.nodesFail = append(a.nodesFail, strings.TrimSpace(node))
+		a.mu.Unlock()
+	}
 	if stream == plugins.Stderr && strings.TrimSpace(line) != "" && keep {
 		a.mu.Lock()
 		a.srunLines = append(a.srunLines, line)
@@ -100,6 +110,10 @@ func (a *attempt) other(stream plugins.Stream, line string) {
 		a.mu.Unlock()
 	}
 }
+
+// nodeFailure begins the line srun prints when Slurm tells it that a node
+// of its step failed.
+const nodeFailure = "srun: error: Node failure on "
 
 // slurmSays returns srun's kept error lines, for error messages.
 func (a *attempt) slurmSays() string {
@@ -238,7 +252,7 @@ func (a *attempt) checkReady(t *supervisor.Tally) {
 // that exit 0 (then srun's own status, 0, says they did).
 func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) supervisor.End {
 	a.mu.Lock()
-	lost, job := a.lost, a.lastJob
+	lost, job, nodesLost, nodesFail := a.lost, a.lastJob, a.nodesLost, a.nodesFail
 	a.mu.Unlock()
 	srunCode := a.srunCode
 	if !a.batch && a.srun != nil { // its Wait returned before events closed
@@ -268,7 +282,38 @@ func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) superv
 	if lost != nil {
 		end.Err = lost
 	}
+	switch {
+	case len(nodesLost) > 0:
+		end.LostHosts = nodesLost
+	case len(nodesFail) > 0 || srunCode != 0 || lost != nil || job.State == "NODE_FAIL":
+		end.LostHosts = a.lostHosts(ctx)
+		for _, n := range nodesFail {
+			if !slices.Contains(end.LostHosts, n) {
+				end.LostHosts = append(end.LostHosts, n)
+			}
+		}
+	}
+	if len(end.LostHosts) > 0 && end.Unreported.ExitCode == 0 && end.Unreported.Signal == "" {
+		end.Unreported.ExitCode = 255 // the tasks on a lost node never reported their end
+	}
 	return end
+}
+
+// lostHosts returns the attempt's nodes that Slurm reports lost, for an
+// attempt that failed.
+func (a *attempt) lostHosts(ctx context.Context) []string {
+	a.mu.Lock()
+	list := a.nodeList
+	a.mu.Unlock()
+	lost, err := a.l.lostNodes(ctx, list)
+	if err != nil {
+		a.logger.Warn("cannot tell whether the attempt's nodes were lost", zap.String("nodes", list), zap.Error(err))
+		return nil
+	}
+	if len(lost) > 0 {
+		a.logger.Warn("nodes lost during the attempt", zap.Strings("lost", lost), zap.String("nodes", list))
+	}
+	return lost
 }
 
 // terminate sends SIGTERM to the tasks, or cancels what has not started.

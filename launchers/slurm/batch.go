@@ -155,19 +155,28 @@ func (a *attempt) watch() {
 			a.mu.Lock()
 			prev := a.lastJob.State
 			a.lastJob = j
+			if j.State == "RUNNING" && j.NodeList != "" && j.NodeList != "(null)" {
+				a.nodeList = j.NodeList
+			}
 			a.mu.Unlock()
 			if j.State != prev {
 				a.logger.Debug("job state", zap.String("state", j.State), zap.String("reason", j.Reason), zap.Int("restarts", j.Restarts))
 			}
 			if j.Restarts != seen { // a requeue (or the first look, after a Recover)
 				seen, requeuedAt = j.Restarts, time.Now()
+				if j.State != "RUNNING" {
+					a.afterNodeFailure(j)
+				}
 			}
+			a.mu.Lock()
+			nodesLost := len(a.nodesLost) > 0
+			a.mu.Unlock()
 			// Release a requeued job from its BeginTime hold, but not in
 			// the second of the requeue or the next: slurmd refuses a job
 			// credential created in the second its job's credential was
 			// revoked ("Job credential revoked", the job FAILS), which
 			// Slurm's 120 s hold otherwise avoids.
-			if j.State == "PENDING" && j.Restarts > released && j.Reason == "BeginTime" &&
+			if j.State == "PENDING" && !nodesLost && j.Restarts > released && j.Reason == "BeginTime" &&
 				time.Now().Unix() >= requeuedAt.Unix()+requeueSettleSeconds {
 				released = j.Restarts
 				if _, err := a.l.run(context.Background(), a.l.opts.Scontrol, "update", "JobId="+id, "StartTime=now"); err != nil {
@@ -182,6 +191,9 @@ func (a *attempt) watch() {
 			}
 			a.mu.Lock()
 			cancel := !a.cancelAt.IsZero() && time.Now().After(a.cancelAt)
+			if nodesLost && j.State == "PENDING" && time.Since(requeuedAt) > nodeLostRecancel {
+				cancel, requeuedAt = true, time.Now() // the cancel did not take: again
+			}
 			if cancel {
 				a.cancelAt = time.Time{}
 			}
@@ -193,6 +205,32 @@ func (a *attempt) watch() {
 		}
 		<-tick.C
 	}
+}
+
+// nodeLostRecancel is how long after its cancellation a job requeued by a
+// node failure that is still pending is cancelled again.
+const nodeLostRecancel = 5 * time.Second
+
+// afterNodeFailure handles a requeue of the job: when nodes of its last run
+// are lost (a node failure requeued it), it cancels the job rather than
+// letting it run again, so that the attempt ends with those nodes in
+// Result.LostHosts and the daemon relaunches the job on the others as a
+// new attempt, from its newest checkpoint, at a configuration that fits
+// what is left (Slurm would rerun it within this attempt, mixing the two
+// runs' step records, and keep it pending where the rest is too small).
+func (a *attempt) afterNodeFailure(j jobInfo) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	lost := a.lostHosts(ctx)
+	if len(lost) == 0 {
+		return // a requeue for another reason: released as usual
+	}
+	a.mu.Lock()
+	a.nodesLost = lost
+	a.mu.Unlock()
+	a.logger.Warn("job requeued after a node failure: cancelling it, for the daemon to relaunch it on the other nodes",
+		zap.Strings("lost", lost), zap.Int("restarts", j.Restarts), zap.String("state", j.State))
+	a.cancelJob(ctx)
 }
 
 // cancelJob cancels the whole job (batch shell and steps).

@@ -65,7 +65,8 @@ func TestParseFieldsWithSpaces(t *testing.T) {
 }
 
 func TestParseSinfoNodes(t *testing.T) {
-	out := readTestdata(t, "sinfo_nodes.txt") + "gpu1 16 gpu\ngpu2 16 gpu\nlocalhost 8 gpu\n"
+	out := readTestdata(t, "sinfo_nodes.txt") + "gpu1 16 gpu mixed\ngpu2 16 gpu allocated\nlocalhost 8 gpu idle\n" +
+		"gpu3 16 gpu down*\ngpu4 16 gpu idle*\ngpu5 16 gpu down\n" // lost: left out
 	got, err := parseSinfoNodes(out, "")
 	if err != nil || !reflect.DeepEqual(got, []nodeCPUs{{"localhost", 8}}) {
 		t.Errorf("default partition: %v, %v", got, err)

@@ -40,8 +40,8 @@
 // batch shell, forwarding it to the step's tasks. The launcher follows the
 // job with `scontrol show job -o` every Options.PollInterval and tails the
 // two output files, which give the same lines as srun's pipes above. When
-// Slurm requeues the job (scontrol requeue, a pre-emption with requeue, a
-// node failure) it is PENDING again with a BeginTime hold of about 120 s;
+// Slurm requeues the job (scontrol requeue, a pre-emption with requeue) it
+// is PENDING again with a BeginTime hold of about 120 s;
 // the launcher releases it with `scontrol update JobId=<id>
 // StartTime=now` two seconds after the requeue (not sooner: slurmd
 // refuses a credential made in the second its job's old one was revoked,
@@ -80,6 +80,19 @@
 // its id, and Wait returns only when its last run has ended.
 //
 // # On clusters of several nodes
+//
+// A node that Slurm marks DOWN or not responding while an attempt runs on
+// it is lost: when the attempt fails (srun ends with an error, the job
+// ends in NODE_FAIL), the attempt's nodes that Slurm then reports lost are
+// named in Result.LostHosts, so that the daemon relaunches the job on the
+// others; Capabilities leaves lost nodes out. Slurm requeues a submitted
+// job (--requeue) whose node failed: the launcher cancels it instead of
+// releasing it, and the attempt ends with the lost nodes in LostHosts (so
+// the daemon's relaunch is a new attempt, from the newest checkpoint, at a
+// configuration that fits the nodes left). Inside an allocation a node
+// failure ends the allocation unless it was made with --no-kill; with it,
+// Slurm takes the node out of the allocation and the next step runs on
+// the rest.
 //
 // MASTER_PORT (unless Options.MasterPort is set) is a port free on the
 // launcher's node when the attempt starts, which rank 0, on the first node
@@ -335,7 +348,7 @@ type nodeCPUs struct {
 // partitionNodes lists the nodes of Options.Partition (or of the default
 // partition) with their CPUs, from sinfo.
 func (l *Launcher) partitionNodes(ctx context.Context) ([]nodeCPUs, error) {
-	out, err := l.run(ctx, l.opts.Sinfo, "-h", "-N", "-o", "%N %c %P")
+	out, err := l.run(ctx, l.opts.Sinfo, "-h", "-N", "-o", "%N %c %P %T")
 	if err != nil {
 		return nil, fmt.Errorf("capabilities: %w", err)
 	}
@@ -346,15 +359,16 @@ func (l *Launcher) partitionNodes(ctx context.Context) ([]nodeCPUs, error) {
 	return nodes, nil
 }
 
-// parseSinfoNodes reads `sinfo -h -N -o "%N %c %P"` lines for partition
-// (the default partition, marked "*", when empty).
+// parseSinfoNodes reads `sinfo -h -N -o "%N %c %P %T"` lines for
+// partition (the default partition, marked "*", when empty), leaving out
+// the nodes that Slurm has lost (see lostState).
 func parseSinfoNodes(out, partition string) ([]nodeCPUs, error) {
 	var nodes []nodeCPUs
 	seen := map[string]bool{}
 	found := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) != 4 {
 			continue
 		}
 		p := f[2]
@@ -364,6 +378,9 @@ func parseSinfoNodes(out, partition string) ([]nodeCPUs, error) {
 			continue
 		}
 		found = true
+		if lostState(f[3]) {
+			continue
+		}
 		cpus, err := strconv.Atoi(f[1])
 		if err != nil {
 			return nil, fmt.Errorf("sinfo line %q: %w", line, err)
@@ -380,6 +397,39 @@ func parseSinfoNodes(out, partition string) ([]nodeCPUs, error) {
 		return nil, fmt.Errorf("sinfo shows no partition %q", partition)
 	}
 	return nodes, nil
+}
+
+// lostState reports whether a node state as sinfo prints it (%T) is that
+// of a node Slurm has lost: not responding ("idle*", "down*": a trailing
+// "*") or down.
+func lostState(state string) bool {
+	return strings.HasSuffix(state, "*") || strings.HasPrefix(state, "down")
+}
+
+// lostNodes returns the nodes of the compressed host list that Slurm
+// reports lost now.
+func (l *Launcher) lostNodes(ctx context.Context, list string) ([]string, error) {
+	hosts, err := l.hostnames(ctx, list)
+	if err != nil || len(hosts) == 0 {
+		return nil, err
+	}
+	out, err := l.run(ctx, l.opts.Sinfo, "-h", "-N", "-o", "%N %T")
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			states[f[0]] = f[1]
+		}
+	}
+	var lost []string
+	for _, h := range hosts {
+		if lostState(states[h]) {
+			lost = append(lost, h)
+		}
+	}
+	return lost, nil
 }
 
 // Start validates spec and starts it: as a step of Options.JobID, returning
@@ -414,6 +464,7 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 			return fail(fmt.Errorf("%d nodes above the %d of allocation %s: %w", spec.Config.Nodes, j.NumNodes, j.ID, plugins.ErrUnsupported))
 		}
 		a := newAttempt(l, spec, tasks, false)
+		a.nodeList = j.NodeList
 		if err := a.startStep(ctx, alloc); err != nil {
 			return fail(err)
 		}
