@@ -245,6 +245,12 @@ func testSlurmMoves(t *testing.T, cl *testslurm.Cluster, c *api.Client, python s
 			break
 		}
 		awaitCheckpoint(t, j)
+		// A job is moved by asking its workers, which the daemon knows it
+		// can once it has a step record of the attempt.
+		waitFor(t, time.Minute, fmt.Sprintf("a step record of attempt %d", attempt), func() bool {
+			last, ok, err := c.LastStep(ctx, j.ID)
+			return err == nil && ok && last.Attempt == attempt
+		})
 		if _, err := c.Move(ctx, j.ID, *next, "test"); err != nil {
 			t.Fatalf("move to %+v: %v", *next, err)
 		}
