@@ -486,10 +486,14 @@ func diskFullTrial(t *testing.T, python string) trialResult {
 		}
 	}
 	_, _, restarts := d.disk.gauges()
-	r := trialResult{ok: ok && restarts >= 1, note: fmt.Sprintf("the store restarted %v times", restarts)}
 	if j, err = c.Job(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
+	var ends []string
+	for _, a := range j.Attempts {
+		ends = append(ends, a.EndReason)
+	}
+	r := trialResult{ok: ok && restarts >= 1, note: fmt.Sprintf("the store restarted %v times; the attempts ended: %s", restarts, strings.Join(ends, "; "))}
 	settle(t, c, j, total, &r)
 	return r
 }
