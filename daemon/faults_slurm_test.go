@@ -102,19 +102,7 @@ func awaitCheckpoint(t *testing.T, j api.Job) {
 func slurmNodeLostTrial(t *testing.T, python string) trialResult {
 	const total, every = 400, 40
 	cl, c := slurmCluster(t)
-	side := t.TempDir()
-	j := runOnNodes(t, c, python, side, total, every)
-	workerPid(t, side, 0, 1)
-	pid := workerPid(t, side, 1, 1)
-	awaitCheckpoint(t, j)
-	lost := nodeOf(t, cl, pid)
-	begin := time.Now()
-	if err := cl.LoseNode(lost); err != nil {
-		t.Fatal(err)
-	}
-	p0, p1 := workerPid(t, side, 0, 2), workerPid(t, side, 1, 2)
-	again := time.Since(begin)
-	n0, n1 := nodeOf(t, cl, p0), nodeOf(t, cl, p1)
+	j, lost, n0, n1, again := loseRank1Node(t, cl, c, python, total, every)
 	final := follow(t, c, j.ID, 3*time.Minute)
 	j, err := c.Job(context.Background(), j.ID)
 	if err != nil {
@@ -139,6 +127,27 @@ func slurmNodeLostTrial(t *testing.T, python string) trialResult {
 	}
 	settle(t, c, j, total, &r)
 	return r
+}
+
+// loseRank1Node runs faultWorker as 2 workers on 2 nodes, loses the node of
+// rank 1 after the first checkpoint, and waits for the second attempt's
+// workers: it returns the job, the lost node, the nodes of attempt 2's ranks
+// and the time from the loss to their start.
+func loseRank1Node(t *testing.T, cl *testslurm.Cluster, c *api.Client, python string, total, every int) (j api.Job, lost, n0, n1 int, again time.Duration) {
+	t.Helper()
+	side := t.TempDir()
+	j = runOnNodes(t, c, python, side, total, every)
+	workerPid(t, side, 0, 1)
+	pid := workerPid(t, side, 1, 1)
+	awaitCheckpoint(t, j)
+	lost = nodeOf(t, cl, pid)
+	begin := time.Now()
+	if err := cl.LoseNode(lost); err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := workerPid(t, side, 0, 2), workerPid(t, side, 1, 2)
+	again = time.Since(begin)
+	return j, lost, nodeOf(t, cl, p0), nodeOf(t, cl, p1), again
 }
 
 // slurmClients are the commands the launcher runs as the daemon's children
@@ -192,19 +201,7 @@ func TestSlurmMultiNode(t *testing.T) {
 func testSlurmNodeLostInAllocation(t *testing.T, cl *testslurm.Cluster, python string) {
 	const total, every = 400, 40
 	c := slurmDaemon(t, cl, cl.HoldNoKill(t, 2))
-	side := t.TempDir()
-	j := runOnNodes(t, c, python, side, total, every)
-	workerPid(t, side, 0, 1)
-	pid := workerPid(t, side, 1, 1)
-	awaitCheckpoint(t, j)
-	lost := nodeOf(t, cl, pid)
-	begin := time.Now()
-	if err := cl.LoseNode(lost); err != nil {
-		t.Fatal(err)
-	}
-	p0, p1 := workerPid(t, side, 0, 2), workerPid(t, side, 1, 2)
-	again := time.Since(begin)
-	n0, n1 := nodeOf(t, cl, p0), nodeOf(t, cl, p1)
+	j, lost, n0, n1, again := loseRank1Node(t, cl, c, python, total, every)
 	j = finished(t, c, j.ID, 2)
 	if n0 == lost || n1 == lost || n0 == n1 {
 		t.Errorf("attempt 2 on %s and %s (lost %s)", cl.Nodes[n0], cl.Nodes[n1], cl.Nodes[lost])

@@ -350,9 +350,33 @@ func (w *watch) checkpoint() (viaSignal bool, err error) {
 		}
 		return true, nil
 	}
+	if w.acks, w.ackSub, err = w.r.g.followAcks(j.ID, w.n); err != nil {
+		return false, err
+	}
+	c := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: fmt.Sprintf("%s-%d-%d", j.ID, w.n, pr.LastStep), Job: j.ID,
+		Attempt: w.n, AfterStep: pr.LastStep + moveLead(pr.StepTime), Dir: j.CheckpointDir}
+	if err := w.r.g.o.NC.Publish(telemetry.ControlSubject(j.ID), c.Encode()); err != nil {
+		return false, fmt.Errorf("send checkpoint request to %s: %w", j.ID, err)
+	}
+	return false, nil
+}
+
+// moveLead is how many steps past the last one seen a checkpoint request
+// names: moveLeadSteps, or moveLeadTime at stepTime seconds a step (0:
+// unknown).
+func moveLead(stepTime float64) int64 {
+	if stepTime <= 0 {
+		return moveLeadSteps
+	}
+	return max(moveLeadSteps, int64(moveLeadTime.Seconds()/stepTime)+1)
+}
+
+// followAcks subscribes to the acknowledgements of job's attempt; the
+// channel drops what its reader does not take in time.
+func (g *Registry) followAcks(job string, attempt int) (chan telemetry.StepRecord, *nats.Subscription, error) {
 	ch := make(chan telemetry.StepRecord, 64)
-	sub, err := w.r.g.o.NC.Subscribe(telemetry.AckSubject(j.ID), func(m *nats.Msg) {
-		if a, err := telemetry.DecodeStep(m.Data); err == nil && a.Attempt == w.n {
+	sub, err := g.o.NC.Subscribe(telemetry.AckSubject(job), func(m *nats.Msg) {
+		if a, err := telemetry.DecodeStep(m.Data); err == nil && a.Attempt == attempt {
 			select {
 			case ch <- a:
 			default:
@@ -360,19 +384,9 @@ func (w *watch) checkpoint() (viaSignal bool, err error) {
 		}
 	})
 	if err != nil {
-		return false, fmt.Errorf("follow acks of %s: %w", j.ID, err)
+		return nil, nil, fmt.Errorf("follow acks of %s: %w", job, err)
 	}
-	w.acks, w.ackSub = ch, sub
-	lead := int64(moveLeadSteps)
-	if pr.StepTime > 0 {
-		lead = max(lead, int64(moveLeadTime.Seconds()/pr.StepTime)+1)
-	}
-	c := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: fmt.Sprintf("%s-%d-%d", j.ID, w.n, pr.LastStep), Job: j.ID,
-		Attempt: w.n, AfterStep: pr.LastStep + lead, Dir: j.CheckpointDir}
-	if err := w.r.g.o.NC.Publish(telemetry.ControlSubject(j.ID), c.Encode()); err != nil {
-		return false, fmt.Errorf("send checkpoint request to %s: %w", j.ID, err)
-	}
-	return false, nil
+	return ch, sub, nil
 }
 
 // latestCheckpoint is the newest complete checkpoint in the job's directory

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
@@ -64,17 +63,9 @@ func (g *Registry) checkpointLeftover(ctx context.Context, j api.Job) string {
 		return ""
 	}
 	id := fmt.Sprintf("%s-%d-recover", j.ID, a.Attempt)
-	acks := make(chan telemetry.StepRecord, 64)
-	sub, err := g.o.NC.Subscribe(telemetry.AckSubject(j.ID), func(m *nats.Msg) {
-		if r, err := telemetry.DecodeStep(m.Data); err == nil && r.Attempt == a.Attempt && r.ID == id {
-			select {
-			case acks <- r:
-			default:
-			}
-		}
-	})
+	acks, sub, err := g.followAcks(j.ID, a.Attempt)
 	if err != nil {
-		g.log.Warn("follow the acknowledgements of a lost job's workers", zap.String("job", j.ID), zap.Error(err))
+		g.log.Warn("ask a lost job's workers to checkpoint", zap.String("job", j.ID), zap.Error(err))
 		return ""
 	}
 	defer func() { _ = sub.Unsubscribe() }()
@@ -102,6 +93,9 @@ func (g *Registry) checkpointLeftover(ctx context.Context, j api.Job) string {
 		}
 		select {
 		case r := <-acks:
+			if r.ID != id {
+				continue
+			}
 			acked[r.Rank] = true
 			if r.Checkpoint != "" {
 				step = r.Step
@@ -152,9 +146,5 @@ func (g *Registry) lastStoredStep(ctx context.Context, job string) int64 {
 	if last == 0 {
 		return 0
 	}
-	lead := int64(moveLeadSteps)
-	if dt > 0 {
-		lead = max(lead, int64(moveLeadTime.Seconds()/dt)+1)
-	}
-	return last + lead
+	return last + moveLead(dt)
 }

@@ -193,15 +193,27 @@ class WireTest(unittest.TestCase):
         recs = late.wait_for(2, timeout=5)
         self.assertEqual([(r["step"], r["samples"]) for r in recs], [(1, 1), (2, 2)])
 
-    def test_daemon_restart_loses_nothing(self):
-        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "restart.sock")
+    def _five_delivered(self, confirm: bool = True):
+        """A client that has delivered 5 steps to a daemon (a Sink that
+        confirms them or not) on a socket of a fresh directory: (path, daemon, client)."""
+        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "d.sock")
         self.addCleanup(os.rmdir, os.path.dirname(path))
-        first = Sink(path=path)
+        first = Sink(path=path, confirm=confirm)
         client = Client(config(path))
         self.addCleanup(client.close)
         for i in range(5):
             client.step(samples=i)
         self.assertEqual(len(first.wait_for(5, timeout=5)), 5)
+        return path, first, client
+
+    def _await_confirmed(self, client: Client) -> None:
+        """Wait (5 s at most) until the daemon confirmed every record sent."""
+        deadline = time.monotonic() + 5
+        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def test_daemon_restart_loses_nothing(self):
+        path, first, client = self._five_delivered()
         first.close()  # the daemon goes away: writes fail, records are spooled
         for i in range(5, 10):
             client.step(samples=i)
@@ -216,14 +228,7 @@ class WireTest(unittest.TestCase):
     def test_records_a_dying_daemon_did_not_confirm_are_sent_again(self):
         # The daemon reads the records but dies before it stores them (it
         # never confirms): the client sends them again to the next one.
-        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "confirm.sock")
-        self.addCleanup(os.rmdir, os.path.dirname(path))
-        first = Sink(path=path, confirm=False)
-        client = Client(config(path))
-        self.addCleanup(client.close)
-        for i in range(5):
-            client.step(samples=i)
-        self.assertEqual(len(first.wait_for(5, timeout=5)), 5)
+        path, first, client = self._five_delivered(confirm=False)
         self.assertEqual(client.stats()["unconfirmed"], 5)
         first.close()
         client.step(samples=5)
@@ -231,23 +236,12 @@ class WireTest(unittest.TestCase):
         self.addCleanup(second.close)
         recs = second.wait_for(6, timeout=5)
         self.assertEqual([r["step"] for r in recs], [1, 2, 3, 4, 5, 6])
-        deadline = time.monotonic() + 5
-        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self._await_confirmed(client)
         self.assertEqual((client.stats()["unconfirmed"], client.stats()["dropped"]), (0, 0))
 
     def test_confirmed_records_are_not_sent_again(self):
-        path = os.path.join(tempfile.mkdtemp(prefix="scav-test-"), "confirmed.sock")
-        self.addCleanup(os.rmdir, os.path.dirname(path))
-        first = Sink(path=path)
-        client = Client(config(path))
-        self.addCleanup(client.close)
-        for i in range(5):
-            client.step(samples=i)
-        first.wait_for(5, timeout=5)
-        deadline = time.monotonic() + 5
-        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        path, first, client = self._five_delivered()
+        self._await_confirmed(client)
         self.assertEqual(client.stats()["unconfirmed"], 0)
         first.close()
         client.step(samples=5)
