@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/internal/subreaper"
 )
 
 // TestTwoClusters starts two clusters at once, runs a step on each, and
@@ -156,16 +158,9 @@ func TestMultiNode(t *testing.T) {
 	if left := c.leftovers(); len(left) > 0 {
 		t.Errorf("processes of the cluster left: %v", left)
 	}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		// pid (comm) STATE PPID ...: the comm may hold spaces.
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
-			t.Errorf("zombie child left: %s", s)
+	for _, k := range subreaper.Children() {
+		if strings.HasSuffix(k, " Z") {
+			t.Errorf("zombie child left: %s", k)
 		}
 	}
 }
