@@ -63,9 +63,7 @@ func BilledOf(j api.Job) *Billed {
 		}
 		spent := SpentAt(j, d.Time)
 		c := CostCheck{Time: d.Time, Step: d.Step, To: configName(d.To), SpentUSD: spent, PredictedUSD: spent + d.PredictedUSD, ActualUSD: j.Cost.USD}
-		if c.ActualUSD > 0 {
-			c.ErrorPct = 100 * (c.PredictedUSD - c.ActualUSD) / c.ActualUSD
-		}
+		c.ErrorPct = pct(c.PredictedUSD, c.ActualUSD)
 		b.Checks = append(b.Checks, c)
 	}
 	return b

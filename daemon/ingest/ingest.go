@@ -241,6 +241,7 @@ type peer struct {
 	attempt int
 	confirm bool       // its hello asked for ControlStored messages
 	lines   int64      // lines read so far (the reading goroutine's)
+	told    int64      // lines confirmed (or queued to be) so far (the reading goroutine's)
 	wmu     sync.Mutex // serialises control writes
 }
 
@@ -291,11 +292,14 @@ func (in *Server) confirm(p *peer, b *batch) bool {
 	if failed {
 		return false
 	}
-	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
-	if in.held.pending() && in.held.after(func() { in.write(p, msg) }) {
+	if p.lines == p.told {
 		return true
 	}
-	in.write(p, msg)
+	p.told = p.lines
+	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
+	if !in.held.after(func() { in.write(p, msg) }) {
+		in.write(p, msg)
+	}
 	return true
 }
 
@@ -465,8 +469,8 @@ func (in *Server) Send(c telemetry.Control) int {
 	return n
 }
 
-// batch collects consecutive valid records of one job; failed records
-// that the store did not take one since the last confirm.
+// batch collects consecutive valid records of one job; failed says that
+// the store refused a batch of the connection since its last confirm.
 type batch struct {
 	job    string
 	buf    []byte

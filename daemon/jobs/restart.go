@@ -115,7 +115,6 @@ func (g *Registry) Recover(ctx context.Context) {
 		kept bool
 	}
 	var lost []lostJob
-	var lostJobs []api.Job
 	for _, rec := range recs {
 		j := rec.job
 		if j.Node != g.o.Node {
@@ -130,10 +129,14 @@ func (g *Registry) Recover(ctx context.Context) {
 				g.log.Warn("reattach after restart", zap.String("job", j.ID), zap.Error(err))
 			}
 		case !j.State.Done():
-			lost, lostJobs = append(lost, lostJob{rec, env, kept}), append(lostJobs, j)
+			lost = append(lost, lostJob{rec, env, kept})
 		default:
 			g.resumeAfterRestart(ctx, j, env, kept, nil)
 		}
+	}
+	lostJobs := make([]api.Job, len(lost))
+	for i, l := range lost {
+		lostJobs[i] = l.rec.job
 	}
 	notes := g.checkpointLeftovers(ctx, lostJobs)
 	for _, l := range lost {

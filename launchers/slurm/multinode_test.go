@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
 
@@ -55,18 +56,26 @@ func hostOf(t *testing.T, out *lines, rank int) (host string, from int) {
 	return "", 0
 }
 
+// startTwoNodes starts script as 2 workers on 2 nodes, their output into
+// out, and returns the attempt and its spec.
+func startTwoNodes(t *testing.T, ctx context.Context, l plugins.Launcher, script string, out *lines) (plugins.Handle, plugins.AttemptSpec) {
+	t.Helper()
+	sp := conformance.ShellSpec(t, 2, script, out.add)
+	sp.Config.Nodes = 2
+	h, err := l.Start(ctx, sp)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return h, sp
+}
+
 // testTwoNodes runs a 2-worker attempt on 2 nodes (a step of alloc, or
 // submitted when alloc is empty): its ranks run on two different nodes.
 func testTwoNodes(t *testing.T, c *testslurm.Cluster, alloc string) {
 	ctx := testCtx(t, 60*time.Second)
 	l := newLauncher(t, c, alloc, nil)
 	var out lines
-	sp := conformance.ShellSpec(t, 2, `echo "up $(hostname) from 0"`, out.add)
-	sp.Config.Nodes = 2
-	h, err := l.Start(ctx, sp)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	h, _ := startTwoNodes(t, ctx, l, `echo "up $(hostname) from 0"`, &out)
 	if res, err := h.Wait(ctx); err != nil || res.ExitCode != 0 || len(res.LostHosts) > 0 {
 		t.Fatalf("Wait = %+v, %v", res, err)
 	}
@@ -117,12 +126,7 @@ func testRequeueAcrossNodes(t *testing.T, c *testslurm.Cluster) {
 	l := newLauncher(t, c, "", nil)
 	var out lines
 	dir := t.TempDir()
-	sp := conformance.ShellSpec(t, 2, resumable(dir, 40), out.add)
-	sp.Config.Nodes = 2
-	h, err := l.Start(ctx, sp)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	h, _ := startTwoNodes(t, ctx, l, resumable(dir, 40), &out)
 	t.Cleanup(func() { _ = h.Stop(context.Background(), 0) })
 	out.await(t, ctx, 0, "step 5")
 	first, _ := hostOf(t, &out, 0)
@@ -183,12 +187,7 @@ func testNodeLost(t *testing.T, c *testslurm.Cluster, alloc string) {
 	dir := t.TempDir()
 	const total = 40
 	var out lines
-	sp := conformance.ShellSpec(t, 2, resumable(dir, total), out.add)
-	sp.Config.Nodes = 2
-	h, err := l.Start(ctx, sp)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	h, sp := startTwoNodes(t, ctx, l, resumable(dir, total), &out)
 	t.Cleanup(func() { _ = h.Stop(context.Background(), 0) })
 	out.await(t, ctx, 1, "step 10")
 	host0, _ := hostOf(t, &out, 0)
