@@ -473,7 +473,8 @@ class Client:
             sock.close()
             return False
         self._sock = sock
-        self._lines, self.control.stored = 1, 0
+        self._lines = 1
+        self.control.new_connection()
         self._backoff = self.BACKOFF_MIN
         return True
 
@@ -513,8 +514,9 @@ class Client:
         self._forget_confirmed()
         self._sock.close()
         self._sock = None
-        if resend:
+        if resend:  # written again (and counted as sent again) on the next connection
             self._spool.extendleft(reversed([line for _, line in self._unconfirmed]))
+            self._sent -= len(self._unconfirmed)
         else:
             self._left += len(self._unconfirmed)
         self._unconfirmed.clear()

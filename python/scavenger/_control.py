@@ -30,7 +30,7 @@ class ControlState:
         self._pending: Optional[Dict[str, Any]] = None
         self.ignored = 0
         # Lines of the current connection the daemon confirmed; the sender
-        # thread (the only one that feeds) reads it and resets it on connect.
+        # thread (the only one that feeds) reads it (new_connection resets it).
         self.stored = 0
 
     def feed(self, data: bytes) -> None:
@@ -61,6 +61,11 @@ class ControlState:
             return
         with self._lock:
             self._pending = msg
+
+    def new_connection(self) -> None:
+        """Forget what the previous connection left: a partial line, its confirmations."""
+        self._buf = b""
+        self.stored = 0
 
     def request(self) -> Optional[Dict[str, Any]]:
         """The pending checkpoint request (id, after_step, dir), or None."""

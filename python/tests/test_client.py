@@ -238,6 +238,7 @@ class WireTest(unittest.TestCase):
         self.assertEqual([r["step"] for r in recs], [1, 2, 3, 4, 5, 6])
         self._await_confirmed(client)
         self.assertEqual((client.stats()["unconfirmed"], client.stats()["dropped"]), (0, 0))
+        self.assertEqual(client.stats()["sent"], 6, "a record sent again is counted once")
 
     def test_confirmed_records_are_not_sent_again(self):
         path, first, client = self._five_delivered()

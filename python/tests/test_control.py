@@ -36,6 +36,16 @@ class ControlStateTest(unittest.TestCase):
         self.assertEqual(c.clear()["id"], "a")
         self.assertFalse(c.due(100))
 
+    def test_a_new_connection_starts_clean(self):
+        # A confirmation cut off by the old connection's end must not run
+        # into the new connection's first line, nor its count carry over.
+        c = ControlState(attempt=2)
+        c.feed(b'{"v":1,"kind":"stored","lines":5}\n{"v":1,"kind":"sto')
+        self.assertEqual(c.stored, 5)
+        c.new_connection()
+        c.feed(b'{"v":1,"kind":"stored","lines":3}\n')
+        self.assertEqual((c.stored, c.ignored), (3, 0))
+
     def test_garbage_and_other_attempts_ignored(self):
         c = ControlState(attempt=2)
         c.feed(b"not json\n[1]\n" + b'{"kind":"checkpoint","id":"x","attempt":1,"after_step":1}\n'
