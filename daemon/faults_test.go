@@ -244,9 +244,23 @@ func faultsDoc(n int, table string) []byte {
 		"every attempt a batch job the launcher submits), and loses rank 1's node after the first checkpoint (its link down and "+
 		"its processes frozen, as a dead machine); the figure is the time from the loss to the relaunched workers' start on the two "+
 		"other nodes; its processes left are counted once the node is back and Slurm ended what still ran there. "+
-		"The test is daemon/faults_test.go (the last three trials in faults_api_test.go, faults_slurm_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s",
-		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table))
+		"The test is daemon/faults_test.go (the last three trials in faults_api_test.go, faults_slurm_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s\n%s",
+		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table, faultsNotes))
 }
+
+// faultsNotes is what the table does not say: how to read its rows. Its
+// figures are in the table and in each run's line of the log (make
+// bench-faults prints them), not here.
+const faultsNotes = `How to read the rows:
+
+- **kill -9 scavd**: the worker's client keeps every step record until scavd confirms it stored it, and sends the unconfirmed ones again to the next scavd; the restarted scavd asks the leftover workers to checkpoint at one step before it stops them, and each client delivers its last records first. Down for 3 s (the CI run), the job goes on from where its workers were. Steps done again come from longer outages: the workers finished while no scavd ran, no exit status survives for the next one, so it resumes from the last checkpoint and does the steps after it again.
+- **duplicated** counts records stored twice. One narrow window remains: scavd stored a batch and died before its confirmation reached the worker, which then sends the batch again.
+- **state disk full**: rank 0's checkpoint does not fit on the full disk and it exits 1; a restart that comes while the disk is still full ends the same way, and one after the back-off finds room (each run's log names every attempt's end).
+- **SIGTERM scavd under 4 jobs**: the jobs are stopped within a second of their first step record; a job that resumes from an older checkpoint than the one asked for fails the trial (steps done again would show it). The daemon leads such an early request by time, from the first record's step time.
+- **1 GB of output** runs at most 3 times: each run writes 1 GB through scavd. The figure is scavd's VmHWM over the whole run.
+- **4 jobs + 8 readers**: each run's log line has its calls and each kind's p50, p99 and max. The calls that read a job's whole step history (steps, report) set the p99.
+- **Slurm node lost** and **SSH host link down**: the figure is the time from the loss to the relaunched workers' start: for Slurm mostly Slurm noticing the node (the test cluster's SlurmdTimeout and its ping cycle), for SSH scavd's keepalive. The steps done again are those since the last checkpoint, on both ranks.
+`
 
 // numCPU is the number of cores, for the table's heading.
 func numCPU() int { return runtime.NumCPU() }
