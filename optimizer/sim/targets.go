@@ -65,17 +65,15 @@ const missNotes = `
   factor of three), and of a placement regime never measured from the physical bounds (anything
   between no scaling and perfect scaling). Those tails are wide, so on a job of 20 minutes to an hour
   several other types and regimes are worth a look, at 30 s (and, for cost, 30 s of every node) a
-  probe — where the "least possible" column says 1–4 % was reachable by a policy that already knew
-  where to go. The prior's width is a statement about unseen hardware, not fitted here: with a
-  factor of 1.5 instead of 3 (typeSpread, optimizer/policy/models.go) adaptive's deepspeech2/cost
-  drops to +5.0 % and cifar10/cost to +27.5 %, but scavenger's deepspeech2/cost rises to +33.9 %: a
-  narrower prior probes less and misses more, with no uniform gain.
+  probe — where the "least possible" column says what a policy that already knew where to go
+  could reach. The prior's width is a statement about unseen hardware, not fitted here: a narrower
+  one (typeSpread, optimizer/policy/models.go) probes less and misses more, and in the variants
+  tried during development it helped some cells and hurt others, with no uniform gain.
 - A probe of a regime's identifiability design point is charged its own chance of leaving again (it
   informs the regime's best candidate, but the job stays there only if the point itself wins). Pricing
-  it at the candidate's chance instead made design probes look cheap: on the long cells that was 0–9
-  points worse (scavenger cifar10/cost +44.4 %, deepspeech2/time +25.8 %) and step-time error 17 / 69 %,
-  but it happened to land ncf and cifar10/time, short jobs, on a design point at the largest batch near
-  their oracle (ncf/time +377 % against +993 %, cifar10/time +89 % against +122 %).
+  it at the candidate's chance instead made design probes look cheap: in development that was worse
+  on the long cells and on step-time error, though it happened to land some short jobs on a design
+  point near their oracle.
 - Early probes are chosen on an immature noise forecast: the batch that is best grows with the noise
   scale, so probes and provisional moves taken in the first minutes favour batches the job then
   outgrows; the second look (scavenger) and continuous moves (adaptive) correct the configuration,
@@ -84,8 +82,8 @@ const missNotes = `
   is its measurement): a configuration is chosen on a model only when even its upper bound wins,
   otherwise it is probed first if that pays. This costs little here and keeps the live loop, whose
   step times vary with the machine's load, from moving to configurations the model flatters.
-- ncf's oracle finishes in 16–27 s: one relaunch (30 s) is already more than the goal allows; the
-  "least possible" column states the bound.
+- On the shortest cells (ncf) the oracle finishes in less time than one relaunch takes, so one
+  relaunch is already more than the goal allows; the "least possible" column states the bound.
 - Step-time error is over every never-run candidate of each fitted type, but a type is measured
   where its candidates can win (its identifiability design, pruned by value), not everywhere: its
   other placements (e.g. multi-node ones on a cost job) are extrapolated, and their predictions carry
