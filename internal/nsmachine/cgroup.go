@@ -134,13 +134,3 @@ func CgroupExists(rel string) bool {
 	}
 	return false
 }
-
-// CPUSeconds is the CPU time the processes of cgroup rel have used (cpuacct.usage).
-func CPUSeconds(rel string) float64 {
-	b, err := os.ReadFile(filepath.Join(cgroupDir("cpuacct", rel), "cpuacct.usage"))
-	if err != nil {
-		return 0
-	}
-	ns, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-	return ns / 1e9
-}

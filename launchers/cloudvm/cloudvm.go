@@ -76,6 +76,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -167,6 +168,7 @@ type Launcher struct {
 	started time.Time
 	nonce   string // makes its idempotency tokens its own
 	types   map[string]provider.InstanceType
+	preempt syscall.Signal // Options.PreemptSignal
 
 	ctx    context.Context // the launcher's life: watchers, attempts' waits, the reaper
 	cancel context.CancelFunc
@@ -211,7 +213,8 @@ func New(ctx context.Context, o Options) (*Launcher, error) {
 	return l, nil
 }
 
-// defaults fills in the options' defaults and checks the types and market.
+// defaults fills in the options' defaults and checks the types, the market
+// and the pre-emption signal.
 func (l *Launcher) defaults() error {
 	o := &l.o
 	if len(o.Types) == 0 {
@@ -246,6 +249,11 @@ func (l *Launcher) defaults() error {
 	if o.PreemptSignal == "" {
 		o.PreemptSignal = DefaultPreemptSignal
 	}
+	sig, err := parseSignal(o.PreemptSignal)
+	if err != nil {
+		return err
+	}
+	l.preempt = sig
 	if o.User == "" {
 		o.User = "root"
 	}

@@ -1,11 +1,14 @@
 package cloudvm
 
 import (
+	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"go.uber.org/zap/zaptest"
 )
 
 func TestPlanPool(t *testing.T) {
@@ -80,5 +83,14 @@ func TestFailover(t *testing.T) {
 	b.expire(now.Add(time.Minute))
 	if len(b) != 0 || !reflect.DeepEqual(failover("a", "spot", zones, true, b, now.Add(time.Minute)), all) {
 		t.Errorf("after the blocks expire: %v", b)
+	}
+}
+
+// TestBadPreemptSignalIsRefusedAtNew: a pre-emption signal the workers
+// cannot be given is an error of New, not of the first spot notice.
+func TestBadPreemptSignalIsRefusedAtNew(t *testing.T) {
+	_, err := New(context.Background(), Options{Logger: zaptest.NewLogger(t), Provider: testCloud(t), StateDir: t.TempDir(), PreemptSignal: "HUP"})
+	if err == nil || !strings.Contains(err.Error(), `"HUP"`) {
+		t.Fatalf("New with PreemptSignal HUP: %v; want an error naming it", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -84,7 +85,7 @@ func (l *Launcher) want(spec plugins.AttemptSpec) (want, error) {
 	}
 	t, ok := l.types[w.Type]
 	switch {
-	case !ok || !contains(l.o.Types, w.Type):
+	case !ok || !slices.Contains(l.o.Types, w.Type):
 		return w, fmt.Errorf("machine type %q (this launcher has %v): %w", w.Type, l.o.Types, plugins.ErrUnsupported)
 	case w.Market != provider.OnDemand && w.Market != provider.Spot:
 		return w, fmt.Errorf("market %q: %w", w.Market, plugins.ErrUnsupported)
@@ -97,15 +98,6 @@ func (l *Launcher) want(spec plugins.AttemptSpec) (want, error) {
 		return w, fmt.Errorf("%d workers of %s need %d instances, above the limit of %d: %w", spec.Config.Workers, w.Type, w.N, l.o.MaxInstances, plugins.ErrUnsupported)
 	}
 	return w, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // ready waits for the instances ids to run and answer SSH with the pool's
@@ -201,10 +193,7 @@ func (l *Launcher) noticed(ctx context.Context, p *pool, m *member, n notice.Not
 	a := p.cur
 	p.mu.Unlock()
 	if a != nil && a.uses(m.inst.ID) {
-		sig, err := parseSignal(l.o.PreemptSignal)
-		if err == nil {
-			err = a.Signal(ctx, sig)
-		}
+		err := a.Signal(ctx, l.preempt)
 		if err == nil || errors.Is(err, plugins.ErrFinished) {
 			return
 		}
@@ -299,4 +288,4 @@ type attempt struct {
 }
 
 // uses reports whether the attempt runs on instance id.
-func (a *attempt) uses(id string) bool { return contains(a.hosts, id) }
+func (a *attempt) uses(id string) bool { return slices.Contains(a.hosts, id) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/report"
+	"github.com/scavenger-ml/scavenger/stepstats"
 )
 
 // outcome is one job of the loop comparison: its configuration and what it took.
@@ -100,7 +101,7 @@ func (b *bench) printLoop(fixed []outcome, live map[string]outcome) {
 		for _, r := range s {
 			vals = append(vals, val(r))
 		}
-		l, best, med := val(live[obj]), s[0], median(vals)
+		l, best, med := val(live[obj]), s[0], stepstats.Median(vals)
 		unit := func(v float64) string {
 			if obj == "time" {
 				return fmt.Sprintf("%.1f s", v)

@@ -17,9 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 	"syscall"
-	"time"
+
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 )
 
 func main() {
@@ -57,17 +59,27 @@ func run(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the local cloud needs root (network namespaces, veths, cgroups)")
 	}
-	b.types, b.workers, b.batches = []string{"loc.half", "loc.full"}, []int{1, 2}, []int{32, 128}
-	cat, err := filepath.Abs(b.catalog)
+	path, err := filepath.Abs(b.catalog)
 	if err != nil {
 		return err
 	}
-	b.catalog = cat
+	b.catalog = path
+	cat, err := localcloud.LoadCatalog(path)
+	if err != nil {
+		return err
+	}
+	b.workers, b.batches = []int{1, 2}, []int{32, 128}
+	var kinds []string
+	for _, t := range cat.Types {
+		b.types = append(b.types, t.Name)
+		kinds = append(kinds, fmt.Sprintf("%s %g CPU, $%.2f/h on demand, $%.2f/h spot", t.Name, t.CPUs, t.OnDemandUSD, t.SpotUSD))
+	}
 	if b.state, err = os.MkdirTemp("", "benchcloud-"); err != nil {
 		return err
 	}
 	defer os.RemoveAll(b.state)
-	fmt.Printf("Catalog: %s (loc.half 0.5 CPU, $0.10/h on demand, $0.04/h spot; loc.full 1 CPU, $0.20/h, $0.07/h; billed per second, a minute at least).\n\n", filepath.Base(b.catalog))
+	fmt.Printf("Catalog: %s (%s; billed per %g s, %g s at least).\n\n", filepath.Base(b.catalog), strings.Join(kinds, "; "),
+		cat.Billing.GranularityS, cat.Billing.MinimumS)
 	if err := b.terminations(ctx); err != nil {
 		return fmt.Errorf("terminations: %w", err)
 	}
@@ -88,26 +100,10 @@ func run(ctx context.Context) error {
 	return b.loop(ctx)
 }
 
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	switch n := len(s); {
-	case n == 0:
-		return 0
-	case n%2 == 1:
-		return s[n/2]
-	default:
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
+// minMax is the least and the greatest of v (0, 0 when it is empty).
 func minMax(v []float64) (float64, float64) {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
+	if len(v) == 0 {
 		return 0, 0
 	}
-	return s[0], s[len(s)-1]
+	return slices.Min(v), slices.Max(v)
 }
-
-func secs(d time.Duration) float64 { return d.Seconds() }

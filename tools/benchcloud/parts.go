@@ -16,6 +16,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/stepstats"
 )
 
 // terminations times, on a local cloud of the bench's own, each type's
@@ -54,19 +55,19 @@ func (b *bench) terminations(ctx context.Context) error {
 			if _, err := c.WaitReady(ctx, []string{insts[0].ID}); err != nil {
 				return err
 			}
-			up = append(up, secs(time.Since(t0)))
+			up = append(up, time.Since(t0).Seconds())
 			t1 := time.Now()
 			if err := c.Terminate(ctx, []string{insts[0].ID}); err != nil {
 				return err
 			}
-			down = append(down, secs(time.Since(t1)))
+			down = append(down, time.Since(t1).Seconds())
 			if left := c.Leftovers(); len(left) > 0 {
 				return fmt.Errorf("left after terminate: %v", left)
 			}
 		}
 		lo, hi := minMax(up)
 		dlo, dhi := minMax(down)
-		fmt.Printf("| %s | %.0f ms (%.0f–%.0f) | %.0f ms (%.0f–%.0f) |\n", typ, 1e3*median(up), 1e3*lo, 1e3*hi, 1e3*median(down), 1e3*dlo, 1e3*dhi)
+		fmt.Printf("| %s | %.0f ms (%.0f–%.0f) | %.0f ms (%.0f–%.0f) |\n", typ, 1e3*stepstats.Median(up), 1e3*lo, 1e3*hi, 1e3*stepstats.Median(down), 1e3*dlo, 1e3*dhi)
 	}
 	fmt.Println()
 	return nil
@@ -104,7 +105,7 @@ func (b *bench) firstSteps(ctx context.Context) error {
 			started = append(started, j.Attempts[0].Started.Sub(launched).Seconds())
 		}
 		lo, hi := minMax(first)
-		fmt.Printf("| %s | %.2f s (%.2f–%.2f) | %.2f s |\n", typ, median(first), lo, hi, median(started))
+		fmt.Printf("| %s | %.2f s (%.2f–%.2f) | %.2f s |\n", typ, stepstats.Median(first), lo, hi, stepstats.Median(started))
 	}
 	fmt.Println()
 	return nil
@@ -135,7 +136,7 @@ func (b *bench) noticeToRunning(ctx context.Context) error {
 	lo, hi := minMax(times)
 	fmt.Printf("## Spot notice → workers running again elsewhere (%d notices, 60 s each)\n\n", len(times))
 	fmt.Println("| measure | value |\n|---|---|")
-	fmt.Printf("| **notice → first step on the new instance, median** | **%.2f s** (min %.2f, max %.2f) |\n", median(times), lo, hi)
+	fmt.Printf("| **notice → first step on the new instance, median** | **%.2f s** (min %.2f, max %.2f) |\n", stepstats.Median(times), lo, hi)
 	fmt.Printf("| each | %s |\n", strings.Join(fmtSecs(times), ", "))
 	fmt.Printf("| where it went on | %s |\n\n", strings.Join(where, ", "))
 	return nil

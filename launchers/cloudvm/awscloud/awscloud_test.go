@@ -113,7 +113,15 @@ func TestErrorClasses(t *testing.T) {
 	if _, err := e.prov.Provision(ctx, provider.ProvisionRequest{Type: "m5.large", Count: 1, Zone: "us-east-1a"}); err == nil {
 		t.Error("a type outside the catalog was provisioned")
 	}
-	if !slices.Contains(e.prov.o.Types, "c6i.xlarge") {
-		t.Error("types")
+	ts, err := e.prov.Types(ctx)
+	var names []string
+	for _, it := range ts {
+		names = append(names, it.Name)
+		if it.Slots < 1 {
+			t.Errorf("type %s takes %d workers", it.Name, it.Slots)
+		}
+	}
+	if err != nil || !slices.Equal(names, []string{"c6i.large", "c6i.xlarge"}) {
+		t.Errorf("Types = %v, %v; want the configured c6i.large and c6i.xlarge from the catalog", names, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 )
 
 // buildMock builds AWS's amazon-ec2-metadata-mock (a tool of this module).
@@ -41,7 +43,7 @@ func startMock(t *testing.T, bin string, rebalance, interrupt int) string {
 	cmd := exec.Command(bin, "spot", "-n", "127.0.0.1", "-p", strconv.Itoa(port), "-I",
 		"-d", strconv.Itoa(interrupt), "--rebalance-delay-sec", strconv.Itoa(rebalance))
 	cmd.Dir, cmd.Env = t.TempDir(), append(os.Environ(), "HOME="+t.TempDir())
-	out := &lockedLog{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
