@@ -97,12 +97,18 @@ func (r *runner) recordCost(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
-	cs, err := b.Charges(ctx, r.rec.job.ID)
+	chargeJob(ctx, b, &r.rec.job, false, r.log)
+}
+
+// chargeJob reads the charges of j's machines and records its costs
+// (final: the job has ended).
+func chargeJob(ctx context.Context, b plugins.Biller, j *api.Job, final bool, log *zap.Logger) {
+	cs, err := b.Charges(ctx, j.ID)
 	if err != nil {
-		r.log.Warn("read the machines' charges", zap.Error(err))
+		log.Warn("read the machines' charges", zap.String("job", j.ID), zap.Error(err))
 		return
 	}
-	jobCosts(&r.rec.job, cs, time.Now().UTC(), false)
+	jobCosts(j, cs, time.Now().UTC(), final)
 }
 
 // settleCost releases the job's machines (it has ended) and records their
@@ -117,12 +123,7 @@ func (r *runner) settleCost(ctx context.Context) {
 	if err := b.Release(ctx, r.rec.job.ID); err != nil {
 		r.log.Warn("release the job's machines", zap.Error(err))
 	}
-	cs, err := b.Charges(ctx, r.rec.job.ID)
-	if err != nil {
-		r.log.Warn("read the machines' charges", zap.Error(err))
-		return
-	}
-	jobCosts(&r.rec.job, cs, time.Now().UTC(), true)
+	chargeJob(ctx, b, &r.rec.job, true, r.log)
 }
 
 // settleLostCost records the final costs of a job the previous daemon lost,
@@ -132,7 +133,5 @@ func (g *Registry) settleLostCost(ctx context.Context, j *api.Job) {
 	if !ok {
 		return
 	}
-	if cs, err := b.Charges(ctx, j.ID); err == nil {
-		jobCosts(j, cs, time.Now().UTC(), true)
-	}
+	chargeJob(ctx, b, j, true, g.log)
 }

@@ -295,14 +295,24 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 		p.attempt, note, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
 }
 
-// endAttempt closes the current attempt's record (and reads its machines' charges).
+// endAttempt closes the current attempt's record and reads its machines'
+// charges (the job goes on).
 func (r *runner) endAttempt(ctx context.Context, why string, move *api.MoveTiming) {
-	now := time.Now().UTC()
-	if k := len(r.rec.job.Attempts); k > 0 && r.rec.job.Attempts[k-1].Ended == nil {
-		a := &r.rec.job.Attempts[k-1]
-		a.Ended, a.EndReason, a.Move = &now, why, move
+	if r.closeAttempt(why, move) {
 		r.recordCost(ctx) // cost.go
 	}
+}
+
+// closeAttempt closes the current attempt's record; false when none was open.
+func (r *runner) closeAttempt(why string, move *api.MoveTiming) bool {
+	k := len(r.rec.job.Attempts)
+	if k == 0 || r.rec.job.Attempts[k-1].Ended != nil {
+		return false
+	}
+	now := time.Now().UTC()
+	a := &r.rec.job.Attempts[k-1]
+	a.Ended, a.EndReason, a.Move = &now, why, move
+	return true
 }
 
 // finish records the end of the job and publishes its final event.
@@ -322,8 +332,8 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if why == "" {
 		why = string(e.state)
 	}
-	r.endAttempt(ctx, why, nil)
-	r.settleCost(ctx) // cost.go: the job's machines end with it
+	r.closeAttempt(why, nil)
+	r.settleCost(ctx) // cost.go: the job's machines end with it, and their charges are read once
 	now := time.Now().UTC()
 	j := &r.rec.job
 	j.State, j.Ended, j.ExitCode, j.Result, j.Message = e.state, &now, &e.code, e.res, e.msg
