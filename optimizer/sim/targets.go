@@ -160,7 +160,7 @@ func shortTarget(cells []BenchCell, pol string) target {
 		case over <= 100:
 			met++
 		case bound > 100:
-			notes = append(notes, fmt.Sprintf("%s/%s cannot be met: the oracle takes %.0f s, one relaunch 30 s; least possible %+.1f %%", c.App, c.Objective, c.Report.Oracle.JCTS, bound))
+			notes = append(notes, fmt.Sprintf("%s/%s cannot be met: the oracle takes %.0f s, one relaunch %.0f s; least possible %+.1f %%", c.App, c.Objective, c.Report.Oracle.JCTS, c.Report.RelaunchS, bound))
 		default:
 			notes = append(notes, fmt.Sprintf("%s/%s by %.1f points (%d relaunches; least possible %+.1f %%)", c.App, c.Objective, over-100, c.Report.Relaunches, bound))
 		}
