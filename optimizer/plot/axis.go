@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/scavenger-ml/scavenger/optimizer/sim"
 	"gonum.org/v1/plot"
 )
 
@@ -28,7 +29,7 @@ func fitAxis(vs []float64, keep float64) axisRange {
 	sort.Float64s(s)
 	lo, hi := s[0], s[len(s)-1]
 	if len(s) >= 4 {
-		q1, q3 := quantile(s, 0.25), quantile(s, 0.75)
+		q1, q3 := sim.Quantile(s, 0.25), sim.Quantile(s, 0.75)
 		fence := q3 + math.Max(3*(q3-q1), math.Abs(q3))
 		hi = lo
 		for _, v := range s {
@@ -41,16 +42,6 @@ func fitAxis(vs []float64, keep float64) axisRange {
 		hi = keep
 	}
 	return axisRange{Lo: lo, Hi: hi, Log: lo > 0 && hi/lo >= 10}
-}
-
-// quantile is the q-quantile of sorted s, interpolated linearly.
-func quantile(s []float64, q float64) float64 {
-	h := q * float64(len(s)-1)
-	i := int(math.Floor(h))
-	if i+1 >= len(s) {
-		return s[len(s)-1]
-	}
-	return s[i] + (h-float64(i))*(s[i+1]-s[i])
 }
 
 // edge is where the range draws a value beyond Hi: a little past it.

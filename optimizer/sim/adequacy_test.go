@@ -46,7 +46,7 @@ func TestModelAdequacy(t *testing.T) {
 				errs = append(errs, 100*math.Abs(f.StepTime(c.Nodes, c.Workers, c.Local())-st)/st)
 			}
 			sort.Float64s(errs)
-			t.Logf("%s %s: form %s, %d points, in-sample RMSLE %.3f, candidate step-time error median %.1f %%, p90 %.1f %%", app, typ, f.Form(), len(pts), f.RMSLE, quantile(errs, .5), quantile(errs, .9))
+			t.Logf("%s %s: form %s, %d points, in-sample RMSLE %.3f, candidate step-time error median %.1f %%, p90 %.1f %%", app, typ, f.Form(), len(pts), f.RMSLE, Quantile(errs, .5), Quantile(errs, .9))
 		}
 	}
 }

@@ -172,7 +172,7 @@ func MeasureDecision(kind objective.Kind, reps int) (time.Duration, int, error) 
 		times = append(times, float64(time.Since(start)))
 	}
 	sort.Float64s(times)
-	return time.Duration(quantile(times, 0.5)), len(cands), nil
+	return time.Duration(Quantile(times, 0.5)), len(cands), nil
 }
 
 // BenchTable runs Bench with BenchPolicies over traces (one directory per

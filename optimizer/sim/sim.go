@@ -428,7 +428,7 @@ func (w *world) stepErrors(preds []predict.Prediction, hist []Segment, fitted []
 		return ErrorStats{}
 	}
 	sort.Float64s(errs)
-	return ErrorStats{MedianPct: quantile(errs, 0.5), P90Pct: quantile(errs, 0.9), N: len(errs)}
+	return ErrorStats{MedianPct: Quantile(errs, 0.5), P90Pct: Quantile(errs, 0.9), N: len(errs)}
 }
 
 // bound is the least time and cost any policy could have reached from
@@ -448,8 +448,9 @@ func (w *world) bound(start predict.Candidate, opts Options, oracle Outcome) (jc
 	return math.Max(math.Min(stayS, moveS), oracle.JCTS), math.Max(math.Min(stayUSD, moveUSD), oracle.CostUSD)
 }
 
-// quantile interpolates linearly between order statistics of sorted xs.
-func quantile(xs []float64, q float64) float64 {
+// Quantile is the q-quantile of sorted xs (not empty), interpolated
+// linearly between order statistics.
+func Quantile(xs []float64, q float64) float64 {
 	if len(xs) == 1 {
 		return xs[0]
 	}
@@ -484,6 +485,6 @@ func (w *world) score(rep *Report, o objective.Objective) error {
 	rep.Oracle = Outcome{Type: best.Type, Nodes: best.Nodes, Workers: best.Workers, Batch: best.Batch, JCTS: best.TotalS, CostUSD: best.TotalUSD}
 	sort.Float64s(jcts)
 	sort.Float64s(costs)
-	rep.Fixed = FixedStats{MedianJCTS: quantile(jcts, 0.5), MedianCostUSD: quantile(costs, 0.5), Count: len(jcts)}
+	rep.Fixed = FixedStats{MedianJCTS: Quantile(jcts, 0.5), MedianCostUSD: Quantile(costs, 0.5), Count: len(jcts)}
 	return nil
 }

@@ -133,7 +133,7 @@ func TestModelStructure(t *testing.T) {
 					errs = append(errs, 100*math.Abs(m.StepTime(c.Nodes, c.Workers, c.Local())-st)/st)
 				}
 				sort.Float64s(errs)
-				return quantile(errs, .5), quantile(errs, .9)
+				return Quantile(errs, .5), Quantile(errs, .9)
 			}
 			fa, _ := perf.Fit(all)
 			fp, _ := perf.Fit(probes)

@@ -216,7 +216,7 @@ func stepTarget(cells []BenchCell, pol string) target {
 	}
 	sort.Float64s(meds)
 	sort.Float64s(p90s)
-	m, p := quantile(meds, 0.5), quantile(p90s, 0.5)
+	m, p := Quantile(meds, 0.5), Quantile(p90s, 0.5)
 	t.now = fmt.Sprintf("%.1f %% / %.1f %%", m, p)
 	t.met = m <= 10 && p <= 30
 	if !t.met {
@@ -238,7 +238,7 @@ func predTarget(cells []BenchCell, pol string) target {
 		return t
 	}
 	sort.Float64s(errs)
-	m := quantile(errs, 0.5)
+	m := Quantile(errs, 0.5)
 	t.now, t.met = fmt.Sprintf("%.1f %%", m), m <= 5
 	if !t.met {
 		t.note = fmt.Sprintf("by %.1f points", m-5)
