@@ -18,11 +18,9 @@ name), as on the command line. Records are the daemon's JSON (the same as
 `scavctl status JOB -o json`).
 """
 
-import datetime
 import http.client
 import json
 import os
-import re
 import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -174,7 +172,7 @@ class Daemon:
             js = self.jobs(all=os.geteuid() == 0)
             named = [j for j in js if j.get("name") == ref]
             if named:
-                return max(named, key=_created)
+                return named[-1]  # jobs() lists oldest first
             prefixed = [j for j in js if j["id"].startswith(ref)]
             if len(prefixed) == 1:
                 return prefixed[0]
@@ -203,14 +201,6 @@ class Daemon:
                 raise TimeoutError(f"job {jid} is still {j.get('state')} after {timeout}s")
             time.sleep(poll)
 
-
-def _created(j: Dict[str, Any]) -> datetime.datetime:
-    """When a job was created (its record's RFC 3339 time, to microseconds)."""
-    t = re.sub(r"(\.\d{6})\d+", r"\1", j.get("created", "")).replace("Z", "+00:00")
-    try:
-        return datetime.datetime.fromisoformat(t)
-    except ValueError:
-        return datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
 
 def connect(socket_path: Optional[str] = None, timeout: float = 30.0) -> Daemon:

@@ -52,12 +52,19 @@ class TestAPIWithoutDaemon(unittest.TestCase):
             with self.assertRaises(ValueError):
                 api._span("workers", bad)
 
-    def test_newest_of_a_name(self):
-        old = {"id": "a-1", "created": "2026-12-01T10:00:00.5Z"}
-        new = {"id": "a-2", "created": "2026-12-01T10:00:00.123456789Z"}
-        newer = {"id": "a-3", "created": "2026-12-01T11:00:00+01:00"}
-        self.assertEqual(max([old, new], key=api._created)["id"], "a-1")
-        self.assertEqual(max([old, newer], key=api._created)["id"], "a-1")
+    def test_a_name_is_its_newest_job_and_a_prefix_must_be_unique(self):
+        d = api.Daemon.__new__(api.Daemon)  # no socket: its calls are answered here
+        listed = [{"id": "n-1", "name": "n"}, {"id": "n-2", "name": "n"}, {"id": "m-3", "name": "m"}]  # oldest first
+
+        def call(verb, req):
+            if verb == "job":
+                raise scavenger.DaemonError("job %s: no such job" % req["job"])
+            return listed
+        d._call = call
+        self.assertEqual(d.job("n")["id"], "n-2")
+        self.assertEqual(d.job("m-")["id"], "m-3")
+        with self.assertRaisesRegex(scavenger.DaemonError, "2 jobs' ids start with it"):
+            d.job("n-")
 
 
 if __name__ == "__main__":
