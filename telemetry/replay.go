@@ -207,6 +207,23 @@ func openStream(ctx context.Context, js jetstream.JetStream, stream string) (jet
 	return js.Stream(ctx, stream)
 }
 
+// LastStepMsg returns the newest step message of job (a batch of its
+// records), or nil when it has none.
+func LastStepMsg(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
+	s, err := openStream(ctx, js, StepStream)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", StepStream, err)
+	}
+	m, err := lastMsg(ctx, s, StepSubject(job))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the last step of %s: %w", job, err)
+	}
+	return m, nil
+}
+
 // lastMsg reads the last message of subj in s, waiting at most openTimeout.
 func lastMsg(ctx context.Context, s jetstream.Stream, subj string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -133,16 +132,9 @@ func (s *Server) replay(stream string, subjects []string, after uint64, follow b
 
 // lastStep serves the newest step message of job (none when it has none).
 func lastStep(ctx context.Context, js jetstream.JetStream, job string, f *frames) error {
-	st, err := js.Stream(ctx, telemetry.StepStream)
-	if err != nil {
-		return fmt.Errorf("open stream %s: %w", telemetry.StepStream, err)
-	}
-	m, err := st.GetLastMsgForSubject(ctx, telemetry.StepSubject(job))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read last step of %s: %w", job, err)
+	m, err := telemetry.LastStepMsg(ctx, js, job)
+	if m == nil || err != nil {
+		return err
 	}
 	return f.write(api.Frame{Seq: m.Sequence, Subject: m.Subject, Data: string(m.Data)})
 }

@@ -122,29 +122,28 @@ func (g *Registry) checkpointLeftover(ctx context.Context, j api.Job) string {
 }
 
 // lastStoredStep is the step a lost job's workers are asked to checkpoint
-// after: its newest stored step record's step plus a lead (0: none stored,
-// which asks at once).
+// after: its newest stored step record's step, plus the steps its workers
+// have done since that record's time at its step time (the record may be
+// seconds old: they ran while no daemon stored anything), plus a lead (0:
+// none stored, which asks at once).
 func (g *Registry) lastStoredStep(ctx context.Context, job string) int64 {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s, err := g.js.Stream(ctx, telemetry.StepStream)
-	if err != nil {
-		return 0
-	}
-	m, err := s.GetLastMsgForSubject(ctx, telemetry.StepSubject(job))
-	if err != nil {
+	m, err := telemetry.LastStepMsg(ctx, g.js, job)
+	if m == nil || err != nil {
 		return 0
 	}
 	recs, _ := telemetry.DecodeBatch(m.Data)
-	var last int64
-	var dt float64
+	var last telemetry.StepRecord
 	for _, r := range recs {
-		if r.Step > last {
-			last, dt = r.Step, r.Seconds
+		if r.Step > last.Step {
+			last = r
 		}
 	}
-	if last == 0 {
+	if last.Step == 0 {
 		return 0
 	}
-	return last + moveLead(dt)
+	var since int64
+	if age := float64(time.Now().UnixNano())/1e9 - last.Time; last.Seconds > 0 && age > 0 {
+		since = int64(age / last.Seconds)
+	}
+	return last.Step + since + moveLead(last.Seconds)
 }
