@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 )
 
 // Version is the build's version, set by the linker.
@@ -87,12 +89,7 @@ const DiscoveryFile = "scavd.json"
 
 // WriteDiscovery writes info as stateDir's discovery file, atomically.
 func WriteDiscovery(stateDir string, info Info) error {
-	b, _ := json.MarshalIndent(info, "", "  ")
-	tmp := filepath.Join(stateDir, DiscoveryFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write discovery file: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(stateDir, DiscoveryFile)); err != nil {
+	if err := jsonfile.Write(filepath.Join(stateDir, DiscoveryFile), info, 0o600); err != nil {
 		return fmt.Errorf("write discovery file: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -51,13 +52,8 @@ func (g *Registry) rememberEnv(id string, env []string) {
 	if g.o.RestartDir == "" {
 		return
 	}
-	b, _ := json.Marshal(restartEntry{Job: id, Env: env})
 	if err := os.MkdirAll(g.o.RestartDir, 0o700); err == nil {
-		tmp := filepath.Join(g.o.RestartDir, id+".json.tmp")
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, filepath.Join(g.o.RestartDir, id+".json"))
-		}
-		if err == nil {
+		if err = jsonfile.Write(filepath.Join(g.o.RestartDir, id+".json"), restartEntry{Job: id, Env: env}, 0o600); err == nil {
 			return
 		}
 	}

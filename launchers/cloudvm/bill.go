@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -34,15 +35,7 @@ func readCharges(dir string) ([]plugins.Charge, error) {
 
 // writeCharges keeps cs in dir.
 func writeCharges(dir string, cs []plugins.Charge) error {
-	b, err := json.MarshalIndent(cs, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, chargesFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, chargesFile))
+	return jsonfile.Write(filepath.Join(dir, chargesFile), cs, 0o600)
 }
 
 // saveChargesLocked keeps the pool's charges (p.mu held).

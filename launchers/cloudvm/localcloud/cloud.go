@@ -41,6 +41,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 )
@@ -160,23 +161,7 @@ func (c *Cloud) loadState(ctx context.Context) error {
 }
 
 func (c *Cloud) saveState() error {
-	return writeJSON(filepath.Join(c.o.Dir, "cloud.json"), c.st)
-}
-
-// writeJSON writes v to path atomically (mode 0600).
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return jsonfile.Write(filepath.Join(c.o.Dir, "cloud.json"), c.st, 0o600)
 }
 
 // serve starts the metadata service on the bridge and the admin socket.

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 )
@@ -38,7 +39,7 @@ type instance struct {
 func (c *Cloud) instanceDir(id string) string { return filepath.Join(c.o.Dir, "instances", id) }
 
 func (c *Cloud) save(in *instance) error {
-	return writeJSON(filepath.Join(c.instanceDir(in.Instance.ID), "state.json"), in)
+	return jsonfile.Write(filepath.Join(c.instanceDir(in.Instance.ID), "state.json"), in, 0o600)
 }
 
 // loadInstances reads the instance records; an instance whose init died
