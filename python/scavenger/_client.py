@@ -306,17 +306,8 @@ class Client:
     def _await_confirmations(self, wait: float) -> None:
         """Read the daemon's confirmations until every record sent is
         confirmed, the connection ends, or wait seconds pass."""
-        deadline = time.monotonic() + wait
-        while self._unconfirmed and self._sock is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                ready, _, _ = select.select([self._sock], [], [], min(left, 0.05))
-            except (OSError, ValueError):
-                return
-            if ready:
-                self._poll()
+        if self._sock is not None and not self._read(wait, lambda: not self._unconfirmed):
+            self._disconnect()
 
     def _leave(self) -> None:
         """At close: leave what no daemon took in the spool directory for the
@@ -484,24 +475,34 @@ class Client:
                            confirm=True))
 
     def _poll(self) -> None:
-        """Read whatever the daemon wrote, without waiting (the socket's timeout
-        would make a plain recv wait, so readiness is asked first)."""
-        while self._sock is not None:
+        """Read whatever the daemon wrote, without waiting."""
+        if self._sock is not None and not self._read(0):
+            self._disconnect()
+
+    def _read(self, wait: float, done: Any = lambda: False) -> bool:
+        """Feed what the daemon writes (requests, confirmations) for wait
+        seconds at most, or what is there already when wait is 0, or until
+        done() holds; False when the connection ended. Readiness is asked
+        first: the socket's timeout would make a plain recv wait."""
+        deadline = time.monotonic() + wait
+        while not done():
+            left = deadline - time.monotonic()
+            if wait > 0 and left <= 0:
+                return True
             try:
-                ready, _, _ = select.select([self._sock], [], [], 0)
+                ready, _, _ = select.select([self._sock], [], [], max(left, 0))
                 if not ready:
-                    return
+                    return True
                 data = self._sock.recv(65536)
             except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self._disconnect()
-                return
+                return True
+            except (OSError, ValueError):
+                return False
             if not data:  # the daemon closed the connection
-                self._disconnect()
-                return
+                return False
             self.control.feed(data)
             self._forget_confirmed()
+        return True
 
     def _disconnect(self, wait: Optional[float] = None, resend: bool = True) -> None:
         """Close the socket, if any, after reading (for wait seconds at most,
@@ -510,8 +511,8 @@ class Client:
         for the next connection. The next flush reconnects."""
         if self._sock is None:
             return
-        self._read_to_end(self.EOF_WAIT if wait is None else wait)
-        self._forget_confirmed()
+        if wait != 0:
+            self._read(self.EOF_WAIT if wait is None else wait)
         self._sock.close()
         self._sock = None
         if resend:  # written again (and counted as sent again) on the next connection
@@ -521,21 +522,3 @@ class Client:
             self._left += len(self._unconfirmed)
         self._unconfirmed.clear()
 
-    def _read_to_end(self, wait: float) -> None:
-        """Feed what the daemon still writes on the socket until it closes
-        its end or wait seconds pass."""
-        deadline = time.monotonic() + wait
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                ready, _, _ = select.select([self._sock], [], [], left)
-                if not ready:
-                    return
-                data = self._sock.recv(65536)
-            except (OSError, ValueError):
-                return
-            if not data:
-                return
-            self.control.feed(data)
