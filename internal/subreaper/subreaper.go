@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,6 +46,19 @@ func ReapOrphans() {
 		}
 		if err != nil || pid <= 0 {
 			return
+		}
+	}
+}
+
+// Settle reaps this process's exited children, again and again for up to
+// d (a process ends a moment after it is killed), and returns the children
+// still there then (none: nothing was left).
+func Settle(d time.Duration) []string {
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		ReapOrphans()
+		kids := Children()
+		if len(kids) == 0 || time.Now().After(deadline) {
+			return kids
 		}
 	}
 }

@@ -64,18 +64,9 @@ func TestMain(m *testing.M) {
 		}
 		_ = os.RemoveAll(cloudDir)
 	}
-	if code == 0 {
-		var kids []string
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			subreaper.ReapOrphans()
-			if kids = subreaper.Children(); len(kids) == 0 {
-				break
-			}
-		}
-		if len(kids) > 0 {
-			fmt.Fprintln(os.Stderr, "processes left behind:", kids)
-			code = 1
-		}
+	if kids := subreaper.Settle(5 * time.Second); len(kids) > 0 && code == 0 {
+		fmt.Fprintln(os.Stderr, "processes left behind:", kids)
+		code = 1
 	}
 	os.Exit(code)
 }

@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 		}
 		_ = os.RemoveAll(cloudDir)
 	}
-	if kids := settledChildren(); len(kids) > 0 && code == 0 {
+	if kids := subreaper.Settle(5 * time.Second); len(kids) > 0 && code == 0 {
 		fmt.Fprintln(os.Stderr, "processes left behind:", kids)
 		code = 1
 	}
@@ -103,18 +103,4 @@ func emulate(t *testing.T) emulated {
 		t.Fatal(err)
 	}
 	return emulated{emu: emu, prov: prov, back: back}
-}
-
-// settledChildren reaps this process's exited children and lists those
-// still there after a few seconds (an instance's init ends a moment after
-// its termination is asked).
-func settledChildren() []string {
-	var kids []string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		subreaper.ReapOrphans()
-		if kids = subreaper.Children(); len(kids) == 0 {
-			break
-		}
-	}
-	return kids
 }
