@@ -163,15 +163,8 @@ func (p *procs) waitFile(name string) {
 // process has no child left, not even a zombie.
 func noChildrenLeft(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	subreaper.ReapOrphans()
-	for kids := subreaper.Children(); len(kids) > 0; kids = subreaper.Children() {
-		if time.Now().After(deadline) {
-			t.Errorf("processes left: %v", kids)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-		subreaper.ReapOrphans()
+	if kids := subreaper.Settle(5 * time.Second); len(kids) > 0 {
+		t.Errorf("processes left: %v", kids)
 	}
 }
 
@@ -335,9 +328,12 @@ func TestStopAfterTheEndChangesNothing(t *testing.T) {
 }
 
 func TestSignalReachesTheRanks(t *testing.T) {
-	p := startProcs(t, `trap 'exit 7' USR1; touch "$D/ready"; while :; do sleep 0.02; done`, `trap '' USR1; exec sleep 30`)
+	// Each rank says when its trap is set: a signal before it would find
+	// the shell's default (death), not the rank's own handling.
+	p := startProcs(t, `trap 'exit 7' USR1; touch "$D/ready"; while :; do sleep 0.02; done`, `trap '' USR1; touch "$D/ready1"; exec sleep 30`)
 	s := p.run(time.Hour)
 	p.waitFile("ready")
+	p.waitFile("ready1")
 	if err := s.Signal(context.Background(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
