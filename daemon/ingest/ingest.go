@@ -297,19 +297,29 @@ func (in *Server) confirm(p *peer, b *batch) bool {
 	}
 	p.told = p.lines
 	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
-	if !in.held.after(func() { in.write(p, msg) }) {
-		in.write(p, msg)
+	// Confirmations are cumulative: one a worker does not take at once
+	// (it has not read for thousands of them) is made good by the next,
+	// and never holds up the held batches' publisher.
+	if !in.held.after(func() { in.write(p, msg, confirmPatience) }) {
+		in.write(p, msg, confirmPatience)
 	}
 	return true
 }
 
-// write writes a line to p's worker, giving up after a second (a worker
+// Patience with a worker that does not read: a control message waits a
+// second for room on its connection, a confirmation hardly at all.
+const (
+	controlPatience = time.Second
+	confirmPatience = 10 * time.Millisecond
+)
+
+// write writes a line to p's worker, giving up after patience (a worker
 // that does not read is skipped: the daemon never stalls on one); it
 // reports whether the line was written.
-func (in *Server) write(p *peer, line []byte) bool {
+func (in *Server) write(p *peer, line []byte, patience time.Duration) bool {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	_ = p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = p.conn.SetWriteDeadline(time.Now().Add(patience))
 	if _, err := p.conn.Write(line); err != nil {
 		in.log.Debug("write to a worker", zap.String("job", p.job), zap.Error(err))
 		return false
@@ -460,7 +470,7 @@ func (in *Server) Send(c telemetry.Control) int {
 	line := c.Encode()
 	n := 0
 	for _, p := range peers {
-		if !in.write(p, line) {
+		if !in.write(p, line, controlPatience) {
 			in.log.Warn("send control: the worker did not take it", zap.String("job", c.Job), zap.String("kind", c.Kind))
 			continue
 		}
