@@ -320,8 +320,14 @@ func (in *Server) write(p *peer, line []byte, patience time.Duration) bool {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	_ = p.conn.SetWriteDeadline(time.Now().Add(patience))
-	if _, err := p.conn.Write(line); err != nil {
+	n, err := p.conn.Write(line)
+	if err != nil {
 		in.log.Debug("write to a worker", zap.String("job", p.job), zap.Error(err))
+		if n > 0 {
+			// Part of a line went out: what follows would not parse. The
+			// worker reconnects and sends again what was not confirmed.
+			p.conn.Close()
+		}
 		return false
 	}
 	return true
