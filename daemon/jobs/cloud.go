@@ -155,7 +155,7 @@ func (c *controller) rechoose(ctx context.Context, why string) (api.Decision, bo
 	if now, ok := c.chooseNow(); ok {
 		d = now // the policy's models, priced now; the replay's last word may predate the change
 	}
-	dec := decision(cfg, c.obs.lastStep, time.Now().UTC(), d)
+	dec := decision(cfg, c.prog.now().LastStep, time.Now().UTC(), d)
 	dec.To = c.cloud.cur.Config(d.Config, cfg.LRScale)
 	dec.Reason = why + "; re-chosen over the offers now: " + dec.Reason
 	c.log.Info("re-chose", zap.String("why", why), zap.String("to", fmt.Sprintf("%+v", dec.To)))

@@ -37,7 +37,6 @@ type observer struct {
 	progress       float64
 	est            gns.Estimator
 	began, elapsed float64 // Unix seconds of the job's first step; seconds of the job so far
-	lastStep       int64   // the last step of rank 0 seen
 	// lastStepAt is the Unix time of the last step seen of any attempt;
 	// relaunch the measured relaunch before this attempt (from the last
 	// step of the previous one to the end of its first), reported once.
@@ -103,7 +102,6 @@ func (o *observer) add(r telemetry.StepRecord) (policy.Observation, bool) {
 		o.began = r.Time - r.Seconds
 	}
 	o.elapsed = r.Time - o.began
-	o.lastStep = r.Step
 	if o.seen == 0 && o.lastStepAt > 0 && r.Time > o.lastStepAt {
 		o.relaunch = r.Time - o.lastStepAt
 	}
