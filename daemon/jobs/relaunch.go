@@ -166,20 +166,17 @@ func (r *runner) conclude(out outcome) ending {
 	e := ending{state: api.StateSucceeded, code: res.ExitCode, msg: "all workers exited 0", res: &res}
 	stopped := out.stopped || res.Stopped
 	switch {
-	case stopped && out.killed:
-		e.state, e.code = api.StateStopped, exitKilled
-		e.msg = fmt.Sprintf("killed on request at step %d, before it had checkpointed", r.prog.now().LastStep)
-		if out.restore != "" {
-			e.msg += fmt.Sprintf("; its last complete checkpoint is of step %d", out.lastStep)
-			e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
-		}
-	case stopped && out.acked:
+	case stopped && out.acked && !out.killed:
 		e.state, e.code = api.StateStopped, exitStopped
 		e.msg = fmt.Sprintf("stopped on request after checkpointing step %d", out.lastStep)
 		e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
 	case stopped:
 		e.state, e.code = api.StateStopped, exitStopped
 		e.msg = fmt.Sprintf("stopped on request at step %d", r.prog.now().LastStep)
+		if out.killed {
+			e.code = exitKilled
+			e.msg = fmt.Sprintf("killed on request at step %d, before it had checkpointed", r.prog.now().LastStep)
+		}
 		if out.restore != "" {
 			e.msg += fmt.Sprintf("; its last complete checkpoint is of step %d", out.lastStep)
 			e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
