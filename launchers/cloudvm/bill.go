@@ -45,19 +45,14 @@ func (p *pool) saveChargesLocked() {
 	}
 }
 
-// endChargeLocked ends the charge of instance id at t (p.mu held).
-func (p *pool) endChargeLocked(id string, t time.Time) {
-	endCharge(p.charges, id, t)
-}
-
-func endCharge(cs []plugins.Charge, id string, t time.Time) bool {
+// endCharge ends the open charge of instance id in cs at t.
+func endCharge(cs []plugins.Charge, id string, t time.Time) {
 	for i := range cs {
 		if cs[i].Instance == id && cs[i].End == nil {
 			cs[i].End = &t
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // Charges lists the instances acquired for job and what they cost (see

@@ -180,12 +180,12 @@ func (l *Launcher) sync(ctx context.Context, p *pool) error {
 func (p *pool) charged(id string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range p.charges {
-		if c.Instance == id {
-			return true
-		}
-	}
-	return false
+	return p.chargedLocked(id)
+}
+
+// chargedLocked is charged with p.mu held.
+func (p *pool) chargedLocked(id string) bool {
+	return slices.ContainsFunc(p.charges, func(c plugins.Charge) bool { return c.Instance == id })
 }
 
 // addMember adds a provisioned instance to the pool and starts its charge.
@@ -196,10 +196,8 @@ func (l *Launcher) addMember(p *pool, in provider.Instance) *member {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.members[in.ID] = m
-	for _, c := range p.charges {
-		if c.Instance == in.ID {
-			return m // a retried request answered with what it launched before
-		}
+	if p.chargedLocked(in.ID) {
+		return m // a retried request answered with what it launched before
 	}
 	p.charges = append(p.charges, plugins.Charge{Instance: in.ID, Type: in.Type, Zone: in.Zone, Market: in.Market,
 		USDPerHour: priceOf(prices, offering{in.Type, in.Zone, in.Market}), Start: in.Launched, Granularity: b.Granularity, Minimum: b.Minimum})
@@ -233,7 +231,7 @@ func (l *Launcher) release(ctx context.Context, p *pool, ids []string) error {
 	err := l.terminate(ctx, ids)
 	p.mu.Lock()
 	for _, id := range ids {
-		p.endChargeLocked(id, now)
+		endCharge(p.charges, id, now)
 	}
 	p.saveChargesLocked()
 	p.mu.Unlock()
