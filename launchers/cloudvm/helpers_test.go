@@ -3,7 +3,6 @@ package cloudvm
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,64 +11,29 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
-	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
-var (
-	cloudOnce sync.Once
-	cloud     *localcloud.Cloud
-	cloudErr  error
-	cloudDir  string
-)
-
-// testCloud is the local cloud the tests of this package share (one bridge);
+// shared is the local cloud the tests of this package share (one bridge);
 // TestMain destroys it and checks that nothing of it is left.
-func testCloud(t *testing.T) *localcloud.Cloud {
-	t.Helper()
-	if err := nsmachine.Check(true); err != nil {
-		t.Skipf("SKIP: %v", err)
-	}
-	cloudOnce.Do(func() {
-		if cloudErr = subreaper.Become(); cloudErr != nil {
-			return
-		}
-		if cloudDir, cloudErr = os.MkdirTemp("", "cloudvm-test-"); cloudErr != nil {
-			return
-		}
-		cat := localcloud.DefaultCatalog()
-		cat.Zones = []string{"loc-a", "loc-b"}
-		// loc.wide takes 4 workers on one instance (the conformance suite's
-		// ranks share a host).
-		cat.Types = append(cat.Types, localcloud.Type{Name: "loc.wide", CPUs: 1, MemoryMiB: 2048, DiskMiB: 64, Slots: 4, OnDemandUSD: 0.4, SpotUSD: 0.1})
-		cloud, cloudErr = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: cloudDir, Catalog: cat})
-	})
-	if cloudErr != nil {
-		t.Fatalf("local cloud: %v", cloudErr)
-	}
-	return cloud
+var shared = localcloudtest.Shared{Catalog: testCatalog()}
+
+// testCatalog is the default catalog in zones loc-a and loc-b, plus
+// loc.wide, which takes 4 workers on one instance (the conformance suite's
+// ranks share a host).
+func testCatalog() *localcloud.Catalog {
+	cat := localcloud.DefaultCatalog()
+	cat.Zones = []string{"loc-a", "loc-b"}
+	cat.Types = append(cat.Types, localcloud.Type{Name: "loc.wide", CPUs: 1, MemoryMiB: 2048, DiskMiB: 64, Slots: 4, OnDemandUSD: 0.4, SpotUSD: 0.1})
+	return cat
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cloud != nil {
-		if err := cloud.Destroy(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "destroy the local cloud:", err)
-			code = 1
-		}
-		if left := cloud.Leftovers(); len(left) > 0 {
-			fmt.Fprintln(os.Stderr, "left of the local cloud:", left)
-			code = 1
-		}
-		_ = os.RemoveAll(cloudDir)
-	}
-	if kids := subreaper.Settle(5 * time.Second); len(kids) > 0 && code == 0 {
-		fmt.Fprintln(os.Stderr, "processes left behind:", kids)
-		code = 1
-	}
-	os.Exit(code)
-}
+// testCloud is the shared local cloud.
+func testCloud(t *testing.T) *localcloud.Cloud { return shared.Get(t) }
+
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // newLauncher makes a launcher on prov (the shared cloud when nil) with its
 // own owner and state directory, closed when the test ends.

@@ -2,74 +2,29 @@ package awscloud
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
-	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // The tests run the provider, with the real SDK, against the EC2 emulation
 // (internal/ec2emu) whose instances are the local cloud's machines.
 
-var (
-	cloudOnce sync.Once
-	cloud     *localcloud.Cloud
-	cloudErr  error
-	cloudDir  string
-)
+// shared is the local cloud the tests share.
+var shared localcloudtest.Shared
 
-// backend is the local cloud the tests share.
-func backend(t *testing.T) *localcloud.Cloud {
-	t.Helper()
-	if err := nsmachine.Check(true); err != nil {
-		t.Skipf("SKIP: %v", err)
-	}
-	cloudOnce.Do(func() {
-		if cloudErr = subreaper.Become(); cloudErr != nil {
-			return
-		}
-		if cloudDir, cloudErr = os.MkdirTemp("", "awscloud-test-"); cloudErr != nil {
-			return
-		}
-		cloud, cloudErr = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: cloudDir})
-	})
-	if cloudErr != nil {
-		t.Fatal(cloudErr)
-	}
-	return cloud
-}
+// backend is the shared local cloud.
+func backend(t *testing.T) *localcloud.Cloud { return shared.Get(t) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cloud != nil {
-		if err := cloud.Destroy(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "destroy the local cloud:", err)
-			code = 1
-		}
-		if left := cloud.Leftovers(); len(left) > 0 {
-			fmt.Fprintln(os.Stderr, "left of the local cloud:", left)
-			code = 1
-		}
-		_ = os.RemoveAll(cloudDir)
-	}
-	if kids := subreaper.Settle(5 * time.Second); len(kids) > 0 && code == 0 {
-		fmt.Fprintln(os.Stderr, "processes left behind:", kids)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // emulated is an emulated EC2 region and a provider pointed at it.
 type emulated struct {
