@@ -243,17 +243,28 @@ func (tn *Net) Thaw(i int) error { return tn.signalAll(i, syscall.SIGCONT) }
 
 // signalAll sends sig to every process on host i until each is stopped
 // (SIGSTOP) or none is (SIGCONT): a process forked meanwhile gets it too.
+// A process in uninterruptible sleep (D) that was sent SIGSTOP counts as
+// stopped: it stops as its system call returns, and on a loaded machine
+// that can take longer than the wait here.
 func (tn *Net) signalAll(i int, sig syscall.Signal) error {
-	want := func(state string) bool { return (state == "T") == (sig == syscall.SIGSTOP) }
+	stop := sig == syscall.SIGSTOP
+	sent := map[int]bool{}
+	want := func(p Proc) bool {
+		if stop && p.State == "D" && sent[p.PID] {
+			return true
+		}
+		return (p.State == "T") == stop
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		done := true
 		for _, p := range tn.Procs(i) {
-			if p.State == "Z" || want(p.State) {
+			if p.State == "Z" || want(p) {
 				continue
 			}
 			done = false
 			_ = syscall.Kill(p.PID, sig)
+			sent[p.PID] = true
 		}
 		if done {
 			return nil

@@ -75,20 +75,23 @@ func TestAgainstAWSMetadataMock(t *testing.T) {
 	bin := buildMock(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	began := time.Now() // the mock counts its delays from its start
+	// The mock counts its delays in whole seconds: on a loaded machine its
+	// 2 s delay was once answered 1.2 s after it was started. A notice may
+	// come up to a second before a delay measured from here.
+	began := time.Now()
 	endpoint := startMock(t, bin, 2, 4)
 
 	w := New(Options{Endpoint: endpoint, Interval: 100 * time.Millisecond, Rebalance: true})
 	defer w.Close()
-	if n, ok, err := w.Poll(ctx); err != nil || ok && time.Since(began) < 1500*time.Millisecond {
+	if n, ok, err := w.Poll(ctx); err != nil || ok && time.Since(began) < time.Second {
 		t.Fatalf("Poll before the delays = %+v, %v, %v; want no notice", n, ok, err) // (a slow start may reach them)
 	}
 	n, err := w.Wait(ctx, func(err error) { t.Logf("poll: %v", err) })
 	if err != nil || n.Kind != KindRebalance || n.Time.IsZero() {
 		t.Fatalf("first notice %+v, %v; want a rebalance recommendation", n, err)
 	}
-	if d := time.Since(began); d < 1500*time.Millisecond {
-		t.Errorf("rebalance recommendation after %s, before its 2 s delay", d)
+	if d := time.Since(began); d < time.Second {
+		t.Errorf("rebalance recommendation after %s, a second before its 2 s delay", d)
 	}
 
 	interruptions := New(Options{Endpoint: endpoint, Interval: 100 * time.Millisecond})
@@ -97,8 +100,8 @@ func TestAgainstAWSMetadataMock(t *testing.T) {
 	if err != nil || n.Kind != KindInterruption || n.Action != "terminate" {
 		t.Fatalf("notice %+v, %v; want a termination", n, err)
 	}
-	if d := time.Since(began); d < 3500*time.Millisecond {
-		t.Errorf("termination notice after %s, before its 4 s delay", d)
+	if d := time.Since(began); d < 3*time.Second {
+		t.Errorf("termination notice after %s, a second before its 4 s delay", d)
 	}
 	if ahead := time.Until(n.Time); ahead < time.Minute || ahead > 3*time.Minute {
 		t.Errorf("termination at %s, %s from now; want about two minutes ahead", n.Time, ahead)
