@@ -125,13 +125,3 @@ func (r *runner) settleCost(ctx context.Context) {
 	}
 	chargeJob(ctx, b, &r.rec.job, true, r.log)
 }
-
-// settleLostCost records the final costs of a job the previous daemon lost,
-// once its leftovers are stopped.
-func (g *Registry) settleLostCost(ctx context.Context, j *api.Job) {
-	b, ok := g.o.Launcher.(plugins.Biller)
-	if !ok {
-		return
-	}
-	chargeJob(ctx, b, j, true, g.log)
-}

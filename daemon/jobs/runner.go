@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -201,7 +200,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 	}
 	p := plan{resumePoint: r.from, cfg: j.Config}
 	p.attempt = max(p.attempt, 1)
-	r.drainSpool(kill, !p.reattach) // what the workers of an attempt before a restart left
+	r.g.drainSpool(kill, r.rec.job, !p.reattach) // what the workers of an attempt before a restart left
 	hostLosses := 0
 	for {
 		h, end, ok := r.begin(kill, &p, outSteps)
@@ -342,40 +341,11 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	}
 	// The end must be stored, or a follower waits for it forever: while the
 	// store cannot write (a full state disk) it is tried again until it can.
-	_ = r.keepTrying(ctx, "record the end of the job", func() error { return r.store(ctx) })
+	_ = keepTrying(ctx, r.log, "record the end of the job", func() error { return r.store(ctx) })
 	fin := telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
 		State: string(e.state), Handover: handover, Time: now}
-	_ = r.keepTrying(ctx, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
+	_ = keepTrying(ctx, r.log, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
 	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
-}
-
-// keepTrying calls fn until it succeeds, fails for good (a conflict), or
-// ctx ends, waiting longer after each failure (up to 5s); it logs the first
-// failure and the success after it.
-func (r *runner) keepTrying(ctx context.Context, what string, fn func() error) error {
-	wait := 250 * time.Millisecond
-	for n := 0; ; n++ {
-		err := fn()
-		switch {
-		case err == nil && n > 0:
-			r.log.Info(what+": done after waiting", zap.Int("tries", n+1))
-			return nil
-		case err == nil:
-			return nil
-		case errors.Is(err, ErrConflict):
-			r.log.Error(what, zap.Error(err))
-			return err
-		case n == 0:
-			r.log.Warn(what+": the store refuses it; trying again until it takes it (is the state disk full?)", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			r.log.Error(what+": gave up, the daemon is stopping", zap.Error(err))
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // save folds the progress into the record and writes it; a failure is
