@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -35,10 +36,10 @@ type runner struct {
 
 	stops    chan time.Duration // a stop request with its grace; buffered 1
 	moves    chan moveReq       // taken while an attempt runs
-	verdicts chan verdict       // from the controller
+	verdicts chan control.Verdict // from the controller
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
-	ctl      *controller // the job's controller, when it has one (cloud.go)
+	ctl      *control.Controller // the job's controller, when it has one
 }
 
 // current is the attempt a job runs now and its configuration.
@@ -107,7 +108,7 @@ func failed(code int, msg string) ending {
 func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner {
 	r := &runner{
 		g: g, log: g.log.With(zap.String("job", rec.job.ID)), rec: rec, env: env, from: from,
-		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan verdict),
+		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan control.Verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
 	}
 	r.out = newJobOutput(rec.job, r.publishLine)
@@ -123,15 +124,14 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 func (r *runner) run(kill, shutdown context.Context) {
 	defer close(r.done)
 	j := r.rec.job
-	var ctl *controller
 	if j.Optimize.Active() {
 		var err error
-		if ctl, err = newController(kill, j, r.g.o.Launcher, r.current, &r.prog, r.verdicts, r.log); err != nil {
+		if r.ctl, err = r.newController(kill); err != nil {
 			r.finish(kill, failed(1, fmt.Sprintf("optimizer: %v", err)))
 			return
 		}
-		r.ctl = ctl
 	}
+	ctl := r.ctl
 	unfollow, err := r.follow(ctl)
 	if err != nil {
 		r.finish(kill, failed(1, err.Error()))
@@ -143,7 +143,7 @@ func (r *runner) run(kill, shutdown context.Context) {
 	go func() {
 		defer close(ctlDone)
 		if ctl != nil {
-			ctl.run(ctlCtx)
+			ctl.Run(ctlCtx)
 		}
 	}()
 	end := r.attempts(kill, shutdown)
@@ -159,14 +159,14 @@ func (r *runner) run(kill, shutdown context.Context) {
 
 // follow subscribes to the job's step records (for its progress and its
 // controller, when it has one) and its pre-emption notices.
-func (r *runner) follow(ctl *controller) (unfollow func(), err error) {
+func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 	id := r.rec.job.ID
 	steps, err := r.g.o.NC.Subscribe(telemetry.StepSubject(id), func(m *nats.Msg) {
 		recs, _ := telemetry.DecodeBatch(m.Data)
 		for _, rec := range recs {
 			r.prog.saw(rec)
 			if ctl != nil {
-				ctl.offer(rec)
+				ctl.Step(rec)
 			}
 		}
 	})
@@ -285,6 +285,7 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
+	r.observeMarket(ctx)
 	note := ""
 	if p.note != "" {
 		note = " after a crash (" + p.note + ")"
@@ -380,11 +381,17 @@ func (r *runner) snapshot() api.Job {
 	return j
 }
 
-// current is the attempt the job runs now and its configuration.
-func (r *runner) current() (int, plugins.Config) {
+// Current is the attempt the job runs now and its configuration.
+func (r *runner) Current() (int, plugins.Config) {
 	c := r.cur.Load()
 	return c.attempt, c.cfg
 }
+
+// LastStep is the newest step the job's rank 0 completed.
+func (r *runner) LastStep() int64 { return r.prog.now().LastStep }
+
+// SetNoise records the controller's latest gradient noise scale estimate.
+func (r *runner) SetNoise(noise float64) { r.prog.setNoise(noise) }
 
 // requestStop asks the job to stop with grace (0: its own).
 func (r *runner) requestStop(grace time.Duration) {
