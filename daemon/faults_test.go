@@ -642,10 +642,8 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 	bin, state := scavdBin(t), scavdStateDir(t)
 	p, c := startScavd(t, bin, state)
 	var js []api.Job
-	var sides []string
 	for k := 0; k < 4; k++ {
-		side := t.TempDir()
-		js, sides = append(js, submitWorkers(t, c, python, side, total, every, false)), append(sides, side)
+		js = append(js, submitWorkers(t, c, python, t.TempDir(), total, every, false))
 	}
 	// Stopped early (within a second of its first step record, most often
 	// before its first periodic checkpoint), each job must still

@@ -318,7 +318,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	i = logs.wait(t, i, "config reload failed; the running config stays", "did not find expected node content")
+	logs.wait(t, i, "config reload failed; the running config stays", "did not find expected node content")
 	notify.expect(t, "READY=1")
 	notify.expect(t, "WATCHDOG=1")
 
