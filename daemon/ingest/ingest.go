@@ -14,6 +14,7 @@
 package ingest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -96,9 +97,10 @@ type Server struct {
 	lastWarn map[string]time.Time
 
 	// held keeps the step batches the store refused for want of space;
-	// closing is closed when the server closes.
-	held    held
-	closing chan struct{}
+	// closing ends when the server closes (and with it their retries).
+	held        held
+	closing     context.Context
+	stopClosing context.CancelFunc
 
 	wg sync.WaitGroup
 }
@@ -150,8 +152,8 @@ func newServer(pub Publisher, log *zap.Logger) *Server {
 		open:     make(map[net.Conn]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
 		lastWarn: make(map[string]time.Time),
-		closing:  make(chan struct{}),
 	}
+	in.closing, in.stopClosing = context.WithCancel(context.Background())
 	in.held.cond = sync.NewCond(&in.held.mu)
 	in.held.done = make(chan struct{})
 	for _, r := range DropReasons {
@@ -185,7 +187,7 @@ func (in *Server) Close() {
 		return
 	}
 	in.closed = true
-	close(in.closing)
+	in.stopClosing()
 	in.ln.Close()
 	for c := range in.open {
 		if r, ok := c.(interface{ CloseRead() error }); ok {
