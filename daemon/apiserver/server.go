@@ -82,6 +82,7 @@ type Server struct {
 	cancelBase context.CancelFunc
 	srvs       []*http.Server
 	addr       string // the TCP listener's address ("" without one)
+	socket     string // the unix socket this server made ("" before it has)
 	forwardSub *nats.Subscription
 	wg         sync.WaitGroup
 }
@@ -107,6 +108,7 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.socket = o.Socket
 	s.serve(ln, nil, func(ctx context.Context, c net.Conn) context.Context {
 		o, err := s.peerOwner(c)
 		return context.WithValue(ctx, callerKey{}, caller{owner: o, err: err})
@@ -220,7 +222,8 @@ func (s *Server) tokenAuth(next http.Handler) http.Handler {
 func (s *Server) Addr() string { return s.addr }
 
 // Close ends every stream, stops the listeners and waits for them; the
-// unix socket is removed.
+// unix socket is removed (only when this server made it: not another
+// daemon's that it found serving).
 func (s *Server) Close(ctx context.Context) {
 	if s.forwardSub != nil {
 		_ = s.forwardSub.Unsubscribe()
@@ -234,7 +237,7 @@ func (s *Server) Close(ctx context.Context) {
 		cancel()
 	}
 	s.wg.Wait()
-	if s.o.Socket != "" {
-		_ = os.Remove(s.o.Socket)
+	if s.socket != "" {
+		_ = os.Remove(s.socket)
 	}
 }

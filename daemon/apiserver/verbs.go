@@ -23,9 +23,9 @@ type verb func(ctx context.Context, caller api.Owner, body []byte) (any, error)
 // verbs are the request/reply verbs by name.
 func (s *Server) verbs() map[string]verb {
 	return map[string]verb{
-		api.VerbPing: func(context.Context, api.Owner, []byte) (any, error) { return s.o.Info(), nil },
-		api.VerbStats: func(context.Context, api.Owner, []byte) (any, error) {
-			return api.Stats{Info: s.o.Info(), Ingest: s.o.Ingest()}, nil
+		api.VerbPing: func(ctx context.Context, who api.Owner, _ []byte) (any, error) { return s.info(ctx, who), nil },
+		api.VerbStats: func(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+			return api.Stats{Info: s.info(ctx, who), Ingest: s.o.Ingest()}, nil
 		},
 		api.VerbRun:         s.run,
 		api.VerbStop:        s.stop,
@@ -34,7 +34,7 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbResume:      s.resume,
 		api.VerbMove:        s.move,
 		api.VerbAllocation:  s.allocation,
-		api.VerbAllocations: func(ctx context.Context, _ api.Owner, _ []byte) (any, error) { return s.o.Allocations.List(ctx) },
+		api.VerbAllocations: s.allocations,
 	}
 }
 
@@ -55,7 +55,8 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// info describes the daemon to who: its running jobs are those who may read.
+// info describes the daemon to who: its running jobs are those who may
+// read (root: all), so that ping and stats name no other user's job.
 func (s *Server) info(ctx context.Context, who api.Owner) api.Info {
 	i := s.o.Info()
 	mine := []string{}
@@ -265,4 +266,19 @@ func (s *Server) allocation(ctx context.Context, who api.Owner, body []byte) (an
 		return nil, fmt.Errorf("%w: allocation event %q: use %q or %q", api.ErrBadRequest, ev.Event, api.AllocationBegin, api.AllocationEnd)
 	}
 	return s.o.Allocations.Report(ctx, ev)
+}
+
+// allocations lists the scheduler allocations of the caller (root: all).
+func (s *Server) allocations(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+	all, err := s.o.Allocations.List(ctx)
+	if err != nil || who.Root() {
+		return all, err
+	}
+	mine := []api.Allocation{}
+	for _, a := range all {
+		if a.UID == int(who.UID) {
+			mine = append(mine, a)
+		}
+	}
+	return mine, nil
 }
