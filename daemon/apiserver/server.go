@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/unixsock"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -104,7 +105,7 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.serveForwarded(s.verbs()); err != nil {
 		return nil, err
 	}
-	ln, err := listenUnix(o.Socket, o.Shared)
+	ln, err := unixsock.Listen(o.Socket, "api socket", "choose a shorter --state-dir", o.Shared)
 	if err != nil {
 		return nil, err
 	}
@@ -119,31 +120,6 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 		}
 	}
 	return s, nil
-}
-
-// listenUnix creates the API socket, replacing a stale one.
-func listenUnix(path string, shared bool) (net.Listener, error) {
-	if len(path) > 107 {
-		return nil, fmt.Errorf("listen on api socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir", path, len(path))
-	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("listen on api socket %s: another daemon is serving it", path)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on api socket %s: %w", path, err)
-	}
-	mode := os.FileMode(0o600)
-	if shared {
-		mode = 0o666 // who calls is the kernel's word, not the file's mode
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("set the mode of api socket %s: %w", path, err)
-	}
-	return ln, nil
 }
 
 // listenTCP serves the API on Options.Listen, with tokens, and TLS off loopback.

@@ -16,10 +16,8 @@ package ingest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/unixsock"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -109,28 +108,9 @@ type Server struct {
 // this user's processes can write, or 0666 with Options.Shared) and starts
 // serving it. A stale socket file left by a dead daemon is replaced.
 func Listen(path string, pub Publisher, o Options) (*Server, error) {
-	if len(path) > 107 {
-		return nil, fmt.Errorf("listen on telemetry socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir or --socket", path, len(path))
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
-		return nil, fmt.Errorf("create socket directory for %s: %w", path, err)
-	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("listen on telemetry socket %s: another daemon is serving it", path)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path, "telemetry socket", "choose a shorter --state-dir or --socket", o.Shared)
 	if err != nil {
-		return nil, fmt.Errorf("listen on telemetry socket %s: %w", path, err)
-	}
-	mode := os.FileMode(0o600)
-	if o.Shared {
-		mode = 0o666
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("set the mode of telemetry socket %s: %w", path, err)
+		return nil, err
 	}
 	in := newServer(pub, o.Log)
 	in.verify = o.Verify
