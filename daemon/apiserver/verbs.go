@@ -164,19 +164,28 @@ func ownerName(j api.Job) string {
 	return j.Owner.User
 }
 
-func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.StopRequest
-	if err := decode(api.VerbStop, body, &req); err != nil {
+// onJob serves a request that acts on one job: it decodes verb's request,
+// checks that who may act on the job it names (what names the act in a
+// refusal) and runs act on this node, or forwards the request to the daemon
+// of the job's node.
+func onJob[R any](ctx context.Context, s *Server, who api.Owner, verb, what string, body []byte, job func(R) string, act func(R) (api.Job, error)) (any, error) {
+	var req R
+	if err := decode(verb, body, &req); err != nil {
 		return nil, err
 	}
-	j, err := s.owned(ctx, who, req.Job, "stop")
+	j, err := s.owned(ctx, who, job(req), what)
 	if err != nil {
 		return nil, err
 	}
 	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbStop, who, body)
+		return s.forward(ctx, j.Node, verb, who, body)
 	}
-	return s.o.Jobs.Stop(req.Job, req.Grace.D())
+	return act(req)
+}
+
+func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	return onJob(ctx, s, who, api.VerbStop, "stop", body, func(r api.StopRequest) string { return r.Job },
+		func(r api.StopRequest) (api.Job, error) { return s.o.Jobs.Stop(r.Job, r.Grace.D()) })
 }
 
 func (s *Server) job(ctx context.Context, who api.Owner, body []byte) (any, error) {
@@ -220,36 +229,18 @@ func ownedBy(j api.Job, who api.Owner) bool {
 }
 
 func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.ResumeRequest
-	if err := decode(api.VerbResume, body, &req); err != nil {
-		return nil, err
-	}
-	j, err := s.owned(ctx, who, req.Job, "resume")
-	if err != nil {
-		return nil, err
-	}
-	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbResume, who, body)
-	}
-	return s.o.Jobs.Resume(ctx, req.Job, req.Env)
+	return onJob(ctx, s, who, api.VerbResume, "resume", body, func(r api.ResumeRequest) string { return r.Job },
+		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env) })
 }
 
 func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.MoveRequest
-	if err := decode(api.VerbMove, body, &req); err != nil {
-		return nil, err
-	}
-	j, err := s.owned(ctx, who, req.Job, "move")
-	if err != nil {
-		return nil, err
-	}
-	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbMove, who, body)
-	}
-	if req.Reason == "" {
-		req.Reason = "requested"
-	}
-	return s.o.Jobs.Move(ctx, req.Job, req.Config, req.Reason)
+	return onJob(ctx, s, who, api.VerbMove, "move", body, func(r api.MoveRequest) string { return r.Job },
+		func(r api.MoveRequest) (api.Job, error) {
+			if r.Reason == "" {
+				r.Reason = "requested"
+			}
+			return s.o.Jobs.Move(ctx, r.Job, r.Config, r.Reason)
+		})
 }
 
 // allocation records a scheduler hook's report: root's (slurmd runs the
