@@ -30,12 +30,17 @@ import (
 // random port, state in a temporary directory) and a client connected to it.
 func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
+	return startDaemonWith(t, "scavd-test-", Config{Listen: "127.0.0.1:0"})
+}
+
+// startDaemonWith runs a daemon of cfg, its state in a temporary directory
+// named after prefix, and a client connected to it; both are closed and
+// the directory removed when t ends.
+func startDaemonWith(t *testing.T, prefix string, cfg Config) (*Daemon, *api.Client) {
+	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "scavd-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	cfg.StateDir = shortDir(t, prefix)
+	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
@@ -49,9 +54,20 @@ func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 		if err := d.Close(); err != nil {
 			t.Errorf("close daemon: %v", err)
 		}
-		os.RemoveAll(dir)
 	})
 	return d, c
+}
+
+// shortDir is a temporary directory removed when t ends, outside
+// t.TempDir: the paths of the sockets in it must be short (107 bytes).
+func shortDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // helloLine is the hello that binds a connection to job's first attempt,
@@ -205,11 +221,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 func TestJoinsExternalNATS(t *testing.T) {
 	seed, pub := testnats.Key(t)
 	ns := testnats.Server(t, pub)
-	state, err := os.MkdirTemp("", "scavd-ext-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := shortDir(t, "scavd-ext-")
 	ctx := context.Background()
 	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL(), NATSKey: seed}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {

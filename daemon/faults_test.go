@@ -532,19 +532,11 @@ type scavdProc struct {
 	done chan struct{}
 }
 
-// startScavd starts bin on state and waits for its API.
 // scavdStateDir is a state directory for a scavd of the test's own, removed
 // when the test ends (outside t.TempDir: its sockets' paths must be short).
-func scavdStateDir(t *testing.T) string {
-	t.Helper()
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	return state
-}
+func scavdStateDir(t *testing.T) string { return shortDir(t, "scavf-") }
 
+// startScavd starts bin on state and waits for its API.
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
@@ -695,11 +687,7 @@ func floodTrial(t *testing.T, python string) trialResult {
 	if os.Getenv("SCAV_BENCH_FAULTS") != "" {
 		mb = 1000
 	}
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
+	state := scavdStateDir(t)
 	p, c := startScavd(t, scavdBin(t), state)
 	ctx := context.Background()
 	run := func(cmd ...string) api.Job {

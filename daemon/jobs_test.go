@@ -150,11 +150,7 @@ func TestMoveUninstrumentedJobBySignal(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir, err := os.MkdirTemp("", "scavd-move-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
+			dir := shortDir(t, "scavd-move-")
 			log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 			d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0",
 				Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2})}, log)

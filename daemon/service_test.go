@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,11 +20,7 @@ import (
 // once the daemon serves, STATUS= lines that follow the running jobs,
 // WATCHDOG=1 pings, and STOPPING=1 when it shuts down.
 func TestRunNotifiesSystemd(t *testing.T) {
-	dir, err := os.MkdirTemp("", "scavd-notify-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t, "scavd-notify-")
 	sock := filepath.Join(dir, "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -127,11 +122,7 @@ func TestDefaultStateDirIsSystemds(t *testing.T) {
 // TestRunWithoutServiceManager: no NOTIFY_SOCKET, nothing to tell; Run
 // serves and stops as before.
 func TestRunWithoutServiceManager(t *testing.T) {
-	state, err := os.MkdirTemp("", "scavd-plain-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := shortDir(t, "scavd-plain-")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

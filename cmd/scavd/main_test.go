@@ -115,11 +115,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	if err := subreaper.Become(); err != nil {
 		t.Fatal(err)
 	}
-	state, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := shortDir(t, "scav-")
 	pidFile := filepath.Join(state, "worker.pid")
 	first, c := startScavd(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -161,13 +161,21 @@ type notifySocket struct {
 	msgs chan string
 }
 
-func listenNotify(t *testing.T) *notifySocket {
+// shortDir is a temporary directory removed when t ends, outside
+// t.TempDir: the paths of the sockets in it must be short (107 bytes).
+func shortDir(t *testing.T, prefix string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sdn-") // short: sun_path is 108 bytes
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func listenNotify(t *testing.T) *notifySocket {
+	t.Helper()
+	dir := shortDir(t, "sdn-") // short: sun_path is 108 bytes
 	n := &notifySocket{path: filepath.Join(dir, "notify"), msgs: make(chan string, 1000)}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
 	if err != nil {
@@ -249,11 +257,7 @@ func (w *logWatcher) wait(t *testing.T, from int, want ...string) int {
 // STOPPING=1 and exit 0 on SIGTERM.
 func TestServiceLifecycle(t *testing.T) {
 	bin := scavdBinary(t)
-	state, err := os.MkdirTemp("", "scavd-svc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := shortDir(t, "scavd-svc-")
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_level: info\nlog_format: json\n", state))
 	notify := listenNotify(t)
 
@@ -398,11 +402,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 // and the new process resumes it from that checkpoint.
 func TestRestartResumesJobs(t *testing.T) {
 	bin := scavdBinary(t)
-	state, err := os.MkdirTemp("", "scavd-rs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := shortDir(t, "scavd-rs-")
 	work := t.TempDir()
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_format: json\n", state))
 	start := func() (*exec.Cmd, *api.Client) {
