@@ -21,6 +21,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -39,7 +40,7 @@ func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 func startDaemonWith(t *testing.T, prefix string, cfg Config) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
-	cfg.StateDir = shortDir(t, prefix)
+	cfg.StateDir = testdir.Short(t, prefix)
 	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
@@ -56,18 +57,6 @@ func startDaemonWith(t *testing.T, prefix string, cfg Config) (*Daemon, *api.Cli
 		}
 	})
 	return d, c
-}
-
-// shortDir is a temporary directory removed when t ends, outside
-// t.TempDir: the paths of the sockets in it must be short (107 bytes).
-func shortDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // helloLine is the hello that binds a connection to job's first attempt,
@@ -221,7 +210,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 func TestJoinsExternalNATS(t *testing.T) {
 	seed, pub := testnats.Key(t)
 	ns := testnats.Server(t, pub)
-	state := shortDir(t, "scavd-ext-")
+	state := testdir.Short(t, "scavd-ext-")
 	ctx := context.Background()
 	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL(), NATSKey: seed}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {

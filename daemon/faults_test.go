@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -534,7 +535,7 @@ type scavdProc struct {
 
 // scavdStateDir is a state directory for a scavd of the test's own, removed
 // when the test ends (outside t.TempDir: its sockets' paths must be short).
-func scavdStateDir(t *testing.T) string { return shortDir(t, "scavf-") }
+func scavdStateDir(t *testing.T) string { return testdir.Short(t, "scavf-") }
 
 // startScavd starts bin on state and waits for its API.
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -150,7 +151,7 @@ func TestMoveUninstrumentedJobBySignal(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := shortDir(t, "scavd-move-")
+			dir := testdir.Short(t, "scavd-move-")
 			log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 			d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0",
 				Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2})}, log)

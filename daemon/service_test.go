@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -20,7 +21,7 @@ import (
 // once the daemon serves, STATUS= lines that follow the running jobs,
 // WATCHDOG=1 pings, and STOPPING=1 when it shuts down.
 func TestRunNotifiesSystemd(t *testing.T) {
-	dir := shortDir(t, "scavd-notify-")
+	dir := testdir.Short(t, "scavd-notify-")
 	sock := filepath.Join(dir, "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -122,7 +123,7 @@ func TestDefaultStateDirIsSystemds(t *testing.T) {
 // TestRunWithoutServiceManager: no NOTIFY_SOCKET, nothing to tell; Run
 // serves and stops as before.
 func TestRunWithoutServiceManager(t *testing.T) {
-	state := shortDir(t, "scavd-plain-")
+	state := testdir.Short(t, "scavd-plain-")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -59,14 +60,7 @@ func needTorch(t *testing.T) {
 }
 
 // stateDir is a short private state directory (unix socket paths are short).
-func stateDir(t *testing.T) string {
-	d, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func stateDir(t *testing.T) string { return testdir.Short(t, "scav-") }
 
 // scavctl runs the binary to completion and returns its output and exit code.
 func scavctl(t *testing.T, state string, args ...string) (stdout, stderr string, code int) {

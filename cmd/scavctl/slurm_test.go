@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 )
 
 // slurmEnv is the environment Slurm gives a prolog/epilog hook.
@@ -128,11 +129,7 @@ func allocation(t *testing.T, state, key string) api.Allocation {
 // BenchmarkSlurmPrologHook measures a prolog hook from exec to exit against a
 // running daemon: Slurm waits for it before every job starts (target < 100 ms).
 func BenchmarkSlurmPrologHook(b *testing.B) {
-	state, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(b, "scav-")
 	d, err := daemon.Start(context.Background(), daemon.Config{StateDir: state, Listen: "127.0.0.1:0"}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -115,7 +116,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	if err := subreaper.Become(); err != nil {
 		t.Fatal(err)
 	}
-	state := shortDir(t, "scav-")
+	state := testdir.Short(t, "scav-")
 	pidFile := filepath.Join(state, "worker.pid")
 	first, c := startScavd(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

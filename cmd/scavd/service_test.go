@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -161,21 +162,9 @@ type notifySocket struct {
 	msgs chan string
 }
 
-// shortDir is a temporary directory removed when t ends, outside
-// t.TempDir: the paths of the sockets in it must be short (107 bytes).
-func shortDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func listenNotify(t *testing.T) *notifySocket {
 	t.Helper()
-	dir := shortDir(t, "sdn-") // short: sun_path is 108 bytes
+	dir := testdir.Short(t, "sdn-") // short: sun_path is 108 bytes
 	n := &notifySocket{path: filepath.Join(dir, "notify"), msgs: make(chan string, 1000)}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
 	if err != nil {
@@ -257,7 +246,7 @@ func (w *logWatcher) wait(t *testing.T, from int, want ...string) int {
 // STOPPING=1 and exit 0 on SIGTERM.
 func TestServiceLifecycle(t *testing.T) {
 	bin := scavdBinary(t)
-	state := shortDir(t, "scavd-svc-")
+	state := testdir.Short(t, "scavd-svc-")
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_level: info\nlog_format: json\n", state))
 	notify := listenNotify(t)
 
@@ -402,7 +391,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 // and the new process resumes it from that checkpoint.
 func TestRestartResumesJobs(t *testing.T) {
 	bin := scavdBinary(t)
-	state := shortDir(t, "scavd-rs-")
+	state := testdir.Short(t, "scavd-rs-")
 	work := t.TempDir()
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_format: json\n", state))
 	start := func() (*exec.Cmd, *api.Client) {

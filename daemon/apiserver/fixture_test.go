@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -189,23 +189,11 @@ type fixture struct {
 	socks  map[string]string // test listeners by caller
 }
 
-// tempDir is a short temporary directory (a unix socket's path has 107
-// bytes at most), removed when t ends.
-func tempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "apis")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // newFixture serves the API of node n1; opt, when set, changes its options.
 func newFixture(t *testing.T, opt func(*Options)) *fixture {
 	t.Helper()
 	nc, js := testnats.JetStream(t)
-	f := &fixture{jobs: &registry{}, allocs: &allocations{}, nc: nc, js: js, dir: tempDir(t), socks: map[string]string{}}
+	f := &fixture{jobs: &registry{}, allocs: &allocations{}, nc: nc, js: js, dir: testdir.Short(t, "apis"), socks: map[string]string{}}
 	f.jobs.add("alice-1", "n1", &alice)
 	f.jobs.add("alice-2", "n2", &alice)
 	f.jobs.add("bob-1", "n1", &bob)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 )
 
 // TestUnixSocketCallerIsItsPeer: on the daemon's socket the caller is the
@@ -84,7 +85,7 @@ func TestTokensNameTheCallerOnTCP(t *testing.T) {
 	if hasNobody {
 		lines += "# a comment\n\n" + nobodyToken + " nobody\n"
 	}
-	tokens := filepath.Join(tempDir(t), "tokens")
+	tokens := filepath.Join(testdir.Short(t, "apis"), "tokens")
 	if err := os.WriteFile(tokens, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestTokensNameTheCallerOnTCP(t *testing.T) {
 
 // TestListenRefuses: what Listen will not serve, each named with its fix.
 func TestListenRefuses(t *testing.T) {
-	dir := tempDir(t)
+	dir := testdir.Short(t, "apis")
 	write := func(name, text string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(text), mode); err != nil {
@@ -152,7 +153,7 @@ func TestListenRefuses(t *testing.T) {
 			o := tc.o
 			o.Log = zaptest.NewLogger(t)
 			if o.Socket == "" {
-				o.Socket = filepath.Join(tempDir(t), "api.sock")
+				o.Socket = filepath.Join(testdir.Short(t, "apis"), "api.sock")
 			}
 			s, err := Listen(context.Background(), o)
 			if err == nil {
@@ -188,7 +189,7 @@ func TestSecondServerLeavesTheFirst(t *testing.T) {
 // mode 0666: who calls is the kernel's word, not the file's mode. Close
 // removes it.
 func TestSharedSocketIsOpenToEveryUser(t *testing.T) {
-	sock := filepath.Join(tempDir(t), "api.sock")
+	sock := filepath.Join(testdir.Short(t, "apis"), "api.sock")
 	s, err := Listen(context.Background(), Options{Log: zaptest.NewLogger(t), Socket: sock, Shared: true})
 	if err != nil {
 		t.Fatal(err)

@@ -6,17 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 )
 
 // TestListen: a socket in a new directory, with its mode; a stale socket
 // file is replaced; one another listener serves is refused and left alone;
 // a path too long is refused with its fix.
 func TestListen(t *testing.T) {
-	dir, err := os.MkdirTemp("", "usock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testdir.Short(t, "usock")
 	path := filepath.Join(dir, "sub", "a.sock")
 	for _, shared := range []bool{false, true} {
 		ln, err := Listen(path, "test socket", "", shared)
