@@ -21,6 +21,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -268,15 +269,7 @@ func startLoop(t *testing.T, grace time.Duration, extra ...string) (*exec.Cmd, *
 	cmd.Dir = repoRoot
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, err0 := os.Stat(filepath.Join(pidDir, "rank0.pid"))
@@ -507,15 +500,7 @@ func startJob(t *testing.T, state string, args ...string) (*exec.Cmd, *bytes.Buf
 	cmd.Dir = repoRoot
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	return cmd, &out, &errOut
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 )
 
 // slurmEnv is the environment Slurm gives a prolog/epilog hook.
@@ -67,15 +68,7 @@ func TestSlurmHooksTieJobsToTheAllocation(t *testing.T) {
 	long.Env = append(os.Environ(), env...)
 	var longErr strings.Builder
 	long.Stderr = &longErr
-	if err := long.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if long.ProcessState == nil {
-			long.Process.Kill()
-			long.Wait()
-		}
-	}()
+	testproc.Start(t, long)
 	var alloc api.Allocation
 	for deadline := time.Now().Add(30 * time.Second); len(alloc.Jobs) < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

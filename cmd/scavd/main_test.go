@@ -27,6 +27,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -81,15 +82,7 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *api.Client) {
 	cmd := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
