@@ -176,7 +176,7 @@ func (a *allocations) List(context.Context) ([]api.Allocation, error) {
 	return slices.Clone(a.all), nil
 }
 
-// fixture is a Server of node n1 over a real NATS server, with jobs of
+// fixture is a root daemon's Server of node n1 over a real NATS server, with jobs of
 // alice (alice-1 here, alice-2 on node n2), bob (bob-1) and root (old-1,
 // a record of no owner).
 type fixture struct {
@@ -217,6 +217,10 @@ func (f *fixture) serve(t *testing.T, node string, opt func(*Options)) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
+	// A root daemon, whoever runs the tests; set before the test listeners
+	// serve (the socket Listen made, whose callers are the test's own user,
+	// is not used with it).
+	s.self = root
 	return s
 }
 

@@ -20,8 +20,14 @@ import (
 // TestUnixSocketCallerIsItsPeer: on the daemon's socket the caller is the
 // user of the process at the other end, as the kernel says (SO_PEERCRED).
 func TestUnixSocketCallerIsItsPeer(t *testing.T) {
-	f := newFixture(t, nil)
-	c, err := api.Dial(t.Context(), f.srv.o.Socket, 5*time.Second)
+	sock := filepath.Join(testdir.Short(t, "apis"), "api.sock")
+	s, err := Listen(context.Background(), Options{Log: zaptest.NewLogger(t), Jobs: (&registry{}).on("n1"), Socket: sock,
+		Info: func() api.Info { return api.Info{Node: "n1"} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	c, err := api.Dial(t.Context(), sock, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +36,7 @@ func TestUnixSocketCallerIsItsPeer(t *testing.T) {
 	if err != nil || j.Owner == nil || j.Owner.UID != uint32(os.Geteuid()) {
 		t.Fatalf("run over the socket: %+v, %v; want a job of uid %d", j, err, os.Geteuid())
 	}
-	if st, err := os.Stat(f.srv.o.Socket); err != nil || st.Mode().Perm() != 0o600 {
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("the socket of a daemon of one user: %v, %v; want mode 0600", st.Mode(), err)
 	}
 }
