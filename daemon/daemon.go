@@ -36,7 +36,6 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -72,11 +71,11 @@ type Config struct {
 	// MetricsListen, when set, is the address of the Prometheus /metrics
 	// endpoint ("127.0.0.1:9433"; port 0 picks one, see Daemon.MetricsAddr).
 	MetricsListen string
-	// Notify, when set, tells systemd (Type=notify) that Run is ready, its
-	// status and that it is stopping: sdnotify.FromEnv() for a service.
-	Notify *sdnotify.Notifier
+	// Notify tells systemd (Type=notify), through $NOTIFY_SOCKET, that Run
+	// is ready, its status and that it is stopping: set for a service.
+	Notify bool
 	// Watchdog, when positive, is how often Run pings systemd's watchdog
-	// through Notify (half of WatchdogSec=: sdnotify.WatchdogInterval()).
+	// through Notify (half of WatchdogSec=, from go-systemd's SdWatchdogEnabled).
 	Watchdog time.Duration
 	// ResumeJobs makes the jobs that this daemon stops when it stops resume
 	// from their checkpoints when the next daemon starts on the same state
@@ -326,9 +325,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	<-notified
 	jobs := d.jobs.Active()
 	d.log.Info("scavd stopping", zap.Strings("jobs", jobs))
-	if err := d.cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
-		d.log.Warn("notify systemd", zap.Error(err))
-	}
+	d.notifyStopping(len(jobs))
 	return d.Close()
 }
 
