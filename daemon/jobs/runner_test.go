@@ -22,14 +22,15 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // store starts an embedded nats-server with JetStream on a random port and
 // opens Scavenger's streams and buckets on it.
-func store(t *testing.T) (*nats.Conn, *telemetry.Store) {
+func store(t *testing.T) (*nats.Conn, *history.Store) {
 	t.Helper()
 	nc, js := testnats.JetStream(t)
-	st, err := telemetry.OpenStore(context.Background(), js, telemetry.Retention{})
+	st, err := history.OpenStore(context.Background(), js, history.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func store(t *testing.T) (*nats.Conn, *telemetry.Store) {
 
 // registry is a registry over an embedded NATS and the local launcher,
 // closed at the end of the test.
-func registry(t *testing.T) (*Registry, *telemetry.Store, *nats.Conn) {
+func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 	t.Helper()
 	nc, st := store(t)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
