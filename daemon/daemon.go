@@ -179,7 +179,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	d.startDiskWatch()
 	d.jobs.Recover(ctx)
-	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
+	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}
 	log.Info("scavd ready", zap.String("api", d.APISocket()), zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
@@ -393,7 +393,7 @@ func (d *Daemon) Close() error {
 func (d *Daemon) shutdown() error {
 	var errs []error
 	if d.lock != nil {
-		api.RemoveDiscovery(d.cfg.StateDir, os.Getpid())
+		removeDiscovery(d.cfg.StateDir, os.Getpid())
 	}
 	errs = append(errs, d.stopNode())
 	if d.stopDisk != nil {
