@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
@@ -22,7 +23,7 @@ import (
 // When the job's launcher offers machine types (plugins.Capabilities.Offers:
 // cloudvm), its controller searches type × K × B with the same policy code
 // as on one node and in the simulator: the search space is
-// api.Optimize.CloudSpec over the types the job allows, each priced in the
+// control.CloudSpec over the types the job allows, each priced in the
 // market it would be bought in now (spot when allowed and offered), and a
 // decision names the type, its market and its machines. The cost the
 // policy sees spent is what the launcher bills (plugins.Biller).
@@ -43,7 +44,7 @@ type cloudSpace struct {
 	start  plugins.Config
 	offers func(ctx context.Context) ([]plugins.Offer, error)
 	spent  func(ctx context.Context) (float64, bool)
-	cur    api.Cloud
+	cur    control.Cloud
 	seen   []plugins.Offer
 }
 
@@ -89,7 +90,7 @@ func (cs *cloudSpace) refresh(offers []plugins.Offer) (changed bool, err error) 
 	if cs.seen != nil && reflect.DeepEqual(offers, cs.seen) {
 		return false, nil
 	}
-	cl, err := cs.opt.CloudSpec(cs.start, offers)
+	cl, err := control.CloudSpec(cs.opt, cs.start, offers)
 	if err != nil {
 		return false, err
 	}

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -79,7 +80,7 @@ type verdict struct {
 // the search covers them (cloud.go).
 func newController(ctx context.Context, j api.Job, launcher plugins.Launcher, current func() (int, plugins.Config), prog *progress,
 	verdicts chan<- verdict, log *zap.Logger) (*controller, error) {
-	spec, price, err := j.Optimize.Spec(j.Config, 0)
+	spec, price, err := control.Spec(j.Optimize, j.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,7 @@ func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 // into the job record's form.
 func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) api.Decision {
 	dec := api.Decision{
-		Time: at, Step: step, From: from, Reason: d.Reason, Phase: d.Phase,
+		Time: at, Step: step, From: from, Reason: d.Reason, Phase: api.Phase(d.Phase),
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: from.LRScale},
 		Alternatives: len(d.Predictions),
 		Candidates:   recordCandidates(d.Predictions, d.Chosen),

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -113,7 +112,7 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 	}
 	r.out = newJobOutput(rec.job, r.publishLine)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {
-		r.rec.job.Phase = policy.PhaseWarmup
+		r.rec.job.Phase = api.PhaseWarmup
 	}
 	r.cur.Store(&current{attempt: rec.job.Attempt, cfg: rec.job.Config})
 	return r

@@ -19,7 +19,6 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -107,7 +106,7 @@ func TestOneWriterUnderConcurrentRequests(t *testing.T) {
 				to = configs[0]
 			}
 			v := verdict{dec: api.Decision{Time: time.Now().UTC(), Step: int64(i + 1), From: cfg, To: to, Reason: fmt.Sprintf("verdict %d", i),
-				Phase: policy.PhaseOptimised}, reply: make(chan error, 1)}
+				Phase: api.PhaseOptimised}, reply: make(chan error, 1)}
 			select {
 			case r.verdicts <- v:
 			case <-r.done:
