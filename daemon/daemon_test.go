@@ -25,6 +25,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // startDaemon runs a real daemon (embedded nats-server with JetStream on a
@@ -84,7 +85,7 @@ func storedSteps(t *testing.T, d *Daemon, job string, fn func(telemetry.StepReco
 	if err != nil {
 		return err
 	}
-	return telemetry.Replay(context.Background(), js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
+	return history.Replay(context.Background(), js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
 		recs, _ := telemetry.DecodeBatch(m.Data())
 		for _, r := range recs {
 			fn(r)

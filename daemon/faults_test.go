@@ -23,6 +23,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // The fault suite (issue 13): each trial injects one fault into a real
@@ -274,8 +275,8 @@ func faultDaemon(t *testing.T, cfg Config) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	cfg.Listen, cfg.Node = "127.0.0.1:0", "n1"
-	if cfg.Retention == (telemetry.Retention{}) {
-		cfg.Retention = telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
+	if cfg.Retention == (history.Retention{}) {
+		cfg.Retention = history.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
 	}
 	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
-	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // flagAliases are the singular names of repeatable flags: --ssh-host is --ssh-hosts.
@@ -35,7 +35,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Listen, "listen", api.DefaultListen, "address of the embedded NATS server (port 0: any free port)")
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
-	f.DurationVar(&s.StepRetention, "step-retention", telemetry.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")

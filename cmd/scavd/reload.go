@@ -10,12 +10,12 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 
-	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // liveDaemon is what a reload changes in the running daemon.
 type liveDaemon interface {
-	SetRetention(ctx context.Context, r telemetry.Retention) error
+	SetRetention(ctx context.Context, r history.Retention) error
 }
 
 // reloader applies the config file again on SIGHUP: the keys in reloadable
@@ -107,7 +107,7 @@ func (r *reloader) apply(ctx context.Context, key string, next settings) error {
 	case "step_retention":
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := r.daemon.SetRetention(ctx, telemetry.Retention{StepMaxAge: next.StepRetention}); err != nil {
+		if err := r.daemon.SetRetention(ctx, history.Retention{StepMaxAge: next.StepRetention}); err != nil {
 			return fmt.Errorf("step_retention: %w", err)
 		}
 		r.current.StepRetention = next.StepRetention

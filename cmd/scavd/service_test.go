@@ -29,6 +29,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 var (
@@ -132,11 +133,11 @@ func TestReloadAppliesLogLevelAndNamesTheRest(t *testing.T) {
 
 // fakeDaemon records what a reload changes.
 type fakeDaemon struct {
-	retention telemetry.Retention
+	retention history.Retention
 	err       error
 }
 
-func (f *fakeDaemon) SetRetention(_ context.Context, r telemetry.Retention) error {
+func (f *fakeDaemon) SetRetention(_ context.Context, r history.Retention) error {
 	if f.err != nil {
 		return f.err
 	}

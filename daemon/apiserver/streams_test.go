@@ -12,6 +12,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // stepLine is a step record of job, as a worker writes it.
@@ -27,7 +28,7 @@ func withHistory(t *testing.T) *fixture {
 	t.Helper()
 	f := newFixture(t, nil)
 	ctx := t.Context()
-	if _, err := telemetry.OpenStore(ctx, f.js, telemetry.Retention{}); err != nil {
+	if _, err := history.OpenStore(ctx, f.js, history.Retention{}); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(subject string, data []byte) {

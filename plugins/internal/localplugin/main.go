@@ -1,5 +1,5 @@
 // Command localplugin serves the local launcher as an external launcher
-// plugin. The conformance tests build it and load it with plugins.Load.
+// plugin. The conformance tests build it and load it with goplugin.Load.
 package main
 
 import (
@@ -9,11 +9,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
-	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 func main() {
-	log := plugins.NewPluginLogger(zapcore.DebugLevel)
+	log := goplugin.NewPluginLogger(zapcore.DebugLevel)
 	// The plugin process reaps its workers' orphans itself, so that none is
 	// left a zombie when it exits. The conformance suite runs up to 3
 	// workers, more than the CPUs of a small CI machine (the default slots).
@@ -22,5 +22,5 @@ func main() {
 		log.Fatal("open the local launcher", zap.Error(err))
 	}
 	defer release()
-	plugins.Serve(l)
+	goplugin.Serve(l)
 }

@@ -1,4 +1,4 @@
-package plugins
+package goplugin
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // Load starts the launcher plugin binary at path, after checking that its
@@ -19,12 +21,12 @@ import (
 // after the launcher's last use). ctx bounds the start. A wrong checksum is
 // ErrPluginChecksum and the binary is not run. The plugin's log lines and
 // go-plugin's own go to log, named "plugin".
-func Load(ctx context.Context, path string, checksum []byte, log *zap.Logger) (Launcher, func(), error) {
-	fail := func(err error) (Launcher, func(), error) {
+func Load(ctx context.Context, path string, checksum []byte, log *zap.Logger) (plugins.Launcher, func(), error) {
+	fail := func(err error) (plugins.Launcher, func(), error) {
 		return nil, nil, fmt.Errorf("load launcher plugin %s: %w", path, err)
 	}
 	if len(checksum) != sha256.Size {
-		return fail(fmt.Errorf("%w: want a sha256 checksum of %d bytes, got %d bytes", ErrPluginChecksum, sha256.Size, len(checksum)))
+		return fail(fmt.Errorf("%w: want a sha256 checksum of %d bytes, got %d bytes", plugins.ErrPluginChecksum, sha256.Size, len(checksum)))
 	}
 	logger := log.Named("plugin")
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -41,7 +43,7 @@ func Load(ctx context.Context, path string, checksum []byte, log *zap.Logger) (L
 	if err != nil {
 		client.Kill()
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			return fail(fmt.Errorf("%w: sha256 is %s, want %x", ErrPluginChecksum, fileSHA256(path), checksum))
+			return fail(fmt.Errorf("%w: sha256 is %s, want %x", plugins.ErrPluginChecksum, fileSHA256(path), checksum))
 		}
 		if ctx.Err() != nil {
 			return fail(fmt.Errorf("%w (%w)", ctx.Err(), err))

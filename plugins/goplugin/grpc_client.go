@@ -1,4 +1,4 @@
-package plugins
+package goplugin
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	pb "github.com/scavenger-ml/scavenger/plugins/proto"
 )
 
@@ -38,8 +39,8 @@ type grpcLauncher struct {
 }
 
 var (
-	_ Launcher  = (*grpcLauncher)(nil)
-	_ Recoverer = (*grpcLauncher)(nil)
+	_ plugins.Launcher  = (*grpcLauncher)(nil)
+	_ plugins.Recoverer = (*grpcLauncher)(nil)
 )
 
 // newGRPCLauncher asks the plugin its name and returns the launcher. ctx is
@@ -73,19 +74,19 @@ func (c *grpcLauncher) close() {
 func (c *grpcLauncher) Name() string { return c.name }
 
 // Capabilities asks the plugin.
-func (c *grpcLauncher) Capabilities(ctx context.Context) (Capabilities, error) {
+func (c *grpcLauncher) Capabilities(ctx context.Context) (plugins.Capabilities, error) {
 	resp, err := c.client.Capabilities(ctx, &pb.CapabilitiesRequest{})
 	if err != nil {
-		return Capabilities{}, fmt.Errorf("launcher plugin %s: capabilities: %w", c.name, fromStatus(err))
+		return plugins.Capabilities{}, fmt.Errorf("launcher plugin %s: capabilities: %w", c.name, fromStatus(err))
 	}
-	return Capabilities{MaxWorkers: int(resp.GetMaxWorkers()), Hosts: resp.GetHosts(), MachineTypes: resp.GetMachineTypes(),
+	return plugins.Capabilities{MaxWorkers: int(resp.GetMaxWorkers()), Hosts: resp.GetHosts(), MachineTypes: resp.GetMachineTypes(),
 		RunAs: resp.GetRunAs(), Offers: offersFromProto(resp.GetOffers())}, nil
 }
 
 // Start starts the attempt in the plugin and returns once the plugin has
 // reported it started; ctx bounds only that. The output stream and the wait
 // for the result then run until the attempt ends or the launcher is closed.
-func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, error) {
+func (c *grpcLauncher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins.Handle, error) {
 	h, err := c.attach(ctx, spec.JobID, spec.Attempt, spec.Output, func(sctx context.Context) (pb.Launcher_StartClient, error) {
 		return c.client.Start(sctx, &pb.StartRequest{Spec: specToProto(spec)})
 	})
@@ -97,7 +98,7 @@ func (c *grpcLauncher) Start(ctx context.Context, spec AttemptSpec) (Handle, err
 
 // Recover asks the plugin to reattach to an attempt it started before a
 // daemon restart; a plugin whose launcher cannot answers ErrUnsupported.
-func (c *grpcLauncher) Recover(ctx context.Context, spec RecoverSpec) (Handle, error) {
+func (c *grpcLauncher) Recover(ctx context.Context, spec plugins.RecoverSpec) (plugins.Handle, error) {
 	h, err := c.attach(ctx, spec.JobID, spec.Attempt, spec.Output, func(sctx context.Context) (pb.Launcher_StartClient, error) {
 		return c.client.Recover(sctx, &pb.RecoverRequest{HandleId: spec.HandleID, JobId: spec.JobID, Attempt: int64(spec.Attempt), WantOutput: spec.Output != nil})
 	})
@@ -109,12 +110,12 @@ func (c *grpcLauncher) Recover(ctx context.Context, spec RecoverSpec) (Handle, e
 
 // attach opens an attempt's event stream, waits for its Started message and
 // returns the handle whose goroutines deliver the output and the result.
-func (c *grpcLauncher) attach(ctx context.Context, jobID string, attempt int, output OutputFunc, open func(context.Context) (pb.Launcher_StartClient, error)) (Handle, error) {
+func (c *grpcLauncher) attach(ctx context.Context, jobID string, attempt int, output plugins.OutputFunc, open func(context.Context) (pb.Launcher_StartClient, error)) (plugins.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if c.ctx.Err() != nil {
-		return nil, ErrPluginUnavailable
+		return nil, plugins.ErrPluginUnavailable
 	}
 	sctx, cancel := context.WithCancel(c.ctx)
 	stream, err := open(sctx)
@@ -157,7 +158,7 @@ func (c *grpcLauncher) attach(ctx context.Context, jobID string, attempt int, ou
 	defer c.mu.Unlock()
 	if c.closed {
 		cancel()
-		return nil, ErrPluginUnavailable
+		return nil, plugins.ErrPluginUnavailable
 	}
 	c.wg.Go(func() {
 		defer close(outputDone)
@@ -177,7 +178,7 @@ func (c *grpcLauncher) transportErr(err error) error {
 		return nil
 	}
 	if c.ctx.Err() != nil {
-		return fmt.Errorf("%w: %w", ErrPluginUnavailable, fromStatus(err))
+		return fmt.Errorf("%w: %w", plugins.ErrPluginUnavailable, fromStatus(err))
 	}
 	return fromStatus(err)
 }
@@ -191,21 +192,21 @@ type grpcHandle struct {
 	attempt int
 
 	done   chan struct{}
-	result Result // final once done is closed
-	err    error  // set instead of result when the wait failed
+	result plugins.Result // final once done is closed
+	err    error          // set instead of result when the wait failed
 }
 
-var _ Handle = (*grpcHandle)(nil)
+var _ plugins.Handle = (*grpcHandle)(nil)
 
 // handleOutput delivers the output lines of the Start stream until it ends.
-func (h *grpcHandle) handleOutput(stream pb.Launcher_StartClient, out OutputFunc) {
+func (h *grpcHandle) handleOutput(stream pb.Launcher_StartClient, out plugins.OutputFunc) {
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
 			return // io.EOF once the attempt has finished; else the wait reports it
 		}
 		if o := ev.GetOutput(); o != nil && out != nil {
-			out(int(o.GetRank()), Stream(o.GetStream()), o.GetLine())
+			out(int(o.GetRank()), plugins.Stream(o.GetStream()), o.GetLine())
 		}
 	}
 }
@@ -228,17 +229,17 @@ func (h *grpcHandle) ID() string { return h.id }
 
 // Wait returns the attempt's result once it has finished and all its
 // output has been delivered; every call gets the same result.
-func (h *grpcHandle) Wait(ctx context.Context) (Result, error) {
+func (h *grpcHandle) Wait(ctx context.Context) (plugins.Result, error) {
 	select {
 	case <-h.done:
 		if h.err != nil {
-			return Result{}, h.err
+			return plugins.Result{}, h.err
 		}
 		r := h.result
 		r.Ranks = slices.Clone(r.Ranks)
 		return r, nil
 	case <-ctx.Done():
-		return Result{}, fmt.Errorf("wait for job %s attempt %d: %w", h.jobID, h.attempt, ctx.Err())
+		return plugins.Result{}, fmt.Errorf("wait for job %s attempt %d: %w", h.jobID, h.attempt, ctx.Err())
 	}
 }
 
@@ -257,16 +258,16 @@ func (h *grpcHandle) Signal(ctx context.Context, sig syscall.Signal) error {
 		return fmt.Errorf("launcher plugin %s: signal %d to job %s attempt %d: %w", h.c.name, sig, h.jobID, h.attempt, err)
 	}
 	if h.finished() {
-		return op(ErrFinished)
+		return op(plugins.ErrFinished)
 	}
 	_, err := h.c.client.Signal(ctx, &pb.SignalRequest{HandleId: h.id, Signal: int64(sig)})
 	err = h.c.transportErr(err)
-	if errors.Is(err, ErrUnknownHandle) {
+	if errors.Is(err, plugins.ErrUnknownHandle) {
 		// The plugin forgot the attempt because its result was taken.
 		if err := h.awaitDone(ctx); err != nil {
 			return op(err)
 		}
-		return op(ErrFinished)
+		return op(plugins.ErrFinished)
 	}
 	if err != nil {
 		return op(err)
@@ -284,7 +285,7 @@ func (h *grpcHandle) Stop(ctx context.Context, grace time.Duration) error {
 		return nil
 	}
 	_, err := h.c.client.Stop(ctx, &pb.StopRequest{HandleId: h.id, GraceNs: int64(grace)})
-	if err = h.c.transportErr(err); err != nil && !errors.Is(err, ErrUnknownHandle) {
+	if err = h.c.transportErr(err); err != nil && !errors.Is(err, plugins.ErrUnknownHandle) {
 		return op(err)
 	}
 	if err := h.awaitDone(ctx); err != nil {

@@ -1,4 +1,4 @@
-package plugins
+package builtin
 
 import (
 	"fmt"
@@ -6,26 +6,27 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // Factory makes a built-in launcher; logger is the caller's, to be named by
 // the launcher.
-type Factory func(logger *zap.Logger) (Launcher, error)
+type Factory func(logger *zap.Logger) (plugins.Launcher, error)
 
-// Catalog lists the built-in launchers by name; they run in process,
-// without gRPC. The packages of the launchers do not register themselves:
-// the daemon or command that links them in does (so that plugins imports no
-// launcher). It is safe for concurrent use.
-type Catalog struct {
+// Registry lists launchers by name; they run in process, without gRPC.
+// The packages of the launchers do not register themselves: Catalog fills a
+// registry with the built-in ones. It is safe for concurrent use.
+type Registry struct {
 	mu        sync.RWMutex
 	factories map[string]Factory
 }
 
-// NewCatalog returns an empty catalog.
-func NewCatalog() *Catalog { return &Catalog{factories: map[string]Factory{}} }
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{factories: map[string]Factory{}} }
 
 // Register adds a launcher under name; a name may be registered once.
-func (c *Catalog) Register(name string, f Factory) error {
+func (c *Registry) Register(name string, f Factory) error {
 	if name == "" || f == nil {
 		return fmt.Errorf("register launcher %q: empty name or nil factory", name)
 	}
@@ -39,7 +40,7 @@ func (c *Catalog) Register(name string, f Factory) error {
 }
 
 // Names returns the registered names, sorted.
-func (c *Catalog) Names() []string {
+func (c *Registry) Names() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	names := make([]string, 0, len(c.factories))
@@ -51,13 +52,13 @@ func (c *Catalog) Names() []string {
 }
 
 // New makes the launcher registered under name; an unregistered name is
-// ErrUnknownLauncher.
-func (c *Catalog) New(name string, logger *zap.Logger) (Launcher, error) {
+// plugins.ErrUnknownLauncher.
+func (c *Registry) New(name string, logger *zap.Logger) (plugins.Launcher, error) {
 	c.mu.RLock()
 	f, ok := c.factories[name]
 	c.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("launcher %q (built in: %v): %w", name, c.Names(), ErrUnknownLauncher)
+		return nil, fmt.Errorf("launcher %q (built in: %v): %w", name, c.Names(), plugins.ErrUnknownLauncher)
 	}
 	l, err := f(logger)
 	if err != nil {

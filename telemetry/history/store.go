@@ -1,4 +1,4 @@
-package telemetry
+package history
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Retention bounds the history the daemon keeps. Zero fields take the defaults.
@@ -77,12 +79,12 @@ type Store struct {
 func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Store, error) {
 	ret = ret.withDefaults()
 	streams := []jetstream.StreamConfig{
-		{Name: StepStream, Description: "Scavenger step records", Subjects: []string{AllSteps},
+		{Name: telemetry.StepStream, Description: "Scavenger step records", Subjects: []string{telemetry.AllSteps},
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
-		{Name: OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{AllLogs, AllTails, AllEvents},
+		{Name: telemetry.OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{telemetry.AllLogs, telemetry.AllTails, telemetry.AllEvents},
 			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, MaxMsgsPerSubject: OutputKeepPerSubject,
 			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
-		{Name: NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{AllNodeGPU, AllNodeHost},
+		{Name: telemetry.NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{telemetry.AllNodeGPU, telemetry.AllNodeHost},
 			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 	}
 	// Made at once, not one after the other: in a cluster each new
@@ -92,8 +94,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 		kv  *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
 	}{
-		{&st.Jobs, jetstream.KeyValueConfig{Bucket: JobBucket, Description: "Scavenger job records"}},
-		{&st.Allocations, jetstream.KeyValueConfig{Bucket: AllocationBucket, Description: "Scheduler allocations seen by prolog/epilog hooks", TTL: ret.LogMaxAge}},
+		{&st.Jobs, jetstream.KeyValueConfig{Bucket: telemetry.JobBucket, Description: "Scavenger job records"}},
+		{&st.Allocations, jetstream.KeyValueConfig{Bucket: telemetry.AllocationBucket, Description: "Scheduler allocations seen by prolog/epilog hooks", TTL: ret.LogMaxAge}},
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(streams)+len(buckets))

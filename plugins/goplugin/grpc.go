@@ -1,4 +1,4 @@
-package plugins
+package goplugin
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	pb "github.com/scavenger-ml/scavenger/plugins/proto"
 )
 
@@ -30,7 +31,7 @@ var Handshake = plugin.HandshakeConfig{
 type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the launcher to serve (plugin side).
-	Impl Launcher
+	Impl plugins.Launcher
 	// Logger is named per side; nil means zap.NewNop.
 	Logger *zap.Logger
 }
@@ -61,7 +62,7 @@ func (p *GRPCPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, conn 
 
 // PluginSet is the go-plugin plugin map of a launcher: PluginName to a
 // GRPCPlugin serving impl (nil on the host).
-func PluginSet(impl Launcher, logger *zap.Logger) plugin.PluginSet {
+func PluginSet(impl plugins.Launcher, logger *zap.Logger) plugin.PluginSet {
 	return plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl, Logger: logger}}
 }
 
@@ -70,7 +71,7 @@ func PluginSet(impl Launcher, logger *zap.Logger) plugin.PluginSet {
 // run by hand, without the host's handshake, it prints a notice and exits 1
 // (go-plugin's behaviour). The plugin logs through NewPluginLogger, which the
 // host re-emits through its own zap logger.
-func Serve(l Launcher) {
+func Serve(l plugins.Launcher) {
 	logger := NewPluginLogger(zapcore.DebugLevel).Named(l.Name())
 	defer func() { _ = logger.Sync() }()
 	plugin.Serve(&plugin.ServeConfig{

@@ -1,4 +1,4 @@
-package plugins
+package goplugin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/scavenger-ml/scavenger/plugins"
 	pb "github.com/scavenger-ml/scavenger/plugins/proto"
 )
 
@@ -18,15 +19,15 @@ import (
 // result (the client keeps the result from then on).
 type grpcServer struct {
 	pb.UnimplementedLauncherServer
-	impl   Launcher
+	impl   plugins.Launcher
 	logger *zap.Logger
 
 	mu      sync.Mutex
-	handles map[string]Handle
+	handles map[string]plugins.Handle
 }
 
-func newGRPCServer(impl Launcher, logger *zap.Logger) *grpcServer {
-	return &grpcServer{impl: impl, logger: logger, handles: map[string]Handle{}}
+func newGRPCServer(impl plugins.Launcher, logger *zap.Logger) *grpcServer {
+	return &grpcServer{impl: impl, logger: logger, handles: map[string]plugins.Handle{}}
 }
 
 func (s *grpcServer) Name(context.Context, *pb.NameRequest) (*pb.NameResponse, error) {
@@ -54,7 +55,7 @@ type outputSender struct {
 	pending []*pb.StartEvent
 }
 
-func (o *outputSender) output(rank int, st Stream, line string) {
+func (o *outputSender) output(rank int, st plugins.Stream, line string) {
 	ev := &pb.StartEvent{Event: &pb.StartEvent_Output{Output: &pb.OutputLine{Rank: int64(rank), Stream: string(st), Line: line}}}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -101,7 +102,7 @@ func (o *outputSender) end() {
 // client knows of it.
 func (s *grpcServer) Start(req *pb.StartRequest, stream pb.Launcher_StartServer) error {
 	spec, wantOutput := specFromProto(req.GetSpec())
-	return s.serveAttempt(stream, wantOutput, true, func(out OutputFunc) (Handle, error) {
+	return s.serveAttempt(stream, wantOutput, true, func(out plugins.OutputFunc) (plugins.Handle, error) {
 		spec.Output = out
 		return s.impl.Start(stream.Context(), spec)
 	})
@@ -111,12 +112,12 @@ func (s *grpcServer) Start(req *pb.StartRequest, stream pb.Launcher_StartServer)
 // and streams its output from then on, like Start. A launcher that is not a
 // Recoverer answers Unimplemented (ErrUnsupported on the client).
 func (s *grpcServer) Recover(req *pb.RecoverRequest, stream pb.Launcher_RecoverServer) error {
-	rec, ok := s.impl.(Recoverer)
+	rec, ok := s.impl.(plugins.Recoverer)
 	if !ok {
-		return status.Errorf(codes.Unimplemented, "launcher %s cannot reattach to attempts: %v", s.impl.Name(), ErrUnsupported)
+		return status.Errorf(codes.Unimplemented, "launcher %s cannot reattach to attempts: %v", s.impl.Name(), plugins.ErrUnsupported)
 	}
-	spec := RecoverSpec{JobID: req.GetJobId(), Attempt: int(req.GetAttempt()), HandleID: req.GetHandleId()}
-	return s.serveAttempt(stream, req.GetWantOutput(), false, func(out OutputFunc) (Handle, error) {
+	spec := plugins.RecoverSpec{JobID: req.GetJobId(), Attempt: int(req.GetAttempt()), HandleID: req.GetHandleId()}
+	return s.serveAttempt(stream, req.GetWantOutput(), false, func(out plugins.OutputFunc) (plugins.Handle, error) {
 		spec.Output = out
 		return rec.Recover(stream.Context(), spec)
 	})
@@ -126,11 +127,11 @@ func (s *grpcServer) Recover(req *pb.RecoverRequest, stream pb.Launcher_RecoverS
 // attempt's output and returns once the attempt has finished. When the
 // client cannot be told, a started attempt (stopUnreported) is stopped at
 // once, since no client knows of it; a recovered one is left as it was.
-func (s *grpcServer) serveAttempt(stream pb.Launcher_StartServer, wantOutput, stopUnreported bool, open func(OutputFunc) (Handle, error)) error {
+func (s *grpcServer) serveAttempt(stream pb.Launcher_StartServer, wantOutput, stopUnreported bool, open func(plugins.OutputFunc) (plugins.Handle, error)) error {
 	ctx := stream.Context()
 	send := &outputSender{stream: stream}
 	defer send.end()
-	var out OutputFunc
+	var out plugins.OutputFunc
 	if wantOutput {
 		out = send.output
 	}
@@ -161,12 +162,12 @@ func (s *grpcServer) serveAttempt(stream pb.Launcher_StartServer, wantOutput, st
 	return nil
 }
 
-func (s *grpcServer) handle(id string) (Handle, error) {
+func (s *grpcServer) handle(id string) (plugins.Handle, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.handles[id]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "handle %q: %v", id, ErrUnknownHandle)
+		return nil, status.Errorf(codes.NotFound, "handle %q: %v", id, plugins.ErrUnknownHandle)
 	}
 	return h, nil
 }

@@ -1,10 +1,13 @@
-package plugins
+package goplugin
 
-import pb "github.com/scavenger-ml/scavenger/plugins/proto"
+import (
+	"github.com/scavenger-ml/scavenger/plugins"
+	pb "github.com/scavenger-ml/scavenger/plugins/proto"
+)
 
 // Conversions between the contract's types and their proto messages.
 
-func specToProto(s AttemptSpec) *pb.AttemptSpec {
+func specToProto(s plugins.AttemptSpec) *pb.AttemptSpec {
 	return &pb.AttemptSpec{
 		JobId:   s.JobID,
 		Attempt: int64(s.Attempt),
@@ -30,30 +33,30 @@ func specToProto(s AttemptSpec) *pb.AttemptSpec {
 	}
 }
 
-func runAsToProto(u *RunAs) *pb.RunAs {
+func runAsToProto(u *plugins.RunAs) *pb.RunAs {
 	if u == nil {
 		return nil
 	}
 	return &pb.RunAs{Uid: u.UID, Gid: u.GID, Groups: u.Groups, Name: u.Name, Home: u.Home}
 }
 
-func runAsFromProto(p *pb.RunAs) *RunAs {
+func runAsFromProto(p *pb.RunAs) *plugins.RunAs {
 	if p == nil {
 		return nil
 	}
-	return &RunAs{UID: p.GetUid(), GID: p.GetGid(), Groups: p.GetGroups(), Name: p.GetName(), Home: p.GetHome()}
+	return &plugins.RunAs{UID: p.GetUid(), GID: p.GetGid(), Groups: p.GetGroups(), Name: p.GetName(), Home: p.GetHome()}
 }
 
 // specFromProto returns the spec, without Output, and whether output is wanted.
-func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
+func specFromProto(p *pb.AttemptSpec) (plugins.AttemptSpec, bool) {
 	c := p.GetConfig()
-	return AttemptSpec{
+	return plugins.AttemptSpec{
 		JobID:   p.GetJobId(),
 		Attempt: int(p.GetAttempt()),
 		Command: p.GetCommand(),
 		Dir:     p.GetDir(),
 		Env:     p.GetEnv(),
-		Config: Config{
+		Config: plugins.Config{
 			Workers:     int(c.GetWorkers()),
 			GlobalBatch: int(c.GetGlobalBatch()),
 			MachineType: c.GetMachineType(),
@@ -61,7 +64,7 @@ func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
 			LRScale:     c.GetLrScale(),
 			Market:      c.GetMarket(),
 		},
-		Mode:          LaunchMode(p.GetMode()),
+		Mode:          plugins.LaunchMode(p.GetMode()),
 		Socket:        p.GetSocket(),
 		CheckpointDir: p.GetCheckpointDir(),
 		Restore:       p.GetRestore(),
@@ -71,7 +74,7 @@ func specFromProto(p *pb.AttemptSpec) (AttemptSpec, bool) {
 	}, p.GetWantOutput()
 }
 
-func resultToProto(r Result) *pb.WaitResponse {
+func resultToProto(r plugins.Result) *pb.WaitResponse {
 	out := &pb.WaitResponse{ExitCode: int64(r.ExitCode), FailedRank: int64(r.FailedRank), Stopped: r.Stopped, LostHosts: r.LostHosts}
 	for _, rr := range r.Ranks {
 		out.Ranks = append(out.Ranks, &pb.RankResult{
@@ -81,17 +84,17 @@ func resultToProto(r Result) *pb.WaitResponse {
 	return out
 }
 
-func resultFromProto(p *pb.WaitResponse) Result {
-	r := Result{ExitCode: int(p.GetExitCode()), FailedRank: int(p.GetFailedRank()), Stopped: p.GetStopped(), LostHosts: p.GetLostHosts()}
+func resultFromProto(p *pb.WaitResponse) plugins.Result {
+	r := plugins.Result{ExitCode: int(p.GetExitCode()), FailedRank: int(p.GetFailedRank()), Stopped: p.GetStopped(), LostHosts: p.GetLostHosts()}
 	for _, rr := range p.GetRanks() {
-		r.Ranks = append(r.Ranks, RankResult{
+		r.Ranks = append(r.Ranks, plugins.RankResult{
 			Rank: int(rr.GetRank()), PID: int(rr.GetPid()), ExitCode: int(rr.GetExitCode()), Signal: rr.GetSignal(), Stopped: rr.GetStopped(),
 		})
 	}
 	return r
 }
 
-func offersToProto(os []Offer) []*pb.Offer {
+func offersToProto(os []plugins.Offer) []*pb.Offer {
 	var out []*pb.Offer
 	for _, o := range os {
 		out = append(out, &pb.Offer{Type: o.Type, Slots: int64(o.Slots), OnDemandUsd: o.OnDemandUSD, SpotUsd: o.SpotUSD, MinimumBillS: o.MinimumBillS})
@@ -99,10 +102,10 @@ func offersToProto(os []Offer) []*pb.Offer {
 	return out
 }
 
-func offersFromProto(ps []*pb.Offer) []Offer {
-	var out []Offer
+func offersFromProto(ps []*pb.Offer) []plugins.Offer {
+	var out []plugins.Offer
 	for _, p := range ps {
-		out = append(out, Offer{Type: p.GetType(), Slots: int(p.GetSlots()), OnDemandUSD: p.GetOnDemandUsd(), SpotUSD: p.GetSpotUsd(), MinimumBillS: p.GetMinimumBillS()})
+		out = append(out, plugins.Offer{Type: p.GetType(), Slots: int(p.GetSlots()), OnDemandUSD: p.GetOnDemandUsd(), SpotUSD: p.GetSpotUsd(), MinimumBillS: p.GetMinimumBillS()})
 	}
 	return out
 }

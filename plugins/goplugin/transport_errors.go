@@ -1,4 +1,4 @@
-package plugins
+package goplugin
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // The one table between domain errors and gRPC status codes; toStatus is
@@ -15,12 +17,12 @@ var errorCodes = []struct {
 	err  error
 	code codes.Code
 }{
-	{ErrInvalidSpec, codes.InvalidArgument},
-	{ErrUnsupported, codes.Unimplemented},
-	{ErrStopped, codes.Aborted},
-	{ErrFinished, codes.FailedPrecondition},
-	{ErrUnknownHandle, codes.NotFound},
-	{ErrPluginUnavailable, codes.Unavailable},
+	{plugins.ErrInvalidSpec, codes.InvalidArgument},
+	{plugins.ErrUnsupported, codes.Unimplemented},
+	{plugins.ErrStopped, codes.Aborted},
+	{plugins.ErrFinished, codes.FailedPrecondition},
+	{plugins.ErrUnknownHandle, codes.NotFound},
+	{plugins.ErrPluginUnavailable, codes.Unavailable},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }

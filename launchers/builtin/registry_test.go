@@ -1,4 +1,4 @@
-package plugins
+package builtin
 
 import (
 	"context"
@@ -7,27 +7,29 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 type fakeLauncher struct{ name string }
 
 func (f fakeLauncher) Name() string { return f.name }
-func (f fakeLauncher) Capabilities(context.Context) (Capabilities, error) {
-	return Capabilities{}, nil
+func (f fakeLauncher) Capabilities(context.Context) (plugins.Capabilities, error) {
+	return plugins.Capabilities{}, nil
 }
-func (f fakeLauncher) Start(context.Context, AttemptSpec) (Handle, error) {
-	return nil, ErrUnsupported
+func (f fakeLauncher) Start(context.Context, plugins.AttemptSpec) (plugins.Handle, error) {
+	return nil, plugins.ErrUnsupported
 }
 
-func TestCatalog(t *testing.T) {
-	c := NewCatalog()
+func TestRegistry(t *testing.T) {
+	c := NewRegistry()
 	mk := func(name string) Factory {
-		return func(*zap.Logger) (Launcher, error) { return fakeLauncher{name}, nil }
+		return func(*zap.Logger) (plugins.Launcher, error) { return fakeLauncher{name}, nil }
 	}
 	if err := c.Register("local", mk("local")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Register("broken", func(*zap.Logger) (Launcher, error) { return nil, errors.New("boom") }); err != nil {
+	if err := c.Register("broken", func(*zap.Logger) (plugins.Launcher, error) { return nil, errors.New("boom") }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Register("local", mk("local")); err == nil {
@@ -43,10 +45,10 @@ func TestCatalog(t *testing.T) {
 	if err != nil || l.Name() != "local" {
 		t.Errorf("New(local) = %v, %v", l, err)
 	}
-	if _, err := c.New("slurm", zap.NewNop()); !errors.Is(err, ErrUnknownLauncher) {
+	if _, err := c.New("slurm", zap.NewNop()); !errors.Is(err, plugins.ErrUnknownLauncher) {
 		t.Errorf("New(slurm) = %v, want ErrUnknownLauncher", err)
 	}
-	if _, err := c.New("broken", zap.NewNop()); err == nil || errors.Is(err, ErrUnknownLauncher) {
+	if _, err := c.New("broken", zap.NewNop()); err == nil || errors.Is(err, plugins.ErrUnknownLauncher) {
 		t.Errorf("New(broken) = %v, want the factory's error", err)
 	}
 }

@@ -1,7 +1,6 @@
-package telemetry
+package history
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Replay delivers the messages of stream on subjects to fn, oldest first.
@@ -113,30 +114,6 @@ func deleteConsumer(ctx context.Context, s jetstream.Stream, c jetstream.Consume
 	_ = s.DeleteConsumer(ctx, info.Name)
 }
 
-// DecodeBatch splits a step message (one or more newline-separated records,
-// as the daemon publishes them) and decodes each record. Lines that do not
-// decode are skipped and counted in bad.
-func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
-	for len(payload) > 0 {
-		line := payload
-		if i := bytes.IndexByte(payload, '\n'); i >= 0 {
-			line, payload = payload[:i], payload[i+1:]
-		} else {
-			payload = nil
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		r, err := DecodeStep(line)
-		if err != nil {
-			bad++
-			continue
-		}
-		recs = append(recs, r)
-	}
-	return recs, bad
-}
-
 // Drain waits (a second at most) until sub has handled every message the
 // server had sent it when Drain was called.
 func Drain(nc *nats.Conn, sub *nats.Subscription) {
@@ -210,11 +187,11 @@ func openStream(ctx context.Context, js jetstream.JetStream, stream string) (jet
 // LastStepMsg returns the newest step message of job (a batch of its
 // records), or nil when it has none.
 func LastStepMsg(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
-	s, err := openStream(ctx, js, StepStream)
+	s, err := openStream(ctx, js, telemetry.StepStream)
 	if err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", StepStream, err)
+		return nil, fmt.Errorf("open stream %s: %w", telemetry.StepStream, err)
 	}
-	m, err := lastMsg(ctx, s, StepSubject(job))
+	m, err := lastMsg(ctx, s, telemetry.StepSubject(job))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}

@@ -1,16 +1,18 @@
-package plugins
+package goplugin
 
 import (
 	"math"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // TestResultRoundTrip checks that every field of a Result crosses the wire.
 func TestResultRoundTrip(t *testing.T) {
-	in := Result{ExitCode: 255, FailedRank: 1, Stopped: true, LostHosts: []string{"10.77.0.12"},
-		Ranks: []RankResult{{Rank: 0, PID: 10, ExitCode: 143, Signal: "SIGTERM", Stopped: true}, {Rank: 1, PID: 11, ExitCode: 255}}}
+	in := plugins.Result{ExitCode: 255, FailedRank: 1, Stopped: true, LostHosts: []string{"10.77.0.12"},
+		Ranks: []plugins.RankResult{{Rank: 0, PID: 10, ExitCode: 143, Signal: "SIGTERM", Stopped: true}, {Rank: 1, PID: 11, ExitCode: 255}}}
 	if got := resultFromProto(resultToProto(in)); !reflect.DeepEqual(got, in) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, in)
 	}
@@ -19,11 +21,11 @@ func TestResultRoundTrip(t *testing.T) {
 // TestCloudFieldsRoundTrip checks that a Config's market and the offers of
 // Capabilities cross the wire.
 func TestCloudFieldsRoundTrip(t *testing.T) {
-	spec := AttemptSpec{JobID: "j", Attempt: 2, Config: Config{Workers: 2, GlobalBatch: 64, MachineType: "loc.full", Market: MarketSpot, Nodes: 2, LRScale: 1}}
+	spec := plugins.AttemptSpec{JobID: "j", Attempt: 2, Config: plugins.Config{Workers: 2, GlobalBatch: 64, MachineType: "loc.full", Market: plugins.MarketSpot, Nodes: 2, LRScale: 1}}
 	if got, _ := specFromProto(specToProto(spec)); !reflect.DeepEqual(got.Config, spec.Config) {
 		t.Errorf("config round trip:\n got %+v\nwant %+v", got.Config, spec.Config)
 	}
-	offers := []Offer{{Type: "loc.half", Slots: 1, OnDemandUSD: 0.1, SpotUSD: 0.03, MinimumBillS: 60}, {Type: "loc.full", Slots: 2, OnDemandUSD: 0.2}}
+	offers := []plugins.Offer{{Type: "loc.half", Slots: 1, OnDemandUSD: 0.1, SpotUSD: 0.03, MinimumBillS: 60}, {Type: "loc.full", Slots: 2, OnDemandUSD: 0.2}}
 	if got := offersFromProto(offersToProto(offers)); !reflect.DeepEqual(got, offers) {
 		t.Errorf("offers round trip:\n got %+v\nwant %+v", got, offers)
 	}
@@ -32,7 +34,7 @@ func TestCloudFieldsRoundTrip(t *testing.T) {
 // TestChargeBilled checks the billing rules: granularity rounds up, the
 // minimum applies, and the cost follows the hourly price.
 func TestChargeBilled(t *testing.T) {
-	c := Charge{USDPerHour: 3.6, Granularity: time.Second, Minimum: time.Minute}
+	c := plugins.Charge{USDPerHour: 3.6, Granularity: time.Second, Minimum: time.Minute}
 	for _, tt := range []struct{ used, billed float64 }{{0, 60}, {12.2, 60}, {60, 60}, {60.2, 61}, {125, 125}} {
 		if got := c.Billed(tt.used); got != tt.billed {
 			t.Errorf("Billed(%g) = %g, want %g", tt.used, got, tt.billed)
