@@ -2,6 +2,7 @@ package cloudvm
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -46,7 +46,7 @@ func newLauncher(t *testing.T, o Options) *Launcher {
 		o.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
 	o.StateDir = t.TempDir()
-	o.Owner = "test-" + nsmachine.RandomHex(6)
+	o.Owner = "test-" + rand.Text()[:6]
 	if o.Grace == 0 {
 		o.Grace = 500 * time.Millisecond
 	}

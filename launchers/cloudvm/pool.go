@@ -19,7 +19,6 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -80,23 +79,14 @@ func (p *pool) makeKeys() error {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return err
 	}
-	cpriv, cpub, err := nsmachine.NewKey()
+	k, err := provider.NewKeys()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(p.keyFile(), cpriv, 0o600); err != nil {
+	if err := os.WriteFile(p.keyFile(), k.ClientKey, 0o600); err != nil {
 		return fmt.Errorf("write pool key: %w", err)
 	}
-	if p.signer, err = gossh.ParsePrivateKey(cpriv); err != nil {
-		return err
-	}
-	hpriv, hpub, err := nsmachine.NewKey()
-	if err != nil {
-		return err
-	}
-	p.hostKey = hpub
-	p.boot = provider.Boot{AuthorizedKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(cpub))), HostKey: hpriv,
-		HostKeyPublic: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hpub)))}
+	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
 	return nil
 }
 

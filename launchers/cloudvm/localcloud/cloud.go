@@ -28,6 +28,7 @@ package localcloud
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,7 +155,7 @@ func (c *Cloud) loadState(ctx context.Context) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("read %s: %w", path, err)
 	}
-	c.st.ID = nsmachine.RandomHex(5)
+	c.st.ID = strings.ToLower(rand.Text()[:5])
 	if c.st.Bridge, err = nsmachine.CreateBridge(ctx, "scvc"+c.st.ID+"br"); err != nil {
 		return err
 	}
