@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
@@ -69,7 +70,7 @@ func TestWorkersOnEmulatedEC2(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	var insts []provider.Instance
+	var insts []cloudemu.Instance
 	for _, in := range e.emu.Instances() {
 		if in.State != provider.Terminated {
 			insts = append(insts, in)
