@@ -44,7 +44,7 @@ func (b *bench) terminations(ctx context.Context) error {
 		var up, down []float64
 		for i := range 5 {
 			t0 := time.Now()
-			insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: typ, Count: 1, Market: provider.OnDemand, Zone: cat.Zones[0],
+			insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: typ, Count: 1, Market: provider.OnDemand, Zone: cat.Zones(localcloud.Provider, localcloud.Region)[0],
 				Token: fmt.Sprintf("bench-%s-%d", typ, i), Boot: boot})
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // keys are a client key and a host key for the instances of a test.
@@ -66,7 +67,7 @@ func run(t *testing.T, c *gossh.Client, cmd string) string {
 
 // openCloud opens a local cloud in a temporary directory; the cleanup
 // destroys it and checks that nothing of it is left.
-func openCloud(t *testing.T, cat *Catalog) *Cloud {
+func openCloud(t *testing.T, cat *price.Catalog) *Cloud {
 	t.Helper()
 	if err := nsmachine.Check(true); err != nil {
 		t.Skipf("SKIP: %v", err)
@@ -198,7 +199,7 @@ func TestOutlivesTheProcess(t *testing.T) {
 func TestCapacity(t *testing.T) {
 	cat := DefaultCatalog()
 	cat.Types[0].Capacity = 1
-	cat.Types[1].SpotUSD = 0
+	cat.Types[1].Spot = nil
 	c := openCloud(t, cat)
 	ctx := context.Background()
 	k := newKeys(t)
