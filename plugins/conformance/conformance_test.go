@@ -99,7 +99,7 @@ var (
 	buildErr  error
 )
 
-// pluginBinary builds plugins/internal/localplugin once and returns its
+// pluginBinary builds launchers/builtin/internal/localplugin once and returns its
 // path and sha256.
 func pluginBinary(t *testing.T) (string, []byte) {
 	t.Helper()
@@ -109,7 +109,7 @@ func pluginBinary(t *testing.T) (string, []byte) {
 			return
 		}
 		binary = filepath.Join(dir, "localplugin")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/scavenger-ml/scavenger/plugins/internal/localplugin").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/scavenger-ml/scavenger/launchers/builtin/internal/localplugin").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
