@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/observe"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -66,12 +67,15 @@ type Controller struct {
 	// mu guards the policy and what it saw: the runner re-chooses through
 	// them at a pre-emption notice (cloud.go), and hands it offers and
 	// charges.
-	mu      sync.Mutex
-	pol     policy.Policy
-	obs     *observer
-	cloud   *cloudSpace          // nil unless the launcher offers machine types
-	history []policy.Observation // a cloud job's, for a re-choice
-	// movedFrom is the attempt being left: its last steps do not count.
+	mu    sync.Mutex
+	loop  observe.Loop // the observer and the policy: the one decision path
+	cloud *cloudSpace  // nil unless the launcher offers machine types
+	// candidateOf names a configuration as the policy does.
+	candidateOf func(plugins.Config) predict.Candidate
+	// reported says whether the policy has seen a report (a re-choice
+	// needs one); movedFrom is the attempt being left: its last steps do
+	// not count.
+	reported  bool
 	movedFrom int
 }
 
@@ -104,15 +108,20 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	if err != nil {
 		return nil, err
 	}
+	ocfg := observe.Config{M0: spec.M0, PriceUSDPerHour: price}
 	c := &Controller{
-		pol: pol, obs: newObserver(spec.M0, price, typ), job: job, cloud: cloud,
+		job: job, cloud: cloud,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
 		log: log.With(zap.String("policy", pol.Name())),
+		candidateOf: func(cfg plugins.Config) predict.Candidate {
+			return predict.Candidate{Type: typ, Nodes: 1, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
+		},
 	}
 	if cloud != nil {
-		c.obs.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
-		c.obs.spent = cloud.spent
+		c.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
+		ocfg.Spent = cloud.spent
 	}
+	c.loop = observe.Loop{Obs: observe.New(ocfg), Pol: pol}
 	return c, nil
 }
 
@@ -148,7 +157,7 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		now, cfg := c.job.Current()
 		if c.left(now) {
-			c.obs.note(rec) // the attempt being left: its last steps do not count
+			c.note(rec) // the attempt being left: its last steps do not count
 			continue
 		}
 		if now != attempt {
@@ -187,15 +196,22 @@ func (c *Controller) left(attempt int) bool {
 	return attempt == c.movedFrom
 }
 
-// attemptStarted resets the observer for a new attempt; a cloud job whose
+// note records a step of the attempt being left.
+func (c *Controller) note(rec telemetry.StepRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loop.Obs.Note(rec)
+}
+
+// attemptStarted starts observing a new attempt; a cloud job whose
 // relaunch did not get the configuration asked (asked) re-chooses over the
 // offers now.
 func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) {
 	c.mu.Lock()
-	c.obs.attemptStarted(attempt, cfg)
+	c.loop.Obs.Begin(attempt, c.candidateOf(cfg))
 	c.mu.Unlock()
 	if c.cloud != nil && asked != (plugins.Config{}) && asked != cfg {
-		c.Rechoose("the relaunch did not get what it asked") // the next report decides with it
+		c.Rechoose("the relaunch did not get what it asked", false) // the next report decides with it
 	}
 }
 
@@ -203,22 +219,18 @@ func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) {
 func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o, ok := c.obs.add(rec)
+	d, o, ok, err := c.loop.Step(rec, 1)
 	if !ok {
 		return api.Decision{}, false
 	}
-	if c.cloud != nil {
-		c.history = append(c.history, o)
+	if phi, ok := c.loop.Obs.NoiseScale(); ok {
+		c.job.SetNoise(phi)
 	}
-	if c.obs.est.Steps() > 0 {
-		c.job.SetNoise(c.obs.est.NoiseScale(c.obs.m0))
-	}
-	d, err := c.pol.Observe(o)
 	if err != nil {
 		c.log.Warn("policy", zap.Error(err))
 		return api.Decision{}, false
 	}
-	c.obs.setWait(d.WaitSteps)
+	c.reported = true
 	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
 	dec := decision(cfg, rec.Step, time.Now().UTC(), d)
 	if c.cloud != nil {

@@ -86,7 +86,7 @@ func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepReco
 		return cfg
 	}
 	r.observeOffers(ctx)
-	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID))
+	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID), true)
 	if !ok {
 		return cfg
 	}
@@ -96,6 +96,7 @@ func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepReco
 	r.decided(rec.Attempt, dec)
 	return dec.To
 }
+
 // workersText says how many workers cfg has, and on what machines when it
 // names them: "2 workers", "2 workers on loc.full (spot)".
 func workersText(cfg plugins.Config) string {

@@ -70,7 +70,7 @@ func improvement(vstar, pt, lo, hi float64) (ei, pwin float64) {
 		d := x / sl
 		return math.Max(vstar*normCDF(d)-pt*math.Exp(sl*sl/2)*normCDF(d-sl), 0), normCDF(d)
 	}
-	low := vstar / 2
+	var low float64
 	if sl > 0 {
 		low = vstar/2 - pt*math.Exp(sl*sl/2)*normCDF(-sl)
 	} else {

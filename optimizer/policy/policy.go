@@ -226,6 +226,11 @@ type Policy interface {
 	Name() string
 	// Observe takes one report and returns the next decision.
 	Observe(Observation) (Decision, error)
+	// Rechoose re-decides over a changed search space or prices (spec)
+	// from the policy's models and the job's state, keeping what it has
+	// learnt; forced says that the job must relaunch whatever is chosen
+	// (see rechoose.go).
+	Rechoose(spec Spec, forced bool) (Decision, error)
 }
 
 // Names lists the policies New knows.
@@ -309,15 +314,7 @@ const (
 type phiPoint struct{ progress, lnPhi float64 }
 
 func newTracker(spec Spec) *tracker {
-	seen := map[string]bool{}
-	var types []string
-	for _, c := range spec.Candidates {
-		if !seen[c.Type] {
-			seen[c.Type] = true
-			types = append(types, c.Type)
-		}
-	}
-	return &tracker{spec: spec, meas: map[predict.Candidate]*measurement{}, types: types}
+	return &tracker{spec: spec, meas: map[predict.Candidate]*measurement{}, types: typesOf(spec.Candidates)}
 }
 
 func (t *tracker) observe(o Observation) error {
@@ -429,16 +426,6 @@ func (t *tracker) reliable() bool {
 	return math.Sqrt(se2) <= stableTol
 }
 
-// gain is the scale-invariant progress of one step at scale (batch/M0):
-// the AdaScale gain under the noise estimate, or scale itself for a
-// throughput-only job (every sample fully useful).
-func (t *tracker) gain(scale float64) float64 {
-	if t.throughputOnly() {
-		return scale
-	}
-	return t.est.Gain(scale)
-}
-
 // label marks the decision of a throughput-only job (see
 // ThroughputOnlyReason); errors pass through.
 func (t *tracker) label(d Decision, err error) (Decision, error) {
@@ -477,6 +464,12 @@ func (t *tracker) points(typ string) []perf.Point {
 // predict forecasts every candidate whose type has a model, with the
 // noise forecast (or the paper's statistics) over the remaining work.
 func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Prediction, error) {
+	return t.predictAt(models, t.last.Config)
+}
+
+// predictAt is predict with cur as the configuration the job runs in (the
+// zero Candidate: none, every candidate pays a relaunch).
+func (t *tracker) predictAt(models map[string]predict.StepTimer, cur predict.Candidate) ([]predict.Prediction, error) {
 	in := predict.Inputs{
 		Models:    models,
 		Prices:    t.spec.Prices,
@@ -484,7 +477,7 @@ func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Predic
 		Sqr:       t.est.Sqr(),
 		Var:       t.est.Var(),
 		Remaining: math.Max(t.spec.Target-t.last.Progress, 0),
-		Current:   t.last.Config,
+		Current:   cur,
 		RelaunchS: t.relaunchS(),
 	}
 	switch {
@@ -564,7 +557,13 @@ func (t *tracker) waitToMeasure(reason string) Decision {
 // decide predicts every candidate with models and chooses; a decision
 // taken before the noise forecast is mature is marked Provisional.
 func (t *tracker) decide(ms typeModels) (Decision, error) {
-	preds, err := t.predict(ms.models)
+	return t.decideAt(ms, t.last.Config)
+}
+
+// decideAt is decide with cur as the configuration the job runs in (see
+// predictAt).
+func (t *tracker) decideAt(ms typeModels, cur predict.Candidate) (Decision, error) {
+	preds, err := t.predictAt(ms.models, cur)
 	if err != nil {
 		return Decision{}, err
 	}

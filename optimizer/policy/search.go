@@ -208,19 +208,21 @@ func (p *none) observe(o Observation) (Decision, error) {
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	fit := func() (typeModels, error) {
-		ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
-		for typ, m := range p.stored {
-			ms.models[typ], ms.kinds[typ] = t.overlay(typ, m), "stored"
-		}
-		return ms, nil
-	}
 	if p.decided {
-		return p.once.revisit(t, o, fit)
+		return p.once.revisit(t, o, p.fit)
 	}
 	if !t.warm() {
 		return t.warmingUp(t.warmReason()), nil
 	}
 	p.decided = true
-	return p.once.decide(t, o, fit, "stored model")
+	return p.once.decide(t, o, p.fit, "stored model")
+}
+
+// fit is the stored models, with what the job measured laid over them.
+func (p *none) fit() (typeModels, error) {
+	ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
+	for typ, m := range p.stored {
+		ms.models[typ], ms.kinds[typ] = p.t.overlay(typ, m), "stored"
+	}
+	return ms, nil
 }

@@ -40,10 +40,12 @@ import (
 
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/observe"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
 	"github.com/scavenger-ml/scavenger/optimizer/trace"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Options configures one simulation (the flags of `scavctl sim`).
@@ -80,6 +82,17 @@ type Options struct {
 	Noise float64
 	// Seed seeds the telemetry noise.
 	Seed uint64
+	// ReportSteps, when positive, is the steps of a report when the policy
+	// names none, as a live job's observer counts them (10 there), instead
+	// of ReportInterval's seconds.
+	ReportSteps float64
+	// Stepwise emits every step as its own record, as a live worker sends
+	// them, instead of one record standing for a report's steps (slower;
+	// for comparing the simulated and the live path).
+	Stepwise bool
+	// Tap, when set, is called with every step record the job emits and
+	// the decision it led to (nil when no report was due).
+	Tap func(rec telemetry.StepRecord, d *policy.Decision)
 	// Stored are the step-time models the none policy reuses; nil makes the
 	// simulator first run a scavenger job on the same traces and store its
 	// models, as a previous job with the same signature would have.
@@ -177,8 +190,11 @@ func (o *Options) defaults() error {
 	if o.RelaunchPenalty < 0 {
 		return fmt.Errorf("%w: negative relaunch penalty", ErrBadOptions)
 	}
-	if o.ReportInterval == 0 {
+	if o.ReportInterval == 0 && o.ReportSteps == 0 {
 		o.ReportInterval = 30 * time.Second
+	}
+	if o.ReportSteps == 0 {
+		o.ReportSteps = 1
 	}
 	if o.Objective.Kind == "" {
 		o.Objective.Kind = objective.Time
@@ -309,7 +325,11 @@ func (w *world) start(s string) (predict.Candidate, error) {
 	return predict.Candidate{}, fmt.Errorf("%w: %s", ErrBadStart, s)
 }
 
-// simulate runs the job loop.
+// simulate runs the job loop: the job runs in its configuration until the
+// observer's next report is due, emits its steps as the step records a
+// live job's rank 0 would (step and sync time, gradient norms at the
+// current point of training), and the records go through the same
+// observer and policy as a live job's (observe.Loop).
 func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.Candidate, opts Options) (*Report, error) {
 	rep := &Report{
 		App: w.app.Name, Policy: pol.Name(), Objective: string(opts.Objective.Kind),
@@ -324,15 +344,20 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 	if opts.Noise > 0 {
 		rng = rand.New(rand.NewPCG(opts.Seed, 0x5ca7))
 	}
-	cur := start
-	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
 	var (
 		now, spent, progress float64
-		wait                 float64
+		step                 int64
 		lastPreds            []predict.Prediction
 		fitted               []string
 		recorded             bool
 	)
+	cur, attempt := start, 1
+	loop := observe.Loop{Pol: pol, Obs: observe.New(observe.Config{
+		M0: w.m0, Spent: func(float64) (float64, bool) { return spent, true },
+		ReportSteps: opts.ReportSteps, ReportSeconds: opts.ReportInterval.Seconds(),
+	})}
+	loop.Obs.Begin(attempt, cur)
+	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
 	for iter := 0; progress < w.target*(1-1e-12); iter++ {
 		if iter%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -343,11 +368,7 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			return nil, fmt.Errorf("simulate %s: %w after %d reports", w.app.Name, ErrStuck, iter)
 		}
 		st, sync := w.stepTime(cur)
-		n := wait
-		if n <= 0 {
-			n = math.Max(opts.ReportInterval.Seconds()/st, 1)
-		}
-		steps, secs, gained := w.run(cur, progress, n)
+		steps, secs, gained := w.run(cur, progress, math.Max(loop.Obs.StepsToReport(st), 1))
 		if steps <= 0 {
 			return nil, fmt.Errorf("simulate %s in %s at progress %g: %w", w.app.Name, cur, progress, ErrStuck)
 		}
@@ -361,23 +382,20 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		if progress >= w.target*(1-1e-12) {
 			break
 		}
-		sqr, vari := w.grad(cur.Batch, progress)
-		obs := policy.Observation{
-			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: steps,
-			StepTime: st, SyncTime: sync,
-			Grad:     gns.Expected(sqr, vari, w.m0, cur.Local(), cur.Workers),
-			Progress: progress,
-		}
+		rec := w.record(cur, attempt, st, sync, progress)
 		if rng != nil {
 			noisy := func(x float64) float64 { return x * math.Max(1+opts.Noise*rng.NormFloat64(), 0.05) }
-			obs.StepTime = noisy(obs.StepTime)
-			obs.SyncTime = math.Min(noisy(obs.SyncTime), obs.StepTime)
-			obs.Grad.LocalSqr = noisy(obs.Grad.LocalSqr)
-			obs.Grad.TotalSqr = noisy(obs.Grad.TotalSqr)
+			rec.Seconds = noisy(rec.Seconds)
+			*rec.SyncSeconds = math.Min(noisy(*rec.SyncSeconds), rec.Seconds)
+			*rec.LocalSqr, *rec.AvgSqr = noisy(*rec.LocalSqr), noisy(*rec.AvgSqr)
 		}
-		d, err := pol.Observe(obs)
+		d, ok, err := w.emit(&loop, rec, steps, step, now, opts)
+		step += int64(math.Ceil(steps))
 		if err != nil {
 			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
+		}
+		if !ok {
+			continue
 		}
 		if d.Predictions != nil {
 			lastPreds, fitted = d.Predictions, d.FittedTypes
@@ -387,12 +405,13 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			rep.PredictedJCTS, rep.PredictedCostUSD = now+ch.TotalS, spent+ch.TotalUSD
 			rep.DecisionS, rep.Reason, recorded = now, d.Reason, true
 		}
-		wait = d.WaitSteps
 		if d.Config != cur {
 			if !valid[d.Config] {
 				return nil, fmt.Errorf("simulate %s: %w: %s", w.app.Name, ErrBadDecision, d.Config)
 			}
 			cur = d.Config
+			attempt++
+			loop.Obs.Begin(attempt, cur)
 			rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch, StartS: now})
 			now += relaunch
 			spent += relaunch * float64(cur.Nodes) * w.prices[cur.Type] / 3600
@@ -403,6 +422,53 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 	rep.StepTimeError, rep.FittedTypes = w.stepErrors(lastPreds, rep.History, fitted), fitted
 	rep.Predictions = lastPreds
 	return rep, nil
+}
+
+// record is rank 0's step record of a step of c at progress p, ended at
+// no particular time yet: its step and sync time and the gradient norms a
+// worker's local batch shows there (gns.Expected at the local batch the
+// record names, so that its sample's scale matches them).
+func (w *world) record(c predict.Candidate, attempt int, st, sync, p float64) telemetry.StepRecord {
+	sqr, vari := w.grad(c.Batch, p)
+	local := max(int(math.Round(c.Local())), 1)
+	g := gns.Expected(sqr, vari, w.m0, float64(local), c.Workers)
+	rec := telemetry.StepRecord{V: telemetry.SchemaVersion, Job: w.app.Name, Attempt: attempt, World: c.Workers,
+		Seconds: st, Samples: local, LocalBatch: local, GlobalBatch: c.Batch, Count: int(g.Count), Biased: g.Biased}
+	rec.SyncSeconds, rec.LocalSqr, rec.AvgSqr = &sync, &g.LocalSqr, &g.TotalSqr
+	return rec
+}
+
+// emit hands the observer rec as steps steps after step, the last ending
+// at now: one record standing for them all, or with Options.Stepwise one
+// record per step as a live worker sends them (then steps is whole); ok
+// says whether a report was due and the policy decided.
+func (w *world) emit(loop *observe.Loop, rec telemetry.StepRecord, steps float64, step int64, now float64, opts Options) (policy.Decision, bool, error) {
+	n, each := steps, 1
+	if opts.Stepwise {
+		n, each = 1, int(math.Ceil(steps))
+	}
+	var d policy.Decision
+	var ok bool
+	for i := 1; i <= each; i++ {
+		r := rec
+		r.Step = step + int64(math.Ceil(n))*int64(i)
+		r.Time = now - float64(each-i)*rec.Seconds
+		var err error
+		if d, _, ok, err = loop.Step(r, n); err != nil {
+			return d, ok, err
+		}
+		if opts.Tap != nil {
+			var dp *policy.Decision
+			if ok {
+				dp = &d
+			}
+			opts.Tap(r, dp)
+		}
+		if ok {
+			break // the decision moves the job or names its next report: the rest would not be sent
+		}
+	}
+	return d, ok, nil
 }
 
 // stepErrors compares predicted step times with the traces on candidates
