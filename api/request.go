@@ -102,7 +102,7 @@ func (r *RunRequest) Validate() error {
 	if r.Optimize.Active() {
 		spec, _, err := r.Optimize.Spec(r.Config, 0)
 		if err == nil {
-			_, err = policy.New(r.Optimize.Policy, spec, nil)
+			_, err = policy.New(r.Optimize.Policy, spec)
 		}
 		if err != nil {
 			errs = append(errs, err)

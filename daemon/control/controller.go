@@ -104,7 +104,7 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	if cloud != nil {
 		spec, typ = cloud.cur.Spec, cloud.startType()
 	}
-	pol, err := policy.New(j.Optimize.Policy, spec, nil)
+	pol, err := policy.New(j.Optimize.Policy, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func TestRechoose(t *testing.T) {
 		{"fixed: stays", "fixed", spec(aOnDemand, a, b), true, a, "fixed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := New(c.policy, spec(spot, a, b), nil)
+			p, err := New(c.policy, spec(spot, a, b))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestRechoose(t *testing.T) {
 // TestRechooseBeforeAReport: nothing observed, nothing to re-choose on.
 func TestRechooseBeforeAReport(t *testing.T) {
 	s := synthSpec(objective.Time, 1e4)
-	p, err := New("scavenger", s, nil)
+	p, err := New("scavenger", s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestRechooseKeepsTheSpace(t *testing.T) {
 	b := a
 	b.Type = "b"
 	s := Spec{Candidates: []predict.Candidate{a, b}, Prices: map[string]float64{"a": 0.01, "b": 0.04}, M0: 32, Target: 1e5, Objective: objective.Objective{Kind: objective.Cost}, RelaunchS: 1}
-	p, err := New("adaptive", s, nil)
+	p, err := New("adaptive", s)
 	if err != nil {
 		t.Fatal(err)
 	}

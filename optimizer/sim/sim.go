@@ -44,6 +44,7 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/prior"
 	"github.com/scavenger-ml/scavenger/optimizer/trace"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -93,10 +94,13 @@ type Options struct {
 	// Tap, when set, is called with every step record the job emits and
 	// the decision it led to (nil when no report was due).
 	Tap func(rec telemetry.StepRecord, d *policy.Decision)
-	// Stored are the step-time models the none policy reuses; nil makes the
-	// simulator first run a scavenger job on the same traces and store its
-	// models, as a previous job with the same signature would have.
-	Stored map[string]predict.StepTimer
+	// Store is the simulated model store (see Learn): the entries earlier
+	// jobs left, the signature of a trace's job being its application's
+	// name. The job starts from prior.For its signature over them. Policy
+	// none with an empty store first runs a scavenger job on the same
+	// traces and stores what it learnt, as a previous job with the same
+	// signature would have.
+	Store []prior.Entry
 }
 
 // DefaultTypes are the cloud machine types of the traces.
@@ -178,6 +182,13 @@ type Report struct {
 	// Predictions are the policy's last predictions of every candidate
 	// (for scavctl plan --policy).
 	Predictions []predict.Prediction `json:"-"`
+	// Probes counts the moves made to measure a configuration (decisions
+	// in the probing phase); StartedAt is where the job started when its
+	// prior's models moved it before its first step (Policy.Start).
+	Probes    int      `json:"probes"`
+	StartedAt *Segment `json:"started_at,omitempty"`
+	// Learned is what the job left in the store (see Learn).
+	Learned []prior.Entry `json:"-"`
 }
 
 func (o *Options) defaults() error {
@@ -260,22 +271,20 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 		RelaunchS:  opts.RelaunchPenalty.Seconds(),
 		StatModel:  opts.StatModel,
 	}
-	stored := opts.Stored
-	if opts.Policy == "none" && stored == nil {
-		prior := opts
-		prior.Policy = "scavenger"
-		pol, err := policy.New("scavenger", spec, nil)
+	store := opts.Store
+	if opts.Policy == "none" && len(store) == 0 {
+		first := opts
+		first.Policy = "scavenger"
+		_, learned, err := w.learn(ctx, spec, start, first)
 		if err != nil {
 			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
 		}
-		if _, err := w.simulate(ctx, pol, start, prior); err != nil {
-			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
-		}
-		if ms, ok := pol.(policy.ModelSource); ok {
-			stored = ms.Models()
-		}
+		store = learned
 	}
-	pol, err := policy.New(opts.Policy, spec, stored)
+	if len(store) > 0 {
+		spec.Prior = prior.For(w.app.Name, store)
+	}
+	pol, err := policy.New(opts.Policy, spec)
 	if err != nil {
 		return nil, fmt.Errorf("simulate %s: %w", w.app.Name, err)
 	}
@@ -283,12 +292,57 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.Learned = prior.Entries(w.app.Name, pol.Learned(), nil)
 	rep.StatModel = opts.StatModel
 	if err := w.score(rep, opts.Objective); err != nil {
 		return nil, err
 	}
 	rep.BoundJCTS, rep.BoundCostUSD = w.bound(start, opts, rep.Oracle)
 	return rep, nil
+}
+
+// Learn simulates opts.Policy over opts' traces with opts.Store as its
+// store, and returns its report and the store's entries after it: opts.Store
+// with what the job learnt merged in (how `scavctl sim --store-from` fills
+// the store).
+func Learn(ctx context.Context, opts Options) (*Report, []prior.Entry, error) {
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rep, MergeStore(opts.Store, rep.Learned), nil
+}
+
+// MergeStore merges newer entries into a store (prior.Merge for the same
+// signature and type; the others added).
+func MergeStore(store, newer []prior.Entry) []prior.Entry {
+	out := append([]prior.Entry(nil), store...)
+	for _, e := range newer {
+		found := false
+		for i, o := range out {
+			if o.Signature == e.Signature && o.Type == e.Type {
+				out[i], found = prior.Merge(o, e), true
+			}
+		}
+		if !found {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// learn runs opts.Policy in w from start over spec and returns the
+// entries it leaves (its signature is the application's name).
+func (w *world) learn(ctx context.Context, spec policy.Spec, start predict.Candidate, opts Options) (*Report, []prior.Entry, error) {
+	pol, err := policy.New(opts.Policy, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep, err := w.simulate(ctx, pol, start, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rep, prior.Entries(w.app.Name, pol.Learned(), nil), nil
 }
 
 // start parses TYPE:K:B or picks the default start.
@@ -351,6 +405,13 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		fitted               []string
 		recorded             bool
 	)
+	if d, ok := pol.Start(start); ok && valid[d.Config] {
+		start = d.Config
+		rep.StartedAt = &Segment{Type: start.Type, Nodes: start.Nodes, Workers: start.Workers, Batch: start.Batch}
+		ch := d.Predictions[d.Chosen]
+		rep.PredictedJCTS, rep.PredictedCostUSD, rep.Reason, recorded = ch.TotalS, ch.TotalUSD, d.Reason, true
+		lastPreds, fitted = d.Predictions, d.FittedTypes
+	}
 	cur, attempt := start, 1
 	loop := observe.Loop{Pol: pol, Obs: observe.New(observe.Config{
 		M0: w.m0, Spent: func(float64) (float64, bool) { return spent, true },
@@ -410,6 +471,9 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 				return nil, fmt.Errorf("simulate %s: %w: %s", w.app.Name, ErrBadDecision, d.Config)
 			}
 			cur = d.Config
+			if d.Phase == policy.PhaseProbing {
+				rep.Probes++
+			}
 			attempt++
 			loop.Obs.Begin(attempt, cur)
 			rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch, StartS: now})
