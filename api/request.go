@@ -102,11 +102,14 @@ func (r *RunRequest) Validate() error {
 	if r.Optimize.Active() {
 		spec, _, err := r.Optimize.Spec(r.Config, 0)
 		if err == nil {
-			_, err = policy.New(r.Optimize.Policy, spec)
+			err = policy.Check(r.Optimize.Policy, spec)
 		}
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if k := r.Optimize.ModelKey; k != "" && !ModelKeyPattern.MatchString(k) {
+		errs = append(errs, fmt.Errorf("--model-key %q: use 1-64 letters, digits, '-' or '_'", k))
 	}
 	if _, err := progress.New(r.StepRegex); err != nil {
 		errs = append(errs, err)

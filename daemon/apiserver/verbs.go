@@ -35,6 +35,8 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbMove:        s.move,
 		api.VerbAllocation:  s.allocation,
 		api.VerbAllocations: func(ctx context.Context, _ api.Owner, _ []byte) (any, error) { return s.o.Allocations.List(ctx) },
+		api.VerbModels:      s.models,
+		api.VerbForgetModel: s.forgetModel,
 	}
 }
 

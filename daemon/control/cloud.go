@@ -150,7 +150,9 @@ func (c *Controller) Rechoose(why string, forced bool) (api.Decision, bool) {
 		}
 		return api.Decision{}, false
 	}
-	d, err := c.loop.Pol.Rechoose(c.cloud.cur.Spec, forced)
+	spec := c.cloud.cur.Spec
+	spec.Prior = c.store.prior
+	d, err := c.loop.Pol.Rechoose(spec, forced)
 	if err != nil {
 		c.log.Warn("re-choose", zap.Error(err))
 		return api.Decision{}, false

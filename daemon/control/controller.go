@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -77,6 +79,10 @@ type Controller struct {
 	// not count.
 	reported  bool
 	movedFrom int
+	// store is the job's part of the model store (models.go); start the
+	// configuration the job was asked to start at.
+	store jobStore
+	start plugins.Config
 }
 
 // Verdict is a decision the controller hands the runner. When the decision
@@ -91,7 +97,11 @@ type Verdict struct {
 // hands it verdicts. offers are the machine types the job's launcher offers
 // now (plugins.Capabilities.Offers): when there are any, the search covers
 // them (cloud.go).
-func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger) (*Controller, error) {
+func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger, opts ...Option) (*Controller, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	spec, price, err := j.Optimize.Spec(j.Config, 0)
 	if err != nil {
 		return nil, err
@@ -104,13 +114,18 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	if cloud != nil {
 		spec, typ = cloud.cur.Spec, cloud.startType()
 	}
+	store := o.open(j, log)
+	spec.Prior = store.prior
 	pol, err := policy.New(j.Optimize.Policy, spec)
+	if errors.Is(err, policy.ErrNoStoredModel) {
+		return nil, fmt.Errorf("policy none reuses what earlier runs of the same command measured, and the model store has nothing for %s: run it once under scavenger (or name a stored model with --model-key): %w", store.sig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	ocfg := observe.Config{M0: spec.M0, PriceUSDPerHour: price}
 	c := &Controller{
-		job: job, cloud: cloud,
+		job: job, cloud: cloud, store: store, start: j.Config,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
 		log: log.With(zap.String("policy", pol.Name())),
 		candidateOf: func(cfg plugins.Config) predict.Candidate {
@@ -148,6 +163,7 @@ func (c *Controller) Step(rec telemetry.StepRecord) {
 func (c *Controller) Run(ctx context.Context) {
 	attempt := 0
 	var last api.Decision
+	defer c.save(ctx) // what the job learnt, for the next job of its signature
 	for {
 		var rec telemetry.StepRecord
 		select {
@@ -231,6 +247,9 @@ func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 		return api.Decision{}, false
 	}
 	c.reported = true
+	if d.Commit {
+		c.saveLocked(context.Background())
+	}
 	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
 	dec := decision(cfg, rec.Step, time.Now().UTC(), d)
 	if c.cloud != nil {
@@ -254,6 +273,10 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 	for i, p := range d.Predictions {
 		if i == d.Chosen || d.Chosen < 0 && p.Candidate == d.Config {
 			dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+			dec.PredictedLoS, dec.PredictedHiS, dec.PredictedUSDLo, dec.PredictedUSDHi = p.TotalSLo, p.TotalSHi, p.TotalUSDLo, p.TotalUSDHi
+			if p.StepTime > 0 {
+				dec.PredictedSteps = p.RemainingS / p.StepTime
+			}
 			dec.PredictedStepLoS, dec.PredictedStepHiS, dec.PredictedFlags = p.StepLo, p.StepHi, p.Flags.Words()
 			break
 		}

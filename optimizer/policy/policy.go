@@ -249,6 +249,17 @@ type Policy interface {
 // Names lists the policies New knows.
 var Names = []string{"fixed", "full", "scavenger", "adaptive", "none"}
 
+// Check reports whether New could build the policy name over spec once
+// the prior "none" needs is there (a job's request is checked before its
+// prior is read).
+func Check(name string, spec Spec) error {
+	if spec.Prior == nil && name == "none" {
+		name = "scavenger"
+	}
+	_, err := New(name, spec)
+	return err
+}
+
 // New builds a policy by name. "none" needs a prior with measurements
 // (Spec.Prior).
 func New(name string, spec Spec) (Policy, error) {
