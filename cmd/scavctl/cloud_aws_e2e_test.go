@@ -10,8 +10,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 )
 
@@ -33,7 +35,7 @@ func TestCloudJobOnEmulatedEC2(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = back.Destroy(context.Background()) }) // when the test did not get to it
 	spot := map[string]map[string]float64{"c6i.large": {"us-east-1a": 0.031, "us-east-1b": 0.029}, "c6i.xlarge": {"us-east-1a": 0.061, "us-east-1b": 0.066}}
-	emu, err := ec2emu.New(ec2emu.Options{Backend: back, Types: map[string]string{"c6i.large": "loc.half", "c6i.xlarge": "loc.full"},
+	emu, err := ec2emu.New(ec2emu.Options{Backend: localcloudtest.Backend(back), Types: map[string]string{"c6i.large": "loc.half", "c6i.xlarge": "loc.full"},
 		Zones: []string{"us-east-1a", "us-east-1b"}, BackendZones: []string{"loc-a", "loc-b"}, SpotPrices: spot})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,7 @@ func TestCloudJobOnEmulatedEC2(t *testing.T) {
 		}
 	}
 	// The emulated instances are the backend's with EC2's types and zones.
-	ec2 := map[string]provider.Instance{}
+	ec2 := map[string]cloudemu.Instance{}
 	for _, in := range emu.Instances() {
 		ec2[in.ID] = in
 	}

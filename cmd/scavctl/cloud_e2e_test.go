@@ -17,6 +17,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 	"go.uber.org/zap"
 )
 
@@ -157,14 +158,12 @@ func billed(t *testing.T, rs []localcloud.Record, price func(localcloud.Record) 
 }
 
 // catalogPrice prices an instance of a local cloud at its catalog's prices.
-func catalogPrice(cat *localcloud.Catalog) func(localcloud.Record) float64 {
+func catalogPrice(cat *price.Catalog) func(localcloud.Record) float64 {
 	return func(r localcloud.Record) float64 {
 		for _, ty := range cat.Types {
-			if ty.Name == r.Type && r.Market == provider.Spot {
-				return ty.SpotUSD
-			}
 			if ty.Name == r.Type {
-				return ty.OnDemandUSD
+				usd, _ := ty.Hourly(r.Market == provider.Spot)
+				return usd
 			}
 		}
 		return 0

@@ -58,8 +58,10 @@ func (f *liveFlags) livePrices(ctx context.Context, a *app, cat *price.Catalog) 
 		}
 		var rows []liveRow
 		for _, t := range lc.Types {
-			for _, z := range lc.Zones {
-				rows = append(rows, liveRow{Type: t.Name, Zone: z, OnDemandUSD: t.OnDemandUSD, CatalogSpot: t.SpotUSD, SpotUSD: t.SpotUSD})
+			od, _ := t.HourlyIn(localcloud.Region, false)
+			sp, _ := t.HourlyIn(localcloud.Region, true)
+			for _, z := range lc.Zones(localcloud.Provider, localcloud.Region) {
+				rows = append(rows, liveRow{Type: t.Name, Zone: z, OnDemandUSD: od, CatalogSpot: sp, SpotUSD: sp})
 			}
 		}
 		return rows, nil

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 )
 
 // ownerID is the account of every emulated reservation.
@@ -70,9 +70,9 @@ func (e *Emulator) runInstances(ctx context.Context, f url.Values) (any, *apiErr
 	if zi < 0 {
 		return nil, bad("Placement.AvailabilityZone %q: the zones are %v (subnets are not emulated).", zone, e.o.Zones)
 	}
-	market := provider.OnDemand
+	market := cloudemu.OnDemand
 	if f.Get("InstanceMarketOptions.MarketType") == "spot" {
-		market = provider.Spot
+		market = cloudemu.Spot
 	}
 	boot, err := bootFromUserData(f.Get("UserData"))
 	if err != nil {
@@ -95,17 +95,17 @@ func (e *Emulator) runInstances(ctx context.Context, f url.Values) (any, *apiErr
 	if s := f.Get("InstanceMarketOptions.SpotOptions.MaxPrice"); s != "" {
 		maxPrice, _ = strconv.ParseFloat(s, 64)
 	}
-	insts, perr := e.o.Backend.Provision(ctx, provider.ProvisionRequest{Type: backendType, Count: minC, Market: market, Zone: e.o.BackendZones[zi],
-		Tags: tags(f), Token: "ec2emu-" + token, MaxPriceUSD: maxPrice, Boot: boot})
+	ms, perr := e.o.Backend.Launch(ctx, cloudemu.Launch{Type: backendType, Count: minC, Market: market, Zone: e.o.BackendZones[zi],
+		Tags: tags(f), Token: "ec2emu-" + token, MaxPriceUSD: maxPrice, Keys: boot})
 	if perr != nil {
-		if len(insts) > 0 {
+		if len(ms) > 0 {
 			var ids []string
-			for _, in := range insts {
-				ids = append(ids, in.ID)
+			for _, m := range ms {
+				ids = append(ids, m.ID)
 			}
 			_ = e.o.Backend.Terminate(context.WithoutCancel(ctx), ids)
 		}
-		if errors.Is(perr, provider.ErrCapacity) {
+		if errors.Is(perr, cloudemu.ErrNoCapacity) {
 			return nil, &apiError{http.StatusInternalServerError, "InsufficientInstanceCapacity", perr.Error()}
 		}
 		return nil, &apiError{http.StatusInternalServerError, "InternalError", perr.Error()}
@@ -114,10 +114,10 @@ func (e *Emulator) runInstances(ctx context.Context, f url.Values) (any, *apiErr
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var ids []string
-	for _, in := range insts {
-		in.Zone, in.Type = zone, typ
-		e.insts[in.ID] = &instance{Instance: in, ec2Type: typ, reservation: reservation, token: token, image: f.Get("ImageId"), backendZone: e.o.BackendZones[zi]}
-		ids = append(ids, in.ID)
+	for _, m := range ms {
+		in := cloudemu.Instance{ID: m.ID, Type: typ, Zone: zone, Market: market, State: cloudemu.Pending, Addr: m.Addr, Tags: tags(f), Launched: m.Launched}
+		e.insts[m.ID] = &instance{Instance: in, reservation: reservation, token: token, image: f.Get("ImageId"), backendZone: e.o.BackendZones[zi]}
+		ids = append(ids, m.ID)
 	}
 	if token != "" {
 		e.tokens[token] = ids
@@ -139,18 +139,18 @@ func (e *Emulator) reservationLocked(ids []string) reservationXML {
 // describeLocked is one instance's description, pending until its machine
 // answers SSH (e.mu held).
 func (e *Emulator) describeLocked(in *instance) instanceXML {
-	if in.State != provider.Terminated && !e.o.Backend.Ended(in.ID).IsZero() {
-		in.State = provider.Terminated // the backend ended it: a spot interruption
+	if in.State != cloudemu.Terminated && !e.o.Backend.Ended(in.ID).IsZero() {
+		in.State = cloudemu.Terminated // the backend ended it: a spot interruption
 	}
-	if in.State == provider.Pending && running(in.Addr) {
-		in.State = provider.Running
+	if in.State == cloudemu.Pending && cloudemu.SSHAnswers(in.Addr) {
+		in.State = cloudemu.Running
 	}
-	x := instanceXML{InstanceID: in.ID, ImageID: in.image, State: state{stateCodes[in.State], in.State}, InstanceType: in.ec2Type,
+	x := instanceXML{InstanceID: in.ID, ImageID: in.image, State: state{stateCodes[in.State], in.State}, InstanceType: in.Type,
 		LaunchTime: isoTime(in.Launched), Placement: placement{in.Zone}, ClientToken: in.token}
-	if in.State != provider.Terminated {
+	if in.State != cloudemu.Terminated {
 		x.PrivateIPAddress = in.Addr
 	}
-	if in.Market == provider.Spot {
+	if in.Market == cloudemu.Spot {
 		x.InstanceLifecycle = "spot"
 	}
 	for k, v := range in.Tags {
@@ -271,7 +271,7 @@ func (e *Emulator) terminateInstances(ctx context.Context, f url.Values) (any, *
 	for _, id := range ids {
 		in := e.insts[id]
 		prev := in.State
-		in.State = provider.Terminated
+		in.State = cloudemu.Terminated
 		resp.Changes = append(resp.Changes, stateChange{InstanceID: id, CurrentState: state{stateCodes["shutting-down"], "shutting-down"},
 			PreviousState: state{stateCodes[prev], prev}})
 	}

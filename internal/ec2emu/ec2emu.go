@@ -11,7 +11,9 @@
 // deserialisers are the judge of them.
 //
 // Behind RunInstances it starts real machines: each instance type maps to a
-// type of a Backend (the local cloud, launchers/cloudvm/localcloud), whose
+// type of a cloudemu.Backend (the local cloud in the tests, adapted by
+// launchers/cloudvm/localcloud/localcloudtest; this package imports no
+// launcher), whose
 // instances boot with the SSH keys of the request's cloud-init user data,
 // so that the AWS code path provisions machines that really run the
 // workers. An instance is pending until its sshd answers, then running.
@@ -23,32 +25,21 @@
 package ec2emu
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 )
-
-// Backend runs the machines behind the emulated instances.
-type Backend interface {
-	Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error)
-	Terminate(ctx context.Context, ids []string) error
-	// Ended is when the backend ended instance id (zero while it runs):
-	// an interrupted spot instance ends on its own.
-	Ended(id string) time.Time
-}
 
 // Options configure an Emulator.
 type Options struct {
 	// Backend runs the instances; required.
-	Backend Backend
+	Backend cloudemu.Backend
 	// Types maps each EC2 instance type the emulation accepts to a type of
 	// the backend ("c6i.large": "loc.half").
 	Types map[string]string
@@ -86,8 +77,7 @@ type Emulator struct {
 
 // instance is an emulated instance.
 type instance struct {
-	provider.Instance
-	ec2Type     string
+	cloudemu.Instance
 	reservation string
 	token       string
 	image       string
@@ -117,14 +107,14 @@ func (e *Emulator) Calls(action string) int {
 }
 
 // Instances returns every instance launched, terminated ones included.
-func (e *Emulator) Instances() []provider.Instance {
+func (e *Emulator) Instances() []cloudemu.Instance {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []provider.Instance
+	var out []cloudemu.Instance
 	for _, in := range e.insts {
 		out = append(out, in.Instance)
 	}
-	slices.SortFunc(out, func(a, b provider.Instance) int { return a.Launched.Compare(b.Launched) })
+	slices.SortFunc(out, func(a, b cloudemu.Instance) int { return a.Launched.Compare(b.Launched) })
 	return out
 }
 
@@ -177,14 +167,4 @@ func newID(prefix string) string {
 	b := make([]byte, 9)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)[:17]
-}
-
-// running reports whether the machine at addr answers SSH yet.
-func running(addr string) bool {
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, "22"), 20*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
 }

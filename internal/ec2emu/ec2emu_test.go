@@ -16,26 +16,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 )
 
 // fakeBackend launches nothing: it records requests and makes up instances.
 type fakeBackend struct {
 	mu    sync.Mutex
-	reqs  []provider.ProvisionRequest
+	reqs  []cloudemu.Launch
 	ended map[string]time.Time
 	n     int
 }
 
-func (f *fakeBackend) Provision(_ context.Context, req provider.ProvisionRequest) ([]provider.Instance, error) {
+func (f *fakeBackend) Launch(_ context.Context, req cloudemu.Launch) ([]cloudemu.Machine, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs = append(f.reqs, req)
-	var out []provider.Instance
+	var out []cloudemu.Machine
 	for range req.Count {
 		f.n++
-		out = append(out, provider.Instance{ID: fmt.Sprintf("i-%017d", f.n), Type: req.Type, Zone: req.Zone, Market: req.Market,
-			State: provider.Pending, Addr: "192.0.2.1", Tags: req.Tags, Launched: time.Now().UTC()})
+		out = append(out, cloudemu.Machine{ID: fmt.Sprintf("i-%017d", f.n), Addr: "192.0.2.1", Launched: time.Now().UTC()})
 	}
 	return out, nil
 }
@@ -86,7 +85,7 @@ func TestWithTheSDK(t *testing.T) {
 	if err != nil || aws.ToString(again.Instances[0].InstanceId) != aws.ToString(out.Instances[0].InstanceId) || len(back.reqs) != 1 {
 		t.Fatalf("the same token launched again: %+v, %v (%d backend requests)", again, err, len(back.reqs))
 	}
-	if r := back.reqs[0]; r.Zone != "b" || r.Market != provider.Spot || r.Tags["job"] != "j" || r.Boot.HostKeyPublic != "ssh-ed25519 BBBB host" {
+	if r := back.reqs[0]; r.Zone != "b" || r.Market != cloudemu.Spot || r.Tags["job"] != "j" || r.Keys.HostKeyPublic != "ssh-ed25519 BBBB host" {
 		t.Errorf("backend request %+v", r)
 	}
 	apiCode := func(err error) string {

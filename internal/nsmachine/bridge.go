@@ -160,13 +160,3 @@ func randInt(n int64) int {
 	}
 	return int(v.Int64())
 }
-
-// RandomHex returns n random hex digits (n ≤ 32), for names.
-func RandomHex(n int) string {
-	const digits = "0123456789abcdef"
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = digits[randInt(16)]
-	}
-	return string(b)
-}

@@ -17,6 +17,11 @@
 // A machine that is not isolated only has its network and UTS namespaces
 // (the hosts of internal/testnet, whose tests look at their processes).
 //
+// It is not a test fixture: the local cloud (launchers/cloudvm/localcloud,
+// the local test and development cloud linked into scavd) makes its
+// instances with it, and the test fixture internal/testnet builds its hosts
+// on it.
+//
 // Everything here needs root, iproute2 and cgroup v1 controllers mounted at
 // /sys/fs/cgroup/{cpu,memory,freezer}; Check says what is missing.
 //

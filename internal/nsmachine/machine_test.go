@@ -2,6 +2,7 @@ package nsmachine
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/scavenger-ml/scavenger/internal/sshkey"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 )
 
@@ -30,7 +32,7 @@ func TestIsolatedMachine(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sfx := RandomHex(5)
+	sfx := strings.ToLower(rand.Text()[:5])
 	br, err := CreateBridge(ctx, "scvm"+sfx)
 	if err != nil {
 		t.Fatalf("CreateBridge: %v", err)
@@ -41,14 +43,14 @@ func TestIsolatedMachine(t *testing.T) {
 		}
 	})
 	dir := t.TempDir()
-	clientPub, err := WriteKey(filepath.Join(dir, "id"))
+	clientPub, err := sshkey.Write(filepath.Join(dir, "id"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), gossh.MarshalAuthorizedKey(clientPub), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hostPub, err := WriteKey(filepath.Join(dir, "hostkey"))
+	hostPub, err := sshkey.Write(filepath.Join(dir, "hostkey"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,8 @@
 package nsmachine
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
-	"os"
 	"strings"
-
-	gossh "golang.org/x/crypto/ssh"
 )
 
 // SSHPort is the port a machine's sshd listens on (in its own namespace).
@@ -59,34 +53,3 @@ ClientAliveCountMax 3
 
 // SSHDInit is the init command of a machine whose init is sshd with config.
 func SSHDInit(config string) []string { return []string{sshdPath, "-D", "-e", "-f", config} }
-
-// NewKey makes an ed25519 key pair: the private key in OpenSSH PEM form and
-// the public key.
-func NewKey() (private []byte, public gossh.PublicKey, err error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate ed25519 key: %w", err)
-	}
-	blk, err := gossh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		return nil, nil, fmt.Errorf("marshal key: %w", err)
-	}
-	sp, err := gossh.NewPublicKey(pub)
-	if err != nil {
-		return nil, nil, fmt.Errorf("public key: %w", err)
-	}
-	return pem.EncodeToMemory(blk), sp, nil
-}
-
-// WriteKey writes a new ed25519 private key (OpenSSH PEM, mode 0600) to
-// path and returns its public key.
-func WriteKey(path string) (gossh.PublicKey, error) {
-	priv, pub, err := NewKey()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, priv, 0o600); err != nil {
-		return nil, fmt.Errorf("write key %s: %w", path, err)
-	}
-	return pub, nil
-}

@@ -25,6 +25,7 @@ package testnet
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -41,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
+	"github.com/scavenger-ml/scavenger/internal/sshkey"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 )
 
@@ -100,7 +102,7 @@ func New(t testing.TB, n int) *Net {
 	if err := subreaper.Become(); err != nil {
 		t.Fatalf("testnet: become subreaper: %v", err)
 	}
-	suffix := nsmachine.RandomHex(5)
+	suffix := strings.ToLower(rand.Text()[:5])
 	tn := &Net{t: t, suffix: suffix, settle: settleTimeout, Dir: t.TempDir(), Bridge: "scvt" + suffix + "br"}
 	ctx := context.Background()
 	// A first namespace tells whether namespaces can be made here at all.
@@ -133,12 +135,12 @@ func New(t testing.TB, n int) *Net {
 // writeKeys writes the host key, the client key and the known_hosts file.
 func (tn *Net) writeKeys(n int) {
 	t := tn.t
-	hostPub, err := nsmachine.WriteKey(filepath.Join(tn.Dir, "hostkey"))
+	hostPub, err := sshkey.Write(filepath.Join(tn.Dir, "hostkey"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tn.KeyFile = filepath.Join(tn.Dir, "id_ed25519")
-	clientPub, err := nsmachine.WriteKey(tn.KeyFile)
+	clientPub, err := sshkey.Write(tn.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +338,7 @@ func (tn *Net) cleanup() {
 // WriteKey writes a new ed25519 private key in OpenSSH format and returns its public key.
 func WriteKey(t testing.TB, path string) gossh.PublicKey {
 	t.Helper()
-	pub, err := nsmachine.WriteKey(path)
+	pub, err := sshkey.Write(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,14 +22,16 @@ import (
 // CloudOptions configure the "cloudvm" launcher (scavd's cloud: group;
 // deploy/scavd.yaml says what each does).
 type CloudOptions struct {
-	// Provider is "local" (namespace machines on this host) or "aws".
+	// Provider is "aws", or "local": the local test and development cloud
+	// (namespace machines on this host).
 	Provider string
 	// StateDir keeps the pools' keys and charges and, for the local
 	// provider, the local cloud (default: <the daemon's state dir>/cloud).
 	StateDir string
-	// Catalog is the provider's catalog file: for local, the local cloud's
-	// types and prices (default: the embedded one); for aws, a price
-	// catalog that extends or overrides the embedded one (on-demand prices).
+	// Catalog is a machine catalog file (optimizer/price's schema): for
+	// local, the local cloud's types, zones, billing and prices (default:
+	// the embedded one); for aws, one that extends or overrides the
+	// embedded price catalog.
 	Catalog string
 	// Types, Zones, Market: the launcher's (see cloudvm.Options).
 	Types  []string
@@ -96,7 +98,7 @@ func openCloud(ctx context.Context, o CloudOptions, log *zap.Logger) (plugins.La
 func openProvider(ctx context.Context, o CloudOptions, log *zap.Logger) (provider.Provider, func(), error) {
 	switch o.Provider {
 	case "", "local":
-		var cat *localcloud.Catalog
+		var cat *price.Catalog
 		if o.Catalog != "" {
 			var err error
 			if cat, err = localcloud.LoadCatalog(o.Catalog); err != nil {

@@ -70,6 +70,7 @@ package cloudvm
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -81,7 +82,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -197,7 +197,7 @@ func New(ctx context.Context, o Options) (*Launcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new cloudvm launcher: types of provider %s: %w", o.Provider.Name(), err)
 	}
-	l := &Launcher{o: o, log: o.Logger.Named("cloudvm"), started: time.Now(), nonce: nsmachine.RandomHex(16), types: map[string]provider.InstanceType{},
+	l := &Launcher{o: o, log: o.Logger.Named("cloudvm"), started: time.Now(), nonce: rand.Text(), types: map[string]provider.InstanceType{},
 		pools: map[string]*pool{}, block: blocklist{}}
 	for _, t := range types {
 		l.types[t.Name] = t

@@ -2,6 +2,7 @@ package cloudvm
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,9 +11,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -20,13 +21,16 @@ import (
 // TestMain destroys it and checks that nothing of it is left.
 var shared = localcloudtest.Shared{Catalog: testCatalog()}
 
-// testCatalog is the default catalog in zones loc-a and loc-b, plus
+// testCatalog is the default catalog (zones loc-a and loc-b), plus
 // loc.wide, which takes 4 workers on one instance (the conformance suite's
 // ranks share a host).
-func testCatalog() *localcloud.Catalog {
+func testCatalog() *price.Catalog {
 	cat := localcloud.DefaultCatalog()
-	cat.Zones = []string{"loc-a", "loc-b"}
-	cat.Types = append(cat.Types, localcloud.Type{Name: "loc.wide", CPUs: 1, MemoryMiB: 2048, DiskMiB: 64, Slots: 4, OnDemandUSD: 0.4, SpotUSD: 0.1})
+	wide := cat.Types[1] // loc.full's shape and provenance
+	wide.Name, wide.MemoryGiB, wide.DiskMiB, wide.Slots = "loc.wide", 2, 64, 4
+	wide.OnDemand = &price.Price{USDPerHour: 0.4, AsOf: wide.OnDemand.AsOf, Source: wide.OnDemand.Source}
+	wide.Spot = &price.Price{USDPerHour: 0.1, AsOf: wide.Spot.AsOf, Source: wide.Spot.Source}
+	cat.Types = append(cat.Types, wide)
 	return cat
 }
 
@@ -46,7 +50,7 @@ func newLauncher(t *testing.T, o Options) *Launcher {
 		o.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
 	o.StateDir = t.TempDir()
-	o.Owner = "test-" + nsmachine.RandomHex(6)
+	o.Owner = "test-" + rand.Text()[:6]
 	if o.Grace == 0 {
 		o.Grace = 500 * time.Millisecond
 	}

@@ -15,11 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -80,23 +80,14 @@ func (p *pool) makeKeys() error {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return err
 	}
-	cpriv, cpub, err := nsmachine.NewKey()
+	k, err := provider.NewKeys()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(p.keyFile(), cpriv, 0o600); err != nil {
+	if err := os.WriteFile(p.keyFile(), k.ClientKey, 0o600); err != nil {
 		return fmt.Errorf("write pool key: %w", err)
 	}
-	if p.signer, err = gossh.ParsePrivateKey(cpriv); err != nil {
-		return err
-	}
-	hpriv, hpub, err := nsmachine.NewKey()
-	if err != nil {
-		return err
-	}
-	p.hostKey = hpub
-	p.boot = provider.Boot{AuthorizedKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(cpub))), HostKey: hpriv,
-		HostKeyPublic: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hpub)))}
+	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
 	return nil
 }
 
@@ -301,20 +292,26 @@ func (l *Launcher) terminate(ctx context.Context, ids []string) error {
 }
 
 // retry calls f until it succeeds, fails for good, or Options.Retries
-// retries of a retryable error are spent.
+// retries of a retryable error are spent, waiting RetryBase, then twice as
+// long each time, at most 30 s.
 func retry[T any](ctx context.Context, l *Launcher, what string, f func() (T, error)) (T, error) {
-	delay := l.o.RetryBase
-	for try := 0; ; try++ {
+	var last error
+	try := 0
+	v, err := backoff.Retry(ctx, func() (T, error) {
 		v, err := f()
-		if err == nil || !provider.Retryable(err) || try >= l.o.Retries {
-			return v, err
+		if err != nil && !provider.Retryable(err) {
+			return v, backoff.Permanent(err)
 		}
-		l.log.Info("retrying", zap.String("call", what), zap.Int("try", try+1), zap.Duration("after", delay), zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return v, errors.Join(err, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 30*time.Second)
+		last = err
+		return v, err
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: l.o.RetryBase, Multiplier: 2, MaxInterval: 30 * time.Second}),
+		backoff.WithMaxTries(uint(l.o.Retries)+1), backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, d time.Duration) {
+			try++
+			l.log.Info("retrying", zap.String("call", what), zap.Int("try", try), zap.Duration("after", d), zap.Error(err))
+		}))
+	if err != nil && ctx.Err() != nil && last != nil && !errors.Is(err, last) {
+		err = errors.Join(last, err) // cut short: say what was being retried
 	}
+	return v, err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -251,36 +252,40 @@ func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) superv
 
 // awaitGroup polls until the process group has no live member or, when
 // zombiesOK is false, no member at all, reaping orphans with the Reaper when
-// there is one. It gives up after groupGoneTimeout.
+// there is one. It polls after 1 ms, doubling to 50 ms, and gives up after
+// groupGoneTimeout.
 func (a *attempt) awaitGroup(zombiesOK bool) {
-	deadline := time.Now().Add(groupGoneTimeout)
-	delay := time.Millisecond
-	for {
+	var left []int
+	_, err := backoff.Retry(context.Background(), func() (struct{}, error) {
 		if r := a.l.opts.Reaper; r != nil {
 			r.reapGroup(a.pgid)
 		}
 		members, err := groupMembers(a.pgid)
 		if err != nil {
-			a.logger.Warn("await group", zap.Error(err))
-			return
+			return struct{}{}, backoff.Permanent(err)
 		}
-		var left []int
+		left = left[:0]
 		for _, m := range members {
 			if !zombiesOK || m.state != 'Z' {
 				left = append(left, m.pid)
 			}
 		}
-		if len(left) == 0 {
-			return
+		if len(left) > 0 {
+			return struct{}{}, errGroupLeft
 		}
-		if time.Now().After(deadline) {
-			a.logger.Warn("processes of the attempt outlived it", zap.Ints("pids", left))
-			return
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 50*time.Millisecond)
+		return struct{}{}, nil
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: time.Millisecond, Multiplier: 2, MaxInterval: 50 * time.Millisecond}),
+		backoff.WithMaxElapsedTime(groupGoneTimeout))
+	switch {
+	case errors.Is(err, errGroupLeft):
+		a.logger.Warn("processes of the attempt outlived it", zap.Ints("pids", left))
+	case err != nil:
+		a.logger.Warn("await group", zap.Error(err))
 	}
 }
+
+// errGroupLeft: members of the group are left (awaitGroup polls again).
+var errGroupLeft = errors.New("process group not gone yet")
 
 // waitExit blocks until rp's process has exited, without reaping it
 // (WNOWAIT), and returns its wait status.

@@ -26,8 +26,7 @@ import (
 // between calls: use one per Scanner.
 func splitLines(max int) bufio.SplitFunc {
 	afterCR := false // the last token ended with a '\r' that may be half of "\r\n"
-	var split bufio.SplitFunc
-	split = func(data []byte, atEOF bool) (int, []byte, error) {
+	split := func(data []byte, atEOF bool) (int, []byte, error) {
 		if atEOF && len(data) == 0 {
 			return 0, nil, nil
 		}

@@ -38,7 +38,7 @@ func (l *Launcher) Recover(ctx context.Context, rs plugins.RecoverSpec) (plugins
 		return fail(fmt.Errorf("%w: %w", plugins.ErrUnknownHandle, err))
 	}
 	if j.Name != jobName(spec) {
-		return fail(fmt.Errorf("Slurm job %s is %q, not this attempt's %q: %w", j.ID, j.Name, jobName(spec), plugins.ErrUnknownHandle))
+		return fail(fmt.Errorf("slurm job %s is %q, not this attempt's %q: %w", j.ID, j.Name, jobName(spec), plugins.ErrUnknownHandle))
 	}
 	out := j.fields["StdOut"]
 	if !filepath.IsAbs(out) || j.NumTasks < 1 {

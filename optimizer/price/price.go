@@ -1,8 +1,13 @@
-// Package price is the catalog of machine types and their prices: provider,
-// name, GPU model and count, vCPUs, memory, region, on-demand and spot
-// $/hour, each price with the date and source it comes from. A default
-// catalog is embedded; a user file (same JSON schema) overrides or adds types
-// by name.
+// Package price is the machine catalog, the one type every part of
+// Scavenger reads machines from (the optimizer and the simulator, the cloud
+// providers, the local cloud): each machine type's provider, GPU model and
+// count, vCPUs, memory, the workers one machine takes (slots), its region
+// and its on-demand and spot $/hour there and in other regions, each price
+// with the date and source it comes from; and, per provider, its billing
+// rule (granularity and minimum) and each region's zones. A default catalog
+// is embedded; a user file (same JSON schema) overrides or adds types by
+// name. The local cloud (launchers/cloudvm/localcloud) sells the types of a
+// catalog of this schema.
 package price
 
 import (
@@ -12,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -32,26 +39,54 @@ type Price struct {
 
 // MachineType is one purchasable machine.
 type MachineType struct {
-	Name      string `json:"name"`
-	Provider  string `json:"provider"`
-	GPUModel  string `json:"gpu_model"`
-	GPUs      int    `json:"gpus"`
-	VCPUs     int    `json:"vcpus"`
-	MemoryGiB int    `json:"memory_gib"`
-	Region    string `json:"region"`
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	GPUModel string `json:"gpu_model"`
+	GPUs     int    `json:"gpus"`
+	// VCPUs and MemoryGiB may be fractions (a local cloud's half a CPU).
+	VCPUs     float64 `json:"vcpus"`
+	MemoryGiB float64 `json:"memory_gib"`
+	// Slots is how many workers one machine takes (0: its GPUs, or 1).
+	Slots int `json:"slots,omitempty"`
+	// DiskMiB is the size of one machine's local disk (0: unknown).
+	DiskMiB int `json:"disk_mib,omitempty"`
+	// Capacity, when positive, is how many machines of the type one zone
+	// holds (the local cloud refuses more, as a full zone does).
+	Capacity int `json:"capacity,omitempty"`
+	// Region is where OnDemand and Spot apply; Regions holds the prices
+	// elsewhere.
+	Region string `json:"region"`
 	// TraceTypes are the shared/traces suffixes measured on this machine
 	// (e.g. "aws" for g4dn.12xlarge).
-	TraceTypes []string `json:"trace_types,omitempty"`
-	OnDemand   *Price   `json:"on_demand,omitempty"`
-	Spot       *Price   `json:"spot,omitempty"`
+	TraceTypes []string                `json:"trace_types,omitempty"`
+	OnDemand   *Price                  `json:"on_demand,omitempty"`
+	Spot       *Price                  `json:"spot,omitempty"`
+	Regions    map[string]RegionPrices `json:"regions,omitempty"`
 }
 
-// Hourly returns the on-demand price, or the spot price when spot is true.
-func (m MachineType) Hourly(spot bool) (float64, error) {
-	p := m.OnDemand
-	kind := "on-demand"
+// RegionPrices are a machine type's prices in a region other than its own.
+type RegionPrices struct {
+	OnDemand *Price `json:"on_demand,omitempty"`
+	Spot     *Price `json:"spot,omitempty"`
+}
+
+// Hourly returns the on-demand price, or the spot price when spot is
+// true, in the type's region.
+func (m MachineType) Hourly(spot bool) (float64, error) { return m.HourlyIn("", spot) }
+
+// HourlyIn is Hourly in region ("" or the type's own: its Region).
+func (m MachineType) HourlyIn(region string, spot bool) (float64, error) {
+	od, sp := m.OnDemand, m.Spot
+	if region != "" && region != m.Region {
+		r, ok := m.Regions[region]
+		if !ok {
+			return 0, fmt.Errorf("price of %s in %s: %w: the catalog prices it in %s", m.Name, region, ErrNoPrice, strings.Join(m.PricedRegions(), ", "))
+		}
+		od, sp = r.OnDemand, r.Spot
+	}
+	p, kind := od, "on-demand"
 	if spot {
-		p, kind = m.Spot, "spot"
+		p, kind = sp, "spot"
 	}
 	if p == nil {
 		return 0, fmt.Errorf("price of %s: %w: %s", m.Name, ErrNoPrice, kind)
@@ -59,9 +94,46 @@ func (m MachineType) Hourly(spot bool) (float64, error) {
 	return p.USDPerHour, nil
 }
 
-// Catalog is a set of machine types by name.
+// PricedRegions lists the regions the type has prices in, its own first.
+func (m MachineType) PricedRegions() []string {
+	return append([]string{m.Region}, slices.Sorted(maps.Keys(m.Regions))...)
+}
+
+// WorkerSlots is how many workers one machine takes: Slots, else its
+// GPUs, else 1.
+func (m MachineType) WorkerSlots() int {
+	if m.Slots > 0 {
+		return m.Slots
+	}
+	return max(m.GPUs, 1)
+}
+
+// Billing is how a provider bills a machine: from launch to termination,
+// in units of GranularityS seconds, MinimumS seconds at least.
+type Billing struct {
+	GranularityS float64 `json:"granularity_s"`
+	MinimumS     float64 `json:"minimum_s"`
+}
+
+// Provider is what the catalog knows of a provider beyond its types.
+type Provider struct {
+	Billing Billing `json:"billing"`
+	// Zones are each region's zones, by region.
+	Zones map[string][]string `json:"zones,omitempty"`
+}
+
+// Catalog is a set of machine types by name, and their providers.
 type Catalog struct {
-	Types []MachineType `json:"types"`
+	Providers map[string]Provider `json:"providers,omitempty"`
+	Types     []MachineType       `json:"types"`
+}
+
+// BillingOf is provider's billing rule (zero: unknown, billed exactly).
+func (c *Catalog) BillingOf(provider string) Billing { return c.Providers[provider].Billing }
+
+// Zones are the zones of provider's region (nil: unknown).
+func (c *Catalog) Zones(provider, region string) []string {
+	return slices.Clone(c.Providers[provider].Zones[region])
 }
 
 // Default returns the embedded catalog.
@@ -104,25 +176,36 @@ func (c *Catalog) Validate() error {
 			bad("duplicate name")
 		}
 		seen[m.Name] = true
-		if m.GPUs < 0 || m.VCPUs < 0 || m.MemoryGiB < 0 {
-			bad("negative GPU, vCPU or memory count")
+		if m.GPUs < 0 || !(m.VCPUs >= 0) || !(m.MemoryGiB >= 0) || m.Slots < 0 || m.DiskMiB < 0 || m.Capacity < 0 {
+			bad("negative GPU, vCPU, memory, slot, disk or capacity count")
 		}
 		if m.OnDemand == nil && m.Spot == nil {
 			bad("no price")
 		}
-		for _, p := range []struct {
-			kind string
-			p    *Price
-		}{{"on_demand", m.OnDemand}, {"spot", m.Spot}} {
-			if p.p == nil {
-				continue
+		checkPrice := func(kind string, p *Price) {
+			if p == nil {
+				return
 			}
-			if !(p.p.USDPerHour >= 0) {
-				bad("%s price %g", p.kind, p.p.USDPerHour)
+			if !(p.USDPerHour >= 0) {
+				bad("%s price %g", kind, p.USDPerHour)
 			}
-			if p.p.AsOf == "" || p.p.Source == "" {
-				bad("%s price without as_of date and source", p.kind)
+			if p.AsOf == "" || p.Source == "" {
+				bad("%s price without as_of date and source", kind)
 			}
+		}
+		checkPrice("on_demand", m.OnDemand)
+		checkPrice("spot", m.Spot)
+		for _, r := range slices.Sorted(maps.Keys(m.Regions)) {
+			if r == "" || r == m.Region {
+				bad("regions: %q is empty or the type's own region (its prices are on_demand and spot)", r)
+			}
+			checkPrice(r+" on_demand", m.Regions[r].OnDemand)
+			checkPrice(r+" spot", m.Regions[r].Spot)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		if b := c.Providers[name].Billing; !(b.GranularityS >= 0) || !(b.MinimumS >= 0) {
+			errs = append(errs, fmt.Errorf("provider %s: %w: negative billing granularity or minimum", name, ErrInvalid))
 		}
 	}
 	return errors.Join(errs...)
@@ -130,11 +213,16 @@ func (c *Catalog) Validate() error {
 
 // Merge returns a catalog with the types of c, replaced or extended by those
 // of override (matched by name). Neither input is modified.
+// A provider of override replaces c's.
 func (c *Catalog) Merge(override *Catalog) *Catalog {
-	out := &Catalog{Types: append([]MachineType(nil), c.Types...)}
+	out := &Catalog{Types: append([]MachineType(nil), c.Types...), Providers: maps.Clone(c.Providers)}
 	if override == nil {
 		return out
 	}
+	if out.Providers == nil && len(override.Providers) > 0 {
+		out.Providers = map[string]Provider{}
+	}
+	maps.Copy(out.Providers, override.Providers)
 	idx := map[string]int{}
 	for i, m := range out.Types {
 		idx[m.Name] = i
@@ -171,7 +259,8 @@ func (c *Catalog) Lookup(name string) (MachineType, error) {
 // Row is one line of the `scavctl prices` table.
 type Row struct {
 	Name, Provider, GPU, Region string
-	GPUs, VCPUs, MemoryGiB      int
+	GPUs                        int
+	VCPUs, MemoryGiB            float64
 	OnDemand, Spot              float64 // 0 when unknown
 	AsOf, Source                string
 }
@@ -210,7 +299,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if r.Spot > 0 {
 			spot = fmt.Sprintf("%.4f", r.Spot)
 		}
-		fmt.Fprintf(&b, "%-8s %-20s %-24s %4d %5d %7d %-12s %10.4f %10s %s\n", r.Provider, r.Name, r.GPU, r.GPUs, r.VCPUs, r.MemoryGiB, r.Region, r.OnDemand, spot, r.AsOf)
+		fmt.Fprintf(&b, "%-8s %-20s %-24s %4d %5g %7g %-12s %10.4f %10s %s\n", r.Provider, r.Name, r.GPU, r.GPUs, r.VCPUs, r.MemoryGiB, r.Region, r.OnDemand, spot, r.AsOf)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write price table: %w", err)

@@ -121,3 +121,63 @@ func TestWithOverride(t *testing.T) {
 		t.Fatalf("default: %v", err)
 	}
 }
+
+// TestRegionsSlotsAndProviders checks what the catalog adds for the
+// clouds: prices per region, a type's worker slots, and each provider's
+// billing rule and zones, merged provider by provider.
+func TestRegionsSlotsAndProviders(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{
+		"providers": {"loc": {"billing": {"granularity_s": 1, "minimum_s": 60}, "zones": {"r1": ["a", "b"]}}},
+		"types": [
+			{"name": "half", "provider": "loc", "region": "r1", "vcpus": 0.5, "memory_gib": 1.5, "slots": 1,
+			 "on_demand": {"usd_per_hour": 0.1, "as_of": "d", "source": "s"}, "spot": {"usd_per_hour": 0.04, "as_of": "d", "source": "s"},
+			 "regions": {"r2": {"on_demand": {"usd_per_hour": 0.12, "as_of": "d", "source": "s"}}}},
+			{"name": "gpu4", "provider": "loc", "region": "r1", "gpus": 4, "on_demand": {"usd_per_hour": 3, "as_of": "d", "source": "s"}},
+			{"name": "cpu", "provider": "loc", "region": "r1", "on_demand": {"usd_per_hour": 1, "as_of": "d", "source": "s"}}]}`), "c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, _ := c.Lookup("half")
+	for _, tc := range []struct {
+		region string
+		spot   bool
+		want   float64
+		err    error
+	}{{"", false, 0.1, nil}, {"r1", true, 0.04, nil}, {"r2", false, 0.12, nil}, {"r2", true, 0, ErrNoPrice}, {"r3", false, 0, ErrNoPrice}} {
+		got, err := half.HourlyIn(tc.region, tc.spot)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("HourlyIn(%q, %v) = %g, %v; want %g, %v", tc.region, tc.spot, got, err, tc.want, tc.err)
+		}
+	}
+	if _, err := half.HourlyIn("r3", false); err == nil || !strings.Contains(err.Error(), "r1, r2") {
+		t.Errorf("an unpriced region should name the priced ones: %v", err)
+	}
+	gpu4, _ := c.Lookup("gpu4")
+	cpu, _ := c.Lookup("cpu")
+	if half.WorkerSlots() != 1 || gpu4.WorkerSlots() != 4 || cpu.WorkerSlots() != 1 {
+		t.Errorf("slots %d %d %d", half.WorkerSlots(), gpu4.WorkerSlots(), cpu.WorkerSlots())
+	}
+	if b := c.BillingOf("loc"); b.GranularityS != 1 || b.MinimumS != 60 {
+		t.Errorf("billing %+v", b)
+	}
+	if z := c.Zones("loc", "r1"); len(z) != 2 || c.Zones("loc", "r2") != nil {
+		t.Errorf("zones %v", z)
+	}
+	user, err := Parse(strings.NewReader(`{"providers": {"loc": {"billing": {"granularity_s": 60, "minimum_s": 0}}}, "types": []}`), "u.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Merge(user); m.BillingOf("loc").GranularityS != 60 || c.BillingOf("loc").GranularityS != 1 || len(m.Types) != 3 {
+		t.Errorf("merge: %+v (input %+v)", m.Providers, c.Providers)
+	}
+	for _, bad := range []string{
+		`{"types": [{"name": "x", "region": "r", "on_demand": {"usd_per_hour": 1, "as_of": "d", "source": "s"}, "regions": {"r": {}}}]}`,
+		`{"types": [{"name": "x", "on_demand": {"usd_per_hour": 1, "as_of": "d", "source": "s"}, "regions": {"r2": {"spot": {"usd_per_hour": 1}}}}]}`,
+		`{"types": [{"name": "x", "vcpus": -0.5, "on_demand": {"usd_per_hour": 1, "as_of": "d", "source": "s"}}]}`,
+		`{"providers": {"p": {"billing": {"granularity_s": -1}}}, "types": []}`,
+	} {
+		if _, err := Parse(strings.NewReader(bad), "bad.json"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -72,14 +72,16 @@ func run(ctx context.Context) error {
 	var kinds []string
 	for _, t := range cat.Types {
 		b.types = append(b.types, t.Name)
-		kinds = append(kinds, fmt.Sprintf("%s %g CPU, $%.2f/h on demand, $%.2f/h spot", t.Name, t.CPUs, t.OnDemandUSD, t.SpotUSD))
+		od, _ := t.Hourly(false)
+		sp, _ := t.Hourly(true)
+		kinds = append(kinds, fmt.Sprintf("%s %g CPU, $%.2f/h on demand, $%.2f/h spot", t.Name, t.VCPUs, od, sp))
 	}
 	if b.state, err = os.MkdirTemp("", "benchcloud-"); err != nil {
 		return err
 	}
 	defer os.RemoveAll(b.state)
 	fmt.Printf("Catalog: %s (%s; billed per %g s, %g s at least).\n\n", filepath.Base(b.catalog), strings.Join(kinds, "; "),
-		cat.Billing.GranularityS, cat.Billing.MinimumS)
+		cat.BillingOf(localcloud.Provider).GranularityS, cat.BillingOf(localcloud.Provider).MinimumS)
 	if err := b.terminations(ctx); err != nil {
 		return fmt.Errorf("terminations: %w", err)
 	}

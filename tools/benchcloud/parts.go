@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
@@ -33,12 +31,11 @@ func (b *bench) terminations(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = c.Destroy(context.Background()) }()
-	priv, pub, err := nsmachine.NewKey()
+	keys, err := provider.NewKeys()
 	if err != nil {
 		return err
 	}
-	key := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
-	boot := provider.Boot{AuthorizedKey: key, HostKey: priv, HostKeyPublic: key}
+	boot := keys.Boot
 	fmt.Println("## Instances: provisioning and termination (local cloud, 5 each)")
 	fmt.Println()
 	fmt.Println("| type | provision → sshd answers, median (min–max) | terminate → gone, median (min–max) |")
@@ -47,7 +44,7 @@ func (b *bench) terminations(ctx context.Context) error {
 		var up, down []float64
 		for i := range 5 {
 			t0 := time.Now()
-			insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: typ, Count: 1, Market: provider.OnDemand, Zone: cat.Zones[0],
+			insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: typ, Count: 1, Market: provider.OnDemand, Zone: cat.Zones(localcloud.Provider, localcloud.Region)[0],
 				Token: fmt.Sprintf("bench-%s-%d", typ, i), Boot: boot})
 			if err != nil {
 				return err

@@ -139,7 +139,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 			errs = append(errs, err)
 		}
 		p.od[name] = od
-		p.types[name] = provider.InstanceType{Name: name, Slots: max(m.GPUs, 1), CPUs: float64(m.VCPUs), MemoryMiB: m.MemoryGiB << 10,
+		p.types[name] = provider.InstanceType{Name: name, Slots: m.WorkerSlots(), CPUs: m.VCPUs, MemoryMiB: int(m.MemoryGiB * 1024),
 			Zones: slices.Clone(o.Zones), Spot: true}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -154,9 +154,10 @@ func (p *Provider) Name() string { return "aws" }
 // Metadata is the metadata service's base URL.
 func (p *Provider) Metadata() string { return p.o.Metadata }
 
-// Billing: per second, a minute at least (Linux on EC2).
+// Billing is the catalog's rule for aws, else EC2's for Linux: per
+// second, a minute at least.
 func (p *Provider) Billing() provider.Billing {
-	return provider.Billing{Granularity: time.Second, Minimum: time.Minute}
+	return provider.CatalogBilling(p.o.Catalog, "aws", provider.Billing{Granularity: time.Second, Minimum: time.Minute})
 }
 
 // Types lists the configured types.

@@ -2,6 +2,7 @@ package awscloud
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"slices"
 	"strings"
@@ -9,23 +10,16 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
-	gossh "golang.org/x/crypto/ssh"
 )
 
 func boot(t *testing.T) provider.Boot {
 	t.Helper()
-	_, cpub, err := nsmachine.NewKey()
+	k, err := provider.NewKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
-	hpriv, hpub, err := nsmachine.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return provider.Boot{AuthorizedKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(cpub))), HostKey: hpriv,
-		HostKeyPublic: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hpub)))}
+	return k.Boot
 }
 
 // TestPrices checks the on-demand prices from the catalog and the spot
@@ -58,8 +52,8 @@ func TestInstanceLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e.emu.SetFaults(ec2emu.Faults{NotFoundFor: 300 * time.Millisecond})
-	tags := map[string]string{provider.TagOwner: "o-" + nsmachine.RandomHex(4), provider.TagJob: "j"}
-	req := provider.ProvisionRequest{Type: "c6i.large", Count: 2, Market: provider.Spot, Zone: "us-east-1b", Tags: tags, Token: "tok-" + nsmachine.RandomHex(6), Boot: boot(t)}
+	tags := map[string]string{provider.TagOwner: "o-" + rand.Text()[:4], provider.TagJob: "j"}
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 2, Market: provider.Spot, Zone: "us-east-1b", Tags: tags, Token: "tok-" + rand.Text()[:6], Boot: boot(t)}
 	insts, err := e.prov.Provision(ctx, req)
 	if err != nil || len(insts) != 2 || insts[0].Market != provider.Spot || insts[0].Zone != "us-east-1b" || insts[0].Tags[provider.TagJob] != "j" {
 		t.Fatalf("Provision = %+v, %v", insts, err)
@@ -97,7 +91,7 @@ func TestInstanceLifecycle(t *testing.T) {
 func TestErrorClasses(t *testing.T) {
 	e := emulate(t)
 	ctx := context.Background()
-	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + nsmachine.RandomHex(6), Boot: boot(t)}
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + rand.Text()[:6], Boot: boot(t)}
 	e.emu.SetFaults(ec2emu.Faults{NoCapacity: []string{"us-east-1a"}})
 	if _, err := e.prov.Provision(ctx, req); !errors.Is(err, provider.ErrCapacity) || !strings.Contains(err.Error(), "InsufficientInstanceCapacity") {
 		t.Errorf("no capacity: %v, want ErrCapacity", err)

@@ -2,6 +2,7 @@ package awscloud
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,8 +12,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -47,7 +48,7 @@ func TestWorkersOnEmulatedEC2(t *testing.T) {
 	e := emulate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	owner := "t-" + nsmachine.RandomHex(5)
+	owner := "t-" + rand.Text()[:5]
 	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: zaptest.NewLogger(t), Provider: e.prov, StateDir: t.TempDir(), Owner: owner,
 		Types: []string{"c6i.large"}, NoTelemetryForward: true, NoticeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, Grace: time.Second})
 	if err != nil {
@@ -69,7 +70,7 @@ func TestWorkersOnEmulatedEC2(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	var insts []provider.Instance
+	var insts []cloudemu.Instance
 	for _, in := range e.emu.Instances() {
 		if in.State != provider.Terminated {
 			insts = append(insts, in)

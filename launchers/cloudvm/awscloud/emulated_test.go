@@ -39,7 +39,7 @@ type emulated struct {
 func emulate(t *testing.T) emulated {
 	t.Helper()
 	back := backend(t)
-	emu, err := ec2emu.New(ec2emu.Options{Backend: back, Types: map[string]string{"c6i.large": "loc.half", "c6i.xlarge": "loc.full"},
+	emu, err := ec2emu.New(ec2emu.Options{Backend: localcloudtest.Backend(back), Types: map[string]string{"c6i.large": "loc.half", "c6i.xlarge": "loc.full"},
 		Zones: []string{"us-east-1a", "us-east-1b"}, BackendZones: []string{"loc-a", "loc-b"},
 		SpotPrices: map[string]map[string]float64{"c6i.large": {"us-east-1a": 0.031, "us-east-1b": 0.029}, "c6i.xlarge": {"us-east-1a": 0.061, "us-east-1b": 0.066}}})
 	if err != nil {

@@ -3,123 +3,93 @@ package localcloud
 import (
 	"bytes"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
-	"time"
 
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 //go:embed catalog.json
 var defaultCatalog []byte
 
-// Catalog is what the local cloud sells: its zones, its billing rules and
-// its instance types with their shapes and prices.
-type Catalog struct {
-	// Region names the cloud (a label).
-	Region string `json:"region"`
-	// Zones are the zones every type is offered in.
-	Zones []string `json:"zones"`
-	// Billing is per GranularityS seconds, MinimumS at least.
-	Billing struct {
-		GranularityS float64 `json:"granularity_s"`
-		MinimumS     float64 `json:"minimum_s"`
-	} `json:"billing"`
-	Types []Type `json:"types"`
-}
-
-// Type is one instance type: the cgroup limits that make it, the workers it
-// takes and its prices.
-type Type struct {
-	Name string `json:"name"`
-	// CPUs is the CPU quota; MemoryMiB the memory limit; DiskMiB the size
-	// of the private local disk (tmpfs at /mnt).
-	CPUs      float64 `json:"cpus"`
-	MemoryMiB int     `json:"memory_mib"`
-	DiskMiB   int     `json:"disk_mib"`
-	// Slots is how many workers one instance takes.
-	Slots int `json:"slots"`
-	// OnDemandUSD and SpotUSD are $/hour (SpotUSD 0: no spot market).
-	OnDemandUSD float64 `json:"on_demand_usd"`
-	SpotUSD     float64 `json:"spot_usd,omitempty"`
-	// Capacity, when positive, is how many instances of the type one zone
-	// holds; beyond it a request fails with provider.ErrCapacity.
-	Capacity int `json:"capacity,omitempty"`
-}
+// Provider and Region name the local cloud in its catalog: the types it
+// sells are priced in region Region, and its zones and billing rule are
+// those of provider Provider (see price.Catalog).
+const (
+	Provider = "local"
+	Region   = "local"
+)
 
 // DefaultCatalog is the embedded catalog: loc.half (0.5 CPU) and loc.full
 // (1 CPU), on demand and spot, in zones loc-a and loc-b, billed per second
 // with a minute at least (as EC2).
-func DefaultCatalog() *Catalog {
-	c, err := ParseCatalog(bytes.NewReader(defaultCatalog), "embedded catalog")
+func DefaultCatalog() *price.Catalog {
+	c, err := ParseCatalog(defaultCatalog, "embedded catalog")
 	if err != nil {
 		panic(err) // the embedded catalog is tested
 	}
 	return c
 }
 
-// LoadCatalog reads a catalog file.
-func LoadCatalog(path string) (*Catalog, error) {
-	f, err := os.Open(path)
+// LoadCatalog reads a local cloud catalog file (price.Catalog's schema).
+func LoadCatalog(path string) (*price.Catalog, error) {
+	c, err := price.LoadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("open local cloud catalog: %w", err)
+		return nil, fmt.Errorf("local cloud catalog: %w", err)
 	}
-	defer f.Close()
-	return ParseCatalog(f, path)
+	return c, CheckCatalog(c, path)
 }
 
-// ParseCatalog reads a catalog in JSON (unknown fields rejected) and checks
-// every entry.
-func ParseCatalog(r io.Reader, name string) (*Catalog, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var c Catalog
-	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("parse local cloud catalog %s: %w", name, err)
+// ParseCatalog reads a local cloud catalog.
+func ParseCatalog(b []byte, name string) (*price.Catalog, error) {
+	c, err := price.Parse(bytes.NewReader(b), name)
+	if err != nil {
+		return nil, fmt.Errorf("local cloud catalog: %w", err)
 	}
+	return c, CheckCatalog(c, name)
+}
+
+// CheckCatalog checks that c is a catalog the local cloud can sell from:
+// zones for its region, and for every type a CPU quota, a memory limit and
+// an on-demand price in that region (a type with a spot price there has a
+// spot market).
+func CheckCatalog(c *price.Catalog, name string) error {
 	var errs []error
-	if len(c.Zones) == 0 {
-		errs = append(errs, errors.New("no zones"))
+	if len(c.Zones(Provider, Region)) == 0 {
+		errs = append(errs, fmt.Errorf(`no zones: want providers.%s.zones.%s`, Provider, Region))
 	}
-	if c.Billing.GranularityS < 0 || c.Billing.MinimumS < 0 {
-		errs = append(errs, errors.New("negative billing granularity or minimum"))
-	}
-	seen := map[string]bool{}
-	for i, t := range c.Types {
-		if t.Name == "" || seen[t.Name] {
-			errs = append(errs, fmt.Errorf("type %d: empty or duplicate name %q", i, t.Name))
-		}
-		seen[t.Name] = true
-		if !(t.CPUs > 0) || t.MemoryMiB <= 0 || t.DiskMiB < 0 || t.Slots < 1 || !(t.OnDemandUSD > 0) || t.SpotUSD < 0 || t.Capacity < 0 {
-			errs = append(errs, fmt.Errorf("type %s: want cpus, memory_mib, slots and on_demand_usd positive, the rest not negative: %+v", t.Name, t))
+	for _, t := range c.Types {
+		if _, err := t.HourlyIn(Region, false); !(t.VCPUs > 0) || !(t.MemoryGiB > 0) || err != nil {
+			errs = append(errs, fmt.Errorf("type %s: want vcpus and memory_gib positive and an on-demand price in region %s (%v)", t.Name, Region, err))
 		}
 	}
 	if len(c.Types) == 0 {
 		errs = append(errs, errors.New("no types"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("parse local cloud catalog %s: %w", name, err)
+		return fmt.Errorf("local cloud catalog %s: %w", name, err)
 	}
-	return &c, nil
+	return nil
 }
 
 // lookup returns the type called name.
-func (c *Catalog) lookup(name string) (Type, bool) {
-	i := slices.IndexFunc(c.Types, func(t Type) bool { return t.Name == name })
+func lookup(c *price.Catalog, name string) (price.MachineType, bool) {
+	i := slices.IndexFunc(c.Types, func(t price.MachineType) bool { return t.Name == name })
 	if i < 0 {
-		return Type{}, false
+		return price.MachineType{}, false
 	}
 	return c.Types[i], true
 }
 
-// billing is the catalog's billing rule.
-func (c *Catalog) billing() provider.Billing {
-	return provider.Billing{
-		Granularity: time.Duration(c.Billing.GranularityS * float64(time.Second)),
-		Minimum:     time.Duration(c.Billing.MinimumS * float64(time.Second)),
-	}
+// spotUSD is t's spot price in the local region (0: no spot market).
+func spotUSD(t price.MachineType) float64 {
+	p, _ := t.HourlyIn(Region, true)
+	return p
+}
+
+// billing is the catalog's billing rule (exact, without one).
+func billing(c *price.Catalog) provider.Billing {
+	return provider.CatalogBilling(c, Provider, provider.Billing{})
 }

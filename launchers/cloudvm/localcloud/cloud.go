@@ -1,10 +1,15 @@
-// Package localcloud is cloudvm's "local" provider: a cloud whose instances
-// are machines made of Linux namespaces on this host (internal/nsmachine).
+// Package localcloud is cloudvm's "local" provider, the local test and
+// development cloud: one provider among others (aws, gce) behind
+// launchers/builtin, whose instances are machines made of Linux namespaces
+// on this host (internal/nsmachine), so that the whole cloud path — pools,
+// failover, spot notices, billing, recovery — runs for real without an
+// account. Nothing it sells is paid for.
 // Each instance has its own address on the cloud's bridge, its own
 // hostname, PID, mount and IPC namespaces, a private tmpfs as its local
 // disk (/mnt) and sshd as its init; a cgroup CPU quota and memory limit
 // make its type (loc.half: half a CPU, loc.full: one), sold on demand and
-// spot at the prices of a catalog file (DefaultCatalog). The host's other
+// spot at the prices of a machine catalog (price.Catalog, the schema every
+// part of Scavenger reads machines from; DefaultCatalog). The host's other
 // files are shared, as a network file system would be: the job's
 // checkpoint directory outside the instances is the "bucket" every
 // instance reads and writes.
@@ -28,6 +33,7 @@ package localcloud
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +41,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +51,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // Options configure a local cloud.
@@ -52,8 +60,8 @@ type Options struct {
 	Logger *zap.Logger
 	// Dir holds the cloud's state (created when missing).
 	Dir string
-	// Catalog is what it sells (default DefaultCatalog()).
-	Catalog *Catalog
+	// Catalog is what it sells (default DefaultCatalog(); see CheckCatalog).
+	Catalog *price.Catalog
 }
 
 // state is the cloud's own record, in Dir/cloud.json.
@@ -96,6 +104,9 @@ func Open(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	if opts.Catalog == nil {
 		opts.Catalog = DefaultCatalog()
+	}
+	if err := CheckCatalog(opts.Catalog, "Options.Catalog"); err != nil {
+		return nil, fmt.Errorf("open local cloud: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(opts.Dir, "instances"), 0o700); err != nil {
 		return nil, fmt.Errorf("open local cloud: %w", err)
@@ -153,7 +164,7 @@ func (c *Cloud) loadState(ctx context.Context) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("read %s: %w", path, err)
 	}
-	c.st.ID = nsmachine.RandomHex(5)
+	c.st.ID = strings.ToLower(rand.Text()[:5])
 	if c.st.Bridge, err = nsmachine.CreateBridge(ctx, "scvc"+c.st.ID+"br"); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // instance is the cloud's record of one instance, kept in
@@ -72,8 +73,8 @@ func (c *Cloud) loadInstances() error {
 func (c *Cloud) Types(context.Context) ([]provider.InstanceType, error) {
 	var out []provider.InstanceType
 	for _, t := range c.o.Catalog.Types {
-		out = append(out, provider.InstanceType{Name: t.Name, Slots: t.Slots, CPUs: t.CPUs, MemoryMiB: t.MemoryMiB,
-			Zones: slices.Clone(c.o.Catalog.Zones), Spot: t.SpotUSD > 0})
+		out = append(out, provider.InstanceType{Name: t.Name, Slots: t.WorkerSlots(), CPUs: t.VCPUs, MemoryMiB: memoryMiB(t),
+			Zones: c.zones(), Spot: spotUSD(t) > 0})
 	}
 	return out, nil
 }
@@ -84,14 +85,15 @@ func (c *Cloud) Prices(_ context.Context, types []string) ([]provider.Price, err
 	now := time.Now().UTC()
 	var out []provider.Price
 	for _, name := range types {
-		t, ok := c.o.Catalog.lookup(name)
+		t, ok := lookup(c.o.Catalog, name)
 		if !ok {
 			return nil, fmt.Errorf("prices: unknown instance type %q", name)
 		}
-		out = append(out, provider.Price{Type: name, Market: provider.OnDemand, USDPerHour: t.OnDemandUSD, At: now})
-		if t.SpotUSD > 0 {
-			for _, z := range c.o.Catalog.Zones {
-				out = append(out, provider.Price{Type: name, Zone: z, Market: provider.Spot, USDPerHour: t.SpotUSD, At: now})
+		od, _ := t.HourlyIn(Region, false)
+		out = append(out, provider.Price{Type: name, Market: provider.OnDemand, USDPerHour: od, At: now})
+		if sp := spotUSD(t); sp > 0 {
+			for _, z := range c.zones() {
+				out = append(out, provider.Price{Type: name, Zone: z, Market: provider.Spot, USDPerHour: sp, At: now})
 			}
 		}
 	}
@@ -99,10 +101,16 @@ func (c *Cloud) Prices(_ context.Context, types []string) ([]provider.Price, err
 }
 
 // Billing is the catalog's billing rule.
-func (c *Cloud) Billing() provider.Billing { return c.o.Catalog.billing() }
+func (c *Cloud) Billing() provider.Billing { return billing(c.o.Catalog) }
+
+// zones are the catalog's zones of the local region.
+func (c *Cloud) zones() []string { return c.o.Catalog.Zones(Provider, Region) }
+
+// memoryMiB is t's memory limit in MiB.
+func memoryMiB(t price.MachineType) int { return int(t.MemoryGiB * 1024) }
 
 // Provision starts req.Count instances (see provider.ProvisionRequest). A
-// zone's capacity for a type (Type.Capacity) counts its live instances.
+// zone's capacity for a type (its Capacity in the catalog) counts its live instances.
 func (c *Cloud) Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error) {
 	t, err := c.check(req)
 	if err != nil {
@@ -144,19 +152,19 @@ func (c *Cloud) Provision(ctx context.Context, req provider.ProvisionRequest) ([
 }
 
 // check validates a request against the catalog.
-func (c *Cloud) check(req provider.ProvisionRequest) (Type, error) {
-	t, ok := c.o.Catalog.lookup(req.Type)
+func (c *Cloud) check(req provider.ProvisionRequest) (price.MachineType, error) {
+	t, ok := lookup(c.o.Catalog, req.Type)
 	switch {
 	case !ok:
 		return t, fmt.Errorf("provision: unknown instance type %q", req.Type)
-	case !slices.Contains(c.o.Catalog.Zones, req.Zone):
-		return t, fmt.Errorf("provision: unknown zone %q (have %v)", req.Zone, c.o.Catalog.Zones)
+	case !slices.Contains(c.zones(), req.Zone):
+		return t, fmt.Errorf("provision: unknown zone %q (have %v)", req.Zone, c.zones())
 	case req.Market != provider.OnDemand && req.Market != provider.Spot:
 		return t, fmt.Errorf("provision: unknown market %q", req.Market)
-	case req.Market == provider.Spot && t.SpotUSD == 0:
+	case req.Market == provider.Spot && spotUSD(t) == 0:
 		return t, fmt.Errorf("provision %s: %w: no spot market for it", req.Type, provider.ErrCapacity)
-	case req.Market == provider.Spot && req.MaxPriceUSD > 0 && req.MaxPriceUSD < t.SpotUSD:
-		return t, fmt.Errorf("provision %s: %w: spot price %g above the maximum %g", req.Type, provider.ErrCapacity, t.SpotUSD, req.MaxPriceUSD)
+	case req.Market == provider.Spot && req.MaxPriceUSD > 0 && req.MaxPriceUSD < spotUSD(t):
+		return t, fmt.Errorf("provision %s: %w: spot price %g above the maximum %g", req.Type, provider.ErrCapacity, spotUSD(t), req.MaxPriceUSD)
 	case req.Count < 1:
 		return t, fmt.Errorf("provision: count %d", req.Count)
 	case len(req.Boot.HostKey) == 0 || req.Boot.AuthorizedKey == "":
@@ -166,7 +174,7 @@ func (c *Cloud) check(req provider.ProvisionRequest) (Type, error) {
 }
 
 // launch starts one instance (c.mu held).
-func (c *Cloud) launch(ctx context.Context, t Type, req provider.ProvisionRequest) (*instance, error) {
+func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.ProvisionRequest) (*instance, error) {
 	id := newID()
 	addr, err := c.freeAddr()
 	if err != nil {
@@ -193,7 +201,7 @@ func (c *Cloud) launch(ctx context.Context, t Type, req provider.ProvisionReques
 		return nil, err
 	}
 	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: "scavenger-" + c.st.ID + "-" + id, Veth: "scvc" + c.st.ID + strconv.FormatInt(int64(c.st.Next), 36),
-		Bridge: c.st.Bridge, Addr: addr, Isolate: true, CPUs: t.CPUs, MemoryBytes: int64(t.MemoryMiB) << 20, DiskBytes: int64(t.DiskMiB) << 20,
+		Bridge: c.st.Bridge, Addr: addr, Isolate: true, CPUs: t.VCPUs, MemoryBytes: int64(memoryMiB(t)) << 20, DiskBytes: int64(t.DiskMiB) << 20,
 		Cgroup: c.cgroupParent() + "/" + id, Init: nsmachine.SSHDInit(filepath.Join(dir, "sshd_config")), Log: filepath.Join(dir, "console.log")})
 	if err != nil {
 		now := time.Now().UTC()

@@ -17,49 +17,33 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // keys are a client key and a host key for the instances of a test.
-type keys struct {
-	boot   provider.Boot
-	signer gossh.Signer
-	known  string
-}
+type keys struct{ provider.Keys }
 
 func newKeys(t *testing.T) keys {
 	t.Helper()
-	cpriv, cpub, err := nsmachine.NewKey()
+	k, err := provider.NewKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
-	hpriv, hpub, err := nsmachine.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := gossh.ParsePrivateKey(cpriv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys{boot: provider.Boot{AuthorizedKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(cpub))), HostKey: hpriv,
-		HostKeyPublic: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hpub)))}, signer: signer}
+	return keys{k}
 }
 
 // dial connects to inst over SSH, checking its host key.
 func (k keys) dial(t *testing.T, inst provider.Instance) *gossh.Client {
 	t.Helper()
-	pub, _, _, _, err := gossh.ParseAuthorizedKey([]byte(k.boot.HostKeyPublic))
-	if err != nil {
-		t.Fatal(err)
-	}
 	known := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(known, []byte(knownhosts.Line([]string{inst.Addr + ":22"}, pub)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(known, []byte(knownhosts.Line([]string{inst.Addr + ":22"}, k.HostKey)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hk, err := knownhosts.New(known)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := gossh.Dial("tcp", inst.Addr+":22", &gossh.ClientConfig{User: "root", Auth: []gossh.AuthMethod{gossh.PublicKeys(k.signer)},
+	c, err := gossh.Dial("tcp", inst.Addr+":22", &gossh.ClientConfig{User: "root", Auth: []gossh.AuthMethod{gossh.PublicKeys(k.Signer)},
 		HostKeyCallback: hk, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("ssh %s: %v", inst.Addr, err)
@@ -83,7 +67,7 @@ func run(t *testing.T, c *gossh.Client, cmd string) string {
 
 // openCloud opens a local cloud in a temporary directory; the cleanup
 // destroys it and checks that nothing of it is left.
-func openCloud(t *testing.T, cat *Catalog) *Cloud {
+func openCloud(t *testing.T, cat *price.Catalog) *Cloud {
 	t.Helper()
 	if err := nsmachine.Check(true); err != nil {
 		t.Skipf("SKIP: %v", err)
@@ -121,15 +105,15 @@ func TestInstances(t *testing.T) {
 	defer cancel()
 	k := newKeys(t)
 	tags := map[string]string{provider.TagJob: "j1"}
-	spot, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.Spot, Zone: "loc-a", Tags: tags, Token: "t1", Boot: k.boot})
+	spot, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.Spot, Zone: "loc-a", Tags: tags, Token: "t1", Boot: k.Boot})
 	if err != nil || len(spot) != 1 {
 		t.Fatalf("Provision spot: %v, %v", spot, err)
 	}
-	again, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.Spot, Zone: "loc-a", Tags: tags, Token: "t1", Boot: k.boot})
+	again, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.Spot, Zone: "loc-a", Tags: tags, Token: "t1", Boot: k.Boot})
 	if err != nil || len(again) != 1 || again[0].ID != spot[0].ID {
 		t.Fatalf("Provision with the same token = %v, %v; want the same instance %s", again, err, spot[0].ID)
 	}
-	od, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.full", Count: 1, Market: provider.OnDemand, Zone: "loc-b", Tags: tags, Token: "t2", Boot: k.boot})
+	od, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.full", Count: 1, Market: provider.OnDemand, Zone: "loc-b", Tags: tags, Token: "t2", Boot: k.Boot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +168,7 @@ func TestOutlivesTheProcess(t *testing.T) {
 	ctx := context.Background()
 	k := newKeys(t)
 	insts, err := first.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a",
-		Tags: map[string]string{provider.TagOwner: "o"}, Token: "t", Boot: k.boot})
+		Tags: map[string]string{provider.TagOwner: "o"}, Token: "t", Boot: k.Boot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +199,15 @@ func TestOutlivesTheProcess(t *testing.T) {
 func TestCapacity(t *testing.T) {
 	cat := DefaultCatalog()
 	cat.Types[0].Capacity = 1
-	cat.Types[1].SpotUSD = 0
+	cat.Types[1].Spot = nil
 	c := openCloud(t, cat)
 	ctx := context.Background()
 	k := newKeys(t)
-	req := provider.ProvisionRequest{Type: "loc.half", Count: 2, Market: provider.OnDemand, Zone: "loc-a", Token: "a", Boot: k.boot}
+	req := provider.ProvisionRequest{Type: "loc.half", Count: 2, Market: provider.OnDemand, Zone: "loc-a", Token: "a", Boot: k.Boot}
 	if _, err := c.Provision(ctx, req); !errors.Is(err, provider.ErrCapacity) {
 		t.Errorf("2 instances with capacity 1: %v, want ErrCapacity", err)
 	}
-	req = provider.ProvisionRequest{Type: "loc.full", Count: 1, Market: provider.Spot, Zone: "loc-a", Token: "b", Boot: k.boot}
+	req = provider.ProvisionRequest{Type: "loc.full", Count: 1, Market: provider.Spot, Zone: "loc-a", Token: "b", Boot: k.Boot}
 	if _, err := c.Provision(ctx, req); !errors.Is(err, provider.ErrCapacity) {
 		t.Errorf("spot without a spot market: %v, want ErrCapacity", err)
 	}

@@ -5,14 +5,19 @@
 // retry (ErrThrottled, ErrInternal), to fail over to another zone or
 // market (ErrCapacity), or to give up.
 //
-// Providers: launchers/cloudvm/localcloud (namespace machines on this
-// host) and launchers/cloudvm/aws (EC2).
+// Providers: launchers/cloudvm/awscloud (EC2) and launchers/cloudvm/localcloud
+// (the local test and development cloud: namespace machines on this host).
+// Their types, prices and billing rules come from the one machine catalog
+// (optimizer/price; CatalogBilling). NewKeys makes the keys instances boot
+// with.
 package provider
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // Markets an instance is bought in.
@@ -91,6 +96,16 @@ type Price struct {
 type Billing struct {
 	Granularity time.Duration `json:"granularity"`
 	Minimum     time.Duration `json:"minimum"`
+}
+
+// CatalogBilling is provider name's billing rule in the machine catalog
+// cat, or def where cat has none.
+func CatalogBilling(cat *price.Catalog, name string, def Billing) Billing {
+	b := cat.BillingOf(name)
+	if b == (price.Billing{}) {
+		return def
+	}
+	return Billing{Granularity: time.Duration(b.GranularityS * float64(time.Second)), Minimum: time.Duration(b.MinimumS * float64(time.Second))}
 }
 
 // Boot is what every instance of a request boots with: the SSH key that

@@ -16,12 +16,13 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
 )
 
 // Shared is a local cloud opened by the first test that asks for it.
 type Shared struct {
 	// Catalog, when set, is the cloud's catalog (default: the embedded one).
-	Catalog *localcloud.Catalog
+	Catalog *price.Catalog
 
 	once  sync.Once
 	cloud *localcloud.Cloud
