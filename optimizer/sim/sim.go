@@ -87,10 +87,22 @@ type Options struct {
 	// names none, as a live job's observer counts them (10 there), instead
 	// of ReportInterval's seconds.
 	ReportSteps float64
-	// Stepwise emits every step as its own record, as a live worker sends
-	// them, instead of one record standing for a report's steps (slower;
-	// for comparing the simulated and the live path).
+	// Stepwise runs the job step by step and emits every step as its own
+	// record with the gradient statistics at its own progress, as a live
+	// worker sends them, instead of one record standing for a report's
+	// steps (slower; for comparing the simulated and the live path).
 	Stepwise bool
+	// MoveLead is how far ahead, in the job's time, the daemon names the
+	// step a move checkpoints at (its moveLeadTime: the job runs on at the
+	// old configuration that long, at least two steps, before it
+	// relaunches); default 300 ms, negative: none.
+	MoveLead time.Duration
+	// Candidates, when set, is the search space instead of the one the
+	// traces measure (see world.useCandidates): every one must be a
+	// placement the traces measured at some local batch, and a batch with
+	// a validation run. Beyond the local batches measured, a step takes
+	// its physical upper bound (perf.Bounds).
+	Candidates []predict.Candidate
 	// Tap, when set, is called with every step record the job emits and
 	// the decision it led to (nil when no report was due).
 	Tap func(rec telemetry.StepRecord, d *policy.Decision)
@@ -201,6 +213,12 @@ func (o *Options) defaults() error {
 	if o.RelaunchPenalty < 0 {
 		return fmt.Errorf("%w: negative relaunch penalty", ErrBadOptions)
 	}
+	switch {
+	case o.MoveLead == 0:
+		o.MoveLead = 300 * time.Millisecond
+	case o.MoveLead < 0:
+		o.MoveLead = 0
+	}
 	if o.ReportInterval == 0 && o.ReportSteps == 0 {
 		o.ReportInterval = 30 * time.Second
 	}
@@ -244,6 +262,11 @@ func load(opts *Options) (*world, error) {
 	w, err := newWorld(app, opts.Types, opts.Catalog)
 	if err != nil {
 		return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
+	}
+	if len(opts.Candidates) > 0 {
+		if err := w.useCandidates(opts.Candidates); err != nil {
+			return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
+		}
 	}
 	return w, nil
 }
@@ -429,7 +452,11 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			return nil, fmt.Errorf("simulate %s: %w after %d reports", w.app.Name, ErrStuck, iter)
 		}
 		st, sync := w.stepTime(cur)
-		steps, secs, gained := w.run(cur, progress, math.Max(loop.Obs.StepsToReport(st), 1))
+		chunk := math.Max(loop.Obs.StepsToReport(st), 1)
+		if opts.Stepwise {
+			chunk = 1
+		}
+		steps, secs, gained := w.run(cur, progress, chunk)
 		if steps <= 0 {
 			return nil, fmt.Errorf("simulate %s in %s at progress %g: %w", w.app.Name, cur, progress, ErrStuck)
 		}
@@ -450,10 +477,18 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			*rec.SyncSeconds = math.Min(noisy(*rec.SyncSeconds), rec.Seconds)
 			*rec.LocalSqr, *rec.AvgSqr = noisy(*rec.LocalSqr), noisy(*rec.AvgSqr)
 		}
-		d, ok, err := w.emit(&loop, rec, steps, step, now, opts)
 		step += int64(math.Ceil(steps))
+		rec.Step, rec.Time = step, now
+		d, _, ok, err := loop.Step(rec, steps)
 		if err != nil {
 			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
+		}
+		if opts.Tap != nil {
+			var dp *policy.Decision
+			if ok {
+				dp = &d
+			}
+			opts.Tap(rec, dp)
 		}
 		if !ok {
 			continue
@@ -469,6 +504,26 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		if d.Config != cur {
 			if !valid[d.Config] {
 				return nil, fmt.Errorf("simulate %s: %w: %s", w.app.Name, ErrBadDecision, d.Config)
+			}
+			// The workers run on until the step the checkpoint request
+			// names (the daemon's lead); the controller no longer counts
+			// those steps, but the relaunch is measured from the last.
+			if lead := moveLead(opts.MoveLead.Seconds(), st); lead > 0 {
+				steps, secs, gained := w.run(cur, progress, lead)
+				now += secs
+				spent += secs * float64(cur.Nodes) * w.prices[cur.Type] / 3600
+				progress = math.Min(progress+gained, w.target)
+				rep.History[len(rep.History)-1].Steps += steps
+				step += int64(math.Ceil(steps))
+				led := w.record(cur, attempt, st, sync, progress)
+				led.Step, led.Time = step, now
+				loop.Obs.Note(led)
+				if opts.Tap != nil {
+					opts.Tap(led, nil)
+				}
+				if progress >= w.target*(1-1e-12) {
+					break
+				}
 			}
 			cur = d.Config
 			if d.Phase == policy.PhaseProbing {
@@ -502,37 +557,14 @@ func (w *world) record(c predict.Candidate, attempt int, st, sync, p float64) te
 	return rec
 }
 
-// emit hands the observer rec as steps steps after step, the last ending
-// at now: one record standing for them all, or with Options.Stepwise one
-// record per step as a live worker sends them (then steps is whole); ok
-// says whether a report was due and the policy decided.
-func (w *world) emit(loop *observe.Loop, rec telemetry.StepRecord, steps float64, step int64, now float64, opts Options) (policy.Decision, bool, error) {
-	n, each := steps, 1
-	if opts.Stepwise {
-		n, each = 1, int(math.Ceil(steps))
+// moveLead is the steps a job at stepS seconds a step runs on after a move
+// decision when the daemon leads by lead seconds (daemon/jobs: at least
+// two steps, or lead seconds' worth and one more); 0 without a lead.
+func moveLead(lead, stepS float64) float64 {
+	if !(lead > 0) || !(stepS > 0) {
+		return 0
 	}
-	var d policy.Decision
-	var ok bool
-	for i := 1; i <= each; i++ {
-		r := rec
-		r.Step = step + int64(math.Ceil(n))*int64(i)
-		r.Time = now - float64(each-i)*rec.Seconds
-		var err error
-		if d, _, ok, err = loop.Step(r, n); err != nil {
-			return d, ok, err
-		}
-		if opts.Tap != nil {
-			var dp *policy.Decision
-			if ok {
-				dp = &d
-			}
-			opts.Tap(r, dp)
-		}
-		if ok {
-			break // the decision moves the job or names its next report: the rest would not be sent
-		}
-	}
-	return d, ok, nil
+	return math.Max(2, math.Floor(lead/stepS)+1)
 }
 
 // stepErrors compares predicted step times with the traces on candidates
