@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"math"
 	"slices"
 	"strings"
 
@@ -134,7 +135,7 @@ func steText(r *Report) string {
 }
 
 // writeModes writes the leave-one-app-out and second-run table.
-func writeModes(b *strings.Builder, ms []ModeCell) {
+func writeModes(b *strings.Builder, ms []ModeCell, first []BenchCell) {
 	b.WriteString("## From a store: leave one app out, and second runs\n\n")
 	b.WriteString("Overhead vs the oracle in % (relaunches/probes; \"s\": the stored models started the job elsewhere before its first step). " +
 		"First run: empty store (all four). Leave one app out: the store holds the other three applications' first runs (both objectives). " +
@@ -143,6 +144,41 @@ func writeModes(b *strings.Builder, ms []ModeCell) {
 	for _, m := range ms {
 		fmt.Fprintf(b, "| %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", m.App, m.Objective, m.Policy, m.First.Oracle.JCTS/3600,
 			runText(m.First, m.Objective), runText(m.LOAO, m.Objective), runText(m.Second, m.Objective), steText(m.First), steText(m.LOAO))
+	}
+	b.WriteString("\n")
+	writeRatios(b, first)
+}
+
+// writeRatios writes the speed ratios between machine types each
+// application's first runs measured (what a store of it tells another
+// application), beside the catalog's price ratio per GPU.
+func writeRatios(b *strings.Builder, first []BenchCell) {
+	by := map[string][]prior.Entry{}
+	for _, c := range first {
+		if label(c.Report) == ModePolicies[0] {
+			by[c.App] = MergeStore(by[c.App], c.Report.Learned)
+		}
+	}
+	b.WriteString("What a store of one application tells another of the machine types: the step-time ratio of each pair that its first runs (" +
+		ModePolicies[0] + ", both objectives) measured, each type's model fitted on its measurements and compared where either was measured (optimizer/prior).\n\n")
+	b.WriteString("| ratio |")
+	for _, app := range BenchApps {
+		b.WriteString(" " + app + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(BenchApps)) + "\n")
+	for i, x := range DefaultTypes {
+		for _, y := range DefaultTypes[i+1:] {
+			fmt.Fprintf(b, "| %s over %s |", y, x)
+			for _, app := range BenchApps {
+				r, ok := prior.For("", by[app]).Speed[[2]string{x, y}]
+				if ok {
+					fmt.Fprintf(b, " %.2f |", math.Exp(r.LogMean))
+				} else {
+					b.WriteString(" - |")
+				}
+			}
+			b.WriteString("\n")
+		}
 	}
 	b.WriteString("\n")
 }

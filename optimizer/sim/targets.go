@@ -76,36 +76,51 @@ func writeTargetTable(b *strings.Builder, head string, ts []target) {
 const missNotes = `
 ### What limits the misses
 
-- Overhead on the long cells is mostly probing. Every probe is priced in the objective's units
-  (relaunch into it and back, billed at all its nodes, plus its steps against the incumbent's) and
-  made only while its expected improvement exceeds that; but the expected improvement of a machine
-  type never measured comes from a price prior (speed per GPU in proportion to price, 90 % within a
-  factor of three), and of a placement regime never measured from the physical bounds (anything
-  between no scaling and perfect scaling). Those tails are wide, so on a job of 20 minutes to an hour
-  several other types and regimes are worth a look, at 30 s (and, for cost, 30 s of every node) a
-  probe — where the "least possible" column says what a policy that already knew where to go
-  could reach. The prior's width is a statement about unseen hardware, not fitted here: a narrower
-  one (typeSpread, optimizer/policy/models.go) probes less and misses more, and in the variants
-  tried during development it helped some cells and hurt others, with no uniform gain.
-- A probe of a regime's identifiability design point is charged its own chance of leaving again (it
-  informs the regime's best candidate, but the job stays there only if the point itself wins). Pricing
-  it at the candidate's chance instead made design probes look cheap: in development that was worse
-  on the long cells and on step-time error, though it happened to land some short jobs on a design
-  point near their oracle.
+- Overhead on the long first-run cells (all four) is mostly probing. Every probe is priced in the
+  objective's units (relaunch into it and back, billed at all its nodes, plus its steps against the
+  incumbent's) and made only while its expected improvement exceeds that; but the expected
+  improvement of a machine type never measured comes from a price prior (speed per GPU in proportion
+  to price, 90 % within a factor of three), and of a placement regime never measured from the
+  physical bounds (anything between no scaling and perfect scaling). Those tails are wide, so on a
+  job of 20 minutes to an hour several other types and regimes are worth a look, at 30 s (and, for
+  cost, 30 s of every node) a probe — where the "least possible" column says what a policy that
+  already knew where to go could reach. The prior's width is a statement about unseen hardware, not
+  fitted here. One machine type at a time removes the types but not the regimes: the same mechanism
+  probes one-node and multi-node placements of the type.
 - Early probes are chosen on an immature noise forecast: the batch that is best grows with the noise
   scale, so probes and provisional moves taken in the first minutes favour batches the job then
-  outgrows; the second look (scavenger) and continuous moves (adaptive) correct the configuration,
-  at a relaunch each.
+  outgrows; the second look (scavenger, which may now probe first where its mature forecast makes
+  that pay) and continuous moves (adaptive) correct the configuration, at a relaunch each.
+- Leave one app out, the store holds what the three other applications measured, and of this
+  application only how fast the machine types are against each other (the ratios above). Those
+  ratios differ between applications by more than the price prior's factor of three, so over three
+  applications their Student t interval is wider than the price prior: the store says, honestly,
+  that a new application's ratio is less certain than the price prior assumes, and the job probes
+  as much as on a first run, or more. Nothing here was tuned to make the figure better.
+- A second run starts where its stored models say, before its first step, and probes only where
+  their intervals leave room to gain. The cells it misses are short ones whose first run never
+  measured the oracle's type or placement regime: the stored models predict those from the price
+  prior or the physical bounds, and the choice on the pessimistic end of each interval goes to a
+  configuration the first run measured. The "least possible" bound assumes a start at the default
+  configuration; a second run that starts elsewhere is not held to it.
+- Against the build before issue 19: the simulator now feeds the policy through the live
+  controller's observer (each attempt's first steps left out, reports in whole steps) and runs the
+  job on for the daemon's lead after each move decision, as a live job does. That costs every
+  relaunch a few seconds, which on the shortest cells (a few minutes) is a point or more.
 - Decisions compare the pessimistic end of each prediction's interval (a measured configuration's
   is its measurement): a configuration is chosen on a model only when even its upper bound wins,
-  otherwise it is probed first if that pays. This costs little here and keeps the live loop, whose
-  step times vary with the machine's load, from moving to configurations the model flatters.
+  otherwise it is probed first if that pays. This keeps the live loop, whose step times vary with
+  the machine's load, from moving to configurations the model flatters.
 - On the shortest cells (ncf) the oracle finishes in less time than one relaunch takes, so one
   relaunch is already more than the goal allows; the "least possible" column states the bound.
 - Step-time error is over every never-run candidate of each fitted type, but a type is measured
   where its candidates can win (its identifiability design, pruned by value), not everywhere: its
   other placements (e.g. multi-node ones on a cost job) are extrapolated, and their predictions carry
-  wide intervals and the low-confidence flag rather than being read as facts.
+  wide intervals and the low-confidence flag rather than being read as facts. Leave one app out the
+  jobs probe other configurations than on a first run, so other placements are extrapolated.
+- The decision's latency is measured on this shared 2-core machine while it runs other work: it is
+  the same code as before issue 19 (predict every candidate, choose on the pessimistic totals), and
+  varies with the machine's load when the document is made.
 - scavenger+paper is the paper's statistical model as published: e ∝ γ/K measured on two short
   cold-start probes early in training, with no forecast; it ranks batches by early-training noise and
   is far behind on the jobs whose noise grows (deepspeech2, cifar10).
