@@ -41,7 +41,19 @@ func TestSecondRunStartsFromTheStore(t *testing.T) {
 		}
 		return n
 	}
+	// Every attempt a decision started shows what it predicted there
+	// beside what it measured.
+	predicted := func(which string, rep report.JobReport) {
+		t.Helper()
+		for _, a := range rep.Timeline {
+			if a.StartedBy != "" && (a.PredictedStepS <= 0 || a.PredictedLater || a.MeasuredStepS <= 0) {
+				t.Errorf("%s run, attempt %d started by a %s decision: predicted %v ms (later: %v), measured %v ms", which, a.Attempt.Attempt, a.StartedBy,
+					1e3*a.PredictedStepS, a.PredictedLater, 1e3*a.MeasuredStepS)
+			}
+		}
+	}
 	first := run()
+	predicted("first", first)
 	var entries []api.ModelEntry
 	out, errOut, code := scavctl(t, state, "models", "list", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &entries); code != 0 || err != nil || len(entries) != 1 {
@@ -52,6 +64,7 @@ func TestSecondRunStartsFromTheStore(t *testing.T) {
 		t.Errorf("stored entry %+v", e)
 	}
 	second := run()
+	predicted("second", second)
 	t.Logf("first run: %d attempts, %d probes; second: %d attempts, %d probes", len(first.Timeline), probes(first), len(second.Timeline), probes(second))
 	if p := probes(second); p > 1 {
 		t.Errorf("the second run probed %d times (the first %d), want at most once", p, probes(first))
