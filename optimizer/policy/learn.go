@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/scavenger-ml/scavenger/optimizer/efficiency"
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/optimizer/prior"
@@ -151,29 +152,14 @@ func (t *tracker) storedShift() float64 {
 }
 
 // storedIntegral is ∫ dp/(1+u(p)) over the remaining work with u = φ/M0 on
-// the stored curve shifted to this job's level (composite Simpson in ln p).
+// the stored curve shifted to this job's level.
 func (t *tracker) storedIntegral() float64 {
 	p0, p1 := math.Max(t.last.Progress, 1e-9), t.spec.Target
 	if p1 <= p0 {
 		return 0
 	}
 	shift := t.storedShift() - math.Log(t.spec.M0)
-	const n = 256
-	t0, t1 := math.Log(p0), math.Log(p1)
-	h := (t1 - t0) / n
-	f := func(x float64) float64 {
-		p := math.Exp(x)
-		return p / (1 + math.Exp(t.storedLnPhi(p)+shift))
-	}
-	sum := f(t0) + f(t1)
-	for i := 1; i < n; i++ {
-		w := 2.0
-		if i%2 == 1 {
-			w = 4
-		}
-		sum += w * f(t0+float64(i)*h)
-	}
-	return sum * h / 3
+	return efficiency.IntegralLog(p0, p1, 256, func(p float64) float64 { return 1 / (1 + math.Exp(t.storedLnPhi(p)+shift)) })
 }
 
 // storedMature reports whether the stored noise curve reaches far enough
@@ -256,13 +242,7 @@ func (t *tracker) learned() prior.Learned {
 	for _, ps := range l.Types {
 		sort.Slice(ps, func(i, j int) bool {
 			a, b := ps[i], ps[j]
-			if a.Replicas != b.Replicas {
-				return a.Replicas < b.Replicas
-			}
-			if a.Nodes != b.Nodes {
-				return a.Nodes < b.Nodes
-			}
-			return a.LocalBatch < b.LocalBatch
+			return placementLess(a.Replicas, a.Nodes, a.LocalBatch, b.Replicas, b.Nodes, b.LocalBatch)
 		})
 	}
 	for _, g := range t.growth {

@@ -483,15 +483,21 @@ func (t *tracker) points(typ string) []perf.Point {
 	}
 	sort.Slice(pts, func(i, j int) bool {
 		a, b := pts[i], pts[j]
-		if a.Replicas != b.Replicas {
-			return a.Replicas < b.Replicas
-		}
-		if a.Nodes != b.Nodes {
-			return a.Nodes < b.Nodes
-		}
-		return a.LocalBatch < b.LocalBatch
+		return placementLess(a.Replicas, a.Nodes, a.LocalBatch, b.Replicas, b.Nodes, b.LocalBatch)
 	})
 	return pts
+}
+
+// placementLess orders configurations by replicas, then nodes, then local
+// batch.
+func placementLess(ra, na int, la float64, rb, nb int, lb float64) bool {
+	if ra != rb {
+		return ra < rb
+	}
+	if na != nb {
+		return na < nb
+	}
+	return la < lb
 }
 
 // predict forecasts every candidate whose type has a model, with the
