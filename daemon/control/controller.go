@@ -176,11 +176,15 @@ func (c *Controller) Run(ctx context.Context) {
 			c.note(rec) // the attempt being left: its last steps do not count
 			continue
 		}
+		var rechosen api.Decision
 		if now != attempt {
 			attempt = now
-			c.attemptStarted(attempt, cfg, last.To)
+			rechosen = c.attemptStarted(attempt, cfg, last.To)
 		}
 		dec, ok := c.observe(rec, cfg)
+		if rechosen.Reason != "" {
+			dec, ok = rechosen, true // the first step of an attempt is no report's
+		}
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
 		}
@@ -221,14 +225,17 @@ func (c *Controller) note(rec telemetry.StepRecord) {
 
 // attemptStarted starts observing a new attempt; a cloud job whose
 // relaunch did not get the configuration asked (asked) re-chooses over the
-// offers now.
-func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) {
+// offers now, and its decision is the verdict (the zero Decision: none).
+func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) api.Decision {
 	c.mu.Lock()
 	c.loop.Obs.Begin(attempt, c.candidateOf(cfg))
 	c.mu.Unlock()
 	if c.cloud != nil && asked != (plugins.Config{}) && asked != cfg {
-		c.Rechoose("the relaunch did not get what it asked", false) // the next report decides with it
+		if dec, ok := c.Rechoose("the relaunch did not get what it asked", false); ok {
+			return dec
+		}
 	}
+	return api.Decision{}
 }
 
 // observe takes one step record and, when a report is due, asks the policy.
