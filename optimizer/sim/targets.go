@@ -106,7 +106,12 @@ const missNotes = `
 - Against the build before issue 19: the simulator now feeds the policy through the live
   controller's observer (each attempt's first steps left out, reports in whole steps) and runs the
   job on for the daemon's lead after each move decision, as a live job does. That costs every
-  relaunch a few seconds, which on the shortest cells (a few minutes) is a point or more.
+  relaunch a few seconds, which on the shortest cells (a few minutes) is a point or more, and it
+  shifts what each report sees by a few steps, so that a later probe can go another way between
+  near-ties: deepspeech2/time then probes other configurations after its fifth probe and ends on one
+  the traces put within a few percent of the oracle's. The search is that sensitive to when it
+  looks; the live replay (docs/bench-loop-trace.md) shows the live loop takes the simulator's
+  decisions when it sees the same steps.
 - Decisions compare the pessimistic end of each prediction's interval (a measured configuration's
   is its measurement): a configuration is chosen on a model only when even its upper bound wins,
   otherwise it is probed first if that pays. This keeps the live loop, whose step times vary with
