@@ -179,10 +179,17 @@ def main() -> None:
         print(json.dumps({"event": "trace_replay", "app": args.app, "type": args.type, "factor": args.factor,
                           "workers": world, "batch": batch, "traced_step_s": st, "step": step, "progress": progress}), flush=True)
     last_t = time.time()
+    # Steps end on a schedule, one every traced step time over the factor
+    # (no faster than a thousand a second: a real job's records never come
+    # faster; the reported step time stays the traced one): what this
+    # process's own work and the machine's load add to a step comes out of
+    # its sleep, so that the steps' pace, which the daemon reads off their
+    # times, is the traced one.
+    wall_step = max(st / args.factor, MIN_WALL_STEP_S)
+    due = time.monotonic()
     while progress < trace.target * (1 - 1e-12) and not scavenger.should_checkpoint():
-        # No faster than a thousand steps a second: a real job's records
-        # never come faster (the reported step time stays the traced one).
-        time.sleep(max(st / args.factor, MIN_WALL_STEP_S))
+        due += wall_step
+        time.sleep(max(due - time.monotonic(), 0))
         progress = min(trace.advance(batch, progress), trace.target)
         step += 1
         sqr, var = trace.grad(batch, progress)

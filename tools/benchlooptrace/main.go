@@ -9,7 +9,9 @@
 // (the trace's suffix: aws, azure, dgx-ext): the job may run 1 to a node's
 // GPUs workers and the traces' batches, on the local launcher, one worker
 // process per GPU, priced at the catalog's price of the type. The replay
-// sleeps each traced step's time divided by --factor and reports that, so
+// sleeps each traced step's time divided by the factor (--factor, less for
+// a cell whose fastest step would otherwise pass the replay's floor of a
+// millisecond a step) and reports that, so
 // every time the policy sees is the traced one divided by the factor, and a
 // relaunch costs the penalty the controller's prior assumes (3 s, the
 // traced 3·factor s; 30 s at the default factor 10, bench-sim's). The
@@ -71,9 +73,13 @@ const (
 	moveLeadS        = 0.3
 )
 
+// minWallStepS is the replay's shortest step (python/bench/trace_replay.py's
+// MIN_WALL_STEP_S).
+const minWallStepS = 0.001
+
 type bench struct {
 	scavctl, python, traces, policy string
-	factor                          float64
+	factor, maxFactor               float64
 	stress                          int
 }
 
@@ -89,7 +95,7 @@ func run() error {
 	flag.StringVar(&b.python, "python", "/usr/bin/python3", "python")
 	flag.StringVar(&b.traces, "traces", "../shared/traces", "the traces' directory")
 	flag.StringVar(&b.policy, "policy", "scavenger", "the policy")
-	flag.Float64Var(&b.factor, "factor", 10, "time compression of the replay")
+	flag.Float64Var(&b.maxFactor, "factor", 10, "time compression of the replay (at most: see the factor column)")
 	flag.IntVar(&b.stress, "stress", 0, "also run every cell under stress -c N (0: not)")
 	flag.StringVar(&cells, "cells", defaultCells, "APP/OBJECTIVE:TYPE,...")
 	flag.Parse()
@@ -102,11 +108,11 @@ func run() error {
 		}
 		cs = append(cs, cell{app: app, kind: objective.Kind(obj), typ: typ})
 	}
-	penalty := controllerPriorS * b.factor
-	fmt.Printf("Replay compressed %g×: a traced second lasts %.3g s; a relaunch costs %g traced s (the controller's prior of %d s); policy %s; %d cores.\n\n",
-		b.factor, 1/b.factor, penalty, controllerPriorS, b.policy, runtime.NumCPU())
-	head := "| cell | type (one node) | oracle (K B) | oracle h | simulated % (relaunches) | live % (relaunches) | live − simulated |"
-	sep := "|---|---|---|---|---|---|---|"
+	fmt.Printf("Replay compressed %g× (less where a cell's fastest step would pass the replay's floor of %g ms: its factor column), a traced second "+
+		"lasting 1/factor s; a relaunch costs the controller's prior of %d s, %d·factor traced s; policy %s; %d cores.\n\n",
+		b.maxFactor, 1e3*minWallStepS, controllerPriorS, controllerPriorS, b.policy, runtime.NumCPU())
+	head := "| cell | type (one node) | factor | oracle (K B) | oracle h | simulated % (relaunches) | live % (relaunches) | live − simulated |"
+	sep := "|---|---|---|---|---|---|---|---|"
 	if b.stress > 0 {
 		head += fmt.Sprintf(" live under stress -c %d %% (relaunches) | stressed − unstressed |", b.stress)
 		sep += "---|---|"
@@ -121,7 +127,7 @@ func run() error {
 				benchSim[c.app+string(c.kind)] = fmt.Sprintf("%+.1f (%d)", overhead(r.JCTS, r.CostUSD, r.Oracle, c.kind), r.Relaunches)
 			}
 		}
-		row, err := b.cell(c, penalty, &tally)
+		row, err := b.cell(c, &tally)
 		if err != nil {
 			return err
 		}
@@ -149,7 +155,7 @@ func (t tally) print(stress int) {
 }
 
 // cell runs one cell (and again under stress) and returns its table row.
-func (b bench) cell(c cell, penalty float64, t *tally) (string, error) {
+func (b bench) cell(c cell, t *tally) (string, error) {
 	dir := filepath.Join(b.traces, c.app)
 	w, err := sim.Run(context.Background(), sim.Options{TraceDir: dir, Types: []string{c.typ}, Objective: objective.Objective{Kind: c.kind}, Policy: "fixed"})
 	if err != nil {
@@ -159,6 +165,18 @@ func (b bench) cell(c cell, penalty float64, t *tally) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	truth, err := sim.LoadTruth(sim.Options{TraceDir: dir, Types: []string{c.typ}, Candidates: cands})
+	if err != nil {
+		return "", err
+	}
+	// The fastest step, compressed, stays twice the replay's floor: the
+	// replay's records then come at the compressed pace.
+	b.factor = math.Inf(1)
+	for _, cand := range cands {
+		b.factor = math.Min(b.factor, truth.StepTime(cand)/(2*minWallStepS))
+	}
+	b.factor = math.Max(math.Min(b.factor, b.maxFactor), 1)
+	penalty := controllerPriorS * b.factor
 	ref, err := sim.Run(context.Background(), sim.Options{TraceDir: dir, Types: []string{c.typ}, Candidates: cands, Objective: objective.Objective{Kind: c.kind},
 		Policy: b.policy, ReportSteps: 10, Stepwise: true, RelaunchPenalty: time.Duration(penalty * float64(time.Second)),
 		MoveLead: time.Duration(moveLeadS * b.factor * float64(time.Second))})
@@ -176,7 +194,7 @@ func (b bench) cell(c cell, penalty float64, t *tally) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	row := fmt.Sprintf("| %s/%s | %s | %d %d | %.2f | %+.1f (%d) | %s | %+.1f |", c.app, c.kind, c.typ, ref.Oracle.Workers, ref.Oracle.Batch, ref.Oracle.JCTS/3600,
+	row := fmt.Sprintf("| %s/%s | %s | %.3g | %d %d | %.2f | %+.1f (%d) | %s | %+.1f |", c.app, c.kind, c.typ, b.factor, ref.Oracle.Workers, ref.Oracle.Batch, ref.Oracle.JCTS/3600,
 		simOver, ref.Relaunches, live.text(), live.over-simOver)
 	t.cells++
 	d := math.Abs(live.over - simOver)
