@@ -34,6 +34,9 @@ type Optimize struct {
 	Types       []string `json:"types,omitempty"`
 	Spot        bool     `json:"spot,omitempty"`
 	MaxPriceUSD float64  `json:"max_price_usd,omitempty"`
+	// ModelKey names the job's entries in the model store (see models.go);
+	// empty: a hash of the command and its arguments.
+	ModelKey string `json:"model_key,omitempty"`
 }
 
 // Active reports whether the job runs under a moving policy.
@@ -59,6 +62,13 @@ type Decision struct {
 	// PredictedS and PredictedUSD are the predicted time and cost to finish in To.
 	PredictedS   float64 `json:"predicted_s,omitempty"`
 	PredictedUSD float64 `json:"predicted_usd,omitempty"`
+	// PredictedSteps are the steps to finish in To; PredictedLoS..HiS and
+	// PredictedUSDLo..Hi the 90 % intervals of the time and cost (see Left).
+	PredictedSteps float64 `json:"predicted_steps,omitempty"`
+	PredictedLoS   float64 `json:"predicted_lo_s,omitempty"`
+	PredictedHiS   float64 `json:"predicted_hi_s,omitempty"`
+	PredictedUSDLo float64 `json:"predicted_usd_lo,omitempty"`
+	PredictedUSDHi float64 `json:"predicted_usd_hi,omitempty"`
 	// Alternatives counts the candidates the choice was made among.
 	Alternatives int `json:"alternatives,omitempty"`
 	// Candidates are the predictions the choice was made among, as the

@@ -104,6 +104,9 @@ func (r *RunRequest) ValidateWith(more func(*RunRequest) []error) error {
 	if o := r.Optimize; !o.Active() && (o.MinWorkers != o.MaxWorkers || o.MinBatch != o.MaxBatch || len(o.Types) > 1) {
 		errs = append(errs, fmt.Errorf("ranges of workers or batch, and several machine types, need a moving policy (scavenger, adaptive or full), not %q", cmp.Or(o.Policy, "fixed")))
 	}
+	if k := r.Optimize.ModelKey; k != "" && !ModelKeyPattern.MatchString(k) {
+		errs = append(errs, fmt.Errorf("--model-key %q: use 1-64 letters, digits, '-' or '_'", k))
+	}
 	if more != nil {
 		errs = append(errs, more(r)...)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/daemon/models"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -110,6 +111,7 @@ type Daemon struct {
 	ns         *server.Server
 	nc         *nats.Conn
 	store      *history.Store
+	models     *models.Store
 	ingest     *ingest.Server
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
@@ -167,7 +169,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		return nil, err
 	}
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
-		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
+		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
 		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
 	}); err != nil {
@@ -238,7 +240,10 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log)
+	if d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log); err != nil {
+		return err
+	}
+	d.models, err = models.Open(ctx, js, cfg.Retention.Replicas)
 	return err
 }
 
@@ -292,7 +297,7 @@ func (d *Daemon) startJobs() error {
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected,
+		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, Models: d.models,
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs

@@ -138,7 +138,9 @@ var (
 	descAttempt   = prometheus.NewDesc("scavenger_job_attempt", "The job's current attempt (launch) number.", jobLabels, nil)
 	descLoss      = prometheus.NewDesc("scavenger_job_loss", "The training loss of the job's newest step that reported one (rank 0, current attempt).", jobLabels, nil)
 	descNoise     = prometheus.NewDesc("scavenger_job_gradient_noise_scale", "The job's gradient noise scale B_simple, in samples (jobs under a policy).", jobLabels, nil)
-	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job, as its policy last predicted it, less the time since.", jobLabels, nil)
+	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job: the steps its policy last predicted to the finish, less those made since, at the speed it runs now.", jobLabels, nil)
+	descLeftBound = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds_bound", "The 90 % interval of scavenger_job_predicted_remaining_seconds: its low and high end (bound; +Inf above when the job has run past its forecast).", append(jobLabels[:len(jobLabels):len(jobLabels)], "bound"), nil)
+	descCostBound = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars_bound", "The 90 % interval of scavenger_job_predicted_remaining_cost_dollars: its low and high end (bound).", append(jobLabels[:len(jobLabels):len(jobLabels)], "bound"), nil)
 	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
 	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
 	descCostLeft  = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars", "Cost still to pay to finish the job, in US dollars: its policy's last prediction, less the share of the predicted time gone since.", jobLabels, nil)
@@ -194,7 +196,7 @@ type daemonCollector struct {
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
-		descLoss, descRemaining, descFinish, descCost, descCostLeft, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descLoss, descRemaining, descLeftBound, descFinish, descCost, descCostLeft, descCostBound, descJobCPU, descJobCores, descJobRSS, descJobProcs,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
@@ -270,27 +272,34 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 			m.gauge(descNoise, p.Noise, l...)
 		}
 		m.opt(descLoss, p.Loss, l...)
-		m.predicted(j.Decisions, l)
+		m.predicted(j.Decisions, p, l)
 	}
 	return names
 }
 
-// predicted writes what the newest decision with a prediction said of the
-// time and cost to finish, less what has gone since.
-func (m metricSink) predicted(decisions []api.Decision, l []string) {
-	for i := len(decisions) - 1; i >= 0; i-- {
-		dec := decisions[i]
-		if dec.PredictedS <= 0 {
-			continue
-		}
-		left := max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0)
-		m.gauge(descRemaining, left, l...)
-		m.gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
-		if dec.PredictedUSD > 0 {
-			m.gauge(descCost, dec.PredictedUSD, l...)
-			m.gauge(descCostLeft, dec.PredictedUSD*left/dec.PredictedS, l...)
-		}
+// predicted writes what is left of the job by the newest decision that
+// predicted its finish (api.Forecast): the time and cost, with their 90 %
+// intervals.
+func (m metricSink) predicted(decisions []api.Decision, p jobs.Progress, l []string) {
+	now := time.Now()
+	left, ok := api.Forecast(decisions, p.LastStep, p.StepTime, now)
+	if !ok {
 		return
+	}
+	m.gauge(descRemaining, left.S, l...)
+	m.gauge(descLeftBound, left.LoS, append(l, "low")...)
+	m.gauge(descLeftBound, left.HiS, append(l, "high")...)
+	m.gauge(descFinish, float64(now.UnixNano())/1e9+left.S, l...)
+	for i := len(decisions) - 1; i >= 0; i-- {
+		if dec := decisions[i]; dec.PredictedS > 0 {
+			if dec.PredictedUSD > 0 {
+				m.gauge(descCost, dec.PredictedUSD, l...)
+				m.gauge(descCostLeft, left.USD, l...)
+				m.gauge(descCostBound, left.LoUSD, append(l, "low")...)
+				m.gauge(descCostBound, left.HiUSD, append(l, "high")...)
+			}
+			return
+		}
 	}
 }
 

@@ -103,6 +103,9 @@ type Finish struct {
 	// AtS is the decision's time, in seconds since the job started.
 	AtS        float64 `json:"at_s"`
 	PredictedS float64 `json:"predicted_s"`
+	// PredictedLoS and PredictedHiS are its 90 % interval (0: none).
+	PredictedLoS float64 `json:"predicted_lo_s,omitempty"`
+	PredictedHiS float64 `json:"predicted_hi_s,omitempty"`
 	// TookS is the time from the decision to the job's end once the job
 	// succeeded (0 until then: it has not finished, or did not finish the
 	// work the prediction was about).
@@ -183,7 +186,7 @@ func finishes(ds []api.Decision, start time.Time, totalS float64, state string) 
 			continue
 		}
 		f := Finish{Step: d.Step, Phase: string(d.Phase), Workers: d.To.Workers, Batch: d.To.GlobalBatch,
-			AtS: d.Time.Sub(start).Seconds(), PredictedS: d.PredictedS}
+			AtS: d.Time.Sub(start).Seconds(), PredictedS: d.PredictedS, PredictedLoS: d.PredictedLoS, PredictedHiS: d.PredictedHiS}
 		if state == string(api.StateSucceeded) {
 			f.TookS = totalS - f.AtS
 		}
@@ -322,18 +325,32 @@ func (r JobReport) printFinishes(w io.Writer) {
 
 // FinishText is how the reports write a Finish.
 type FinishText struct {
-	// Predicted is the time predicted, Took the time it took and Error the
-	// error in percent of it ("-" while not known).
+	// Predicted is the time predicted (with its 90 % interval when known),
+	// Took the time it took and Error the error in percent of it, and
+	// whether the interval held it ("-" while not known).
 	Predicted, Took, Error string
 }
 
 // Text is how the reports write f.
 func (f Finish) Text() FinishText {
-	t := FinishText{Predicted: (time.Duration(f.PredictedS * float64(time.Second))).Round(100 * time.Millisecond).String(),
-		Took: "-", Error: "-"}
+	d := func(s float64) string {
+		return (time.Duration(s * float64(time.Second))).Round(100 * time.Millisecond).String()
+	}
+	t := FinishText{Predicted: d(f.PredictedS), Took: "-", Error: "-"}
+	interval := f.PredictedHiS > f.PredictedLoS && f.PredictedLoS > 0
+	if interval {
+		t.Predicted += fmt.Sprintf(" (%s..%s)", d(f.PredictedLoS), d(f.PredictedHiS))
+	}
 	if f.TookS > 0 {
-		t.Took = (time.Duration(f.TookS * float64(time.Second))).Round(100 * time.Millisecond).String()
+		t.Took = d(f.TookS)
 		t.Error = fmt.Sprintf("%+.0f%%", pct(f.PredictedS, f.TookS))
+		if interval {
+			if f.TookS >= f.PredictedLoS && f.TookS <= f.PredictedHiS {
+				t.Error += ", inside"
+			} else {
+				t.Error += ", outside"
+			}
+		}
 	}
 	return t
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -234,11 +235,31 @@ func msText(s float64) string {
 	return durText(s)
 }
 
-func leftText(r TopRow) string {
-	if !r.Active || !r.Predicted {
+// leftText is the time left: "~" and the point, or with interval its 90 %
+// interval when known ("4m-7m"); past the forecast, its lower end (">5s").
+func leftText(r TopRow, interval bool) string {
+	switch {
+	case !r.Active || !r.Predicted:
 		return "-"
+	case math.IsInf(r.LeftHiS, 1):
+		return ">" + shortDur(r.LeftLoS)
+	case interval && r.LeftHiS > 0:
+		return shortDur(r.LeftLoS) + "-" + shortDur(r.LeftHiS)
 	}
 	return "~" + durText(r.LeftS)
+}
+
+// shortDur is seconds in one unit: 42s, 5m, 3h, 2d.
+func shortDur(s float64) string {
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%.0fs", s)
+	case s < 3600:
+		return fmt.Sprintf("%.0fm", s/60)
+	case s < 48*3600:
+		return fmt.Sprintf("%.0fh", s/3600)
+	}
+	return fmt.Sprintf("%.0fd", s/86400)
 }
 
 // durText formats seconds compactly: 42s, 3m05s, 2h10m, 3d04h.
@@ -255,6 +276,16 @@ func durText(s float64) string {
 	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
+// costCell is costText, or with interval the 90 % interval of the cost
+// at the finish when known ("$1.2-1.9").
+func costCell(r TopRow, interval bool) string {
+	if interval && r.Active && r.Predicted && r.CostHiUSD > 0 && !math.IsInf(r.CostHiUSD, 1) {
+		return fmt.Sprintf("$%s-%s", usdShort(r.CostLoUSD), usdShort(r.CostHiUSD))
+	}
+	return costText(r)
+}
+
+// costText is what the job cost, or will at its finish ("~" and the point).
 func costText(r TopRow) string {
 	if !(r.CostUSD > 0) {
 		return "-"
@@ -272,6 +303,14 @@ func costText(r TopRow) string {
 		return "~" + v
 	}
 	return v
+}
+
+// usdShort is dollars in three significant digits.
+func usdShort(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.0fk", v/1000)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
 // ratioPct formats a ratio in [0, 1] as a whole percentage ("-": unknown).

@@ -96,10 +96,12 @@ type TopRow struct {
 	StepS          float64
 	Noise          float64
 	// LeftS and CostUSD are the predicted time left and cost at the finish
-	// (Predicted); for a finished job CostUSD is what it cost.
-	LeftS     float64
-	CostUSD   float64
-	Predicted bool
+	// (Predicted); for a finished job CostUSD is what it cost. LeftLoS..HiS
+	// and CostLoUSD..HiUSD are their 90 % intervals (0: none known; see
+	// api.Forecast).
+	LeftS, LeftLoS, LeftHiS       float64
+	CostUSD, CostLoUSD, CostHiUSD float64
+	Predicted                     bool
 	// CPUCores and RSSBytes are what the job's processes use on the nodes,
 	// from the newest host samples (CPUCores nil when unknown).
 	CPUCores *float64
@@ -143,18 +145,17 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 			spentS = max(0, end.Sub(*j.Started).Seconds())
 		}
 		row.CostUSD = spentS / 3600 * price
-		if row.Active {
-			for i := len(j.Decisions) - 1; i >= 0; i-- {
-				d := j.Decisions[i]
-				if d.PredictedS <= 0 {
-					continue
+		if l, ok := api.Forecast(j.Decisions, row.Step, row.StepS, now); ok && row.Active {
+			row.LeftS, row.Predicted = l.S, true
+			if l.LoS < l.S || l.HiS > l.S {
+				row.LeftLoS, row.LeftHiS = l.LoS, l.HiS
+			}
+			if price > 0 {
+				spent := row.CostUSD
+				row.CostUSD += l.USD
+				if l.LoUSD < l.USD || l.HiUSD > l.USD {
+					row.CostLoUSD, row.CostHiUSD = spent+l.LoUSD, spent+l.HiUSD
 				}
-				left := max(0, d.PredictedS-now.Sub(d.Time).Seconds())
-				row.LeftS, row.Predicted = left, true
-				if price > 0 {
-					row.CostUSD += d.PredictedUSD * left / d.PredictedS
-				}
-				break
 			}
 		}
 		f.Jobs = append(f.Jobs, row)
@@ -193,10 +194,15 @@ func RenderTop(f TopFrame, width, height int) []string {
 	if width >= 92 {
 		extra = 13
 	}
-	idW := min(max(width-65-extra, 10), 40)
+	// With room, the time and cost left show their 90 % intervals.
+	wide := 0
+	if width >= 104 {
+		wide = 12
+	}
+	idW := min(max(width-65-extra-wide, 10), 40)
 	cols := []topCol{
 		{"JOB", idW, true}, {"STATE", 9, true}, {"KxBATCH", 8, false}, {"STEP", 7, false},
-		{"SMP/S", 7, false}, {"STEP_T", 7, false}, {"GNS", 6, false}, {"LEFT", 6, false}, {"COST", 7, false},
+		{"SMP/S", 7, false}, {"STEP_T", 7, false}, {"GNS", 6, false}, {"LEFT", 6 + wide/2, false}, {"COST", 7 + wide/2, false},
 	}
 	if extra > 0 {
 		cols = append(cols, topCol{"CPU", 5, false}, topCol{"RSS", 6, false})
@@ -240,6 +246,9 @@ func RenderTop(f TopFrame, width, height int) []string {
 			foot += fmt.Sprintf(", every %s", f.Interval)
 		}
 		foot += "; GNS: gradient noise scale (samples); ~: predicted"
+		if wide > 0 {
+			foot += " (a-b: its 90% interval)"
+		}
 	}
 	room := len(f.Jobs)
 	if height > 0 {
@@ -254,7 +263,7 @@ func RenderTop(f TopFrame, width, height int) []string {
 			break
 		}
 		cells := []string{r.ID, r.State, configText(r.Workers, r.Batch), stepText(r.Step),
-			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r), costText(r)}
+			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r, wide > 0), costCell(r, wide > 0)}
 		if extra > 0 {
 			rss := "-"
 			if r.RSSBytes > 0 {

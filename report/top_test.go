@@ -189,3 +189,32 @@ func TestTopTextFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestTopShowsIntervals: with room, the time and cost left show their 90 %
+// intervals from the forecast; past the forecast, only a lower bound.
+func TestTopShowsIntervals(t *testing.T) {
+	started := topNow.Add(-time.Minute)
+	dec := api.Decision{Time: topNow.Add(-time.Minute), Step: 0, PredictedStepS: 1, PredictedSteps: 600, PredictedS: 600, PredictedLoS: 480, PredictedHiS: 900,
+		PredictedUSD: 0.6, PredictedUSDLo: 0.48, PredictedUSDHi: 0.9}
+	tr := NewTopTracker()
+	for s := int64(1); s <= 60; s++ {
+		tr.Add(telemetry.StepRecord{Job: "j", Attempt: 1, World: 1, Step: s, Time: float64(s), Seconds: 1, GlobalBatch: 32, LocalBatch: 32}, 32)
+	}
+	job := api.Job{ID: "j", State: api.StateRunning, Started: &started, Config: plugins.Config{Workers: 1, GlobalBatch: 32},
+		Optimize: api.Optimize{Policy: "scavenger", PriceUSDPerHour: 3.6}, Decisions: []api.Decision{dec},
+		Attempts: []api.Attempt{{Attempt: 1, Config: plugins.Config{Workers: 1, GlobalBatch: 32}}}}
+	f := BuildTopFrame([]api.Job{job}, tr, nil, topNow)
+	text := strings.Join(RenderTop(f, 132, 0), "\n")
+	// 540 steps left at 1 s: 9 min, 7-14 min; $0.06 spent and $0.54 (0.43..0.81) to go.
+	if !strings.Contains(text, "7m-14m") || !strings.Contains(text, "$0.492-0.87") {
+		t.Errorf("no intervals:\n%s", text)
+	}
+	if narrow := strings.Join(RenderTop(f, 80, 0), "\n"); !strings.Contains(narrow, "~9m00s") {
+		t.Errorf("80 columns: want the point\n%s", narrow)
+	}
+	job.Decisions[0].PredictedSteps = 30 // the forecast's steps ran out: the job goes on
+	f = BuildTopFrame([]api.Job{job}, tr, nil, topNow)
+	if text := strings.Join(RenderTop(f, 132, 0), "\n"); !strings.Contains(text, ">1s") {
+		t.Errorf("past the forecast:\n%s", text)
+	}
+}

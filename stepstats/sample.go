@@ -56,6 +56,7 @@ func Sample(r telemetry.StepRecord, m0 float64) (s gns.Sample, ok bool) {
 // ones: an unbiased sample after biased ones restarts the window.
 type Window struct {
 	local, total float64
+	weight       float64
 	last         gns.Sample
 	biased       bool
 	n            int
@@ -64,22 +65,29 @@ type Window struct {
 // Add adds the sample of record r against the base batch m0 and reports
 // whether r had one (Sample).
 func (w *Window) Add(r telemetry.StepRecord, m0 float64) bool {
+	return w.AddN(r, m0, 1)
+}
+
+// AddN is Add for a record that stands for steps identical steps (the
+// simulator's): its sample weighs steps in the mean.
+func (w *Window) AddN(r telemetry.StepRecord, m0, steps float64) bool {
 	s, ok := Sample(r, m0)
-	if !ok {
+	if !ok || !(steps > 0) {
 		return false
 	}
 	if w.biased && !s.Biased {
 		*w = Window{}
 	}
-	w.local += s.LocalSqr
-	w.total += s.TotalSqr
+	w.local += steps * s.LocalSqr
+	w.total += steps * s.TotalSqr
+	w.weight += steps
 	w.biased = w.biased || s.Biased
 	w.last = s
 	w.n++
 	return true
 }
 
-// N is the number of samples in the window.
+// N is the number of records whose samples are in the window.
 func (w *Window) N() int { return w.n }
 
 // Mean is the window's sample: the mean LocalSqr and TotalSqr of its
@@ -90,8 +98,7 @@ func (w *Window) Mean() (s gns.Sample, ok bool) {
 	if w.n == 0 {
 		return gns.Sample{}, false
 	}
-	n := float64(w.n)
-	return gns.Sample{LocalSqr: w.local / n, TotalSqr: w.total / n, Count: w.last.Count, Scale: w.last.Scale, Biased: w.biased}, true
+	return gns.Sample{LocalSqr: w.local / w.weight, TotalSqr: w.total / w.weight, Count: w.last.Count, Scale: w.last.Scale, Biased: w.biased}, true
 }
 
 // Update folds the window's mean into e as steps steps

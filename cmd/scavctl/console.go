@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -106,11 +107,9 @@ type stepStatus struct {
 	records int64
 	rate    stepstats.Rate
 	// The policy's view, from its decisions: phase and forecast to finish.
-	phase        string
-	predictedS   float64
-	predictedUSD float64
-	plannedAt    time.Time
-	priced       bool // a price was set: the forecast's dollars mean something
+	phase     string
+	decisions []api.Decision
+	priced    bool // a price was set: the forecast's dollars mean something
 	// total is the steps the script says it runs (its progress bar), and
 	// stepS rank 0's last step time: an ETA without a policy's forecast.
 	total int64
@@ -121,11 +120,15 @@ func newStepStatus(cfg plugins.Config, priced bool) *stepStatus {
 	return &stepStatus{cfg: cfg, start: time.Now(), world: cfg.Workers, batch: cfg.GlobalBatch, priced: priced}
 }
 
-// plan notes the policy's latest phase and forecast.
-func (s *stepStatus) plan(phase string, predictedS, predictedUSD float64) {
+// plan notes the policy's latest phase and its decisions (the forecast to
+// finish: api.Forecast).
+func (s *stepStatus) plan(phase string, decisions []api.Decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.phase, s.predictedS, s.predictedUSD, s.plannedAt = phase, predictedS, predictedUSD, time.Now()
+	s.phase = phase
+	if decisions != nil {
+		s.decisions = decisions
+	}
 }
 
 func (s *stepStatus) observe(r telemetry.StepRecord) {
@@ -164,19 +167,36 @@ func (s *stepStatus) line() string {
 		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
 	}
 	parts = append(parts, time.Since(s.start).Truncate(time.Second).String())
-	if s.total > 0 && s.predictedS <= 0 && s.stepS > 0 && s.step < s.total {
+	l, forecast := api.Forecast(s.decisions, s.step, s.stepS, time.Now())
+	if s.total > 0 && !forecast && s.stepS > 0 && s.step < s.total {
 		eta := time.Duration(float64(s.total-s.step) * s.stepS * float64(time.Second))
 		parts = append(parts, fmt.Sprintf("step %d of %d, ~%s left", s.step, s.total, eta.Round(time.Second)))
 	}
-	if s.predictedS > 0 {
-		left := time.Duration(s.predictedS*float64(time.Second)) - time.Since(s.plannedAt)
-		eta := fmt.Sprintf("~%s left", max(left, 0).Round(time.Second))
-		if s.priced {
-			eta += fmt.Sprintf(", ~$%.2f to finish", s.predictedUSD)
-		}
-		parts = append(parts, eta)
+	if forecast {
+		parts = append(parts, leftText(l, s.priced))
 	}
 	return strings.Join(parts, " · ")
+}
+
+// leftText says what is left of a job by its forecast: the time and, when
+// priced, the money, each with its 90 % interval; past the forecast, only
+// what is known (at least a step).
+func leftText(l api.Left, priced bool) string {
+	d := func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Second).String() }
+	if l.Past {
+		return fmt.Sprintf("past its forecast: more than %s left", d(l.LoS))
+	}
+	s := fmt.Sprintf("~%s left", d(l.S))
+	if l.HiS > l.LoS {
+		s += fmt.Sprintf(" (%s–%s)", d(l.LoS), d(l.HiS))
+	}
+	if priced {
+		s += fmt.Sprintf(", ~$%.2f to finish", l.USD)
+		if l.HiUSD > l.LoUSD {
+			s += fmt.Sprintf(" ($%.2f–%.2f)", l.LoUSD, l.HiUSD)
+		}
+	}
+	return s
 }
 
 func (s *stepStatus) summary() string {

@@ -164,7 +164,11 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 		}
 		switch e.Kind {
 		case telemetry.EventDecided:
-			st.plan(e.Phase, e.PredictedS, e.PredictedUSD)
+			var ds []api.Decision
+			if j, err := c.Job(ctx, id); err == nil {
+				ds = j.Decisions // with the forecast's steps and intervals
+			}
+			st.plan(e.Phase, ds)
 			con.notef("%s: %s", e.Phase, e.Message)
 		case telemetry.EventStopping, telemetry.EventMoved, telemetry.EventRestarting:
 			con.notef("%s", e.Message)

@@ -47,6 +47,8 @@ type runFlags struct {
 	price         float64
 	machineType   string
 
+	modelKey string
+
 	file     string
 	launcher string
 	types    []string
@@ -122,7 +124,8 @@ on only from a job that finished:
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the job is stopped")
 	fl.StringVar(&f.mode, "mode", "auto", "how CMD becomes processes: ranks (one per worker), self (CMD launches the workers), auto")
 	fl.StringVar(&f.ckptSignal, "checkpoint-signal", "", "for scripts without the python client: the signal (e.g. SIGUSR1) on which they checkpoint into $SCAV_CHECKPOINT_DIR and exit, so the job can be moved; they resume from $SCAV_RESTORE")
-	fl.StringVar(&f.policy, "policy", "fixed", "how the job is moved: fixed (never), scavenger (the paper's partial search), adaptive (keeps re-optimising), full")
+	fl.StringVar(&f.policy, "policy", "fixed", "how the job is moved: fixed (never), scavenger (the paper's partial search), adaptive (keeps re-optimising), full, none (no search: what earlier runs of the same command stored, see scavctl models)")
+	fl.StringVar(&f.modelKey, "model-key", "", "the name of the job's entries in the model store (default: a hash of the command and its arguments); jobs with the same key share what they measured")
 	fl.StringVar(&f.objective, "objective", "time", "what the policy optimises: time, cost or knee")
 	fl.DurationVar(&f.deadline, "deadline", 0, "with --objective cost: finish within this time")
 	fl.Float64Var(&f.budget, "budget", 0, "with --objective time: spend at most this many USD")
@@ -303,7 +306,7 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	o := api.Optimize{
 		Policy: f.policy, Objective: f.objective, Deadline: api.Duration(f.deadline), BudgetUSD: f.budget,
 		MinWorkers: minW, MaxWorkers: maxW, MinBatch: minB, MaxBatch: maxB, PriceUSDPerHour: f.price,
-		MachineType: f.machineType, Types: f.types, Spot: f.spot, MaxPriceUSD: f.maxPrice,
+		MachineType: f.machineType, Types: f.types, Spot: f.spot, MaxPriceUSD: f.maxPrice, ModelKey: f.modelKey,
 	}
 	if f.machineType != "" && f.price == 0 {
 		cat, err := price.Default()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/prior"
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
 
@@ -76,6 +78,7 @@ func (f *simFlags) options() (sim.Options, error) {
 func newSimCmd(a *app) *cobra.Command {
 	var f simFlags
 	var pol, start, plotFile, stat string
+	var storeFrom []string
 	var noise float64
 	var seed uint64
 	cmd := &cobra.Command{
@@ -86,8 +89,16 @@ type, worker count and batch size; the gradient statistics along training) as
 a live job: the policy sees only the telemetry the python client would send,
 decides, and the job moves, paying the relaunch penalty. It reports the job's
 time and cost against the oracle (the best fixed configuration, knowing every
-trace) and the median fixed configuration, and how well the policy predicted.`,
+trace) and the median fixed configuration, and how well the policy predicted.
+
+--store-from fills a simulated model store first, with a run over each
+application's traces given (its signature is the application's name): the
+job then starts from what the store knows of its own application (a second
+run, when --trace is among them) and of how machine types compare (the
+others'), as a live job starts from scavd's model store (scavctl models).`,
 		Example: `  scavctl sim --trace traces/cifar10 --objective cost --policy adaptive
+  scavctl sim --trace traces/cifar10 --store-from traces/cifar10        # a second run
+  scavctl sim --trace traces/cifar10 --store-from traces/bert --store-from traces/ncf
   scavctl sim --trace traces/cifar10 --objective time --budget 5 -o json
   scavctl sim --trace traces/cifar10 --policy scavenger --plot front.svg`,
 		Args: cobra.NoArgs,
@@ -97,6 +108,9 @@ trace) and the median fixed configuration, and how well the policy predicted.`,
 				return err
 			}
 			opts.Policy, opts.Start, opts.Noise, opts.Seed, opts.StatModel = pol, start, noise, seed, stat
+			if opts.Store, err = fillStore(cmd.Context(), opts, storeFrom); err != nil {
+				return err
+			}
 			rep, err := sim.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -119,8 +133,31 @@ trace) and the median fixed configuration, and how well the policy predicted.`,
 	cmd.Flags().StringVar(&stat, "stat-model", "", "statistical model: adaptdl (default: AdaScale gain with the noise forecast) or paper (Scavenger's γ/K and e = e*+θγ from two cold-start probes)")
 	cmd.Flags().Float64Var(&noise, "noise", 0, "relative noise on the telemetry the policy sees (e.g. 0.1)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the telemetry noise")
+	cmd.Flags().StringArrayVar(&storeFrom, "store-from", nil, "first fill the simulated model store from a run over this application's traces (repeatable): other applications' make a first run with a universal store, --trace's own a second run")
 	addOutputFlag(a, cmd)
 	return cmd
+}
+
+// fillStore is the simulated model store after a run over each of dirs in
+// turn (the job's signature is its application's name): under opts'
+// policy, or scavenger for one that learns nothing of its own (fixed, none),
+// with opts' objective and types, each starting from the store the ones
+// before filled.
+func fillStore(ctx context.Context, opts sim.Options, dirs []string) ([]prior.Entry, error) {
+	var store []prior.Entry
+	for _, dir := range dirs {
+		o := opts
+		o.TraceDir, o.FS, o.App, o.Store, o.Start = dir, nil, "", store, ""
+		if o.Policy == "fixed" || o.Policy == "none" {
+			o.Policy = "scavenger"
+		}
+		_, next, err := sim.Learn(ctx, o)
+		if err != nil {
+			return nil, fmt.Errorf("--store-from %s: %w", dir, err)
+		}
+		store = next
+	}
+	return store, nil
 }
 
 func printSim(w io.Writer, r *sim.Report) error {
@@ -129,7 +166,10 @@ func printSim(w io.Writer, r *sim.Report) error {
 		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
 	}
 	row("Application", "%s, %d candidates, objective %s, policy %s", r.App, r.Candidates, r.Objective, r.Policy)
-	row("Outcome", "%s, $%.2f, %d relaunch(es) of %.0fs", hours(r.JCTS), r.CostUSD, r.Relaunches, r.RelaunchS)
+	row("Outcome", "%s, $%.2f, %d relaunch(es) of %.0fs, %d of them probes", hours(r.JCTS), r.CostUSD, r.Relaunches, r.RelaunchS, r.Probes)
+	if s := r.StartedAt; s != nil {
+		row("Started at", "%s:%d:%d on %d node(s), where the stored model said", s.Type, s.Workers, s.Batch, s.Nodes)
+	}
 	if r.PredictedJCTS > 0 {
 		row("Predicted", "%s, $%.2f (at the last decision)", hours(r.PredictedJCTS), r.PredictedCostUSD)
 	}

@@ -48,6 +48,8 @@ type Options struct {
 	Log         *zap.Logger
 	Jobs        Jobs
 	Allocations Allocations
+	// Models is the model store (nil: none; the models verbs say so).
+	Models Models
 	// JS reads the histories; NC follows live step records.
 	JS jetstream.JetStream
 	NC *nats.Conn

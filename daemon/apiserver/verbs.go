@@ -35,6 +35,8 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbMove:        s.move,
 		api.VerbAllocation:  s.allocation,
 		api.VerbAllocations: s.allocations,
+		api.VerbModels:      s.models,
+		api.VerbForgetModel: s.forgetModel,
 	}
 }
 

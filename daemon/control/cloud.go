@@ -2,15 +2,12 @@ package control
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/optimizer/objective"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -29,13 +26,13 @@ import (
 //
 // The offers change: a spot interruption blocklists the (type, zone, spot)
 // that was reclaimed, a capacity error the offering that had none. At a
-// pre-emption notice the controller re-chooses (Rechoose): it rebuilds the search
-// space from the offers now and replays the job's observations into a new
-// policy of the same kind (policies are deterministic functions of their
-// observations), whose last decision is where the job goes — another type,
-// count or batch when the reclaimed market no longer pays, on demand when
-// spot is gone. A relaunch that did not get the configuration it asked for
-// (no capacity) is re-chosen the same way.
+// pre-emption notice the controller re-chooses (Rechoose): it rebuilds the
+// search space from the offers now and hands it to the policy, which
+// re-decides from its models and the job's state (policy.Policy.Rechoose)
+// — another type, count or batch when the reclaimed market no longer pays,
+// on demand when spot is gone. A relaunch that did not get the
+// configuration it asked for (no capacity) is re-chosen the same way, but
+// not forced: the job runs, and moves only if that pays.
 
 // cloudSpace is a cloud job's search space, the offers it was built from,
 // the newest offers its runner handed the controller, and the charges of
@@ -135,19 +132,16 @@ func (cs *cloudSpace) toConfig(c predict.Candidate, cfg plugins.Config) plugins.
 }
 
 // Rechoose rebuilds the search space when the offers the runner handed it
-// last differ from those it was built from, and replays the job's
-// observations into a new policy; it returns where the job goes now (ok
-// false: nothing to re-choose, or it failed and the policy goes on as it
-// was). why says what prompted it, for the decision's reason.
-func (c *Controller) Rechoose(why string) (api.Decision, bool) {
+// last differ from those it was built from, and hands it to the policy,
+// which re-decides from its models and the job's state
+// (policy.Policy.Rechoose); it returns where the job goes now (ok false:
+// nothing to re-choose, or it failed and the policy goes on as it was).
+// why says what prompted it, for the decision's reason; forced that the
+// job must relaunch whatever is chosen (its machines are being taken).
+func (c *Controller) Rechoose(why string, forced bool) (api.Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rechoose(why)
-}
-
-// rechoose is Rechoose with c.mu held.
-func (c *Controller) rechoose(why string) (api.Decision, bool) {
-	if c.cloud == nil || len(c.history) == 0 {
+	if c.cloud == nil || !c.reported {
 		return api.Decision{}, false
 	}
 	if changed, err := c.cloud.refresh(c.cloud.offers); err != nil || !changed {
@@ -156,64 +150,18 @@ func (c *Controller) rechoose(why string) (api.Decision, bool) {
 		}
 		return api.Decision{}, false
 	}
-	pol, err := policy.New(c.pol.Name(), c.cloud.cur.Spec, nil)
+	spec := c.cloud.cur.Spec
+	spec.Prior = c.store.prior
+	d, err := c.loop.Pol.Rechoose(spec, forced)
 	if err != nil {
-		c.log.Warn("re-choose: policy", zap.Error(err))
+		c.log.Warn("re-choose", zap.Error(err))
 		return api.Decision{}, false
 	}
-	var d policy.Decision
-	for _, o := range c.history {
-		if d, err = pol.Observe(o); err != nil {
-			c.log.Warn("re-choose: replay", zap.Error(err))
-			return api.Decision{}, false
-		}
-	}
-	c.pol = pol
-	c.obs.setWait(d.WaitSteps)
+	c.loop.Obs.Wait(d.WaitSteps)
 	_, cfg := c.job.Current()
-	if now, ok := c.chooseNow(); ok {
-		d = now // the policy's models, priced now; the replay's last word may predate the change
-	}
 	dec := decision(cfg, c.job.LastStep(), time.Now().UTC(), d)
 	dec.To = c.cloud.cur.Config(d.Config, cfg.LRScale)
-	dec.Reason = why + "; re-chosen over the offers now: " + dec.Reason
+	dec.Reason = why + "; " + dec.Reason
 	c.log.Info("re-chose", zap.String("why", why), zap.String("to", fmt.Sprintf("%+v", dec.To)))
 	return dec, true
-}
-
-// chooseNow re-evaluates every candidate with the policy's fitted models
-// (policy.ModelSource) at the prices of the search space now, from where
-// the job is (its progress, noise estimate, time and money left), as the
-// policies' own choice does; ok is false when the policy has no models yet.
-func (c *Controller) chooseNow() (policy.Decision, bool) {
-	ms, ok := c.pol.(policy.ModelSource)
-	if !ok || len(c.history) == 0 {
-		return policy.Decision{}, false
-	}
-	models := ms.Models()
-	if len(models) == 0 {
-		return policy.Decision{}, false
-	}
-	spec, last := c.cloud.cur.Spec, c.history[len(c.history)-1]
-	in := predict.Inputs{Models: models, Prices: spec.Prices, M0: spec.M0, Sqr: 0, Var: 1, Remaining: math.Max(spec.Target-last.Progress, 0),
-		Current: last.Config, RelaunchS: spec.RelaunchS}
-	if c.obs.est.Steps() > 0 {
-		in.Sqr, in.Var = c.obs.est.Sqr(), c.obs.est.Var()
-	}
-	preds, err := predict.All(spec.Candidates, in)
-	if err != nil || len(preds) == 0 {
-		return policy.Decision{}, false
-	}
-	o := spec.Objective
-	if o.DeadlineS > 0 {
-		o.DeadlineS = math.Max(o.DeadlineS-last.ElapsedS, 1e-9)
-	}
-	if o.BudgetUSD > 0 {
-		o.BudgetUSD = math.Max(o.BudgetUSD-last.SpentUSD, 1e-9)
-	}
-	ch, err := objective.Choose(preds, o)
-	if err != nil {
-		return policy.Decision{}, false
-	}
-	return policy.Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: policy.PhaseOptimised, Predictions: preds, Chosen: ch.Index}, true
 }

@@ -37,16 +37,21 @@ func TestRechooseAfterTheMarketChanges(t *testing.T) {
 	a := c.cloud.cur.Candidate(j.Config, "a")
 	b := a
 	b.Type = "b"
-	c.history = []policy.Observation{
+	for _, o := range []policy.Observation{
 		{ElapsedS: 2, Config: a, Steps: 20, StepTime: 0.1, Progress: 20},
 		{ElapsedS: 4, Config: b, Steps: 20, StepTime: 0.05, Progress: 40},
 		{ElapsedS: 6, Config: a, Steps: 20, StepTime: 0.1, Progress: 60},
+	} {
+		if _, err := c.loop.Pol.Observe(o); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, ok := c.Rechoose("nothing changed"); ok {
+	c.reported = true
+	if _, ok := c.Rechoose("nothing changed", true); ok {
 		t.Error("re-chose with the same offers")
 	}
 	c.SetOffers([]plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}})
-	dec, ok := c.Rechoose("pre-empted")
+	dec, ok := c.Rechoose("pre-empted", true)
 	if !ok {
 		t.Fatal("no re-choice after a's spot market went")
 	}

@@ -2,12 +2,15 @@ package control
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/optimizer/observe"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -66,13 +69,20 @@ type Controller struct {
 	// mu guards the policy and what it saw: the runner re-chooses through
 	// them at a pre-emption notice (cloud.go), and hands it offers and
 	// charges.
-	mu      sync.Mutex
-	pol     policy.Policy
-	obs     *observer
-	cloud   *cloudSpace          // nil unless the launcher offers machine types
-	history []policy.Observation // a cloud job's, for a re-choice
-	// movedFrom is the attempt being left: its last steps do not count.
+	mu    sync.Mutex
+	loop  observe.Loop // the observer and the policy: the one decision path
+	cloud *cloudSpace  // nil unless the launcher offers machine types
+	// candidateOf names a configuration as the policy does.
+	candidateOf func(plugins.Config) predict.Candidate
+	// reported says whether the policy has seen a report (a re-choice
+	// needs one); movedFrom is the attempt being left: its last steps do
+	// not count.
+	reported  bool
 	movedFrom int
+	// store is the job's part of the model store (models.go); start the
+	// configuration the job was asked to start at.
+	store jobStore
+	start plugins.Config
 }
 
 // Verdict is a decision the controller hands the runner. When the decision
@@ -87,7 +97,11 @@ type Verdict struct {
 // hands it verdicts. offers are the machine types the job's launcher offers
 // now (plugins.Capabilities.Offers): when there are any, the search covers
 // them (cloud.go).
-func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger) (*Controller, error) {
+func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger, opts ...Option) (*Controller, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	spec, price, err := Spec(j.Optimize, j.Config)
 	if err != nil {
 		return nil, err
@@ -100,19 +114,29 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	if cloud != nil {
 		spec, typ = cloud.cur.Spec, cloud.startType()
 	}
-	pol, err := policy.New(j.Optimize.Policy, spec, nil)
+	store := o.open(j, log)
+	spec.Prior = store.prior
+	pol, err := policy.New(j.Optimize.Policy, spec)
+	if errors.Is(err, policy.ErrNoStoredModel) {
+		return nil, fmt.Errorf("policy none reuses what earlier runs of the same command measured, and the model store has nothing for %s: run it once under scavenger (or name a stored model with --model-key): %w", store.sig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
+	ocfg := observe.Config{M0: spec.M0, PriceUSDPerHour: price}
 	c := &Controller{
-		pol: pol, obs: newObserver(spec.M0, price, typ), job: job, cloud: cloud,
+		job: job, cloud: cloud, store: store, start: j.Config,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
 		log: log.With(zap.String("policy", pol.Name())),
+		candidateOf: func(cfg plugins.Config) predict.Candidate {
+			return predict.Candidate{Type: typ, Nodes: 1, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
+		},
 	}
 	if cloud != nil {
-		c.obs.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
-		c.obs.spent = cloud.spent
+		c.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
+		ocfg.Spent = cloud.spent
 	}
+	c.loop = observe.Loop{Obs: observe.New(ocfg), Pol: pol}
 	return c, nil
 }
 
@@ -139,6 +163,7 @@ func (c *Controller) Step(rec telemetry.StepRecord) {
 func (c *Controller) Run(ctx context.Context) {
 	attempt := 0
 	var last api.Decision
+	defer c.save(ctx) // what the job learnt, for the next job of its signature
 	for {
 		var rec telemetry.StepRecord
 		select {
@@ -148,14 +173,18 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		now, cfg := c.job.Current()
 		if c.left(now) {
-			c.obs.note(rec) // the attempt being left: its last steps do not count
+			c.note(rec) // the attempt being left: its last steps do not count
 			continue
 		}
+		var rechosen api.Decision
 		if now != attempt {
 			attempt = now
-			c.attemptStarted(attempt, cfg, last.To)
+			rechosen = c.attemptStarted(attempt, cfg, last.To)
 		}
 		dec, ok := c.observe(rec, cfg)
+		if rechosen.Reason != "" {
+			dec, ok = rechosen, true // the first step of an attempt is no report's
+		}
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
 		}
@@ -187,38 +216,47 @@ func (c *Controller) left(attempt int) bool {
 	return attempt == c.movedFrom
 }
 
-// attemptStarted resets the observer for a new attempt; a cloud job whose
-// relaunch did not get the configuration asked (asked) re-chooses over the
-// offers now.
-func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) {
+// note records a step of the attempt being left.
+func (c *Controller) note(rec telemetry.StepRecord) {
 	c.mu.Lock()
-	c.obs.attemptStarted(attempt, cfg)
+	defer c.mu.Unlock()
+	c.loop.Obs.Note(rec)
+}
+
+// attemptStarted starts observing a new attempt; a cloud job whose
+// relaunch did not get the configuration asked (asked) re-chooses over the
+// offers now, and its decision is the verdict (the zero Decision: none).
+func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) api.Decision {
+	c.mu.Lock()
+	c.loop.Obs.Begin(attempt, c.candidateOf(cfg))
 	c.mu.Unlock()
 	if c.cloud != nil && asked != (plugins.Config{}) && asked != cfg {
-		c.Rechoose("the relaunch did not get what it asked") // the next report decides with it
+		if dec, ok := c.Rechoose("the relaunch did not get what it asked", false); ok {
+			return dec
+		}
 	}
+	return api.Decision{}
 }
 
 // observe takes one step record and, when a report is due, asks the policy.
 func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o, ok := c.obs.add(rec)
+	d, o, ok, err := c.loop.Step(rec, 1)
 	if !ok {
 		return api.Decision{}, false
 	}
-	if c.cloud != nil {
-		c.history = append(c.history, o)
+	if phi, ok := c.loop.Obs.NoiseScale(); ok {
+		c.job.SetNoise(phi)
 	}
-	if c.obs.est.Steps() > 0 {
-		c.job.SetNoise(c.obs.est.NoiseScale(c.obs.m0))
-	}
-	d, err := c.pol.Observe(o)
 	if err != nil {
 		c.log.Warn("policy", zap.Error(err))
 		return api.Decision{}, false
 	}
-	c.obs.setWait(d.WaitSteps)
+	c.reported = true
+	if d.Commit {
+		c.saveLocked(context.Background())
+	}
 	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
 	dec := decision(cfg, rec.Step, time.Now().UTC(), d)
 	if c.cloud != nil {
@@ -242,6 +280,10 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 	for i, p := range d.Predictions {
 		if i == d.Chosen || d.Chosen < 0 && p.Candidate == d.Config {
 			dec.PredictedStepS, dec.PredictedS, dec.PredictedUSD = p.StepTime, p.TotalS, p.TotalUSD
+			dec.PredictedLoS, dec.PredictedHiS, dec.PredictedUSDLo, dec.PredictedUSDHi = p.TotalSLo, p.TotalSHi, p.TotalUSDLo, p.TotalUSDHi
+			if p.StepTime > 0 {
+				dec.PredictedSteps = p.RemainingS / p.StepTime
+			}
 			dec.PredictedStepLoS, dec.PredictedStepHiS, dec.PredictedFlags = p.StepLo, p.StepHi, p.Flags.Words()
 			break
 		}

@@ -23,7 +23,7 @@ func Check(req api.RunRequest) error {
 		if r.Optimize.Active() {
 			spec, _, err := Spec(r.Optimize, r.Config)
 			if err == nil {
-				_, err = policy.New(r.Optimize.Policy, spec, nil)
+				err = policy.Check(r.Optimize.Policy, spec)
 			}
 			if err != nil {
 				errs = append(errs, err)

@@ -25,7 +25,30 @@ func (r *runner) newController(ctx context.Context) (*control.Controller, error)
 	if err != nil {
 		return nil, err
 	}
-	return control.New(r.rec.job, offers, r, r.verdicts, r.log)
+	var opts []control.Option
+	if r.g.o.Models != nil {
+		opts = append(opts, control.WithModels(ctx, r.g.o.Models))
+	}
+	return control.New(r.rec.job, offers, r, r.verdicts, r.log, opts...)
+}
+
+// startWhereTheModelsSay moves a job that has not started yet to where its
+// controller's models say it does best (control.Controller.Start), before
+// its first attempt: the decision is recorded, and the attempt starts there.
+func (r *runner) startWhereTheModelsSay(ctx context.Context) {
+	j := &r.rec.job
+	if r.ctl == nil || j.Attempt != 0 || len(j.Attempts) != 0 || r.from.restore != "" {
+		return
+	}
+	dec, ok := r.ctl.Start()
+	if !ok {
+		return
+	}
+	j.Config = dec.To
+	addDecision(j, dec)
+	r.cur.Store(&current{attempt: 0, cfg: dec.To})
+	r.save(ctx)
+	r.decided(0, dec)
 }
 
 // offers returns the machine types the launcher offers now (nil: none).
@@ -86,7 +109,7 @@ func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepReco
 		return cfg
 	}
 	r.observeOffers(ctx)
-	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID))
+	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID), true)
 	if !ok {
 		return cfg
 	}

@@ -59,6 +59,9 @@ type Options struct {
 	// node's telemetry socket (ingest.Server.Connected): after a restart,
 	// the leftover workers of a lost job are asked to checkpoint first.
 	Connected func(job string) int
+	// Models, when set, is the model store the jobs' controllers start from
+	// and save to (daemon/models).
+	Models control.Models
 }
 
 // Registry owns the jobs of this node: it takes submissions, resumptions,

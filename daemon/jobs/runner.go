@@ -129,6 +129,7 @@ func (r *runner) run(kill, shutdown context.Context) {
 			r.finish(kill, failed(1, fmt.Sprintf("optimizer: %v", err)))
 			return
 		}
+		r.startWhereTheModelsSay(kill)
 	}
 	ctl := r.ctl
 	unfollow, err := r.follow(ctl)

@@ -71,18 +71,26 @@ func ForecastIntegral(p0, p1, u0, a float64) float64 {
 	if a == 0 || u0 <= 0 || p0 <= 0 {
 		return (p1 - p0) / (1 + math.Max(u0, 0))
 	}
-	// Substitute p = e^t: ∫ e^t/(1+u0·e^{a(t−t0)}) dt.
-	const n = 512
+	return IntegralLog(p0, p1, 512, func(p float64) float64 { return 1 / (1 + u0*math.Pow(p/p0, a)) })
+}
+
+// IntegralLog is ∫ f(p) dp from p0 to p1 (0 < p0 < p1) by composite
+// Simpson's rule on n (even) intervals in log p: the substitution p = e^t
+// spreads the points evenly over the orders of magnitude a forecast spans.
+func IntegralLog(p0, p1 float64, n int, f func(p float64) float64) float64 {
+	if !(p1 > p0) || !(p0 > 0) {
+		return 0
+	}
 	t0, t1 := math.Log(p0), math.Log(p1)
-	h := (t1 - t0) / n
-	f := func(t float64) float64 { return math.Exp(t) / (1 + u0*math.Exp(a*(t-t0))) }
-	sum := f(t0) + f(t1)
+	h := (t1 - t0) / float64(n)
+	g := func(t float64) float64 { p := math.Exp(t); return p * f(p) }
+	sum := g(t0) + g(t1)
 	for i := 1; i < n; i++ {
 		w := 2.0
 		if i%2 == 1 {
 			w = 4
 		}
-		sum += w * f(t0+float64(i)*h)
+		sum += w * g(t0+float64(i)*h)
 	}
 	return sum * h / 3
 }

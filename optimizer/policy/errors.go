@@ -11,6 +11,9 @@ var (
 	// ErrBadObservation means telemetry is inconsistent (unknown config,
 	// non-positive step time, ...).
 	ErrBadObservation = errors.New("bad observation")
+	// ErrNotObserved means a re-choice was asked for before the first
+	// report: there is nothing to decide on.
+	ErrNotObserved = errors.New("no report yet")
 	// ErrNoStoredModel means the none policy was given no stored model.
 	ErrNoStoredModel = errors.New("no stored model")
 )

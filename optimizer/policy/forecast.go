@@ -23,6 +23,9 @@ const (
 // ∫ dp/(1+u(p)) over the remaining work (0 without a usable fit). The traces'
 // noise scales grow roughly as p^0.2 (bert) to p^2 (deepspeech2, ncf).
 func (t *tracker) noiseIntegral() float64 {
+	if len(t.stored.growth) > 0 {
+		return t.storedIntegral() // an earlier run's curve (learn.go)
+	}
 	xs, ys := t.growthWindow()
 	if len(xs) < 3 || xs[len(xs)-1] <= xs[0] {
 		return 0
@@ -72,7 +75,7 @@ func (t *tracker) forecastMature() bool {
 	if !t.warm() {
 		return false
 	}
-	if t.throughputOnly() {
+	if t.throughputOnly() || t.storedMature() {
 		return true
 	}
 	if t.spec.StatModel == StatPaper {

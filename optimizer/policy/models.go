@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"gonum.org/v1/gonum/stat/distuv"
+
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
@@ -19,24 +21,31 @@ var typeSpread = math.Log(3) / perf.Z90
 type typeModels struct {
 	models map[string]predict.StepTimer
 	// fitted are the types predicted by a model fitted on their own
-	// measurements (at least two configurations).
+	// measurements (at least two configurations; this job's or, for its
+	// signature, earlier jobs').
 	fitted []string
-	// kinds says how each type is predicted: "fit" or "prior".
+	// kinds says how each type is predicted: "fit" (measured by this
+	// job, earlier jobs' measurements included), "stored" (earlier jobs'
+	// alone), "ratio" (another type's model at the speed ratio other
+	// signatures measured) or "prior" (at its price ratio).
 	kinds map[string]string
 }
 
-// fit models every type: its own guarded fit (perf.Fit) when it has
-// measurements — compute curves differ in shape between GPU types, so no
-// scale factor carries one type's shape to another — and, for a type never
-// measured, the best-measured type's predictions scaled by their price
-// ratio per GPU (priored), with the prior's spread. Measured configurations
+// fit models every type: its own guarded fit (perf.Fit) on what this job
+// and earlier jobs of its signature measured of it (stored, see learn.go)
+// — compute curves differ in shape between GPU types, so no scale factor
+// carries one type's shape to another — and, for a type nobody measured,
+// the best-measured type's predictions scaled by the speed ratio other
+// signatures measured between the two, or by their price ratio per GPU,
+// with the spread of either (priored). Configurations this job measured
 // predict their measured step time.
 func (t *tracker) fit() (typeModels, error) {
 	ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
 	fits := map[string]*perf.Fitted{}
 	var ref string
 	for _, typ := range t.types {
-		pts := t.points(typ)
+		own := t.points(typ)
+		pts := append(own, t.storedPoints(typ, own)...)
 		if len(pts) == 0 {
 			continue
 		}
@@ -48,20 +57,43 @@ func (t *tracker) fit() (typeModels, error) {
 		if ref == "" || f.Configs > fits[ref].Configs {
 			ref = typ
 		}
+		ms.kinds[typ] = "fit"
+		if len(own) == 0 {
+			ms.kinds[typ] = "stored"
+		}
 	}
 	for _, typ := range t.types {
 		f, ok := fits[typ]
 		switch {
 		case ok:
-			ms.models[typ], ms.kinds[typ] = t.overlay(typ, f), "fit"
+			ms.models[typ] = t.overlay(typ, f)
 			if f.Configs >= 2 {
 				ms.fitted = append(ms.fitted, typ)
 			}
 		case ref != "":
-			ms.models[typ], ms.kinds[typ] = priored{ref: fits[ref], factor: t.perGPUPrice(ref) / t.perGPUPrice(typ)}, "prior"
+			p, kind := t.transfer(fits[ref], ref, typ)
+			ms.models[typ], ms.kinds[typ] = p, kind
 		}
 	}
 	return ms, nil
+}
+
+// transfer is the model of typ, never measured, from type ref's: at the
+// speed ratio other signatures measured between them, with their spread
+// (a Student t interval over as few signatures as there are; one alone
+// says nothing of the spread, which stays the price prior's), or else at
+// the ratio of their prices per GPU with typeSpread.
+func (t *tracker) transfer(f *perf.Fitted, ref, typ string) (priored, string) {
+	if p := t.spec.Prior; p != nil {
+		if r, ok := p.Speed[[2]string{ref, typ}]; ok && r.N > 0 {
+			w := perf.Z90 * typeSpread
+			if r.N > 1 {
+				w = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(r.N - 1)}.Quantile(0.95) * r.LogSD * math.Sqrt(1+1/float64(r.N))
+			}
+			return priored{ref: f, factor: math.Exp(r.LogMean), w: w}, "ratio"
+		}
+	}
+	return priored{ref: f, factor: t.perGPUPrice(ref) / t.perGPUPrice(typ), w: perf.Z90 * typeSpread}, "prior"
 }
 
 // perGPUPrice is the $/hour of one GPU of typ: its node price over the
@@ -77,11 +109,12 @@ func (t *tracker) perGPUPrice(typ string) float64 {
 }
 
 // priored predicts a type never measured: the reference type's prediction
-// scaled by the ratio of their prices per GPU (speed in proportion to
-// price), its interval widened by typeSpread.
+// scaled by factor (a measured speed ratio, or the price ratio: speed in
+// proportion to price), its interval widened by e^±w.
 type priored struct {
 	ref    predict.Ranged
 	factor float64
+	w      float64
 }
 
 // StepTime implements predict.StepTimer.
@@ -92,7 +125,7 @@ func (p priored) StepTime(nodes, replicas int, local float64) float64 {
 // Interval implements predict.Ranged.
 func (p priored) Interval(nodes, replicas int, local float64) (lo, pt, hi float64) {
 	lo, pt, hi = p.ref.Interval(nodes, replicas, local)
-	w := math.Exp(perf.Z90 * typeSpread)
+	w := math.Exp(p.w)
 	return lo * p.factor / w, pt * p.factor, hi * p.factor * w
 }
 

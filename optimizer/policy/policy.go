@@ -78,6 +78,7 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
+	"github.com/scavenger-ml/scavenger/optimizer/prior"
 )
 
 // Spec describes the job and its search space.
@@ -108,6 +109,11 @@ type Spec struct {
 	// "paper" (Scavenger's γ/K and e = e* + θ·γ/K from the two cold-start
 	// probes; see paper.go).
 	StatModel string
+	// Prior is what earlier jobs teach this one (nil: nothing; see
+	// learn.go): the same signature's measurements, noise and relaunch
+	// cost, and the speed ratios between machine types other signatures
+	// measured.
+	Prior *prior.Prior
 }
 
 // The statistical models Spec.StatModel names.
@@ -226,13 +232,37 @@ type Policy interface {
 	Name() string
 	// Observe takes one report and returns the next decision.
 	Observe(Observation) (Decision, error)
+	// Rechoose re-decides over a changed search space or prices (spec)
+	// from the policy's models and the job's state, keeping what it has
+	// learnt; forced says that the job must relaunch whatever is chosen
+	// (see rechoose.go).
+	Rechoose(spec Spec, forced bool) (Decision, error)
+	// Start is where a job that would start at from starts instead, when
+	// its prior's models say so before it has run a step (ok false: at
+	// from; see learn.go).
+	Start(from predict.Candidate) (d Decision, ok bool)
+	// Learned is what the job taught about its signature so far, for a
+	// later job's prior.
+	Learned() prior.Learned
 }
 
 // Names lists the policies New knows.
 var Names = []string{"fixed", "full", "scavenger", "adaptive", "none"}
 
-// New builds a policy by name. stored is used by "none" only.
-func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, error) {
+// Check reports whether New could build the policy name over spec once
+// the prior "none" needs is there (a job's request is checked before its
+// prior is read).
+func Check(name string, spec Spec) error {
+	if spec.Prior == nil && name == "none" {
+		name = "scavenger"
+	}
+	_, err := New(name, spec)
+	return err
+}
+
+// New builds a policy by name. "none" needs a prior with measurements
+// (Spec.Prior).
+func New(name string, spec Spec) (Policy, error) {
 	if err := spec.validate(); err != nil {
 		return nil, fmt.Errorf("new policy %s: %w", name, err)
 	}
@@ -244,14 +274,14 @@ func New(name string, spec Spec, stored map[string]predict.StepTimer) (Policy, e
 	case "fixed":
 		return &fixed{t: t}, nil
 	case "full":
-		return &search{t: t, name: "full", plan: allProbes}, nil
+		return &search{t: t, name: "full", plan: allProbes, once: oneShot{probe: true}}, nil
 	case "scavenger":
-		return &partial{t: t}, nil
+		return &partial{t: t, once: oneShot{probe: true}}, nil
 	case "none":
-		if len(stored) == 0 {
+		if spec.Prior == nil || len(spec.Prior.Points) == 0 {
 			return nil, fmt.Errorf("new policy none: %w", ErrNoStoredModel)
 		}
-		return &none{t: t, stored: stored}, nil
+		return &none{t: t}, nil
 	case "adaptive":
 		return &adaptive{t: t}, nil
 	}
@@ -288,6 +318,8 @@ type tracker struct {
 	// buf is choose's scratch space.
 	designs map[string][]predict.Candidate
 	buf     []predict.Prediction
+	// stored is what the prior knows (learn.go).
+	stored storedKnowledge
 }
 
 // startType is the machine type the job started on.
@@ -309,15 +341,7 @@ const (
 type phiPoint struct{ progress, lnPhi float64 }
 
 func newTracker(spec Spec) *tracker {
-	seen := map[string]bool{}
-	var types []string
-	for _, c := range spec.Candidates {
-		if !seen[c.Type] {
-			seen[c.Type] = true
-			types = append(types, c.Type)
-		}
-	}
-	return &tracker{spec: spec, meas: map[predict.Candidate]*measurement{}, types: types}
+	return &tracker{spec: spec, meas: map[predict.Candidate]*measurement{}, types: typesOf(spec.Candidates), stored: newStored(spec)}
 }
 
 func (t *tracker) observe(o Observation) error {
@@ -362,9 +386,13 @@ func (t *tracker) observe(o Observation) error {
 }
 
 // relaunchS is the cost of one relaunch in seconds: the mean of those
-// measured on this job, or the Spec's prior before the first.
+// measured on this job, or before the first the one earlier jobs of its
+// signature measured, or the Spec's.
 func (t *tracker) relaunchS() float64 {
 	if len(t.relaunches) == 0 {
+		if p := t.spec.Prior; p != nil && p.RelaunchS > 0 {
+			return p.RelaunchS
+		}
 		return t.spec.RelaunchS
 	}
 	var s float64
@@ -374,14 +402,16 @@ func (t *tracker) relaunchS() float64 {
 	return s / float64(len(t.relaunches))
 }
 
-// throughputOnly reports whether no report has carried gradient statistics.
-func (t *tracker) throughputOnly() bool { return !t.grads }
+// throughputOnly reports whether no report has carried gradient
+// statistics, and no earlier job of the signature measured its noise.
+func (t *tracker) throughputOnly() bool { return !t.grads && len(t.stored.growth) == 0 }
 
 // warm reports whether the warm-up gate of the searching policies has
-// passed: at once for a throughput-only job, otherwise once the noise
-// estimate is reliable (see reliable) or after warmMaxSteps steps.
+// passed: at once for a throughput-only job or one whose signature's noise
+// earlier jobs measured, otherwise once the noise estimate is reliable
+// (see reliable) or after warmMaxSteps steps.
 func (t *tracker) warm() bool {
-	return t.throughputOnly() || t.reliable() || t.steps >= warmMaxSteps
+	return t.throughputOnly() || len(t.stored.growth) > 0 || t.reliable() || t.steps >= warmMaxSteps
 }
 
 // warmReason says what the warm-up is waiting for.
@@ -453,28 +483,41 @@ func (t *tracker) points(typ string) []perf.Point {
 	}
 	sort.Slice(pts, func(i, j int) bool {
 		a, b := pts[i], pts[j]
-		if a.Replicas != b.Replicas {
-			return a.Replicas < b.Replicas
-		}
-		if a.Nodes != b.Nodes {
-			return a.Nodes < b.Nodes
-		}
-		return a.LocalBatch < b.LocalBatch
+		return placementLess(a.Replicas, a.Nodes, a.LocalBatch, b.Replicas, b.Nodes, b.LocalBatch)
 	})
 	return pts
+}
+
+// placementLess orders configurations by replicas, then nodes, then local
+// batch.
+func placementLess(ra, na int, la float64, rb, nb int, lb float64) bool {
+	if ra != rb {
+		return ra < rb
+	}
+	if na != nb {
+		return na < nb
+	}
+	return la < lb
 }
 
 // predict forecasts every candidate whose type has a model, with the
 // noise forecast (or the paper's statistics) over the remaining work.
 func (t *tracker) predict(models map[string]predict.StepTimer) ([]predict.Prediction, error) {
+	return t.predictAt(models, t.last.Config)
+}
+
+// predictAt is predict with cur as the configuration the job runs in (the
+// zero Candidate: none, every candidate pays a relaunch).
+func (t *tracker) predictAt(models map[string]predict.StepTimer, cur predict.Candidate) ([]predict.Prediction, error) {
+	sqr, vari := t.noiseNow()
 	in := predict.Inputs{
 		Models:    models,
 		Prices:    t.spec.Prices,
 		M0:        t.spec.M0,
-		Sqr:       t.est.Sqr(),
-		Var:       t.est.Var(),
+		Sqr:       sqr,
+		Var:       vari,
 		Remaining: math.Max(t.spec.Target-t.last.Progress, 0),
-		Current:   t.last.Config,
+		Current:   cur,
 		RelaunchS: t.relaunchS(),
 	}
 	switch {
@@ -554,7 +597,13 @@ func (t *tracker) waitToMeasure(reason string) Decision {
 // decide predicts every candidate with models and chooses; a decision
 // taken before the noise forecast is mature is marked Provisional.
 func (t *tracker) decide(ms typeModels) (Decision, error) {
-	preds, err := t.predict(ms.models)
+	return t.decideAt(ms, t.last.Config)
+}
+
+// decideAt is decide with cur as the configuration the job runs in (see
+// predictAt).
+func (t *tracker) decideAt(ms typeModels, cur predict.Candidate) (Decision, error) {
+	preds, err := t.predictAt(ms.models, cur)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -582,34 +631,4 @@ func (p *fixed) Observe(o Observation) (Decision, error) {
 		return Decision{}, err
 	}
 	return p.t.label(p.t.stay("fixed configuration"), nil)
-}
-
-// ModelSource is implemented by policies that fit step-time models, so that
-// a later job with the same signature can reuse them (the none policy).
-type ModelSource interface {
-	// Models returns the fitted step-time model per machine type.
-	Models() map[string]predict.StepTimer
-}
-
-// Models implements ModelSource.
-func (p *search) Models() map[string]predict.StepTimer { return p.t.baseModels() }
-
-// Models implements ModelSource.
-func (p *adaptive) Models() map[string]predict.StepTimer { return p.t.baseModels() }
-
-// Models implements ModelSource.
-func (p *partial) Models() map[string]predict.StepTimer { return p.t.baseModels() }
-
-// baseModels fits every type with measurements, ignoring errors of single
-// types (they are simply left out).
-func (t *tracker) baseModels() map[string]predict.StepTimer {
-	out := map[string]predict.StepTimer{}
-	for _, typ := range t.types {
-		if pts := t.points(typ); len(pts) > 0 {
-			if f, err := perf.Fit(pts); err == nil {
-				out[typ] = f
-			}
-		}
-	}
-	return out
 }

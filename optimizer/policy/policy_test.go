@@ -9,6 +9,7 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/perf"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
+	"github.com/scavenger-ml/scavenger/optimizer/prior"
 )
 
 // Two synthetic machine types with known Pollux step times.
@@ -61,7 +62,12 @@ func noiseGain(s float64) float64 {
 // the configurations run and every decision.
 func run(t *testing.T, p Policy, spec Spec, gain func(float64) float64, grads func(float64) bool) ([]predict.Candidate, []Decision) {
 	t.Helper()
-	cur := spec.Candidates[0]
+	return runFrom(t, p, spec, spec.Candidates[0], gain, grads)
+}
+
+// runFrom is run from the configuration cur.
+func runFrom(t *testing.T, p Policy, spec Spec, cur predict.Candidate, gain func(float64) float64, grads func(float64) bool) ([]predict.Candidate, []Decision) {
+	t.Helper()
 	ran := []predict.Candidate{cur}
 	var now, spent, prog, wait float64
 	var ds []Decision
@@ -102,6 +108,26 @@ func run(t *testing.T, p Policy, spec Spec, gain func(float64) float64, grads fu
 		}
 	}
 	return ran, ds
+}
+
+// truthPrior is what an earlier job that measured every third candidate
+// would have stored: the truth's step and sync times there, and the
+// constant noise scale of φ = 128 along the job.
+func truthPrior(spec Spec) *prior.Prior {
+	p := &prior.Prior{Points: map[string][]prior.Point{}}
+	for s := spec.M0; s <= spec.Target*spec.M0; s *= 10 {
+		p.Noise = append(p.Noise, prior.NoisePoint{Samples: s, Phi: 128})
+	}
+	for i, c := range spec.Candidates {
+		if i%3 != 0 {
+			continue
+		}
+		m := truth[c.Type]
+		st := m.StepTime(c.Nodes, c.Workers, c.Local())
+		p.Points[c.Type] = append(p.Points[c.Type], prior.Point{Nodes: c.Nodes, Replicas: c.Workers, LocalBatch: c.Local(), StepS: st,
+			SyncS: math.Min(m.Sync(c.Nodes, c.Workers), st), Steps: 20})
+	}
+	return p
 }
 
 // bestFor returns the candidate with the least remaining time or cost under
@@ -180,11 +206,10 @@ func TestPolicies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := synthSpec(tc.kind, tc.target)
-			var stored map[string]predict.StepTimer
 			if tc.stored {
-				stored = map[string]predict.StepTimer{"slow": truth["slow"], "fast": truth["fast"]}
+				spec.Prior = truthPrior(spec)
 			}
-			p, err := New(tc.policy, spec, stored)
+			p, err := New(tc.policy, spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,23 +241,23 @@ func TestPolicies(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	spec := synthSpec(objective.Time, 1e6)
-	if _, err := New("greedy", spec, nil); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := New("greedy", spec); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("unknown: %v", err)
 	}
-	if _, err := New("none", spec, nil); !errors.Is(err, ErrNoStoredModel) {
+	if _, err := New("none", spec); !errors.Is(err, ErrNoStoredModel) {
 		t.Errorf("none: %v", err)
 	}
 	bad := spec
 	bad.M0 = 0
-	if _, err := New("fixed", bad, nil); !errors.Is(err, ErrBadSpec) {
+	if _, err := New("fixed", bad); !errors.Is(err, ErrBadSpec) {
 		t.Errorf("M0: %v", err)
 	}
 	bad = spec
 	bad.Prices = map[string]float64{"slow": 1}
-	if _, err := New("fixed", bad, nil); !errors.Is(err, ErrBadSpec) {
+	if _, err := New("fixed", bad); !errors.Is(err, ErrBadSpec) {
 		t.Errorf("prices: %v", err)
 	}
-	p, _ := New("fixed", spec, nil)
+	p, _ := New("fixed", spec)
 	if _, err := p.Observe(Observation{Config: spec.Candidates[0], Steps: 0, StepTime: 1}); !errors.Is(err, ErrBadObservation) {
 		t.Errorf("observation: %v", err)
 	}
@@ -295,7 +320,7 @@ func TestDesignProbes(t *testing.T) {
 
 func TestAdaptiveCommitsSettledPlan(t *testing.T) {
 	spec := synthSpec(objective.Time, 1e6)
-	p, err := New("adaptive", spec, nil)
+	p, err := New("adaptive", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +350,7 @@ func TestPhases(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := synthSpec(objective.Time, 2e6)
-			p, err := New(c.name, spec, nil)
+			p, err := New(c.name, spec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -77,6 +77,9 @@ func (p *search) observe(o Observation) (Decision, error) {
 type oneShot struct {
 	final     Decision
 	revisited bool
+	// probe lets the second look probe first where its mature forecast
+	// makes that pay (scavenger, full; not none, which never probes).
+	probe bool
 }
 
 // decide takes the one decision: the objective's choice, unless it does
@@ -116,11 +119,24 @@ func (s *oneShot) revisit(t *tracker, o Observation, fit func() (typeModels, err
 		}
 		return d, nil
 	}
-	s.revisited = true
 	ms, err := fit()
 	if err != nil {
 		return Decision{}, fmt.Errorf("revisit: %w", err)
 	}
+	if s.probe {
+		// The mature forecast may put the best where the first look's did
+		// not: probe there first if that pays (tracker.nextProbe).
+		preds, err := t.predict(ms.models)
+		if err != nil {
+			return Decision{}, fmt.Errorf("revisit: %w", err)
+		}
+		if opt, ok := t.nextProbe(preds); ok {
+			d := t.probe(opt.c, t.probeReason("second look, probe", opt))
+			d.Predictions, d.FittedTypes = preds, ms.fitted
+			return d, nil
+		}
+	}
+	s.revisited = true
 	d, err := t.decide(ms)
 	if err != nil {
 		return Decision{}, fmt.Errorf("revisit: %w", err)
@@ -188,11 +204,12 @@ func allProbes(cands []predict.Candidate, current predict.Candidate) []predict.C
 	return out
 }
 
-// none reuses stored step-time models: once the noise estimate is reliable
-// it predicts and chooses without probing, then revisits once (oneShot).
+// none is the paper's no-search: it reuses what earlier jobs of the same
+// signature measured (Spec.Prior) and never probes. Once the noise
+// estimate is reliable (at once with a stored noise curve) it predicts and
+// chooses, then revisits once (oneShot).
 type none struct {
 	t       *tracker
-	stored  map[string]predict.StepTimer
 	decided bool
 	once    oneShot
 }
@@ -208,19 +225,15 @@ func (p *none) observe(o Observation) (Decision, error) {
 	if err := t.observe(o); err != nil {
 		return Decision{}, err
 	}
-	fit := func() (typeModels, error) {
-		ms := typeModels{models: map[string]predict.StepTimer{}, kinds: map[string]string{}}
-		for typ, m := range p.stored {
-			ms.models[typ], ms.kinds[typ] = t.overlay(typ, m), "stored"
-		}
-		return ms, nil
-	}
 	if p.decided {
-		return p.once.revisit(t, o, fit)
+		return p.once.revisit(t, o, p.fit)
 	}
 	if !t.warm() {
 		return t.warmingUp(t.warmReason()), nil
 	}
 	p.decided = true
-	return p.once.decide(t, o, fit, "stored model")
+	return p.once.decide(t, o, p.fit, "stored model")
 }
+
+// fit is the models of the stored measurements and the job's own.
+func (p *none) fit() (typeModels, error) { return p.t.fit() }

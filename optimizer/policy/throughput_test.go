@@ -94,11 +94,11 @@ func TestThroughputOnly(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := synthSpec(tc.kind, tc.target)
-			var stored map[string]predict.StepTimer
 			if tc.stored {
-				stored = map[string]predict.StepTimer{"slow": truth["slow"], "fast": truth["fast"]}
+				spec.Prior = truthPrior(spec)
+				spec.Prior.Noise = nil // an earlier throughput-only job measured no noise
 			}
-			p, err := New(tc.policy, spec, stored)
+			p, err := New(tc.policy, spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestThroughputOnlyProbesAtOnce(t *testing.T) {
 	for _, name := range []string{"full", "scavenger", "adaptive"} {
 		t.Run(name, func(t *testing.T) {
 			spec := synthSpec(objective.Time, 1e6)
-			p, err := New(name, spec, nil)
+			p, err := New(name, spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +168,7 @@ func TestThroughputOnlyProbesAtOnce(t *testing.T) {
 // statistics the job is no longer throughput-only.
 func TestThroughputOnlyEndsWithGradients(t *testing.T) {
 	spec := synthSpec(objective.Time, 1e6)
-	p, err := New("adaptive", spec, nil)
+	p, err := New("adaptive", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestObserveGradientSamples(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := New("fixed", spec, nil)
+			p, err := New("fixed", spec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,10 +40,13 @@ import (
 
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
+	"github.com/scavenger-ml/scavenger/optimizer/observe"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/optimizer/prior"
 	"github.com/scavenger-ml/scavenger/optimizer/trace"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Options configures one simulation (the flags of `scavctl sim`).
@@ -80,10 +83,36 @@ type Options struct {
 	Noise float64
 	// Seed seeds the telemetry noise.
 	Seed uint64
-	// Stored are the step-time models the none policy reuses; nil makes the
-	// simulator first run a scavenger job on the same traces and store its
-	// models, as a previous job with the same signature would have.
-	Stored map[string]predict.StepTimer
+	// ReportSteps, when positive, is the steps of a report when the policy
+	// names none, as a live job's observer counts them (10 there), instead
+	// of ReportInterval's seconds.
+	ReportSteps float64
+	// Stepwise runs the job step by step and emits every step as its own
+	// record with the gradient statistics at its own progress, as a live
+	// worker sends them, instead of one record standing for a report's
+	// steps (slower; for comparing the simulated and the live path).
+	Stepwise bool
+	// MoveLead is how far ahead, in the job's time, the daemon names the
+	// step a move checkpoints at (its moveLeadTime: the job runs on at the
+	// old configuration that long, at least two steps, before it
+	// relaunches); default 300 ms, negative: none.
+	MoveLead time.Duration
+	// Candidates, when set, is the search space instead of the one the
+	// traces measure (see world.useCandidates): every one must be a
+	// placement the traces measured at some local batch, and a batch with
+	// a validation run. Beyond the local batches measured, a step takes
+	// its physical upper bound (perf.Bounds).
+	Candidates []predict.Candidate
+	// Tap, when set, is called with every step record the job emits and
+	// the decision it led to (nil when no report was due).
+	Tap func(rec telemetry.StepRecord, d *policy.Decision)
+	// Store is the simulated model store (see Learn): the entries earlier
+	// jobs left, the signature of a trace's job being its application's
+	// name. The job starts from prior.For its signature over them. Policy
+	// none with an empty store first runs a scavenger job on the same
+	// traces and stores what it learnt, as a previous job with the same
+	// signature would have.
+	Store []prior.Entry
 }
 
 // DefaultTypes are the cloud machine types of the traces.
@@ -165,6 +194,13 @@ type Report struct {
 	// Predictions are the policy's last predictions of every candidate
 	// (for scavctl plan --policy).
 	Predictions []predict.Prediction `json:"-"`
+	// Probes counts the moves made to measure a configuration (decisions
+	// in the probing phase); StartedAt is where the job started when its
+	// prior's models moved it before its first step (Policy.Start).
+	Probes    int      `json:"probes"`
+	StartedAt *Segment `json:"started_at,omitempty"`
+	// Learned is what the job left in the store (see Learn).
+	Learned []prior.Entry `json:"-"`
 }
 
 func (o *Options) defaults() error {
@@ -177,8 +213,17 @@ func (o *Options) defaults() error {
 	if o.RelaunchPenalty < 0 {
 		return fmt.Errorf("%w: negative relaunch penalty", ErrBadOptions)
 	}
-	if o.ReportInterval == 0 {
+	switch {
+	case o.MoveLead == 0:
+		o.MoveLead = 300 * time.Millisecond
+	case o.MoveLead < 0:
+		o.MoveLead = 0
+	}
+	if o.ReportInterval == 0 && o.ReportSteps == 0 {
 		o.ReportInterval = 30 * time.Second
+	}
+	if o.ReportSteps == 0 {
+		o.ReportSteps = 1
 	}
 	if o.Objective.Kind == "" {
 		o.Objective.Kind = objective.Time
@@ -218,6 +263,11 @@ func load(opts *Options) (*world, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
 	}
+	if len(opts.Candidates) > 0 {
+		if err := w.useCandidates(opts.Candidates); err != nil {
+			return nil, fmt.Errorf("simulate %s: %w", opts.App, err)
+		}
+	}
 	return w, nil
 }
 
@@ -244,22 +294,20 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 		RelaunchS:  opts.RelaunchPenalty.Seconds(),
 		StatModel:  opts.StatModel,
 	}
-	stored := opts.Stored
-	if opts.Policy == "none" && stored == nil {
-		prior := opts
-		prior.Policy = "scavenger"
-		pol, err := policy.New("scavenger", spec, nil)
+	store := opts.Store
+	if opts.Policy == "none" && len(store) == 0 {
+		first := opts
+		first.Policy = "scavenger"
+		_, learned, err := w.learn(ctx, spec, start, first)
 		if err != nil {
 			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
 		}
-		if _, err := w.simulate(ctx, pol, start, prior); err != nil {
-			return nil, fmt.Errorf("simulate %s prior job: %w", w.app.Name, err)
-		}
-		if ms, ok := pol.(policy.ModelSource); ok {
-			stored = ms.Models()
-		}
+		store = learned
 	}
-	pol, err := policy.New(opts.Policy, spec, stored)
+	if len(store) > 0 {
+		spec.Prior = prior.For(w.app.Name, store)
+	}
+	pol, err := policy.New(opts.Policy, spec)
 	if err != nil {
 		return nil, fmt.Errorf("simulate %s: %w", w.app.Name, err)
 	}
@@ -267,12 +315,57 @@ func runWorld(ctx context.Context, w *world, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.Learned = prior.Entries(w.app.Name, pol.Learned(), nil)
 	rep.StatModel = opts.StatModel
 	if err := w.score(rep, opts.Objective); err != nil {
 		return nil, err
 	}
 	rep.BoundJCTS, rep.BoundCostUSD = w.bound(start, opts, rep.Oracle)
 	return rep, nil
+}
+
+// Learn simulates opts.Policy over opts' traces with opts.Store as its
+// store, and returns its report and the store's entries after it: opts.Store
+// with what the job learnt merged in (how `scavctl sim --store-from` fills
+// the store).
+func Learn(ctx context.Context, opts Options) (*Report, []prior.Entry, error) {
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rep, MergeStore(opts.Store, rep.Learned), nil
+}
+
+// MergeStore merges newer entries into a store (prior.Merge for the same
+// signature and type; the others added).
+func MergeStore(store, newer []prior.Entry) []prior.Entry {
+	out := append([]prior.Entry(nil), store...)
+	for _, e := range newer {
+		found := false
+		for i, o := range out {
+			if o.Signature == e.Signature && o.Type == e.Type {
+				out[i], found = prior.Merge(o, e), true
+			}
+		}
+		if !found {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// learn runs opts.Policy in w from start over spec and returns the
+// entries it leaves (its signature is the application's name).
+func (w *world) learn(ctx context.Context, spec policy.Spec, start predict.Candidate, opts Options) (*Report, []prior.Entry, error) {
+	pol, err := policy.New(opts.Policy, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep, err := w.simulate(ctx, pol, start, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rep, prior.Entries(w.app.Name, pol.Learned(), nil), nil
 }
 
 // start parses TYPE:K:B or picks the default start.
@@ -309,7 +402,11 @@ func (w *world) start(s string) (predict.Candidate, error) {
 	return predict.Candidate{}, fmt.Errorf("%w: %s", ErrBadStart, s)
 }
 
-// simulate runs the job loop.
+// simulate runs the job loop: the job runs in its configuration until the
+// observer's next report is due, emits its steps as the step records a
+// live job's rank 0 would (step and sync time, gradient norms at the
+// current point of training), and the records go through the same
+// observer and policy as a live job's (observe.Loop).
 func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.Candidate, opts Options) (*Report, error) {
 	rep := &Report{
 		App: w.app.Name, Policy: pol.Name(), Objective: string(opts.Objective.Kind),
@@ -324,15 +421,27 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 	if opts.Noise > 0 {
 		rng = rand.New(rand.NewPCG(opts.Seed, 0x5ca7))
 	}
-	cur := start
-	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
 	var (
 		now, spent, progress float64
-		wait                 float64
+		step                 int64
 		lastPreds            []predict.Prediction
 		fitted               []string
 		recorded             bool
 	)
+	if d, ok := pol.Start(start); ok && valid[d.Config] {
+		start = d.Config
+		rep.StartedAt = &Segment{Type: start.Type, Nodes: start.Nodes, Workers: start.Workers, Batch: start.Batch}
+		ch := d.Predictions[d.Chosen]
+		rep.PredictedJCTS, rep.PredictedCostUSD, rep.Reason, recorded = ch.TotalS, ch.TotalUSD, d.Reason, true
+		lastPreds, fitted = d.Predictions, d.FittedTypes
+	}
+	cur, attempt := start, 1
+	loop := observe.Loop{Pol: pol, Obs: observe.New(observe.Config{
+		M0: w.m0, Spent: func(float64) (float64, bool) { return spent, true },
+		ReportSteps: opts.ReportSteps, ReportSeconds: opts.ReportInterval.Seconds(),
+	})}
+	loop.Obs.Begin(attempt, cur)
+	rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch})
 	for iter := 0; progress < w.target*(1-1e-12); iter++ {
 		if iter%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -343,11 +452,11 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			return nil, fmt.Errorf("simulate %s: %w after %d reports", w.app.Name, ErrStuck, iter)
 		}
 		st, sync := w.stepTime(cur)
-		n := wait
-		if n <= 0 {
-			n = math.Max(opts.ReportInterval.Seconds()/st, 1)
+		chunk := math.Max(loop.Obs.StepsToReport(st), 1)
+		if opts.Stepwise {
+			chunk = 1
 		}
-		steps, secs, gained := w.run(cur, progress, n)
+		steps, secs, gained := w.run(cur, progress, chunk)
 		if steps <= 0 {
 			return nil, fmt.Errorf("simulate %s in %s at progress %g: %w", w.app.Name, cur, progress, ErrStuck)
 		}
@@ -361,23 +470,28 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 		if progress >= w.target*(1-1e-12) {
 			break
 		}
-		sqr, vari := w.grad(cur.Batch, progress)
-		obs := policy.Observation{
-			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: steps,
-			StepTime: st, SyncTime: sync,
-			Grad:     gns.Expected(sqr, vari, w.m0, cur.Local(), cur.Workers),
-			Progress: progress,
-		}
+		rec := w.record(cur, attempt, st, sync, progress)
 		if rng != nil {
 			noisy := func(x float64) float64 { return x * math.Max(1+opts.Noise*rng.NormFloat64(), 0.05) }
-			obs.StepTime = noisy(obs.StepTime)
-			obs.SyncTime = math.Min(noisy(obs.SyncTime), obs.StepTime)
-			obs.Grad.LocalSqr = noisy(obs.Grad.LocalSqr)
-			obs.Grad.TotalSqr = noisy(obs.Grad.TotalSqr)
+			rec.Seconds = noisy(rec.Seconds)
+			*rec.SyncSeconds = math.Min(noisy(*rec.SyncSeconds), rec.Seconds)
+			*rec.LocalSqr, *rec.AvgSqr = noisy(*rec.LocalSqr), noisy(*rec.AvgSqr)
 		}
-		d, err := pol.Observe(obs)
+		step += int64(math.Ceil(steps))
+		rec.Step, rec.Time = step, now
+		d, _, ok, err := loop.Step(rec, steps)
 		if err != nil {
 			return nil, fmt.Errorf("simulate %s: policy %s: %w", w.app.Name, pol.Name(), err)
+		}
+		if opts.Tap != nil {
+			var dp *policy.Decision
+			if ok {
+				dp = &d
+			}
+			opts.Tap(rec, dp)
+		}
+		if !ok {
+			continue
 		}
 		if d.Predictions != nil {
 			lastPreds, fitted = d.Predictions, d.FittedTypes
@@ -387,12 +501,36 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 			rep.PredictedJCTS, rep.PredictedCostUSD = now+ch.TotalS, spent+ch.TotalUSD
 			rep.DecisionS, rep.Reason, recorded = now, d.Reason, true
 		}
-		wait = d.WaitSteps
 		if d.Config != cur {
 			if !valid[d.Config] {
 				return nil, fmt.Errorf("simulate %s: %w: %s", w.app.Name, ErrBadDecision, d.Config)
 			}
+			// The workers run on until the step the checkpoint request
+			// names (the daemon's lead); the controller no longer counts
+			// those steps, but the relaunch is measured from the last.
+			if lead := moveLead(opts.MoveLead.Seconds(), st); lead > 0 {
+				steps, secs, gained := w.run(cur, progress, lead)
+				now += secs
+				spent += secs * float64(cur.Nodes) * w.prices[cur.Type] / 3600
+				progress = math.Min(progress+gained, w.target)
+				rep.History[len(rep.History)-1].Steps += steps
+				step += int64(math.Ceil(steps))
+				led := w.record(cur, attempt, st, sync, progress)
+				led.Step, led.Time = step, now
+				loop.Obs.Note(led)
+				if opts.Tap != nil {
+					opts.Tap(led, nil)
+				}
+				if progress >= w.target*(1-1e-12) {
+					break
+				}
+			}
 			cur = d.Config
+			if d.Phase == policy.PhaseProbing {
+				rep.Probes++
+			}
+			attempt++
+			loop.Obs.Begin(attempt, cur)
 			rep.History = append(rep.History, Segment{Type: cur.Type, Nodes: cur.Nodes, Workers: cur.Workers, Batch: cur.Batch, StartS: now})
 			now += relaunch
 			spent += relaunch * float64(cur.Nodes) * w.prices[cur.Type] / 3600
@@ -403,6 +541,30 @@ func (w *world) simulate(ctx context.Context, pol policy.Policy, start predict.C
 	rep.StepTimeError, rep.FittedTypes = w.stepErrors(lastPreds, rep.History, fitted), fitted
 	rep.Predictions = lastPreds
 	return rep, nil
+}
+
+// record is rank 0's step record of a step of c at progress p, ended at
+// no particular time yet: its step and sync time and the gradient norms a
+// worker's local batch shows there (gns.Expected at the local batch the
+// record names, so that its sample's scale matches them).
+func (w *world) record(c predict.Candidate, attempt int, st, sync, p float64) telemetry.StepRecord {
+	sqr, vari := w.grad(c.Batch, p)
+	local := max(int(math.Round(c.Local())), 1)
+	g := gns.Expected(sqr, vari, w.m0, float64(local), c.Workers)
+	rec := telemetry.StepRecord{V: telemetry.SchemaVersion, Job: w.app.Name, Attempt: attempt, World: c.Workers,
+		Seconds: st, Samples: local, LocalBatch: local, GlobalBatch: c.Batch, Count: int(g.Count), Biased: g.Biased}
+	rec.SyncSeconds, rec.LocalSqr, rec.AvgSqr = &sync, &g.LocalSqr, &g.TotalSqr
+	return rec
+}
+
+// moveLead is the steps a job at stepS seconds a step runs on after a move
+// decision when the daemon leads by lead seconds (daemon/jobs: at least
+// two steps, or lead seconds' worth and one more); 0 without a lead.
+func moveLead(lead, stepS float64) float64 {
+	if !(lead > 0) || !(stepS > 0) {
+		return 0
+	}
+	return math.Max(2, math.Floor(lead/stepS)+1)
 }
 
 // stepErrors compares predicted step times with the traces on candidates

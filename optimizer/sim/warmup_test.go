@@ -63,7 +63,7 @@ func TestWarmupGateNotOnFlatStatistics(t *testing.T) {
 		}
 		mids := w.vals[start.Batch].Rows[0].Progress / 2
 		spec := policy.Spec{Candidates: w.cands, Prices: w.prices, M0: w.m0, Target: w.target, Objective: opts.Objective, RelaunchS: 30}
-		pol, err := policy.New("full", spec, nil)
+		pol, err := policy.New("full", spec)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,28 @@ type world struct {
 	m0     float64
 	target float64
 	prices map[string]float64
+	// bounded: beyond its measured local batches a placement's step takes
+	// its physical upper bound (a search space the traces do not bound;
+	// see useCandidates) instead of the nearest measured one.
+	bounded bool
+}
+
+// useCandidates makes cs the search space: placements the traces measured,
+// at batches with a validation run, any local batch.
+func (w *world) useCandidates(cs []predict.Candidate) error {
+	for _, c := range cs {
+		if err := c.Validate(); err != nil {
+			return err
+		}
+		if len(w.rows[nk{c.Type, c.Nodes, c.Workers}]) == 0 {
+			return fmt.Errorf("%w: the traces measured no placement of %d workers on %d %s node(s)", ErrNoCandidates, c.Workers, c.Nodes, c.Type)
+		}
+		if _, ok := w.vals[c.Batch]; !ok {
+			return fmt.Errorf("%w: no validation run at batch %d", ErrNoCandidates, c.Batch)
+		}
+	}
+	w.cands, w.bounded = cs, true
+	return nil
 }
 
 type nk struct {
@@ -157,6 +179,12 @@ func (w *world) stepTime(c predict.Candidate) (step, sync float64) {
 	if l <= rs[0].local {
 		return rs[0].step, rs[0].sync
 	}
+	if last := rs[len(rs)-1]; w.bounded && l > last.local {
+		// No more time per sample than at the largest measured local
+		// batch: the upper bound of perf.Bounds.
+		f := l / last.local
+		return last.step * f, last.sync
+	}
 	for i := 1; i < len(rs); i++ {
 		if l <= rs[i].local {
 			a, b := rs[i-1], rs[i]
@@ -255,4 +283,29 @@ func (w *world) fixedOutcome(c predict.Candidate) (jct, cost float64) {
 		return math.Inf(1), math.Inf(1)
 	}
 	return secs, secs * float64(c.Nodes) * w.prices[c.Type] / 3600
+}
+
+// Truth is an application's ground truth as the simulator replays it, for
+// tools that replay the traces live and score what a live job did.
+type Truth struct {
+	// Target is the job's scale-invariant work and M0 the batch it is
+	// counted in.
+	Target, M0 float64
+	w          *world
+}
+
+// LoadTruth loads the traces opts names (with its Candidates, their
+// bounded step times).
+func LoadTruth(opts Options) (*Truth, error) {
+	w, err := load(&opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Truth{Target: w.target, M0: w.m0, w: w}, nil
+}
+
+// StepTime is c's traced step time (NaN for a placement never measured).
+func (t *Truth) StepTime(c predict.Candidate) float64 {
+	st, _ := t.w.stepTime(c)
+	return st
 }

@@ -1,10 +1,10 @@
-package control
+package observe
 
 import (
 	"math"
 	"testing"
 
-	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -24,17 +24,17 @@ func TestObserverReports(t *testing.T) {
 		{"one worker, no difference estimate", 8, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o := newObserver(16, 1, "local")
-			o.attemptStarted(1, plugins.Config{Workers: c.world, GlobalBatch: 8 * c.world})
+			o := New(Config{M0: 16, PriceUSDPerHour: 1})
+			o.Begin(1, predict.Candidate{Type: "local", Nodes: 1, Workers: c.world, Batch: 8 * c.world})
 			var reports int
-			for step := int64(1); step <= warmupSteps+defaultReportSteps; step++ {
-				obs, ok := o.add(telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, Rank: 0, World: c.world, Step: step, Time: float64(step) * 0.1,
+			for step := int64(1); step <= WarmupSteps+DefaultReportSteps; step++ {
+				obs, ok := o.Add(telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, Rank: 0, World: c.world, Step: step, Time: float64(step) * 0.1,
 					Seconds: 0.1, Samples: 8, LocalBatch: c.localBatch, LocalSqr: f(2), AvgSqr: f(1.5)})
 				if !ok {
 					continue
 				}
 				reports++
-				if obs.Steps != defaultReportSteps || math.Abs(obs.StepTime-0.1) > 1e-9 {
+				if obs.Steps != DefaultReportSteps || math.Abs(obs.StepTime-0.1) > 1e-9 {
 					t.Errorf("report of %v steps at %v s", obs.Steps, obs.StepTime)
 				}
 				if got := obs.Grad.Count > 0; got != c.wantGrad {
@@ -55,22 +55,22 @@ func TestObserverReports(t *testing.T) {
 // the relaunch measured from the last step of the attempt left (even one
 // the controller no longer counts) to the first of the new one, once.
 func TestObserverMeasuresRelaunch(t *testing.T) {
-	o := newObserver(16, 1, "local")
+	o := New(Config{M0: 16, PriceUSDPerHour: 1})
 	rec := func(attempt int, step int64, at float64) telemetry.StepRecord {
 		return telemetry.StepRecord{V: 1, Job: "j", Attempt: attempt, Rank: 0, World: 1, Step: step, Time: at, Seconds: 0.1, Samples: 16, LocalBatch: 16}
 	}
-	o.attemptStarted(1, plugins.Config{Workers: 1, GlobalBatch: 16})
+	o.Begin(1, predict.Candidate{Type: "local", Nodes: 1, Workers: 1, Batch: 16})
 	var first []float64
 	for s := int64(1); s <= 20; s++ {
-		if obs, ok := o.add(rec(1, s, float64(s)*0.1)); ok {
+		if obs, ok := o.Add(rec(1, s, float64(s)*0.1)); ok {
 			first = append(first, obs.RelaunchS)
 		}
 	}
-	o.note(rec(1, 21, 2.1)) // after the decision to move: the leaving attempt
-	o.attemptStarted(2, plugins.Config{Workers: 1, GlobalBatch: 16})
+	o.Note(rec(1, 21, 2.1)) // after the decision to move: the leaving attempt
+	o.Begin(2, predict.Candidate{Type: "local", Nodes: 1, Workers: 1, Batch: 16})
 	var second []float64
 	for s := int64(22); s <= 50; s++ {
-		if obs, ok := o.add(rec(2, s, 5.1+float64(s-22)*0.1)); ok {
+		if obs, ok := o.Add(rec(2, s, 5.1+float64(s-22)*0.1)); ok {
 			second = append(second, obs.RelaunchS)
 		}
 	}
