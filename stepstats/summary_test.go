@@ -119,8 +119,8 @@ func TestSummarizeExtremeSteps(t *testing.T) {
 		return telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, Rank: rank, World: world, Step: step, Time: 1, Seconds: 0.1}
 	}
 	for _, c := range []struct {
-		name                 string
-		recs                 []telemetry.StepRecord
+		name                string
+		recs                []telemetry.StepRecord
 		missing, duplicates int
 	}{
 		{"step 2^63-1 after step 1", []telemetry.StepRecord{rec(0, 1, 1), rec(0, 1, math.MaxInt64)}, math.MaxInt64 - 2, 0},
