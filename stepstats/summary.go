@@ -1,6 +1,7 @@
 package stepstats
 
 import (
+	"encoding/json"
 	"math"
 	"sort"
 
@@ -38,6 +39,17 @@ type Summary struct {
 	// those of the replicas when the job had both (0 when they cannot give
 	// one).
 	NoiseScale float64 `json:"noise_scale,omitempty"`
+}
+
+// MarshalJSON encodes the summary; a NaN or infinite loss (a run that
+// diverged) is written as the wire writes it (telemetry.Loss).
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type fields Summary
+	return json.Marshal(struct {
+		fields
+		FirstLoss telemetry.Loss `json:"first_loss,omitempty"`
+		LastLoss  telemetry.Loss `json:"last_loss,omitempty"`
+	}{fields(s), telemetry.Loss(s.FirstLoss), telemetry.Loss(s.LastLoss)})
 }
 
 // Summarize is the summary of recs (any order, every rank's).

@@ -1,7 +1,9 @@
 package stepstats
 
 import (
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +142,29 @@ func TestSummarizeExtremeSteps(t *testing.T) {
 				t.Fatal("Summarize did not return")
 			}
 		})
+	}
+}
+
+// TestSummarizeNaNLoss: a run whose loss turned NaN says so in its summary,
+// in print and in JSON, and its loss series leaves the NaN out.
+func TestSummarizeNaNLoss(t *testing.T) {
+	var recs []telemetry.StepRecord
+	for step := int64(1); step <= 4; step++ {
+		loss := 1 / float64(step)
+		if step > 2 {
+			loss = math.NaN()
+		}
+		recs = append(recs, telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, World: 1, Step: step, Time: float64(step), Loss: &loss})
+	}
+	s := Summarize(recs)
+	if s.FirstLoss != 1 || !math.IsNaN(s.LastLoss) {
+		t.Fatalf("losses %v -> %v, want 1 -> NaN", s.FirstLoss, s.LastLoss)
+	}
+	b, err := json.Marshal(s)
+	if err != nil || !strings.Contains(string(b), `"last_loss":"NaN"`) || !strings.Contains(string(b), `"first_loss":1`) {
+		t.Fatalf("summary JSON %s, %v", b, err)
+	}
+	if pts := LossSeries(recs, 0, 10); len(pts) != 2 {
+		t.Fatalf("loss series %v, want the two finite losses", pts)
 	}
 }
