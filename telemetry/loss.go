@@ -28,9 +28,20 @@ type stepFields StepRecord
 var stringLoss = []byte(`"loss":"`)
 
 // unmarshalStep decodes a record line into r, the loss's strings
-// included; a line without a string loss (every finite one) is decoded in
-// one pass.
+// included: a flat record in one pass of its own (flat.go), anything else
+// with encoding/json.
 func unmarshalStep(line []byte, r *StepRecord) error {
+	orig := *r
+	if decodeFlat(line, r) {
+		return nil
+	}
+	*r = orig
+	return unmarshalJSON(line, r)
+}
+
+// unmarshalJSON is unmarshalStep with encoding/json alone; a line without a
+// string loss (every finite one) is decoded in one pass.
+func unmarshalJSON(line []byte, r *StepRecord) error {
 	if !bytes.Contains(line, stringLoss) {
 		return json.Unmarshal(line, (*stepFields)(r))
 	}

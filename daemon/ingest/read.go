@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,20 +18,46 @@ import (
 // peer is one worker connection; job is what its worker announced.
 type peer struct {
 	conn    net.Conn
+	cred    bool   // uid and pid are the kernel's word for the connecting process
+	uid     uint32 // (the fuzzer and the tests read plain readers: no cred)
+	pid     int32
 	job     string // the job and attempt a valid hello bound it to ("": none)
 	attempt int
-	confirm bool       // its hello asked for ControlStored messages
-	lines   int64      // lines read so far (the reading goroutine's)
-	told    int64      // lines confirmed (or queued to be) so far (the reading goroutine's)
-	wmu     sync.Mutex // serialises control writes
+	session string      // the client's session, when its hello named one
+	confirm bool        // its hello asked for ControlStored messages
+	limits  *Attempt    // what its attempt's records may say (nil: not checked)
+	checked time.Time   // when the attempt was last found running
+	gone    time.Time   // when it was first found ended (zero: running)
+	lines   int64       // lines read so far (the reading goroutine's)
+	handed  int64       // lines handed to the batcher (the reading goroutine's)
+	told    int64       // lines confirmed so far (the batcher's flush's)
+	failed  atomic.Bool // a message of its records was not stored: it is ended
+	wmu     sync.Mutex  // serialises control writes
+	// since is when it was accepted; deadlineSet and deadlineBound when
+	// its read deadline was last set, and for which state (deadlineReader).
+	since         time.Time
+	deadlineSet   time.Time
+	deadlineBound bool
 }
 
-// serve reads one connection until EOF or close. p is the connection's
-// state (its conn nil when reading from a plain reader, as the fuzzer does).
+// fail ends a connection whose records the store refused: its worker sends
+// what was not confirmed again on its next connection.
+func (p *peer) fail() {
+	if !p.failed.Swap(true) && p.conn != nil {
+		p.conn.Close()
+	}
+}
+
+// serve reads one connection until EOF, close, or a bound it passes. p is
+// the connection's state (its conn nil when reading from a plain reader,
+// as the fuzzer does).
 func (in *Server) serve(c io.Reader, p *peer) {
+	if p.conn != nil {
+		c = deadlineReader{p: p, in: in}
+	}
 	r := bufio.NewReaderSize(c, readBufBytes)
 	var b batch
-	for {
+	for !p.failed.Load() {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			p.lines++
@@ -45,28 +72,43 @@ func (in *Server) serve(c io.Reader, p *peer) {
 			in.handle(&b, line, p)
 		}
 		if err != nil {
+			in.timedOut(p, err)
 			break
 		}
 		if r.Buffered() == 0 || b.n >= batchRecords || len(b.buf) >= batchBytes {
-			in.flush(&b)
-			if !in.confirm(p, &b) {
-				return
-			}
+			in.hand(p, &b)
 		}
 	}
-	in.flush(&b)
-	in.confirm(p, &b)
+	in.hand(p, &b)
+	in.batch.flush() // what it read is stored (or held) and confirmed before it closes
 }
 
-// handle validates one line: a step joins the batch; a hello registers the
+// hand gives the connection's batch to the batcher, once its user may
+// write that much (throttle); a batch whose connection is closing for good
+// is dropped (its worker sends it again).
+func (in *Server) hand(p *peer, b *batch) {
+	if b.n == 0 && p.lines == p.handed {
+		return
+	}
+	if b.n > 0 && !in.throttle(p, len(b.buf)) {
+		in.marks.untake(b.refs)
+		b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
+		p.fail()
+		return
+	}
+	p.handed = p.lines
+	in.batch.hand(p, b)
+}
+
+// handle validates one line: a step joins the batch; a hello binds the
 // connection; an ack or a preempt notice is published at once (after the
-// steps before it).
+// steps before it are stored).
 func (in *Server) handle(b *batch, line []byte, p *peer) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
 	if len(line) == 0 {
-		return
+		return // an empty line: the client's keepalive
 	}
 	rec, err := telemetry.DecodeStep(line)
 	if err != nil {
@@ -80,7 +122,7 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 	}
 	switch {
 	case rec.Kind == telemetry.KindHello:
-		in.bind(p, rec)
+		in.bind(b, p, rec)
 		return
 	case p.job == "":
 		in.drop(DropUnbound, fmt.Sprintf("%s of job %s before a hello with the attempt's token", kindName(rec.Kind), rec.Job))
@@ -89,9 +131,13 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		in.drop(DropForged, fmt.Sprintf("%s of job %s attempt %d on the connection of job %s attempt %d", kindName(rec.Kind), rec.Job, rec.Attempt, p.job, p.attempt))
 		return
 	}
+	if !in.inRange(p, &rec) {
+		return
+	}
 	switch rec.Kind {
 	case telemetry.KindAck, telemetry.KindPreempt:
-		in.flush(b)
+		in.hand(p, b)
+		in.batch.flush()
 		subject := telemetry.AckSubject(rec.Job)
 		if rec.Kind == telemetry.KindPreempt {
 			subject = telemetry.PreemptSubject(rec.Job)
@@ -101,32 +147,112 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		}
 		return
 	}
+	var ref markRef
+	if p.session != "" {
+		var isNew bool
+		ref, isNew = in.marks.take(markKey{job: rec.Job, attempt: rec.Attempt, rank: rec.Rank, session: p.session}, rec.Step, time.Now())
+		if !isNew {
+			in.drop(DropDuplicate, fmt.Sprintf("step %d of rank %d of job %s attempt %d again (sent again after a stall)", rec.Step, rec.Rank, rec.Job, rec.Attempt))
+			return
+		}
+	}
 	if b.job != rec.Job {
-		in.flush(b)
+		in.hand(p, b)
 		b.job = rec.Job
 	}
 	b.buf = append(b.buf, line...)
 	b.buf = append(b.buf, '\n')
 	b.n++
+	if ref.m != nil {
+		b.refs = append(b.refs, ref)
+	}
 }
 
-// bind binds p to the job and attempt of a hello whose token is theirs; a
-// hello with a wrong token unbinds it.
-func (in *Server) bind(p *peer, hello telemetry.StepRecord) {
-	ok := in.verify == nil || in.verify(hello.Job, hello.Attempt, hello.Token)
+// inRange checks a record against what its attempt can have made by now
+// (when the server knows its attempts); a record of an attempt that ended
+// more than Limits.Grace ago is refused too.
+func (in *Server) inRange(p *peer, rec *telemetry.StepRecord) bool {
+	if p.limits == nil {
+		return true
+	}
+	now := time.Now()
+	if now.Sub(p.checked) >= time.Second {
+		p.checked = now
+		if _, ok := in.attempts(in.closing, p.job, p.attempt); ok {
+			p.gone = time.Time{}
+		} else if p.gone.IsZero() {
+			p.gone = now
+		}
+	}
+	if !p.gone.IsZero() && now.Sub(p.gone) > in.limits.Grace {
+		in.drop(DropEnded, fmt.Sprintf("%s of job %s attempt %d, which ended %s ago", kindName(rec.Kind), rec.Job, rec.Attempt, now.Sub(p.gone).Round(time.Second)))
+		return false
+	}
+	if err := p.limits.check(rec, now); err != nil {
+		in.drop(DropOutOfRange, fmt.Sprintf("%s of job %s attempt %d rank %d: %v", kindName(rec.Kind), rec.Job, rec.Attempt, rec.Rank, err))
+		return false
+	}
+	return true
+}
+
+// bind binds p to the job and attempt of a hello whose token is theirs,
+// whose attempt runs and whose job has room for another connection. A
+// hello with a wrong token unbinds it (and a user past Limits.BadTokens
+// is cut off); one of an attempt that ended, or past ConnsPerJob, ends the
+// connection's writing side (so that a worker that could not bind tries
+// again later, on a new connection).
+func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
+	in.hand(p, b) // the records before it belong to the binding before
 	in.mu.Lock()
 	in.unregister(p)
-	p.job, p.attempt, p.confirm = "", 0, false
-	if ok {
-		p.job, p.attempt, p.confirm = hello.Job, hello.Attempt, hello.Confirm
+	p.job, p.attempt, p.confirm, p.session, p.limits = "", 0, false, "", nil
+	in.mu.Unlock()
+	if in.verify != nil && !in.verify(hello.Job, hello.Attempt, hello.Token) {
+		if !in.badToken(p, hello) {
+			p.fail()
+		}
+		return
+	}
+	var limits *Attempt
+	if in.attempts != nil {
+		a, ok := in.attempts(in.closing, hello.Job, hello.Attempt)
+		if !ok {
+			in.drop(DropEnded, fmt.Sprintf("hello of job %s attempt %d, which is not running", hello.Job, hello.Attempt))
+			in.refuse(RefusedEnded)
+			in.endWriting(p)
+			return
+		}
+		limits = &a
+		if err := a.check(&hello, time.Now()); err != nil {
+			in.drop(DropOutOfRange, fmt.Sprintf("hello of job %s attempt %d rank %d: %v", hello.Job, hello.Attempt, hello.Rank, err))
+			return
+		}
+	}
+	in.mu.Lock()
+	full := len(in.peers[hello.Job]) >= in.limits.ConnsPerJob
+	if !full {
+		p.job, p.attempt, p.confirm, p.session, p.limits = hello.Job, hello.Attempt, hello.Confirm, hello.Session, limits
+		p.checked, p.gone = time.Now(), time.Time{}
 		if in.peers[p.job] == nil {
 			in.peers[p.job] = map[*peer]struct{}{}
 		}
 		in.peers[p.job][p] = struct{}{}
 	}
 	in.mu.Unlock()
-	if !ok {
-		in.drop(DropUnbound, fmt.Sprintf("hello of job %s attempt %d without its token", hello.Job, hello.Attempt))
+	if full {
+		in.refuse(RefusedJobConns)
+		in.warn(RefusedJobConns, fmt.Sprintf("job %s has %d connections bound: a hello more is refused", hello.Job, in.limits.ConnsPerJob))
+		in.endWriting(p)
+	}
+}
+
+// endWriting ends the daemon's side of p, so that its worker reads EOF and
+// connects again later; the lines it still writes are read and counted.
+func (in *Server) endWriting(p *peer) {
+	if w, ok := p.conn.(interface{ CloseWrite() error }); ok {
+		p.wmu.Lock()
+		_ = w.CloseWrite()
+		p.wmu.Unlock()
 	}
 }
 
@@ -138,25 +264,13 @@ func kindName(kind string) string {
 	return kind
 }
 
-// batch collects consecutive valid records of one job; failed says that
-// the store refused a batch of the connection since its last confirm.
+// batch collects consecutive valid records of one job read from a
+// connection, before it is handed to the batcher.
 type batch struct {
-	job    string
-	buf    []byte
-	n      int
-	failed bool
-}
-
-func (in *Server) flush(b *batch) {
-	if b.n == 0 {
-		return
-	}
-	if err := in.flushStep(telemetry.StepSubject(b.job), b.buf, b.n); err != nil {
-		b.failed = true
-		in.dropped[dropPublish].Add(int64(b.n))
-		in.warn(dropPublish, fmt.Sprintf("publish %d records of job %s: %v", b.n, b.job, err))
-	}
-	b.buf, b.n = b.buf[:0], 0
+	job  string
+	buf  []byte
+	n    int
+	refs []markRef
 }
 
 // discardLine skips the rest of an over-long line; false at end of input.
