@@ -310,7 +310,8 @@ func peerCred(c net.Conn) (uid uint32, pid int32, ok bool) {
 
 // deadlineReader reads a connection with the deadline its state gives: its
 // hello's (Limits.HelloTimeout from its accept) while unbound, the idle
-// timeout once bound (set again at most once a second).
+// timeout once bound (set again at most once a second, or a quarter of the
+// timeout when shorter).
 type deadlineReader struct {
 	p  *peer
 	in *Server
@@ -319,7 +320,7 @@ type deadlineReader struct {
 func (d deadlineReader) Read(b []byte) (int, error) {
 	p, now := d.p, time.Now()
 	bound := p.job != ""
-	if bound != p.deadlineBound || bound && now.Sub(p.deadlineSet) >= time.Second || p.deadlineSet.IsZero() {
+	if bound != p.deadlineBound || bound && now.Sub(p.deadlineSet) >= min(time.Second, d.in.limits.IdleTimeout/4) || p.deadlineSet.IsZero() {
 		until := p.since.Add(d.in.limits.HelloTimeout)
 		if bound {
 			until = now.Add(d.in.limits.IdleTimeout)

@@ -292,6 +292,8 @@ func (in *Server) drop(reason, detail string) {
 	in.warn(reason, detail)
 }
 
+// warn logs a line dropped (or a connection refused, by a reason of
+// RefusedReasons), at most once a second per reason, with the count so far.
 func (in *Server) warn(reason, detail string) {
 	now := time.Now()
 	in.mu.Lock()
@@ -301,10 +303,16 @@ func (in *Server) warn(reason, detail string) {
 		in.lastWarn[reason] = now
 	}
 	in.mu.Unlock()
-	if ok {
-		in.log.Warn("dropped telemetry", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
-			zap.Int64("dropped_total", in.dropped[reason].Load()))
+	if !ok {
+		return
 	}
+	if c := in.refused[reason]; c != nil {
+		in.log.Warn("telemetry bound", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
+			zap.Int64("refused_total", c.Load()))
+		return
+	}
+	in.log.Warn("dropped telemetry", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
+		zap.Int64("dropped_total", in.dropped[reason].Load()))
 }
 
 func truncate(s string, n int) string {
