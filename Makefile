@@ -70,6 +70,8 @@ test-python:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./telemetry -run '^$$' -fuzz FuzzDecodeStep -fuzztime $(FUZZTIME)
+	$(GO) test ./telemetry -run '^$$' -fuzz FuzzDecodeFlat -fuzztime $(FUZZTIME)
+	$(GO) test ./stepstats -run '^$$' -fuzz FuzzStepstats -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon/ingest -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
 	for f in FuzzReadPlacements FuzzReadScalability FuzzReadValidation; do \
 	  $(GO) test ./optimizer/trace -run '^$$' -fuzz $$f -fuzztime $(FUZZTIME) || exit 1; done

@@ -274,7 +274,7 @@ func (d *Daemon) startJobs() error {
 	if err != nil {
 		return err
 	}
-	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: 30 * time.Second, Hold: d.disk.holding}
+	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: ingest.DefaultPatience, Hold: d.disk.holding}
 	var registry atomic.Pointer[jobs.Registry] // made below: workers reconnecting meanwhile wait
 	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(),
 		Steps: steps, Attempts: liveAttempts(&registry), Limits: cfg.Telemetry}); err != nil {

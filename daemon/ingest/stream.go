@@ -30,6 +30,10 @@ func (p StreamPublisher) Publish(subject string, data []byte) error {
 	return p.PublishID(subject, data, "")
 }
 
+// DefaultPatience is how long the daemon tries a step message before it
+// gives up on it (a cluster electing a new stream leader takes seconds).
+const DefaultPatience = 30 * time.Second
+
 // PublishTimeout bounds each try of a publish: with Patience, the longest
 // a message may be sent again, which the stream's duplicate window
 // (history.StepDuplicates) must outlast.
