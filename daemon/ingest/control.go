@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -49,7 +48,7 @@ func (in *Server) tryWrite(p *peer, line []byte) {
 	var n int
 	var werr error
 	if err := raw.Write(func(fd uintptr) bool {
-		n, werr = unix.Write(int(fd), line)
+		n, werr = rawWrite(int(fd), line)
 		return true // one try: never wait for room
 	}); err != nil {
 		return

@@ -117,6 +117,7 @@ type Server struct {
 	ln       net.Listener
 	path     string
 	batch    *batcher
+	poll     *poller
 	marks    marks
 
 	accepted atomic.Int64
@@ -154,13 +155,14 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 	if o.Steps != nil {
 		in.steps = o.Steps
 	}
+	if in.poll, err = newPoller(in); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	in.ln, in.path = ln, path
-	in.wg.Add(2)
+	in.wg.Add(1)
 	go in.accept()
-	go func() {
-		defer in.wg.Done()
-		in.batch.run(in.closing)
-	}()
+	go in.poll.run()    // joined by Close (poll.done)
 	go in.publishHeld() // joined by Close (stopHeld)
 	return in, nil
 }
@@ -210,8 +212,8 @@ func (in *Server) Stats() api.IngestStats {
 }
 
 // Close stops accepting, ends the reading side of every connection, waits
-// for the readers (each publishes what it had read, confirms it to a worker
-// that asked, and closes its connection) and removes the socket. It is
+// for the poller (it publishes what each had read, confirms it to a worker
+// that asked, and closes the connection) and removes the socket. It is
 // idempotent.
 func (in *Server) Close() {
 	in.mu.Lock()
@@ -232,6 +234,8 @@ func (in *Server) Close() {
 	in.mu.Unlock()
 	in.stopHeld() // first: a connection may wait for room among the held batches
 	in.wg.Wait()
+	<-in.poll.done // it reads what the connections hold, stores and confirms it, and ends them
+	in.poll.close()
 	_ = os.Remove(in.path)
 }
 
@@ -272,19 +276,29 @@ func (in *Server) accept() {
 			continue
 		}
 		in.conns.Add(1)
-		in.wg.Add(1)
-		go func() {
-			defer in.wg.Done()
-			in.serve(c, p)
+		if err := in.poll.add(p); err != nil {
+			in.log.Warn("read a telemetry connection", zap.Error(err))
 			in.mu.Lock()
-			delete(in.open, c)
-			in.unregister(p)
-			in.release(p)
+			in.forgetLocked(p)
 			in.mu.Unlock()
-			in.conns.Add(-1)
-			c.Close()
-		}()
+		}
 	}
+}
+
+// forget releases what a connection held and closes it.
+func (in *Server) forget(p *peer) {
+	in.mu.Lock()
+	in.forgetLocked(p)
+	in.mu.Unlock()
+}
+
+// forgetLocked is forget with in.mu held.
+func (in *Server) forgetLocked(p *peer) {
+	delete(in.open, p.conn)
+	in.unregister(p)
+	in.release(p)
+	in.conns.Add(-1)
+	p.conn.Close()
 }
 
 // peerCred is the uid and pid of the process at the other end of c, from
@@ -306,40 +320,4 @@ func peerCred(c net.Conn) (uid uint32, pid int32, ok bool) {
 		return 0, 0, false
 	}
 	return cred.Uid, cred.Pid, true
-}
-
-// deadlineReader reads a connection with the deadline its state gives: its
-// hello's (Limits.HelloTimeout from its accept) while unbound, the idle
-// timeout once bound (set again at most once a second, or a quarter of the
-// timeout when shorter).
-type deadlineReader struct {
-	p  *peer
-	in *Server
-}
-
-func (d deadlineReader) Read(b []byte) (int, error) {
-	p, now := d.p, time.Now()
-	bound := p.job != ""
-	if bound != p.deadlineBound || bound && now.Sub(p.deadlineSet) >= min(time.Second, d.in.limits.IdleTimeout/4) || p.deadlineSet.IsZero() {
-		until := p.since.Add(d.in.limits.HelloTimeout)
-		if bound {
-			until = now.Add(d.in.limits.IdleTimeout)
-		}
-		_ = p.conn.SetReadDeadline(until)
-		p.deadlineSet, p.deadlineBound = now, bound
-	}
-	return p.conn.Read(b)
-}
-
-// timedOut counts a connection ended by its deadline.
-func (in *Server) timedOut(p *peer, err error) {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return
-	}
-	reason := RefusedIdle
-	if p.job == "" {
-		reason = RefusedNoHello
-	}
-	in.refuse(reason)
-	in.log.Debug("telemetry connection timed out", zap.String("reason", reason), zap.Uint32("uid", p.uid), zap.Int32("pid", p.pid), zap.String("job", p.job))
 }

@@ -230,10 +230,38 @@ func (in *Server) badToken(p *peer, hello telemetry.StepRecord) bool {
 	return ok
 }
 
-// throttle waits until p's user may hand n more bytes of step records to
-// the store (root's are not bound); false when the server closes first.
+// mayHand says whether p's user may hand more step records now (the
+// poller reads a connection only then; root's are not bound). A user past
+// the bound is counted once each time their connections start waiting.
+func (in *Server) mayHand(p *peer) bool {
+	if !p.cred || p.uid == 0 {
+		return true
+	}
+	in.mu.Lock()
+	b := &in.userOf(p.uid).steps
+	b.fill(time.Now(), in.limits.StepBytesPerSecond, in.limits.StepBurst)
+	ok := b.n >= 0
+	in.mu.Unlock()
+	if !ok && !p.throttled {
+		in.refuse(RefusedStepBytes)
+		in.warn(RefusedStepBytes, fmt.Sprintf("uid %d writes step records faster than %.0f bytes/s: its connections wait", p.uid, in.limits.StepBytesPerSecond))
+	}
+	p.throttled = !ok
+	return ok
+}
+
+// throttle takes n bytes of step records off p's user's bound: a
+// connection the poller reads pays (mayHand let it read); any other waits
+// until its user may hand them (root's are not bound). False when the
+// server closes first.
 func (in *Server) throttle(p *peer, n int) bool {
 	if !p.cred || p.uid == 0 {
+		return true
+	}
+	if p.polled {
+		in.mu.Lock()
+		in.userOf(p.uid).steps.n -= float64(n)
+		in.mu.Unlock()
 		return true
 	}
 	waited := false

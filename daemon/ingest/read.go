@@ -1,7 +1,7 @@
 package ingest
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,70 +17,119 @@ import (
 
 // peer is one worker connection; job is what its worker announced.
 type peer struct {
-	conn    net.Conn
-	cred    bool   // uid and pid are the kernel's word for the connecting process
-	uid     uint32 // (the fuzzer and the tests read plain readers: no cred)
-	pid     int32
-	job     string // the job and attempt a valid hello bound it to ("": none)
-	attempt int
-	session string      // the client's session, when its hello named one
-	confirm bool        // its hello asked for ControlStored messages
-	limits  *Attempt    // what its attempt's records may say (nil: not checked)
-	checked time.Time   // when the attempt was last found running
-	gone    time.Time   // when it was first found ended (zero: running)
-	lines   int64       // lines read so far (the reading goroutine's)
-	handed  int64       // lines handed to the batcher (the reading goroutine's)
-	told    int64       // lines confirmed so far (the batcher's flush's)
-	failed  atomic.Bool // a message of its records was not stored: it is ended
-	wmu     sync.Mutex  // serialises control writes
-	// since is when it was accepted; deadlineSet and deadlineBound when
-	// its read deadline was last set, and for which state (deadlineReader).
-	since         time.Time
-	deadlineSet   time.Time
-	deadlineBound bool
+	conn      net.Conn
+	cred      bool   // uid and pid are the kernel's word for the connecting process
+	uid       uint32 // (the fuzzer and the tests read plain readers: no cred)
+	pid       int32
+	job       string // the job and attempt a valid hello bound it to ("": none)
+	attempt   int
+	session   string      // the client's session, when its hello named one
+	confirm   bool        // its hello asked for ControlStored messages
+	limits    *Attempt    // what its attempt's records may say (nil: not checked)
+	checked   time.Time   // when the attempt was last found running
+	gone      time.Time   // when it was first found ended (zero: running)
+	lines     int64       // lines read so far (the reader's: the poller's)
+	handed    int64       // lines handed to the batcher (the reader's)
+	told      int64       // lines confirmed so far (the batcher's flush's)
+	failed    atomic.Bool // a message of its records was not stored: it is ended
+	wmu       sync.Mutex  // serialises control writes
+	since     time.Time   // when it was accepted
+	polled    bool        // the poller reads it (and ends it)
+	throttled bool        // the poller held it back for its user's step bytes
 }
 
 // fail ends a connection whose records the store refused: its worker sends
-// what was not confirmed again on its next connection.
+// what was not confirmed again on its next connection. The poller ends a
+// connection it reads itself (it must take it off its epoll first).
 func (p *peer) fail() {
-	if !p.failed.Swap(true) && p.conn != nil {
+	if !p.failed.Swap(true) && p.conn != nil && !p.polled {
 		p.conn.Close()
 	}
 }
 
-// serve reads one connection until EOF, close, or a bound it passes. p is
-// the connection's state (its conn nil when reading from a plain reader,
-// as the fuzzer does).
-func (in *Server) serve(c io.Reader, p *peer) {
-	if p.conn != nil {
-		c = deadlineReader{p: p, in: in}
-	}
-	r := bufio.NewReaderSize(c, readBufBytes)
+// serve reads r, the lines of one worker (a plain reader: the fuzzer's and
+// the tests'; the socket's connections are read by the poller), until EOF.
+func (in *Server) serve(r io.Reader, p *peer) {
+	var ls lineSplitter
 	var b batch
+	buf := make([]byte, readBufBytes)
 	for !p.failed.Load() {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			p.lines++
-			in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
-			if !discardLine(r) {
-				break
-			}
-			continue
-		}
-		if len(line) > 0 {
-			p.lines++
-			in.handle(&b, line, p)
-		}
+		n, err := r.Read(buf)
+		in.feed(&ls, buf[:n], &b, p)
 		if err != nil {
-			in.timedOut(p, err)
 			break
 		}
-		if r.Buffered() == 0 || b.n >= batchRecords || len(b.buf) >= batchBytes {
-			in.hand(p, &b)
-		}
 	}
-	in.hand(p, &b)
-	in.batch.flush() // what it read is stored (or held) and confirmed before it closes
+	in.finish(&ls, &b, p)
+	in.batch.flush() // what it read is stored (or held) and confirmed
+}
+
+// feed handles the complete lines of data a connection brought, then hands
+// its batch.
+func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
+	ls.feed(data, func(line []byte) {
+		p.lines++
+		in.handle(b, line, p)
+		if b.n >= batchRecords || len(b.buf) >= batchBytes {
+			in.hand(p, b)
+		}
+	}, func() {
+		p.lines++
+		in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
+	})
+	in.hand(p, b)
+}
+
+// finish handles the last line of a connection that ended without its
+// newline, and hands what is left.
+func (in *Server) finish(ls *lineSplitter, b *batch, p *peer) {
+	if len(ls.carry) > 0 && !ls.skip {
+		p.lines++
+		in.handle(b, ls.carry, p)
+		ls.carry = ls.carry[:0]
+	}
+	in.hand(p, b)
+}
+
+// lineSplitter cuts a connection's bytes into lines, carrying an
+// incomplete one to the next bytes; a line longer than readBufBytes is
+// dropped (skipped to its end).
+type lineSplitter struct {
+	carry []byte
+	skip  bool
+}
+
+// feed calls line for each complete line of data (its newline included)
+// and oversized once for each line longer than readBufBytes.
+func (ls *lineSplitter) feed(data []byte, line func([]byte), oversized func()) {
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			if !ls.skip {
+				ls.carry = append(ls.carry, data...)
+				if len(ls.carry) >= readBufBytes {
+					oversized()
+					ls.carry, ls.skip = ls.carry[:0], true
+				}
+			}
+			return
+		}
+		l := data[:i+1]
+		data = data[i+1:]
+		switch {
+		case ls.skip:
+			ls.skip = false
+			continue
+		case len(ls.carry) > 0:
+			l = append(ls.carry, l...)
+			ls.carry = ls.carry[:0]
+			if len(l) > readBufBytes {
+				oversized()
+				continue
+			}
+		}
+		line(l)
+	}
 }
 
 // hand gives the connection's batch to the batcher, once its user may
@@ -271,19 +320,6 @@ type batch struct {
 	buf  []byte
 	n    int
 	refs []markRef
-}
-
-// discardLine skips the rest of an over-long line; false at end of input.
-func discardLine(r *bufio.Reader) bool {
-	for {
-		_, err := r.ReadSlice('\n')
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return false
-		}
-	}
 }
 
 // drop counts a rejected line and logs at most once a second per reason.
