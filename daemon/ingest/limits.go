@@ -115,15 +115,22 @@ type Attempts func(ctx context.Context, job string, attempt int) (Attempt, bool)
 // (clocks of the processes of one node agree far better than this).
 const Skew = 10 * time.Minute
 
-// check refuses a record its attempt cannot have made by now.
+// check refuses a record its attempt cannot have made by now: any kind
+// whose world is above the attempt's workers; a step whose step, time or
+// duration lies outside the attempt's life (a hello's, an ack's and a
+// notice's step and time are the worker's word, not stored as steps).
 func (a Attempt) check(r *telemetry.StepRecord, now time.Time) error {
+	if a.Workers > 0 && r.World > a.Workers {
+		return fmt.Errorf("world %d: the attempt has %d workers", r.World, a.Workers)
+	}
+	if !r.IsStep() {
+		return nil
+	}
 	age := now.Sub(a.Started) + Skew
 	earliest := float64(a.Started.Add(-Skew).UnixNano()) / 1e9
 	latest := float64(now.Add(Skew).UnixNano()) / 1e9
 	maxStep := a.StartStep + min(int64(age/time.Microsecond), math.MaxInt64-a.StartStep)
 	switch {
-	case a.Workers > 0 && r.World > a.Workers:
-		return fmt.Errorf("world %d: the attempt has %d workers", r.World, a.Workers)
 	case r.Step > maxStep:
 		return fmt.Errorf("step %d: the attempt started at step %d %s ago, so it is at most at step %d", r.Step, a.StartStep, now.Sub(a.Started).Round(time.Millisecond), maxStep)
 	case r.Time < earliest || r.Time > latest:
@@ -309,7 +316,7 @@ const (
 	// RefusedEnded: a hello named an attempt that has ended (or never
 	// ran): the connection is ended, so that a worker whose attempt is
 	// about to be reattached tries again.
-	RefusedEnded = "attempt_ended"
+	RefusedEnded = "attempt_not_running"
 	// RefusedStepBytes: a user's connections waited for the step-byte
 	// bound (counted once a wait).
 	RefusedStepBytes = "step_bytes"
