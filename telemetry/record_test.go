@@ -137,3 +137,13 @@ func FuzzDecodeStep(f *testing.F) {
 		}
 	})
 }
+
+// TestStoredLine: the confirmation written without reflection is the one
+// Encode writes.
+func TestStoredLine(t *testing.T) {
+	for _, n := range []int64{1, 9, 10, 12345, 1 << 62} {
+		if got, want := string(StoredLine(n)), string(Control{Kind: ControlStored, Lines: n}.Encode()); got != want {
+			t.Errorf("StoredLine(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -22,7 +22,7 @@ func (in *Server) confirm(p *peer, lines int64) {
 		return
 	}
 	p.told = lines
-	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: lines}.Encode()
+	msg := telemetry.StoredLine(lines)
 	// Confirmations are cumulative: one a worker does not take at once
 	// (it has not read for thousands of them) is made good by the next,
 	// and never holds up the batcher or the held batches' publisher.

@@ -1,13 +1,16 @@
 """The telemetry client: step records to the node daemon, never blocking training.
 
-step() appends a tuple to a bounded deque; one daemon thread wakes every
-flush interval (a quarter of a second; at once when half the queue is full
-or an acknowledgement waits), turns the tuples into newline-delimited JSON
-(the wire format of telemetry/record.go, written by _wire.py) and writes
-them to the unix socket SCAV_SOCKET, connecting and reconnecting with
-exponential backoff. What the thread costs the training is its wakes (each
-takes the GIL): it wakes rarely and does little then, so that a step costs
-about what it costs without Scavenger (docs/bench-telemetry.md). Records a failed write did not
+step() appends a tuple to a bounded deque and, at most every DIRECT_EVERY
+seconds, writes what is queued to the unix socket SCAV_SOCKET itself, as
+newline-delimited JSON (the wire format of telemetry/record.go, written by
+_wire.py): one non-blocking write from the training thread, so that a record
+is on its way milliseconds after its step. Everything that may wait (a
+connection, a reconnection with exponential backoff, a full socket, a
+backlog, the daemon's confirmations and requests) is one daemon thread's,
+which wakes every flush interval (a tenth of a second; at once when half
+the queue is full or an acknowledgement waits). A wake of that thread takes
+the GIL from training, which is what a thread costs a step: it wakes
+rarely and has little to do (docs/bench-telemetry.md). Records a failed write did not
 deliver (the daemon went away) are spooled and sent first on the next
 connection. The hello asks the daemon to confirm what it stored (a "stored"
 line naming how many lines of the connection it is done with): every step
@@ -96,8 +99,9 @@ class Client:
     CONFIRM_WAIT = 0.5  # seconds close() waits, at most, for the daemon to confirm the last records
     EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
     KEEPALIVE = 30.0  # seconds of silence after which an empty line tells the daemon the worker lives
+    DIRECT_EVERY = 0.02  # seconds between the training thread's own writes of its records
 
-    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.25,
+    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.1,
                  timed: bool = True):
         self._config = config
         self._header = {"v": SCHEMA_VERSION, "job": config.job, "attempt": config.attempt,
@@ -111,10 +115,17 @@ class Client:
         self._step = config.start_step
         self._last = time.perf_counter() if timed else None
         self._dropped_full = 0  # written by step() only
-        self._dropped_send = 0  # written by the sender thread only
+        self._dropped_send = 0  # written under _wlock (by the sender thread, or step() holding it)
         self._sent = 0
         self._closed = False
         self._sock: Optional[socket.socket] = None
+        # Held by whoever writes on the connection or changes it: the sender
+        # thread, and step() when it writes its records itself (it never
+        # waits for it). _partial is the rest of a write the socket took in
+        # part: written before anything else.
+        self._wlock = threading.RLock()
+        self._partial = b""
+        self._sent_at = 0.0  # when step() last wrote (perf_counter)
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
         self._last_write = 0.0  # when the connection last carried a line (monotonic)
@@ -183,8 +194,43 @@ class Client:
             self._dropped_full += 1
             return
         self._queue.append((self._step, time.time(), samples, loss, fields))
+        if now - self._sent_at >= self.DIRECT_EVERY and self._sock is not None:
+            self._send_direct(now)
         if len(self._queue) >= self._half and not self._wake.is_set():
             self._wake.set()
+
+    def _send_direct(self, now: float) -> None:
+        """Write the queued records now, from the training thread, when nothing
+        waits to be written before them and the socket takes them at once: a
+        record is on its way a few milliseconds after its step (a worker
+        killed then loses nothing), and the sender thread need not wake for
+        it. It never waits: while the sender writes, or the socket is full,
+        the records stay queued for the sender."""
+        if not self._wlock.acquire(blocking=False):
+            return
+        try:
+            self._sent_at = now
+            sock = self._sock
+            if (sock is None or self._partial or self._spool or self._spilled or self._acks
+                    or len(self._unconfirmed) >= self._capacity):
+                return
+            lines = self._encode_lines()
+            if not lines:
+                return
+            data = b"".join(lines)
+            try:
+                n = os.write(sock.fileno(), data)  # the socket is non-blocking (it has a timeout)
+            except OSError:  # full (BlockingIOError), or broken: the sender takes them
+                n = 0
+            if n == 0:
+                self._spool.extendleft(reversed(lines))
+                return
+            self._partial = data[n:]
+            self._track(lines, 0)
+            self._sent += len(lines)
+            self._last_write = time.monotonic()
+        finally:
+            self._wlock.release()
 
     def should_checkpoint(self) -> bool:
         """True when the daemon asked for a checkpoint and the step it named is done."""
@@ -236,22 +282,25 @@ class Client:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        """The sender thread: every interval, flush and read the daemon's requests; at close, flush once more."""
+        """The sender thread: every interval, write what step() left and read
+        the daemon's confirmations and requests; at close, flush once more."""
         while True:
             self._wake.wait(self._interval)
             self._wake.clear()
             if self._stop.is_set():
                 break
+            with self._wlock:
+                self._flush()
+                self._poll()
+        with self._wlock:
+            self._retry_at = 0.0
             self._flush()
-            self._poll()
-        self._retry_at = 0.0
-        self._flush()
-        self._await_confirmations(self._close_wait)
-        self._leave()
-        # A daemon that took the last records and has not confirmed them
-        # yet (its store is full) holds them: sending them again later
-        # would store them twice.
-        self._disconnect(wait=0, resend=False)
+            self._await_confirmations(self._close_wait)
+            self._leave()
+            # A daemon that took the last records and has not confirmed them
+            # yet (its store is full) holds them: sending them again later
+            # would store them twice.
+            self._disconnect(wait=0, resend=False)
 
     def _await_confirmations(self, wait: float) -> None:
         """Read the daemon's confirmations until every record sent is
@@ -269,13 +318,20 @@ class Client:
 
     def _encode_queue(self) -> None:
         """Move the queued steps, encoded, to the spool (oldest first)."""
+        self._spool.extend(self._encode_lines())
+
+    def _encode_lines(self) -> list:
+        """The queued steps, taken off the queue and encoded (oldest first);
+        one too long for the daemon is dropped and counted."""
+        lines = []
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
             line = encode_step(self._prefix, step, t, samples, loss, {**self._defaults, **fields})
             if line is None:
                 self._dropped_send += 1
             else:
-                self._spool.append(line)
+                lines.append(line)
+        return lines
 
     def _spill(self) -> bool:
         """Write the queued and spooled step records to a new file in the spool
@@ -354,6 +410,13 @@ class Client:
         if self._sock is None and not self._connect():
             self._hold_back()
             return
+        if self._partial:  # the rest of a line step() began: before anything else
+            try:
+                self._sock.sendall(self._partial)
+            except OSError:
+                self._disconnect()
+                return
+            self._partial = b""
         room = len(self._unconfirmed) < self._capacity
         if room and not self._replay():
             return
@@ -487,6 +550,7 @@ class Client:
             self._read(self.EOF_WAIT if wait is None else wait)
         self._sock.close()
         self._sock = None
+        self._partial = b""  # its lines are among the unconfirmed
         # The next connection waits: a daemon that ends connections at once
         # (one that does not know this attempt yet) is not asked in a loop.
         self._retry_at = time.monotonic() + self._backoff
