@@ -1,7 +1,8 @@
 """The telemetry client: step records to the node daemon, never blocking training.
 
 step() appends a tuple to a bounded deque and, at most every DIRECT_EVERY
-seconds, writes what is queued to the unix socket SCAV_SOCKET itself, as
+seconds, writes what is queued (a few records; more, from a loop of short
+steps, are the sender thread's) to the unix socket SCAV_SOCKET itself, as
 newline-delimited JSON (the wire format of telemetry/record.go, written by
 _wire.py): one non-blocking write from the training thread, so that a record
 is on its way milliseconds after its step. Everything that may wait (a
@@ -100,8 +101,10 @@ class Client:
     EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
     KEEPALIVE = 30.0  # seconds of silence after which an empty line tells the daemon the worker lives
     DIRECT_EVERY = 0.02  # seconds between the training thread's own writes of its records
+    DIRECT_MAX = 8  # records it writes itself at most; more (a loop of short steps) wake the sender
+    FLUSH_INTERVAL = 0.1  # seconds between the sender thread's wakes, by default
 
-    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.1,
+    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = FLUSH_INTERVAL,
                  timed: bool = True):
         self._config = config
         self._header = {"v": SCHEMA_VERSION, "job": config.job, "attempt": config.attempt,
@@ -195,7 +198,11 @@ class Client:
             return
         self._queue.append((self._step, time.time(), samples, loss, fields))
         if now - self._sent_at >= self.DIRECT_EVERY and self._sock is not None:
-            self._send_direct(now)
+            if len(self._queue) <= self.DIRECT_MAX:
+                self._send_direct(now)
+            else:
+                self._sent_at = now
+                self._wake.set()
         if len(self._queue) >= self._half and not self._wake.is_set():
             self._wake.set()
 
