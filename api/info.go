@@ -78,6 +78,10 @@ type IngestStats struct {
 	Dropped map[string]int64 `json:"dropped"`
 	// Connections is the number of open worker connections.
 	Connections int64 `json:"connections"`
+	// Refused counts connections refused, ended or held back by a bound
+	// (per user, per job, a hello's or an idle deadline, an attempt that
+	// ended, the step bytes of a user), by reason (ingest.RefusedReasons).
+	Refused map[string]int64 `json:"refused,omitempty"`
 }
 
 // DiscoveryFile, in a daemon's state directory, is where a running daemon

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -99,6 +100,9 @@ type Config struct {
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
+	// Telemetry bounds the telemetry socket per user and per job (zero
+	// fields: ingest.DefaultLimits).
+	Telemetry ingest.Limits
 }
 
 // Daemon is a running scavd.
@@ -275,8 +279,10 @@ func (d *Daemon) startJobs() error {
 	if err != nil {
 		return err
 	}
-	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: 30 * time.Second, Hold: d.disk.holding}
-	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(), Steps: steps}); err != nil {
+	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: ingest.DefaultPatience, Hold: d.disk.holding}
+	var registry atomic.Pointer[jobs.Registry] // made below: workers reconnecting meanwhile wait
+	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(),
+		Steps: steps, Attempts: liveAttempts(&registry), Limits: cfg.Telemetry}); err != nil {
 		return err
 	}
 	if _, err := d.ingest.Relay(d.nc); err != nil {
@@ -303,6 +309,7 @@ func (d *Daemon) startJobs() error {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
 	}
 	d.jobs = jobs.New(d.root, o)
+	registry.Store(d.jobs)
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
+	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -57,6 +58,37 @@ func startDaemonWith(t *testing.T, prefix string, cfg Config) (*Daemon, *api.Cli
 			t.Errorf("close daemon: %v", err)
 		}
 	})
+	return d, c
+}
+
+// liveJob runs a job on d whose attempt has workers workers (one sleeping
+// process: the test writes the workers' telemetry itself) and returns its
+// id once it runs: a hello binds only a running attempt's connection.
+func liveJob(t *testing.T, d *Daemon, c *api.Client, workers int) string {
+	t.Helper()
+	ctx := context.Background()
+	j, err := c.Run(ctx, api.RunRequest{Command: []string{"sleep", "600"}, Dir: d.cfg.StateDir, Mode: plugins.ModeSelf,
+		Config: plugins.Config{Workers: workers}, Grace: api.Duration(time.Second)})
+	if err != nil {
+		t.Fatalf("run a job to bind telemetry to: %v", err)
+	}
+	t.Cleanup(func() { _, _ = c.Stop(ctx, j.ID, time.Second) })
+	eventually(t, "the job running", 30*time.Second, func() bool {
+		j, err = c.Job(ctx, j.ID)
+		return err == nil && j.State == api.StateRunning
+	})
+	return j.ID
+}
+
+// startDaemonSlots is startDaemon with a local launcher of slots slots.
+func startDaemonSlots(t *testing.T, slots int) (*Daemon, *api.Client) {
+	t.Helper()
+	l, release, err := builtin.Open(context.Background(), "local", builtin.Options{LocalSlots: slots}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, c := startDaemonWith(t, "scavd-test-", Config{Listen: "127.0.0.1:0", Launcher: l})
+	t.Cleanup(release) // after the daemon's close (cleanups run last first)
 	return d, c
 }
 
@@ -114,6 +146,7 @@ func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
 func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 	d, c := startDaemon(t)
 	ctx := context.Background()
+	job := liveJob(t, d, c, 1)
 
 	// A writer that sends half a line and then nothing must not stall the others.
 	stuck, err := net.Dial("unix", d.Socket())
@@ -131,14 +164,14 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 	}
 	defer w.Close()
 	lines := []string{
-		helloLine(t, d, "job-a"),
-		stepLine("job-a", 0, 1, 1),
+		helloLine(t, d, job),
+		stepLine(job, 0, 1, 1),
 		`this is not json`,
-		`{"v":99,"job":"job-a"}`,
-		strings.Replace(stepLine("job-a", 0, 1, 2), `"rank":0`, `"rank":5`, 1),
+		`{"v":99,"job":"` + job + `"}`,
+		strings.Replace(stepLine(job, 0, 1, 2), `"rank":0`, `"rank":5`, 1),
 		`{"v":1,"pad":"` + strings.Repeat("y", 200<<10) + `"}`, // longer than the read buffer
 		"\x00\x01\x02\xff",
-		stepLine("job-a", 0, 1, 2),
+		stepLine(job, 0, 1, 2),
 	}
 	if _, err := w.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
 		t.Fatal(err)
@@ -152,7 +185,7 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 		t.Fatalf("daemon stopped answering after garbage: %v", err)
 	}
 	var steps []int64
-	if err := storedSteps(t, d, "job-a", func(r telemetry.StepRecord) { steps = append(steps, r.Step) }); err != nil {
+	if err := storedSteps(t, d, job, func(r telemetry.StepRecord) { steps = append(steps, r.Step) }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(steps) != "[1 2]" {
@@ -161,9 +194,10 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 }
 
 func TestIngestManyWritersLoseNothing(t *testing.T) {
-	d, _ := startDaemon(t)
 	const writers, per = 8, 500
-	hello := helloLine(t, d, "many")
+	d, c := startDaemonSlots(t, writers)
+	job := liveJob(t, d, c, writers)
+	hello := helloLine(t, d, job)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -179,7 +213,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 			var b bytes.Buffer
 			b.WriteString(hello + "\n")
 			for s := int64(1); s <= per; s++ {
-				b.WriteString(stepLine("many", w, writers, s))
+				b.WriteString(stepLine(job, w, writers, s))
 				b.WriteByte('\n')
 			}
 			if _, err := conn.Write(b.Bytes()); err != nil {
@@ -194,7 +228,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 	}
 	eventually(t, "all records accepted", 20*time.Second, func() bool { return d.IngestStats().Accepted == writers*per })
 	seen := map[[2]int64]int{}
-	err := storedSteps(t, d, "many", func(r telemetry.StepRecord) { seen[[2]int64{int64(r.Rank), r.Step}]++ })
+	err := storedSteps(t, d, job, func(r telemetry.StepRecord) { seen[[2]int64{int64(r.Rank), r.Step}]++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +294,11 @@ func TestOneDaemonPerStateDir(t *testing.T) {
 }
 
 func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
-	d, _ := startDaemon(t)
+	d, c := startDaemon(t)
+	job := liveJob(t, d, c, 1)
 	nc := natsConn(t, d)
 	acks := make(chan []byte, 4)
-	sub, err := nc.Subscribe(telemetry.AckSubject("ctl"), func(m *nats.Msg) { acks <- m.Data })
+	sub, err := nc.Subscribe(telemetry.AckSubject(job), func(m *nats.Msg) { acks <- m.Data })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,11 +312,11 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.Write([]byte(helloLine(t, d, "ctl") + "\n")); err != nil {
+	if _, err := w.Write([]byte(helloLine(t, d, job) + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	// The hello registers the connection; publish until the worker hears it.
-	want := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: "d1", Job: "ctl", Attempt: 1, AfterStep: 7, Dir: "/ckpt"}
+	want := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: "d1", Job: job, Attempt: 1, AfterStep: 7, Dir: "/ckpt"}
 	got := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(w).ReadString('\n')
@@ -289,7 +324,7 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	}()
 	var line string
 	for deadline := time.Now().Add(10 * time.Second); line == ""; {
-		if err := nc.Publish(telemetry.ControlSubject("ctl"), want.Encode()); err != nil {
+		if err := nc.Publish(telemetry.ControlSubject(job), want.Encode()); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -304,7 +339,7 @@ func TestControlReachesWorkersAndAcksComeBack(t *testing.T) {
 	if err != nil || dec.Kind != want.Kind || dec.AfterStep != 7 || dec.Dir != "/ckpt" || dec.V != telemetry.SchemaVersion {
 		t.Fatalf("worker read %q (%v), want %+v", line, err, want)
 	}
-	if _, err := w.Write([]byte(`{"v":1,"kind":"ack","id":"d1","job":"ctl","attempt":1,"rank":0,"world":1,"step":7,"t":2,"checkpoint":"/ckpt/s7.pt"}` + "\n")); err != nil {
+	if _, err := w.Write([]byte(`{"v":1,"kind":"ack","id":"d1","job":"` + job + `","attempt":1,"rank":0,"world":1,"step":7,"t":2,"checkpoint":"/ckpt/s7.pt"}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -176,6 +176,7 @@ var (
 	descIngested = prometheus.NewDesc("scavenger_ingest_records_total", "Step records accepted on the telemetry socket and published.", []string{"node"}, nil)
 	descDropped  = prometheus.NewDesc("scavenger_ingest_dropped_records_total", "Telemetry lines dropped, by reason.", []string{"node", "reason"}, nil)
 	descConns    = prometheus.NewDesc("scavenger_ingest_connections", "Open worker connections on the telemetry socket.", []string{"node"}, nil)
+	descRefused  = prometheus.NewDesc("scavenger_ingest_refused_total", "Telemetry connections refused, ended or held back by a bound (per user, per job, deadlines, ended attempts, step bytes), by reason.", []string{"node", "reason"}, nil)
 
 	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
 	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
@@ -200,7 +201,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
-		descIngested, descDropped, descConns, descDiskFull, descDiskFree, descDiskRestarts,
+		descIngested, descDropped, descConns, descRefused, descDiskFull, descDiskFree, descDiskRestarts,
 	} {
 		ch <- d
 	}
@@ -218,6 +219,9 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 	m.gauge(descConns, float64(st.Connections), m.node)
 	for _, reason := range ingest.DropReasons {
 		m.counter(descDropped, float64(st.Dropped[reason]), m.node, reason)
+	}
+	for _, reason := range ingest.RefusedReasons {
+		m.counter(descRefused, float64(st.Refused[reason]), m.node, reason)
 	}
 	if c.disk != nil {
 		full, free, restarts := c.disk()

@@ -1,6 +1,7 @@
 package stepstats
 
 import (
+	"math"
 	"sort"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -41,7 +42,8 @@ func RateSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 }
 
 // LossSeries is rank 0's training loss along its steps in recs (any order;
-// a step recorded twice counts once; steps without a loss are skipped),
+// a step recorded twice counts once; steps without a loss, or with a NaN or
+// infinite one, which no plot can draw, are skipped),
 // attempt by attempt: each point is the mean time (seconds since t0, Unix
 // seconds) and mean loss of a group of consecutive steps of one attempt,
 // ceil(steps/n) steps long, so that there are about n points in all (one
@@ -54,7 +56,7 @@ func LossSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 	for _, rs := range rank0ByAttempt(recs) {
 		var with []telemetry.StepRecord
 		for _, r := range rs {
-			if r.Loss != nil {
+			if r.Loss != nil && !math.IsNaN(*r.Loss) && !math.IsInf(*r.Loss, 0) {
 				with = append(with, r)
 			}
 		}

@@ -1,6 +1,8 @@
 package stepstats
 
 import (
+	"encoding/json"
+	"math"
 	"sort"
 
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
@@ -39,6 +41,17 @@ type Summary struct {
 	NoiseScale float64 `json:"noise_scale,omitempty"`
 }
 
+// MarshalJSON encodes the summary; a NaN or infinite loss (a run that
+// diverged) is written as the wire writes it (telemetry.Loss).
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type fields Summary
+	return json.Marshal(struct {
+		fields
+		FirstLoss telemetry.Loss `json:"first_loss,omitempty"`
+		LastLoss  telemetry.Loss `json:"last_loss,omitempty"`
+	}{fields(s), telemetry.Loss(s.FirstLoss), telemetry.Loss(s.LastLoss)})
+}
+
 // Summarize is the summary of recs (any order, every rank's).
 func Summarize(recs []telemetry.StepRecord) Summary {
 	var s Summary
@@ -74,7 +87,9 @@ func Summarize(recs []telemetry.StepRecord) Summary {
 // gaps counts the records missing and duplicated between steps first and
 // last: every step should have one record from each rank of the world it
 // ran in (a job that moved between worker counts has steps of several
-// worlds). seen counts the records of each (rank, step).
+// worlds). seen counts the records of each (rank, step). It works over the
+// records, never over the steps in between: a step of 2^63-1 after step 1
+// is counted, not walked; the counts saturate at the largest int.
 func gaps(recs []telemetry.StepRecord, seen map[[2]int64]int, first, last int64) (missing, duplicates int) {
 	worlds := map[int64]int{}
 	for _, r := range recs {
@@ -82,23 +97,31 @@ func gaps(recs []telemetry.StepRecord, seen map[[2]int64]int, first, last int64)
 		if r.From == telemetry.FromOutput {
 			w = 1 // read off one rank's output: one record a step
 		}
-		worlds[r.Step] = max(worlds[r.Step], w)
+		worlds[r.Step] = max(worlds[r.Step], w, 1)
 	}
-	for step := first; step <= last; step++ {
-		w := worlds[step]
-		if w == 0 {
-			w = 1 // no record of this step at all: at least rank 0's is missing
+	present := make(map[int64]int, len(worlds)) // the ranks of each step's world seen
+	for key, n := range seen {
+		rank, step := key[0], key[1]
+		if rank < 0 || rank >= int64(worlds[step]) {
+			continue
 		}
-		for rank := 0; rank < w; rank++ {
-			switch n := seen[[2]int64{int64(rank), step}]; {
-			case n == 0:
-				missing++
-			case n > 1:
-				duplicates += n - 1
-			}
-		}
+		present[step]++
+		duplicates = addSat(duplicates, uint64(n-1))
+	}
+	// A step with no record at all misses at least rank 0's.
+	missing = addSat(0, uint64(last)-uint64(first)-uint64(len(worlds)-1))
+	for step, w := range worlds {
+		missing = addSat(missing, uint64(w-present[step]))
 	}
 	return missing, duplicates
+}
+
+// addSat is a + b, or the largest int when that is larger.
+func addSat(a int, b uint64) int {
+	if b > uint64(math.MaxInt-a) {
+		return math.MaxInt
+	}
+	return a + int(b)
 }
 
 // summaryM0 is the base batch the summary's samples are taken against:

@@ -1,8 +1,11 @@
 package stepstats
 
 import (
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -107,5 +110,61 @@ func TestSummarizeStepsReadOffOutput(t *testing.T) {
 	}
 	if s := Summarize(recs); s.Missing != 0 || s.FirstStep != 1 || s.LastStep != 40 {
 		t.Errorf("summary %+v: want steps 1..40, none missing", s)
+	}
+}
+
+// TestSummarizeExtremeSteps: records at the ends of the step range, and a
+// rank of a world of a million, are summarised at once (issue 21: step
+// 2^63-1 made gaps loop over every step in between), with the gaps counted.
+func TestSummarizeExtremeSteps(t *testing.T) {
+	rec := func(rank, world int, step int64) telemetry.StepRecord {
+		return telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, Rank: rank, World: world, Step: step, Time: 1, Seconds: 0.1}
+	}
+	for _, c := range []struct {
+		name                string
+		recs                []telemetry.StepRecord
+		missing, duplicates int
+	}{
+		{"step 2^63-1 after step 1", []telemetry.StepRecord{rec(0, 1, 1), rec(0, 1, math.MaxInt64)}, math.MaxInt64 - 2, 0},
+		{"the whole int64 range", []telemetry.StepRecord{rec(0, 1, math.MinInt64), rec(0, 1, math.MaxInt64)}, math.MaxInt, 0},
+		{"rank 999999 of a world of a million", []telemetry.StepRecord{rec(999999, 1000000, 1), rec(0, 1, 2), rec(0, 1, 2)}, 999999, 1},
+		{"worlds of 2^62 on many steps", []telemetry.StepRecord{rec(0, 1<<62, 1), rec(0, 1<<62, 2), rec(0, 1<<62, 3)}, math.MaxInt, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan Summary, 1)
+			go func() { done <- Summarize(c.recs) }()
+			select {
+			case s := <-done:
+				if s.Missing != c.missing || s.Duplicates != c.duplicates {
+					t.Errorf("missing %d, duplicates %d; want %d, %d", s.Missing, s.Duplicates, c.missing, c.duplicates)
+				}
+			case <-time.After(20 * time.Second): // it takes microseconds; a loop over the steps takes centuries
+				t.Fatal("Summarize did not return")
+			}
+		})
+	}
+}
+
+// TestSummarizeNaNLoss: a run whose loss turned NaN says so in its summary,
+// in print and in JSON, and its loss series leaves the NaN out.
+func TestSummarizeNaNLoss(t *testing.T) {
+	var recs []telemetry.StepRecord
+	for step := int64(1); step <= 4; step++ {
+		loss := 1 / float64(step)
+		if step > 2 {
+			loss = math.NaN()
+		}
+		recs = append(recs, telemetry.StepRecord{V: 1, Job: "j", Attempt: 1, World: 1, Step: step, Time: float64(step), Loss: &loss})
+	}
+	s := Summarize(recs)
+	if s.FirstLoss != 1 || !math.IsNaN(s.LastLoss) {
+		t.Fatalf("losses %v -> %v, want 1 -> NaN", s.FirstLoss, s.LastLoss)
+	}
+	b, err := json.Marshal(s)
+	if err != nil || !strings.Contains(string(b), `"last_loss":"NaN"`) || !strings.Contains(string(b), `"first_loss":1`) {
+		t.Fatalf("summary JSON %s, %v", b, err)
+	}
+	if pts := LossSeries(recs, 0, 10); len(pts) != 2 {
+		t.Fatalf("loss series %v, want the two finite losses", pts)
 	}
 }

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // Control kinds: what the daemon asks of a job's workers.
@@ -40,6 +41,22 @@ func (c Control) Encode() []byte {
 	c.V = SchemaVersion
 	b, _ := json.Marshal(c)
 	return append(b, '\n')
+}
+
+// storedPrefix is the start of Control{Kind: ControlStored}.Encode(), up to
+// its count of lines.
+var storedPrefix = func() []byte {
+	b := Control{Kind: ControlStored, Lines: 1}.Encode()
+	return b[:len(b)-len("1}\n")]
+}()
+
+// StoredLine is Control{Kind: ControlStored, Lines: lines}.Encode() for
+// lines > 0, written without reflection: the daemon writes one to each
+// confirmed connection every few milliseconds.
+func StoredLine(lines int64) []byte {
+	b := append(make([]byte, 0, len(storedPrefix)+24), storedPrefix...)
+	b = strconv.AppendInt(b, lines, 10)
+	return append(b, '}', '\n')
 }
 
 // DecodeControl parses a control message published on ControlSubject.

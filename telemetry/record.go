@@ -10,7 +10,6 @@ package telemetry
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -56,7 +55,9 @@ type StepRecord struct {
 	// ComputeSeconds and SyncSeconds split the step: time computing and time in all-reduce.
 	ComputeSeconds *float64 `json:"compute_s,omitempty"`
 	SyncSeconds    *float64 `json:"sync_s,omitempty"`
-	// Loss is the training loss the worker saw in this step.
+	// Loss is the training loss the worker saw in this step. It may be NaN
+	// or infinite (a diverged run): JSON has no such numbers, so on the wire
+	// they are the strings "NaN", "Infinity" and "-Infinity" (loss.go).
 	Loss *float64 `json:"loss,omitempty"`
 	// LocalSqr is the squared L2 norm of this worker's gradient before all-reduce;
 	// AvgSqr that of the averaged gradient after it. They feed the gradient noise scale.
@@ -88,7 +89,30 @@ type StepRecord struct {
 	// worker keeps every step record until it is stored and sends the rest
 	// again on its next connection.
 	Confirm bool `json:"confirm,omitempty"`
+	// Session is, in a hello, the worker's own id for its client (one a
+	// process, from [A-Za-z0-9_-], at most 64 characters): a record the
+	// client sends again on a new connection (the daemon stalled, the
+	// write timed out) carries the same session and step as before, and the
+	// daemon stores it once.
+	Session string `json:"session,omitempty"`
 }
+
+// Bounds of a record's values that no job can pass, whatever it runs;
+// those the job's attempt sets (its workers, its age) the daemon checks
+// on top (daemon/ingest).
+const (
+	// MaxStep is the largest step (and total): 2^53-1, the largest integer
+	// every JSON reader (a float64) holds exactly.
+	MaxStep = 1<<53 - 1
+	// MaxWorld is the most workers a record may name.
+	MaxWorld = 1 << 20
+	// MaxTime is the latest Unix time a record may carry (2^33 s: the
+	// year 2242).
+	MaxTime = 1 << 33
+	// MaxSeconds bounds a step's durations (dt, compute_s, sync_s): about
+	// three years.
+	MaxSeconds = 1e8
+)
 
 // Kinds of worker message.
 const (
@@ -138,7 +162,7 @@ func DecodeStep(line []byte) (StepRecord, error) {
 		return r, &DecodeError{DropOversized, fmt.Sprintf("record of %d bytes exceeds %d", len(line), MaxRecordBytes)}
 	}
 	line = bytes.TrimSpace(line)
-	if err := json.Unmarshal(line, &r); err != nil {
+	if err := unmarshalStep(line, &r); err != nil {
 		return StepRecord{}, &DecodeError{DropMalformed, err.Error()}
 	}
 	if r.V != SchemaVersion {
@@ -172,29 +196,31 @@ func (r *StepRecord) Validate() error {
 		return fmt.Errorf("job %q is not a job id", r.Job)
 	case r.Attempt < 1:
 		return fmt.Errorf("attempt %d < 1", r.Attempt)
-	case r.World < 1:
-		return fmt.Errorf("world %d < 1", r.World)
+	case r.World < 1 || r.World > MaxWorld:
+		return fmt.Errorf("world %d outside 1..%d", r.World, MaxWorld)
 	case r.Rank < 0 || r.Rank >= r.World:
 		return fmt.Errorf("rank %d outside world of %d", r.Rank, r.World)
-	case r.Step < minStep:
-		return fmt.Errorf("step %d < %d", r.Step, minStep)
-	case !finiteNonNeg(r.Time) || r.Time == 0:
-		return fmt.Errorf("time %v is not a positive Unix time", r.Time)
-	case !finiteNonNeg(r.Seconds):
-		return fmt.Errorf("dt %v is not a finite non-negative number", r.Seconds)
+	case r.Step < minStep || r.Step > MaxStep:
+		return fmt.Errorf("step %d outside %d..%d", r.Step, minStep, int64(MaxStep))
+	case !finiteNonNeg(r.Time) || r.Time == 0 || r.Time > MaxTime:
+		return fmt.Errorf("time %v is not a Unix time between 0 and %d", r.Time, int64(MaxTime))
+	case !finiteNonNeg(r.Seconds) || r.Seconds > MaxSeconds:
+		return fmt.Errorf("dt %v is not a number of seconds between 0 and %g", r.Seconds, MaxSeconds)
 	case r.Samples < 0 || r.LocalBatch < 0 || r.GlobalBatch < 0 || r.Micro < 0 || r.Count < 0 || r.Total < 0:
-		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro/count")
+		return fmt.Errorf("negative count in samples/local_batch/global_batch/micro/count/total")
+	case r.Total > MaxStep:
+		return fmt.Errorf("total %d above %d", r.Total, int64(MaxStep))
+	case r.Session != "" && !ValidJobID(r.Session):
+		return fmt.Errorf("session %q is not 1 to 64 characters of [A-Za-z0-9_-]", r.Session)
 	}
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"compute_s", r.ComputeSeconds}, {"sync_s", r.SyncSeconds}, {"local_sqr", r.LocalSqr}, {"avg_sqr", r.AvgSqr}} {
-		if f.v != nil && !finiteNonNeg(*f.v) {
-			return fmt.Errorf("%s %v is not a finite non-negative number", f.name, *f.v)
+		max  float64
+	}{{"compute_s", r.ComputeSeconds, MaxSeconds}, {"sync_s", r.SyncSeconds, MaxSeconds}, {"local_sqr", r.LocalSqr, math.MaxFloat64}, {"avg_sqr", r.AvgSqr, math.MaxFloat64}} {
+		if f.v != nil && (!finiteNonNeg(*f.v) || *f.v > f.max) {
+			return fmt.Errorf("%s %v is not a number between 0 and %g", f.name, *f.v, f.max)
 		}
-	}
-	if r.Loss != nil && (math.IsNaN(*r.Loss) || math.IsInf(*r.Loss, 0)) {
-		return fmt.Errorf("loss %v is not finite", *r.Loss)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -104,6 +106,8 @@ func FuzzDecodeStep(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte(`{"v":1,"job":"j","attempt":1,"rank":0,"world":1,"step":1,"t":1}`))
 	f.Add([]byte(`{"v":1,"job":"j","attempt":1,"rank":0,"world":1,"step":1,"t":1,"loss":null}`))
+	f.Add([]byte(`{"v":1,"job":"j","attempt":1,"rank":0,"world":1,"step":1,"t":1,"loss":"NaN"}`))
+	f.Add([]byte(`{"v":1,"job":"j","attempt":1,"rank":0,"world":1,"step":1,"t":1,"loss":"-Infinity","session":"s1"}`))
 	f.Add([]byte(`{"v":2}`))
 	f.Add([]byte(`{`))
 	f.Add([]byte("\x00\xff"))
@@ -120,5 +124,26 @@ func FuzzDecodeStep(f *testing.F) {
 		if err := r.Validate(); err != nil {
 			t.Fatalf("accepted an invalid record: %v", err)
 		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("encode an accepted record: %v", err)
+		}
+		back, err := DecodeStep(b)
+		if err != nil {
+			t.Fatalf("decode the re-encoded %s: %v", b, err)
+		}
+		if b2, _ := json.Marshal(back); !bytes.Equal(b, b2) {
+			t.Fatalf("re-encoded %s decodes to %s", b, b2)
+		}
 	})
+}
+
+// TestStoredLine: the confirmation written without reflection is the one
+// Encode writes.
+func TestStoredLine(t *testing.T) {
+	for _, n := range []int64{1, 9, 10, 12345, 1 << 62} {
+		if got, want := string(StoredLine(n)), string(Control{Kind: ControlStored, Lines: n}.Encode()); got != want {
+			t.Errorf("StoredLine(%d) = %q, want %q", n, got, want)
+		}
+	}
 }

@@ -50,9 +50,11 @@ type settings struct {
 	Replicas int             `yaml:"replicas"`
 	Cluster  clusterSettings `yaml:"cluster"`
 	Local    localSettings   `yaml:"local"`
-	SSH      sshSettings     `yaml:"ssh"`
-	Slurm    slurmSettings   `yaml:"slurm"`
-	Cloud    cloudSettings   `yaml:"cloud"`
+	// Telemetry bounds the workers' telemetry socket (ingest.Limits).
+	Telemetry telemetrySettings `yaml:"telemetry"`
+	SSH       sshSettings       `yaml:"ssh"`
+	Slurm     slurmSettings     `yaml:"slurm"`
+	Cloud     cloudSettings     `yaml:"cloud"`
 }
 
 // clusterSettings join the embedded NATS server to the other nodes' (daemon.Cluster).
@@ -96,6 +98,20 @@ type cloudSettings struct {
 type localSettings struct {
 	// Slots is the most workers a job may have on this node; 0: the CPU count.
 	Slots int `yaml:"slots"`
+}
+
+// telemetrySettings bound the telemetry socket per user and per job
+// (ingest.Limits; their flags' defaults are ingest.DefaultLimits).
+type telemetrySettings struct {
+	Conns              int           `yaml:"conns"`
+	ConnsPerUser       int           `yaml:"conns_per_user"`
+	ConnsPerJob        int           `yaml:"conns_per_job"`
+	StepBytesPerSecond int64         `yaml:"step_bytes_per_second"`
+	StepBurst          int64         `yaml:"step_burst"`
+	BadTokensPerSecond float64       `yaml:"bad_tokens_per_second"`
+	BadTokenBurst      float64       `yaml:"bad_token_burst"`
+	HelloTimeout       time.Duration `yaml:"hello_timeout"`
+	IdleTimeout        time.Duration `yaml:"idle_timeout"`
 }
 
 // slurmSettings configure the slurm launcher (launcher: slurm).

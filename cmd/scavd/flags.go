@@ -7,6 +7,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
@@ -62,6 +63,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Cluster.TLSKey, "cluster-tls-key", "", "TLS key of the routes")
 	f.StringVar(&s.Cluster.TLSCA, "cluster-tls-ca", "", "CA that verifies the other nodes' route certificates")
 	f.IntVar(&s.Local.Slots, "local-slots", 0, "launcher local: the most workers one job may have on this node; larger requests are refused at submit (0: the number of CPUs)")
+	bindTelemetryFlags(f, &s.Telemetry)
 	f.SetNormalizeFunc(normalizeFlag)
 	f.StringArrayVar(&s.SSH.Hosts, "ssh-hosts", []string{}, `launcher ssh: a host, "[user@]addr[:port] [slots=N]", e.g. "10.0.0.5 slots=4" `+
 		`or "ubuntu@gpu1:2222,slots=8" (repeatable as --ssh-host; ranks fill the hosts in order, rank 0's host is MASTER_ADDR)`)
@@ -80,6 +82,20 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Slurm.WorkDir, "slurm-work-dir", "", "launcher slurm: where batch scripts and job output files go; must be shared with the compute nodes (default $TMPDIR/scavenger-slurm)")
 	f.DurationVar(&s.Slurm.Poll, "slurm-poll", slurm.DefaultPollInterval, "launcher slurm: how often a submitted job's state and output are read")
 	bindCloudFlags(f, &s.Cloud)
+}
+
+// bindTelemetryFlags registers the flags of the telemetry: group.
+func bindTelemetryFlags(f *pflag.FlagSet, t *telemetrySettings) {
+	d := ingest.DefaultLimits
+	f.IntVar(&t.Conns, "telemetry-conns", d.Conns, "telemetry socket: the most worker connections open at once, in all")
+	f.IntVar(&t.ConnsPerUser, "telemetry-conns-per-user", d.ConnsPerUser, "telemetry socket: the most connections one user (uid) may hold open; root's are bound by the totals only")
+	f.IntVar(&t.ConnsPerJob, "telemetry-conns-per-job", d.ConnsPerJob, "telemetry socket: the most connections bound to one job")
+	f.Int64Var(&t.StepBytesPerSecond, "telemetry-step-bytes-per-second", int64(d.StepBytesPerSecond), "telemetry socket: the step-record bytes a second one user's workers may hand to the store (past it they wait; nothing is lost)")
+	f.Int64Var(&t.StepBurst, "telemetry-step-burst", int64(d.StepBurst), "telemetry socket: the step-record bytes one user may hand at once above that rate")
+	f.Float64Var(&t.BadTokensPerSecond, "telemetry-bad-tokens-per-second", d.BadTokens, "telemetry socket: the hellos with a wrong token a second one user may make (each is logged)")
+	f.Float64Var(&t.BadTokenBurst, "telemetry-bad-token-burst", d.BadTokenBurst, "telemetry socket: the wrong tokens one user may make at once; past it their connections are refused until the rate allows")
+	f.DurationVar(&t.HelloTimeout, "telemetry-hello-timeout", d.HelloTimeout, "telemetry socket: how long a connection may go without a hello with its attempt's token")
+	f.DurationVar(&t.IdleTimeout, "telemetry-idle-timeout", d.IdleTimeout, "telemetry socket: how long a bound connection may be silent (the python client writes an empty line every 30s)")
 }
 
 // bindCloudFlags registers the flags of the cloud: group.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -20,6 +21,7 @@ func (s settings) socketPath() string {
 
 // daemonConfig is the daemon's part of the settings.
 func (s settings) daemonConfig() daemon.Config {
+	t := s.Telemetry
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
@@ -28,6 +30,9 @@ func (s settings) daemonConfig() daemon.Config {
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
 		Cluster: daemon.Cluster{Name: s.Cluster.Name, Listen: s.Cluster.Listen, Routes: s.Cluster.Routes,
 			TLSCert: s.Cluster.TLSCert, TLSKey: s.Cluster.TLSKey, TLSCA: s.Cluster.TLSCA},
+		Telemetry: ingest.Limits{Conns: t.Conns, ConnsPerUser: t.ConnsPerUser, ConnsPerJob: t.ConnsPerJob,
+			StepBytesPerSecond: float64(t.StepBytesPerSecond), StepBurst: float64(t.StepBurst), BadTokens: t.BadTokensPerSecond,
+			BadTokenBurst: t.BadTokenBurst, HelloTimeout: t.HelloTimeout, IdleTimeout: t.IdleTimeout},
 	}
 }
 

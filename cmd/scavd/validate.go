@@ -15,8 +15,24 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 )
+
+// validate checks the telemetry socket's bounds.
+func (t telemetrySettings) validate(bad func(key, format string, args ...any)) {
+	for key, v := range map[string]float64{"telemetry.conns": float64(t.Conns), "telemetry.conns_per_user": float64(t.ConnsPerUser),
+		"telemetry.conns_per_job": float64(t.ConnsPerJob), "telemetry.step_bytes_per_second": float64(t.StepBytesPerSecond),
+		"telemetry.step_burst": float64(t.StepBurst), "telemetry.bad_tokens_per_second": t.BadTokensPerSecond,
+		"telemetry.bad_token_burst": t.BadTokenBurst, "telemetry.hello_timeout": t.HelloTimeout.Seconds()} {
+		if !(v > 0) {
+			bad(key, "%v: must be positive", v)
+		}
+	}
+	if t.IdleTimeout < 2*ingest.KeepaliveEvery {
+		bad("telemetry.idle_timeout", "%s: must be at least %s (the python client writes an empty line every %s)", t.IdleTimeout, 2*ingest.KeepaliveEvery, ingest.KeepaliveEvery)
+	}
+}
 
 // validate checks every setting and returns every problem.
 func (s settings) validate() []fieldError {
@@ -51,6 +67,7 @@ func (s settings) validate() []fieldError {
 	if s.StepRetention <= 0 {
 		bad("step_retention", "%s: must be positive", s.StepRetention)
 	}
+	s.Telemetry.validate(bad)
 	switch {
 	case s.Plugin != "":
 		if s.Launcher != "local" {

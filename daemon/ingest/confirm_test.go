@@ -18,9 +18,10 @@ import (
 // confirmConn is a worker's connection to a real socket: it writes lines and
 // reads the daemon's "stored" confirmations.
 type confirmConn struct {
-	t *testing.T
-	c net.Conn
-	r *bufio.Reader
+	t     *testing.T
+	c     net.Conn
+	r     *bufio.Reader
+	lines int64 // lines written so far
 }
 
 func dialConfirm(t *testing.T, in *Server, key Key, confirm bool) *confirmConn {
@@ -38,6 +39,7 @@ func dialConfirm(t *testing.T, in *Server, key Key, confirm bool) *confirmConn {
 
 func (cc *confirmConn) write(lines ...string) {
 	cc.t.Helper()
+	cc.lines += int64(len(lines))
 	if _, err := cc.c.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
 		cc.t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,31 +12,52 @@ import (
 )
 
 // confirm tells p's worker, when its hello asked (Confirm), that the daemon
-// is done with every line it read so far: at once, or, while step batches
-// are held for a full store, once those before it are stored. A batch the
-// store did not take makes it false: the connection is then ended, so that
-// the worker sends what was not confirmed again on its next connection.
-func (in *Server) confirm(p *peer, b *batch) bool {
-	failed := b.failed
-	b.failed = false
-	if !p.confirm || p.conn == nil {
-		return true
+// is done with its first lines lines: at once, or, while step batches are
+// held for a full store, once those before it are stored. A connection
+// whose records the store refused is told nothing more (it is ended, and
+// its worker sends what was not confirmed again). It runs in the
+// batcher's flush, one at a time.
+func (in *Server) confirm(p *peer, lines int64) {
+	if !p.confirm || p.conn == nil || p.failed.Load() || lines <= p.told {
+		return
 	}
-	if failed {
-		return false
-	}
-	if p.lines == p.told {
-		return true
-	}
-	p.told = p.lines
-	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
+	p.told = lines
+	msg := telemetry.StoredLine(lines)
 	// Confirmations are cumulative: one a worker does not take at once
 	// (it has not read for thousands of them) is made good by the next,
-	// and never holds up the held batches' publisher.
-	if !in.held.after(func() { in.write(p, msg, confirmPatience) }) {
-		in.write(p, msg, confirmPatience)
+	// and never holds up the batcher or the held batches' publisher.
+	if !in.held.after(func() { in.tryWrite(p, msg) }) {
+		in.tryWrite(p, msg)
 	}
-	return true
+}
+
+// tryWrite writes a line to p's worker if its socket takes it now, without
+// waiting (a confirmation: the next one makes good one not taken).
+func (in *Server) tryWrite(p *peer, line []byte) {
+	sc, ok := p.conn.(syscall.Conn)
+	if !ok {
+		in.write(p, line, confirmPatience)
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	var n int
+	var werr error
+	if err := raw.Write(func(fd uintptr) bool {
+		n, werr = rawWrite(int(fd), line)
+		return true // one try: never wait for room
+	}); err != nil {
+		return
+	}
+	if werr == nil && n < len(line) || werr != nil && n > 0 {
+		// Part of a line went out: what follows would not parse. The
+		// worker reconnects and sends again what was not confirmed.
+		p.conn.Close()
+	}
 }
 
 // Patience with a worker that does not read: a control message waits a

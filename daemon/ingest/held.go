@@ -22,6 +22,7 @@ const heldMaxBytes = 64 << 20
 // confirmation to send once the batches before it are stored.
 type heldBatch struct {
 	subject string
+	id      string
 	data    []byte
 	n       int
 	then    func()
@@ -49,7 +50,7 @@ func (h *held) pending() bool {
 
 // hold queues a copy of a batch, waiting while heldMaxBytes are held;
 // false when the server is closing (the batch is not taken).
-func (h *held) hold(subject string, data []byte, n int) bool {
+func (h *held) hold(subject, id string, data []byte, n int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for !h.stop && len(h.q) > 0 && h.bytes+len(data) > heldMaxBytes {
@@ -58,7 +59,7 @@ func (h *held) hold(subject string, data []byte, n int) bool {
 	if h.stop {
 		return false
 	}
-	h.q = append(h.q, heldBatch{subject: subject, data: append([]byte(nil), data...), n: n})
+	h.q = append(h.q, heldBatch{subject: subject, id: id, data: append([]byte(nil), data...), n: n})
 	h.bytes += len(data)
 	h.cond.Broadcast()
 	return true
@@ -80,13 +81,29 @@ func (h *held) after(then func()) bool {
 // holder is a Publisher that knows when the store cannot write.
 type holder interface{ Holding() bool }
 
+// IDPublisher is a Publisher that names each message with an id the
+// store stores once, however often it is sent (JetStream's Nats-Msg-Id,
+// within the stream's duplicate window).
+type IDPublisher interface {
+	PublishID(subject string, data []byte, id string) error
+}
+
+// publishStep publishes one step message with its id, when the publisher
+// takes ids.
+func (in *Server) publishStep(subject string, data []byte, id string) error {
+	if p, ok := in.steps.(IDPublisher); ok {
+		return p.PublishID(subject, data, id)
+	}
+	return in.steps.Publish(subject, data)
+}
+
 // flushStep publishes a step batch, or holds it when the store cannot write
 // (known beforehand, or from the publish's error) or earlier batches are
 // still held; it returns the error of a publish that failed otherwise.
-func (in *Server) flushStep(subject string, data []byte, n int) error {
+func (in *Server) flushStep(subject string, data []byte, n int, id string) error {
 	h, _ := in.steps.(holder)
 	if !in.held.pending() && (h == nil || !h.Holding()) {
-		err := in.steps.Publish(subject, data)
+		err := in.publishStep(subject, data, id)
 		if err == nil {
 			in.accepted.Add(int64(n))
 			return nil
@@ -96,7 +113,7 @@ func (in *Server) flushStep(subject string, data []byte, n int) error {
 		}
 		in.log.Warn("holding step records until the store writes again", zap.Error(err))
 	}
-	if !in.held.hold(subject, data, n) {
+	if !in.held.hold(subject, id, data, n) {
 		return fmt.Errorf("hold %d records: the telemetry socket is closing", n)
 	}
 	return nil
@@ -129,7 +146,7 @@ func (in *Server) publishHeld() {
 		if b.data == nil {
 			b.then()
 		} else if _, err := backoff.Retry(in.closing, func() (struct{}, error) {
-			return struct{}{}, in.steps.Publish(b.subject, b.data)
+			return struct{}{}, in.publishStep(b.subject, b.data, b.id)
 		}, retryBackOff(), backoff.WithMaxElapsedTime(0)); err != nil {
 			continue // closing
 		}

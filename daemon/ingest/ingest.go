@@ -6,23 +6,35 @@
 // on the job's subjects, and counts what it drops; nothing a worker writes
 // can crash or stall it.
 //
+// Every connection is bound: per user and per job (connections, step
+// bytes, wrong tokens), by a deadline for its hello and one for silence,
+// and by what its attempt can have made (limits.go); a token stops binding
+// once its attempt has ended. Records sent again after a stall are stored
+// once (dedupe.go).
+//
 // ingest.go has the socket and its connections; read.go reads and validates
-// a connection's lines into batches; control.go writes back to the workers
-// (confirmations, control messages); held.go holds step batches while the
-// store cannot write; stream.go publishes into JetStream, trying again; key.go
-// makes and checks the tokens that bind a connection to an attempt.
+// a connection's lines into batches; batch.go gathers the batches of every
+// connection into one message per job every few milliseconds; control.go
+// writes back to the workers (confirmations, control messages); held.go
+// holds step batches while the store cannot write; stream.go publishes into
+// JetStream, trying again; limits.go and dedupe.go hold the bounds and the
+// marks; key.go makes and checks the tokens that bind a connection to an
+// attempt.
 package ingest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/unixsock"
@@ -35,22 +47,29 @@ type Publisher interface {
 }
 
 const (
-	maxIngestConns = 4096
-	batchRecords   = 512
-	batchBytes     = 256 << 10
-	readBufBytes   = 64 << 10
-	dropPublish    = "publish_failed"
-	dropTooMany    = "too_many_connections"
+	batchRecords = 512
+	batchBytes   = 256 << 10
+	readBufBytes = 64 << 10
+	dropPublish  = "publish_failed"
+	dropTooMany  = "too_many_connections"
 	// DropUnbound counts lines on a connection that no valid hello bound to
 	// an attempt (no hello, or a wrong token); DropForged lines that name a
 	// job or attempt other than the one their connection is bound to.
 	DropUnbound = "unbound"
 	DropForged  = "forged"
+	// DropOutOfRange counts records that passed the schema but not their
+	// attempt's bounds (a world above its workers, a step it cannot have
+	// reached yet, a time outside its life); DropEnded lines of an attempt
+	// that has ended (a hello, or records past Limits.Grace); DropDuplicate
+	// records a client sent again after a stall, whose first copy was taken.
+	DropOutOfRange = "out_of_range"
+	DropEnded      = "attempt_ended"
+	DropDuplicate  = "duplicate"
 )
 
 // DropReasons are the reasons Stats counts dropped lines under.
 var DropReasons = []string{telemetry.DropOversized, telemetry.DropMalformed, telemetry.DropVersion, telemetry.DropInvalid,
-	DropUnbound, DropForged, dropPublish, dropTooMany}
+	DropUnbound, DropForged, DropOutOfRange, DropEnded, DropDuplicate, dropPublish, dropTooMany}
 
 // Verifier says whether token is the token of job's attempt.
 type Verifier func(job string, attempt int, token string) bool
@@ -68,30 +87,48 @@ type Options struct {
 	// Steps, when set, publishes the step batches instead of the
 	// connection's publisher: one that waits for the stream's
 	// acknowledgement and tries again (StreamPublisher), so that no record
-	// is lost while a cluster elects a new stream leader. The reading
-	// connection waits meanwhile; its worker buffers.
+	// is lost while a cluster elects a new stream leader. The batcher
+	// waits meanwhile; the workers buffer. One that takes ids
+	// (IDPublisher) gets each message's, the same on every try.
 	Steps Publisher
+	// Attempts, when set, says which attempts run and what their records
+	// may say: a hello binds only a running attempt's connection, and
+	// records outside its bounds are refused (limits.go).
+	Attempts Attempts
+	// Limits bound connections, step bytes and wrong tokens per user and
+	// job (zero fields: DefaultLimits).
+	Limits Limits
+	// Window is how long records wait to be published together (0:
+	// DefaultWindow).
+	Window time.Duration
 }
 
 // Server serves the node's telemetry socket: workers write newline-delimited
 // JSON step records; valid ones are published on their job's step subject,
-// batched per read so that one NATS message may carry many records. Bad lines
-// are counted and dropped with a rate-limited log line.
+// gathered across connections so that one NATS message carries many
+// records. Bad lines are counted and dropped with a rate-limited log line.
 type Server struct {
-	log    *zap.Logger
-	pub    Publisher // acknowledgements and notices
-	steps  Publisher // step batches
-	verify Verifier
-	ln     net.Listener
-	path   string
+	log      *zap.Logger
+	pub      Publisher // acknowledgements and notices
+	steps    Publisher // step batches
+	verify   Verifier
+	attempts Attempts
+	limits   Limits
+	ln       net.Listener
+	path     string
+	batch    *batcher
+	poll     *poller
+	marks    marks
 
 	accepted atomic.Int64
 	conns    atomic.Int64
 	dropped  map[string]*atomic.Int64
+	refused  map[string]*atomic.Int64
 
 	mu       sync.Mutex
 	open     map[net.Conn]struct{}
 	peers    map[string]map[*peer]struct{} // connections by the job their worker announced
+	users    map[uint32]*user
 	closed   bool
 	lastWarn map[string]time.Time
 
@@ -113,13 +150,19 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 		return nil, err
 	}
 	in := newServer(pub, o.Log)
-	in.verify = o.Verify
+	in.verify, in.attempts, in.limits = o.Verify, o.Attempts, o.Limits.withDefaults()
+	in.batch = newBatcher(in, o.Window)
 	if o.Steps != nil {
 		in.steps = o.Steps
+	}
+	if in.poll, err = newPoller(in); err != nil {
+		ln.Close()
+		return nil, err
 	}
 	in.ln, in.path = ln, path
 	in.wg.Add(1)
 	go in.accept()
+	go in.poll.run()    // joined by Close (poll.done)
 	go in.publishHeld() // joined by Close (stopHeld)
 	return in, nil
 }
@@ -129,15 +172,22 @@ func newServer(pub Publisher, log *zap.Logger) *Server {
 	in := &Server{
 		log: log, pub: pub, steps: pub,
 		dropped:  make(map[string]*atomic.Int64, len(DropReasons)),
+		refused:  make(map[string]*atomic.Int64, len(RefusedReasons)),
 		open:     make(map[net.Conn]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
+		users:    make(map[uint32]*user),
 		lastWarn: make(map[string]time.Time),
+		limits:   DefaultLimits,
 	}
+	in.batch = newBatcher(in, DefaultWindow)
 	in.closing, in.stopClosing = context.WithCancel(context.Background())
 	in.held.cond = sync.NewCond(&in.held.mu)
 	in.held.done = make(chan struct{})
 	for _, r := range DropReasons {
 		in.dropped[r] = new(atomic.Int64)
+	}
+	for _, r := range RefusedReasons {
+		in.refused[r] = new(atomic.Int64)
 	}
 	return in
 }
@@ -147,18 +197,23 @@ func (in *Server) Path() string { return in.path }
 
 // Stats returns the counters so far.
 func (in *Server) Stats() api.IngestStats {
-	s := api.IngestStats{Accepted: in.accepted.Load(), Connections: in.conns.Load(), Dropped: map[string]int64{}}
+	s := api.IngestStats{Accepted: in.accepted.Load(), Connections: in.conns.Load(), Dropped: map[string]int64{}, Refused: map[string]int64{}}
 	for r, c := range in.dropped {
 		if n := c.Load(); n > 0 {
 			s.Dropped[r] = n
+		}
+	}
+	for r, c := range in.refused {
+		if n := c.Load(); n > 0 {
+			s.Refused[r] = n
 		}
 	}
 	return s
 }
 
 // Close stops accepting, ends the reading side of every connection, waits
-// for the readers (each publishes what it had read, confirms it to a worker
-// that asked, and closes its connection) and removes the socket. It is
+// for the poller (it publishes what each had read, confirms it to a worker
+// that asked, and closes the connection) and removes the socket. It is
 // idempotent.
 func (in *Server) Close() {
 	in.mu.Lock()
@@ -179,6 +234,8 @@ func (in *Server) Close() {
 	in.mu.Unlock()
 	in.stopHeld() // first: a connection may wait for room among the held batches
 	in.wg.Wait()
+	<-in.poll.done // it reads what the connections hold, stores and confirms it, and ends them
+	in.poll.close()
 	_ = os.Remove(in.path)
 }
 
@@ -194,27 +251,73 @@ func (in *Server) accept() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		p := &peer{conn: c, since: time.Now()}
+		p.uid, p.pid, p.cred = peerCred(c)
 		in.mu.Lock()
-		if in.closed || len(in.open) >= maxIngestConns {
-			in.mu.Unlock()
+		reason, ok := in.admit(p)
+		if in.closed {
+			reason, ok = "", false
+		}
+		if ok {
+			in.open[c] = struct{}{}
+		}
+		in.mu.Unlock()
+		if !ok {
 			c.Close()
-			in.drop(dropTooMany, "connection refused: too many open connections")
+			switch reason {
+			case dropTooMany:
+				in.drop(dropTooMany, fmt.Sprintf("connection refused: %d connections open", in.limits.Conns))
+			case RefusedUserConns:
+				in.refuse(reason)
+				in.warn(reason, fmt.Sprintf("connection of uid %d (pid %d) refused: it holds %d", p.uid, p.pid, in.limits.ConnsPerUser))
+			case RefusedBadTokens:
+				in.refuse(reason)
+			}
 			continue
 		}
-		in.open[c] = struct{}{}
-		in.mu.Unlock()
 		in.conns.Add(1)
-		in.wg.Add(1)
-		go func() {
-			defer in.wg.Done()
-			p := &peer{conn: c}
-			in.serve(c, p)
+		if err := in.poll.add(p); err != nil {
+			in.log.Warn("read a telemetry connection", zap.Error(err))
 			in.mu.Lock()
-			delete(in.open, c)
-			in.unregister(p)
+			in.forgetLocked(p)
 			in.mu.Unlock()
-			in.conns.Add(-1)
-			c.Close()
-		}()
+		}
 	}
+}
+
+// forget releases what a connection held and closes it.
+func (in *Server) forget(p *peer) {
+	in.mu.Lock()
+	in.forgetLocked(p)
+	in.mu.Unlock()
+}
+
+// forgetLocked is forget with in.mu held.
+func (in *Server) forgetLocked(p *peer) {
+	delete(in.open, p.conn)
+	in.unregister(p)
+	in.release(p)
+	in.conns.Add(-1)
+	p.conn.Close()
+}
+
+// peerCred is the uid and pid of the process at the other end of c, from
+// the kernel (SO_PEERCRED); ok is false when c is not a unix socket.
+func peerCred(c net.Conn) (uid uint32, pid int32, ok bool) {
+	sc, isSys := c.(syscall.Conn)
+	if !isSys {
+		return 0, 0, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, 0, false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return 0, 0, false
+	}
+	return cred.Uid, cred.Pid, true
 }

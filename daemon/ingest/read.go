@@ -1,12 +1,13 @@
 package ingest
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,57 +17,147 @@ import (
 
 // peer is one worker connection; job is what its worker announced.
 type peer struct {
-	conn    net.Conn
-	job     string // the job and attempt a valid hello bound it to ("": none)
-	attempt int
-	confirm bool       // its hello asked for ControlStored messages
-	lines   int64      // lines read so far (the reading goroutine's)
-	told    int64      // lines confirmed (or queued to be) so far (the reading goroutine's)
-	wmu     sync.Mutex // serialises control writes
+	conn      net.Conn
+	cred      bool   // uid and pid are the kernel's word for the connecting process
+	uid       uint32 // (the fuzzer and the tests read plain readers: no cred)
+	pid       int32
+	job       string // the job and attempt a valid hello bound it to ("": none)
+	attempt   int
+	session   string      // the client's session, when its hello named one
+	confirm   bool        // its hello asked for ControlStored messages
+	limits    *Attempt    // what its attempt's records may say (nil: not checked)
+	checked   time.Time   // when the attempt was last found running
+	gone      time.Time   // when it was first found ended (zero: running)
+	lines     int64       // lines read so far (the reader's: the poller's)
+	handed    int64       // lines handed to the batcher (the reader's)
+	told      int64       // lines confirmed so far (the batcher's flush's)
+	failed    atomic.Bool // a message of its records was not stored: it is ended
+	wmu       sync.Mutex  // serialises control writes
+	since     time.Time   // when it was accepted
+	polled    bool        // the poller reads it (and ends it)
+	throttled bool        // the poller held it back for its user's step bytes
 }
 
-// serve reads one connection until EOF or close. p is the connection's
-// state (its conn nil when reading from a plain reader, as the fuzzer does).
-func (in *Server) serve(c io.Reader, p *peer) {
-	r := bufio.NewReaderSize(c, readBufBytes)
+// fail ends a connection whose records the store refused: its worker sends
+// what was not confirmed again on its next connection. The poller ends a
+// connection it reads itself (it must take it off its epoll first).
+func (p *peer) fail() {
+	if !p.failed.Swap(true) && p.conn != nil && !p.polled {
+		p.conn.Close()
+	}
+}
+
+// serve reads r, the lines of one worker (a plain reader: the fuzzer's and
+// the tests'; the socket's connections are read by the poller), until EOF.
+func (in *Server) serve(r io.Reader, p *peer) {
+	var ls lineSplitter
 	var b batch
-	for {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			p.lines++
-			in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
-			if !discardLine(r) {
-				break
-			}
-			continue
-		}
-		if len(line) > 0 {
-			p.lines++
-			in.handle(&b, line, p)
-		}
+	buf := make([]byte, readBufBytes)
+	for !p.failed.Load() {
+		n, err := r.Read(buf)
+		in.feed(&ls, buf[:n], &b, p)
 		if err != nil {
 			break
 		}
-		if r.Buffered() == 0 || b.n >= batchRecords || len(b.buf) >= batchBytes {
-			in.flush(&b)
-			if !in.confirm(p, &b) {
-				return
-			}
-		}
 	}
-	in.flush(&b)
-	in.confirm(p, &b)
+	in.finish(&ls, &b, p)
+	in.batch.flush() // what it read is stored (or held) and confirmed
 }
 
-// handle validates one line: a step joins the batch; a hello registers the
+// feed handles the complete lines of data a connection brought, then hands
+// its batch.
+func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
+	ls.feed(data, func(line []byte) {
+		p.lines++
+		in.handle(b, line, p)
+		if b.n >= batchRecords || len(b.buf) >= batchBytes {
+			in.hand(p, b)
+		}
+	}, func() {
+		p.lines++
+		in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
+	})
+	in.hand(p, b)
+}
+
+// finish handles the last line of a connection that ended without its
+// newline, and hands what is left.
+func (in *Server) finish(ls *lineSplitter, b *batch, p *peer) {
+	if len(ls.carry) > 0 && !ls.skip {
+		p.lines++
+		in.handle(b, ls.carry, p)
+		ls.carry = ls.carry[:0]
+	}
+	in.hand(p, b)
+}
+
+// lineSplitter cuts a connection's bytes into lines, carrying an
+// incomplete one to the next bytes; a line longer than readBufBytes is
+// dropped (skipped to its end).
+type lineSplitter struct {
+	carry []byte
+	skip  bool
+}
+
+// feed calls line for each complete line of data (its newline included)
+// and oversized once for each line longer than readBufBytes.
+func (ls *lineSplitter) feed(data []byte, line func([]byte), oversized func()) {
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			if !ls.skip {
+				ls.carry = append(ls.carry, data...)
+				if len(ls.carry) >= readBufBytes {
+					oversized()
+					ls.carry, ls.skip = ls.carry[:0], true
+				}
+			}
+			return
+		}
+		l := data[:i+1]
+		data = data[i+1:]
+		switch {
+		case ls.skip:
+			ls.skip = false
+			continue
+		case len(ls.carry) > 0:
+			l = append(ls.carry, l...)
+			ls.carry = ls.carry[:0]
+			if len(l) > readBufBytes {
+				oversized()
+				continue
+			}
+		}
+		line(l)
+	}
+}
+
+// hand gives the connection's batch to the batcher, once its user may
+// write that much (throttle); a batch whose connection is closing for good
+// is dropped (its worker sends it again).
+func (in *Server) hand(p *peer, b *batch) {
+	if b.n == 0 && p.lines == p.handed {
+		return
+	}
+	if b.n > 0 && !in.throttle(p, len(b.buf)) {
+		in.marks.untake(b.refs)
+		b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
+		p.fail()
+		return
+	}
+	p.handed = p.lines
+	in.batch.hand(p, b)
+}
+
+// handle validates one line: a step joins the batch; a hello binds the
 // connection; an ack or a preempt notice is published at once (after the
-// steps before it).
+// steps before it are stored).
 func (in *Server) handle(b *batch, line []byte, p *peer) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
 	if len(line) == 0 {
-		return
+		return // an empty line: the client's keepalive
 	}
 	rec, err := telemetry.DecodeStep(line)
 	if err != nil {
@@ -80,7 +171,7 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 	}
 	switch {
 	case rec.Kind == telemetry.KindHello:
-		in.bind(p, rec)
+		in.bind(b, p, rec)
 		return
 	case p.job == "":
 		in.drop(DropUnbound, fmt.Sprintf("%s of job %s before a hello with the attempt's token", kindName(rec.Kind), rec.Job))
@@ -89,9 +180,13 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		in.drop(DropForged, fmt.Sprintf("%s of job %s attempt %d on the connection of job %s attempt %d", kindName(rec.Kind), rec.Job, rec.Attempt, p.job, p.attempt))
 		return
 	}
+	if !in.inRange(p, &rec) {
+		return
+	}
 	switch rec.Kind {
 	case telemetry.KindAck, telemetry.KindPreempt:
-		in.flush(b)
+		in.hand(p, b)
+		in.batch.flush()
 		subject := telemetry.AckSubject(rec.Job)
 		if rec.Kind == telemetry.KindPreempt {
 			subject = telemetry.PreemptSubject(rec.Job)
@@ -101,32 +196,112 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		}
 		return
 	}
+	var ref markRef
+	if p.session != "" {
+		var isNew bool
+		ref, isNew = in.marks.take(markKey{job: rec.Job, attempt: rec.Attempt, rank: rec.Rank, session: p.session}, rec.Step, time.Now())
+		if !isNew {
+			in.drop(DropDuplicate, fmt.Sprintf("step %d of rank %d of job %s attempt %d again (sent again after a stall)", rec.Step, rec.Rank, rec.Job, rec.Attempt))
+			return
+		}
+	}
 	if b.job != rec.Job {
-		in.flush(b)
+		in.hand(p, b)
 		b.job = rec.Job
 	}
 	b.buf = append(b.buf, line...)
 	b.buf = append(b.buf, '\n')
 	b.n++
+	if ref.m != nil {
+		b.refs = append(b.refs, ref)
+	}
 }
 
-// bind binds p to the job and attempt of a hello whose token is theirs; a
-// hello with a wrong token unbinds it.
-func (in *Server) bind(p *peer, hello telemetry.StepRecord) {
-	ok := in.verify == nil || in.verify(hello.Job, hello.Attempt, hello.Token)
+// inRange checks a record against what its attempt can have made by now
+// (when the server knows its attempts); a record of an attempt that ended
+// more than Limits.Grace ago is refused too.
+func (in *Server) inRange(p *peer, rec *telemetry.StepRecord) bool {
+	if p.limits == nil {
+		return true
+	}
+	now := time.Now()
+	if now.Sub(p.checked) >= time.Second {
+		p.checked = now
+		if _, ok := in.attempts(in.closing, p.job, p.attempt); ok {
+			p.gone = time.Time{}
+		} else if p.gone.IsZero() {
+			p.gone = now
+		}
+	}
+	if !p.gone.IsZero() && now.Sub(p.gone) > in.limits.Grace {
+		in.drop(DropEnded, fmt.Sprintf("%s of job %s attempt %d, which ended %s ago", kindName(rec.Kind), rec.Job, rec.Attempt, now.Sub(p.gone).Round(time.Second)))
+		return false
+	}
+	if err := p.limits.check(rec, now); err != nil {
+		in.drop(DropOutOfRange, fmt.Sprintf("%s of job %s attempt %d rank %d: %v", kindName(rec.Kind), rec.Job, rec.Attempt, rec.Rank, err))
+		return false
+	}
+	return true
+}
+
+// bind binds p to the job and attempt of a hello whose token is theirs,
+// whose attempt runs and whose job has room for another connection. A
+// hello with a wrong token unbinds it (and a user past Limits.BadTokens
+// is cut off); one of an attempt that ended, or past ConnsPerJob, ends the
+// connection's writing side (so that a worker that could not bind tries
+// again later, on a new connection).
+func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
+	in.hand(p, b) // the records before it belong to the binding before
 	in.mu.Lock()
 	in.unregister(p)
-	p.job, p.attempt, p.confirm = "", 0, false
-	if ok {
-		p.job, p.attempt, p.confirm = hello.Job, hello.Attempt, hello.Confirm
+	p.job, p.attempt, p.confirm, p.session, p.limits = "", 0, false, "", nil
+	in.mu.Unlock()
+	if in.verify != nil && !in.verify(hello.Job, hello.Attempt, hello.Token) {
+		if !in.badToken(p, hello) {
+			p.fail()
+		}
+		return
+	}
+	var limits *Attempt
+	if in.attempts != nil {
+		a, ok := in.attempts(in.closing, hello.Job, hello.Attempt)
+		if !ok {
+			in.drop(DropEnded, fmt.Sprintf("hello of job %s attempt %d, which is not running", hello.Job, hello.Attempt))
+			in.refuse(RefusedEnded)
+			in.endWriting(p)
+			return
+		}
+		limits = &a
+		if err := a.check(&hello, time.Now()); err != nil {
+			in.drop(DropOutOfRange, fmt.Sprintf("hello of job %s attempt %d rank %d: %v", hello.Job, hello.Attempt, hello.Rank, err))
+			return
+		}
+	}
+	in.mu.Lock()
+	full := len(in.peers[hello.Job]) >= in.limits.ConnsPerJob
+	if !full {
+		p.job, p.attempt, p.confirm, p.session, p.limits = hello.Job, hello.Attempt, hello.Confirm, hello.Session, limits
+		p.checked, p.gone = time.Now(), time.Time{}
 		if in.peers[p.job] == nil {
 			in.peers[p.job] = map[*peer]struct{}{}
 		}
 		in.peers[p.job][p] = struct{}{}
 	}
 	in.mu.Unlock()
-	if !ok {
-		in.drop(DropUnbound, fmt.Sprintf("hello of job %s attempt %d without its token", hello.Job, hello.Attempt))
+	if full {
+		in.refuse(RefusedJobConns)
+		in.warn(RefusedJobConns, fmt.Sprintf("job %s has %d connections bound: a hello more is refused", hello.Job, in.limits.ConnsPerJob))
+		in.endWriting(p)
+	}
+}
+
+// endWriting ends the daemon's side of p, so that its worker reads EOF and
+// connects again later; the lines it still writes are read and counted.
+func (in *Server) endWriting(p *peer) {
+	if w, ok := p.conn.(interface{ CloseWrite() error }); ok {
+		p.wmu.Lock()
+		_ = w.CloseWrite()
+		p.wmu.Unlock()
 	}
 }
 
@@ -138,38 +313,13 @@ func kindName(kind string) string {
 	return kind
 }
 
-// batch collects consecutive valid records of one job; failed says that
-// the store refused a batch of the connection since its last confirm.
+// batch collects consecutive valid records of one job read from a
+// connection, before it is handed to the batcher.
 type batch struct {
-	job    string
-	buf    []byte
-	n      int
-	failed bool
-}
-
-func (in *Server) flush(b *batch) {
-	if b.n == 0 {
-		return
-	}
-	if err := in.flushStep(telemetry.StepSubject(b.job), b.buf, b.n); err != nil {
-		b.failed = true
-		in.dropped[dropPublish].Add(int64(b.n))
-		in.warn(dropPublish, fmt.Sprintf("publish %d records of job %s: %v", b.n, b.job, err))
-	}
-	b.buf, b.n = b.buf[:0], 0
-}
-
-// discardLine skips the rest of an over-long line; false at end of input.
-func discardLine(r *bufio.Reader) bool {
-	for {
-		_, err := r.ReadSlice('\n')
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return false
-		}
-	}
+	job  string
+	buf  []byte
+	n    int
+	refs []markRef
 }
 
 // drop counts a rejected line and logs at most once a second per reason.
@@ -178,6 +328,8 @@ func (in *Server) drop(reason, detail string) {
 	in.warn(reason, detail)
 }
 
+// warn logs a line dropped (or a connection refused, by a reason of
+// RefusedReasons), at most once a second per reason, with the count so far.
 func (in *Server) warn(reason, detail string) {
 	now := time.Now()
 	in.mu.Lock()
@@ -187,10 +339,16 @@ func (in *Server) warn(reason, detail string) {
 		in.lastWarn[reason] = now
 	}
 	in.mu.Unlock()
-	if ok {
-		in.log.Warn("dropped telemetry", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
-			zap.Int64("dropped_total", in.dropped[reason].Load()))
+	if !ok {
+		return
 	}
+	if c := in.refused[reason]; c != nil {
+		in.log.Warn("telemetry bound", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
+			zap.Int64("refused_total", c.Load()))
+		return
+	}
+	in.log.Warn("dropped telemetry", zap.String("reason", reason), zap.String("detail", truncate(detail, 200)),
+		zap.Int64("dropped_total", in.dropped[reason].Load()))
 }
 
 func truncate(s string, n int) string {

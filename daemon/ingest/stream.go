@@ -27,10 +27,30 @@ type StreamPublisher struct {
 
 // Publish implements Publisher.
 func (p StreamPublisher) Publish(subject string, data []byte) error {
+	return p.PublishID(subject, data, "")
+}
+
+// DefaultPatience is how long the daemon tries a step message before it
+// gives up on it (a cluster electing a new stream leader takes seconds).
+const DefaultPatience = 30 * time.Second
+
+// PublishTimeout bounds each try of a publish: with Patience, the longest
+// a message may be sent again, which the stream's duplicate window
+// (history.StepDuplicates) must outlast.
+const PublishTimeout = 5 * time.Second
+
+// PublishID implements IDPublisher: each try carries id (when set), so that
+// a message the stream took although its acknowledgement was lost (a
+// stalled daemon, a leader that changed) is stored once.
+func (p StreamPublisher) PublishID(subject string, data []byte, id string) error {
+	var opts []jetstream.PublishOpt
+	if id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
 	var last error // the last publish's error, for when the daemon stops
 	try := func() (struct{}, error) {
-		ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
-		_, err := p.JS.Publish(ctx, subject, data)
+		ctx, cancel := context.WithTimeout(p.Ctx, PublishTimeout)
+		_, err := p.JS.Publish(ctx, subject, data, opts...)
 		cancel()
 		if err != nil && p.Holding() {
 			return struct{}{}, backoff.Permanent(fmt.Errorf("publish to %s: %w (%v)", subject, ErrStoreFull, err))

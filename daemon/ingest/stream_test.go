@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/scavenger-ml/scavenger/internal/testnats"
+	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // publishAsync runs p.Publish in a goroutine; the channel has its result.
@@ -84,5 +86,33 @@ func TestStreamPublisherGivesUp(t *testing.T) {
 				t.Fatalf("publish: %v; want %q wrapping %v", err, tc.want, tc.is)
 			}
 		})
+	}
+}
+
+// TestStreamStoresAMessageSentAgainOnce: a message tried again (its
+// acknowledgement lost in a stall) is stored once, by its id, within the
+// step stream's duplicate window, which outlasts the longest a daemon tries
+// one message (issue 21).
+func TestStreamStoresAMessageSentAgainOnce(t *testing.T) {
+	if worst := DefaultPatience + PublishTimeout + time.Second; worst >= history.StepDuplicates {
+		t.Fatalf("a message may be tried for %s, past the duplicate window of %s", worst, history.StepDuplicates)
+	}
+	_, js := testnats.JetStream(t)
+	st, err := history.OpenStore(t.Context(), js, history.Retention{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := StreamPublisher{Ctx: t.Context(), JS: st.JS, Patience: time.Second}
+	for range 3 {
+		if err := p.PublishID(telemetry.StepSubject("a-000001"), []byte(stepLines(1, 1)[0]+"\n"), "node-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := st.JS.Stream(t.Context(), telemetry.StepStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(t.Context()); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("the stream holds %+v (%v), want the message once", info.State, err)
 	}
 }

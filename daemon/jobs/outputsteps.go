@@ -12,8 +12,14 @@ import (
 )
 
 // maxStepsPerLine caps the step records one progress line may stand for (a
-// bar that jumps ahead after a burst of buffered output).
-const maxStepsPerLine = 1000
+// bar that jumps ahead after a burst of buffered output); minStepSeconds is
+// the shortest step a line may show: a jump whose steps would each take
+// less ("step 300000000" a millisecond after "step 3") is no run of steps
+// but a number that grew, and stands for one record, with no step time.
+const (
+	maxStepsPerLine = 1000
+	minStepSeconds  = 1e-6
+)
 
 // outputSteps turns the progress an uninstrumented job prints (tqdm bars,
 // "step N" lines, or the user's --step-regex) into step records, so that
@@ -71,12 +77,16 @@ func (o *outputSteps) line(job string, prog *progress, rank int, stream plugins.
 	if o.source == nil {
 		o.source = &key
 	}
-	n := min(st.Delta, maxStepsPerLine)
+	n, per := min(st.Delta, maxStepsPerLine), st.StepSeconds()
+	if per > 0 && per < minStepSeconds {
+		log.Debug("a progress line jumps faster than steps run: one record for it", zap.String("job", job),
+			zap.Int64("steps", st.Delta), zap.Float64("seconds", st.Elapsed))
+		n, per = 1, 0
+	}
 	first := prog.claimSteps(n)
 	if first == 0 {
 		return // the workers report steps themselves
 	}
-	per := st.StepSeconds()
 	for i := int64(0); i < n; i++ {
 		t := st.Time.Add(-time.Duration(float64(n-1-i) * per * float64(time.Second)))
 		rec := telemetry.StepRecord{

@@ -32,6 +32,9 @@ type runner struct {
 	// configuration now, for the controller.
 	view atomic.Pointer[[]byte]
 	cur  atomic.Pointer[current]
+	// live is the attempt whose workers' telemetry binds now (nil: none;
+	// live.go).
+	live atomic.Pointer[LiveAttempt]
 
 	stops    chan time.Duration   // a stop request with its grace; buffered 1
 	moves    chan moveReq         // taken while an attempt runs
@@ -219,6 +222,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 // cannot start goes back to the configuration it came from.
 func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.Handle, ending, bool) {
 	for ; ; p.attempt++ {
+		r.openLive(p)
 		spec := r.spec(p, out)
 		out.attemptStarted(p.attempt, p.cfg, p.step)
 		if p.reattach {
@@ -312,6 +316,7 @@ func (r *runner) closeAttempt(why string, move *api.MoveTiming) bool {
 	now := time.Now().UTC()
 	a := &r.rec.job.Attempts[k-1]
 	a.Ended, a.EndReason, a.Move = &now, why, move
+	r.live.Store(nil) // its workers are gone: their token binds nothing more
 	return true
 }
 

@@ -2,12 +2,13 @@
 
     /usr/bin/python3 python/bench/step_cost.py [--socket PATH] [--rounds 20] [--calls 1000]
 
-Without --socket a local listener that reads and discards is started. Cases:
+Without --socket a local listener that reads, discards and confirms (as
+the daemon does) is started. Cases:
   noop      outside Scavenger (no SCAV_SOCKET): the module-level no-op
   minimal   step() with nothing but the automatic fields
   tracker   step() with the fields scavenger.torch sends
   absent    the daemon's socket does not exist: records are dropped
-Each round makes --calls calls back to back, then sleeps one flush interval so
+Each round makes --calls calls back to back, then sleeps a flush interval so
 the queue drains; the table gives the median and the worst round.
 """
 
@@ -31,15 +32,22 @@ TRACKER_FIELDS = {"samples": 32, "loss": 2.3, "dt": 0.02, "micro": 1, "compute_s
 
 
 def discard_server(path: str) -> socket.socket:
-    """Listen on path and read every connection to the end, discarding; return the listener."""
+    """Listen on path and read every connection to the end, discarding what it
+    reads and confirming it, as the daemon does (a "stored" line for each read,
+    counting the lines so far); return the listener."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(4)
 
     def serve(conn: socket.socket) -> None:
+        lines = 0
         with conn:
-            while conn.recv(1 << 16):
-                pass
+            while True:
+                data = conn.recv(1 << 16)
+                if not data:
+                    return
+                lines += data.count(b"\n")
+                conn.sendall(b'{"v":1,"kind":"stored","id":"","job":"","attempt":0,"lines":%d}\n' % lines)
 
     def accept() -> None:
         while True:
@@ -83,7 +91,7 @@ def main() -> None:
         path = os.path.join(tmp, "sink.sock")
         listener = discard_server(path)
     os.environ.pop("SCAV_SOCKET", None)
-    pause = 0.06
+    pause = 1.2 * Client.FLUSH_INTERVAL  # a flush interval: the queue drains
     rows = [("noop", rounds(lambda: scavenger.step(samples=32, loss=2.3), args.rounds,
                             args.calls, 0), None)]
     for name, target, fields in (("minimal", path, {}), ("tracker", path, TRACKER_FIELDS),

@@ -1,9 +1,17 @@
 """The telemetry client: step records to the node daemon, never blocking training.
 
-step() appends a tuple to a bounded deque; one daemon thread wakes every
-flush interval, turns the tuples into newline-delimited JSON (the wire format of
-telemetry/record.go) and writes them to the unix socket SCAV_SOCKET, connecting
-and reconnecting with exponential backoff. Records a failed write did not
+step() appends a tuple to a bounded deque and, at most every DIRECT_EVERY
+seconds, writes what is queued (a few records; more, from a loop of short
+steps, are the sender thread's) to the unix socket SCAV_SOCKET itself, as
+newline-delimited JSON (the wire format of telemetry/record.go, written by
+_wire.py): one non-blocking write from the training thread, so that a record
+is on its way milliseconds after its step. Everything that may wait (a
+connection, a reconnection with exponential backoff, a full socket, a
+backlog, the daemon's confirmations and requests) is one daemon thread's,
+which wakes every flush interval (a tenth of a second; at once when half
+the queue is full or an acknowledgement waits). A wake of that thread takes
+the GIL from training, which is what a thread costs a step: it wakes
+rarely and has little to do (docs/bench-telemetry.md). Records a failed write did not
 deliver (the daemon went away) are spooled and sent first on the next
 connection. The hello asks the daemon to confirm what it stored (a "stored"
 line naming how many lines of the connection it is done with): every step
@@ -14,15 +22,21 @@ spool directory ($SCAV_CHECKPOINT_DIR/.scavenger-spool) once they are
 SPILL_AFTER old or past half the queue's size, so memory stays bounded,
 nothing is dropped, and a worker killed meanwhile (a restarted daemon stops
 the workers it cannot reattach to, and resumes from the last checkpoint)
-loses at most the records of its last SPILL_AFTER: the client
+loses at most the records of its last SPILL_AFTER and flush interval: the client
 sends them first when a daemon answers again, and what is still there when
 the worker ends is the daemon's to publish (daemon/jobs/spool.go). Each file
 is claimed by a rename before it is read, by the client or the daemon, so a
 record goes one way only. Without a spool directory, or when the deque is
 full between two flushes, new records are dropped and counted. Each new
-connection starts with a hello line; the thread also reads the daemon's
-requests from the same connection (see _control.py) and sends the worker's
-acknowledgements.
+connection starts with a hello line naming the client's session (a random
+id): a record sent again after a stall carries the same session and step,
+and the daemon stores it once. A daemon that ends a connection at once (it
+does not know the attempt yet: it is restarting) is asked again with
+back-off, reset once it confirms records. A connection with nothing to carry
+gets an empty line every KEEPALIVE seconds (the daemon ends silent ones).
+The thread also reads the daemon's requests from the same connection (see
+_control.py) and sends the worker's acknowledgements. A NaN or infinite loss
+is sent as "NaN", "Infinity" or "-Infinity" (JSON has none), never dropped.
 
 When the launcher names a pre-emption signal (SCAV_PREEMPT_SIGNAL, e.g. USR1
 under Slurm's --signal), the client handles that signal, unless the script
@@ -31,8 +45,6 @@ with a checkpoint request, as for any move, then relaunches the job.
 """
 
 import collections
-import json
-import math
 import os
 import select
 import signal
@@ -44,83 +56,9 @@ from typing import Any, Dict, Optional
 
 from ._control import ControlState
 from ._env import Config
+from ._wire import MAX_RECORD_BYTES, SCHEMA_VERSION, encode, encode_step, step_prefix  # noqa: F401
 
-SCHEMA_VERSION = 1
 SPOOL_DIR = ".scavenger-spool"  # in SCAV_CHECKPOINT_DIR; the daemon reads it (daemon/jobs/spool.go)
-MAX_RECORD_BYTES = 16 << 10  # the daemon's limit, newline excluded
-
-# Validation of the optional fields; anything failing is left out of the record.
-_COUNTS = ("samples", "local_batch", "global_batch", "epoch")  # ints >= 0
-_DURATIONS = ("dt", "compute_s", "sync_s", "local_sqr", "avg_sqr")  # finite floats >= 0
-_HEADER = ("v", "job", "attempt", "rank", "world", "step", "t")  # owned by the client
-
-
-def _count(value: Any, least: int = 0) -> Optional[int]:
-    """value as an int >= least, or None (bools and non-integers are refused)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        n = value.__index__()
-    except (AttributeError, TypeError, ValueError, RuntimeError):
-        return None
-    return n if n >= least else None
-
-
-def _number(value: Any, nonneg: bool) -> Optional[float]:
-    """value as a finite float (>= 0 when nonneg), or None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    if not math.isfinite(x) or (nonneg and x < 0):
-        return None
-    return x
-
-
-def _extra(value: Any) -> Any:
-    """A user field kept as is when it is a JSON scalar (finite), else None."""
-    if isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    return None
-
-
-def build_record(header: Dict[str, Any], step: int, t: float, samples: Any, loss: Any,
-                 fields: Dict[str, Any]) -> Dict[str, Any]:
-    """The wire record of one step: header, step and t, then every valid optional field."""
-    rec = dict(header)
-    rec["step"] = step
-    rec["t"] = t
-    for key, value in fields.items():
-        if key in _HEADER or value is None:
-            continue
-        if key in _COUNTS:
-            value = _count(value)
-        elif key == "micro":
-            value = _count(value, least=1)
-        elif key in _DURATIONS:
-            value = _number(value, nonneg=True)
-        else:
-            value = _extra(value)
-        if value is not None:
-            rec[key] = value
-    n = _count(samples) if samples is not None else None
-    if n is not None:
-        rec["samples"] = n
-    x = _number(loss, nonneg=False) if loss is not None else None
-    if x is not None:
-        rec["loss"] = x
-    return rec
-
-
-def encode(rec: Dict[str, Any]) -> Optional[bytes]:
-    """One JSON line, or None when the record is too long for the daemon."""
-    line = json.dumps(rec, separators=(",", ":"), allow_nan=False).encode()
-    return line + b"\n" if len(line) <= MAX_RECORD_BYTES else None
-
 
 class NoopClient:
     """The client outside Scavenger: every call does nothing."""
@@ -161,25 +99,42 @@ class Client:
     SPILL_AFTER = 0.25  # seconds a record waits for a daemon before it goes to a file
     CONFIRM_WAIT = 0.5  # seconds close() waits, at most, for the daemon to confirm the last records
     EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
+    KEEPALIVE = 30.0  # seconds of silence after which an empty line tells the daemon the worker lives
+    DIRECT_EVERY = 0.02  # seconds between the training thread's own writes of its records
+    DIRECT_MAX = 8  # records it writes itself at most; more (a loop of short steps) wake the sender
+    FLUSH_INTERVAL = 0.1  # seconds between the sender thread's wakes, by default
 
-    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = 0.05,
+    def __init__(self, config: Config, queue_size: int = 4096, flush_interval: float = FLUSH_INTERVAL,
                  timed: bool = True):
         self._config = config
         self._header = {"v": SCHEMA_VERSION, "job": config.job, "attempt": config.attempt,
                         "rank": config.rank, "world": config.world}
         self._defaults = {"local_batch": config.local_batch, "global_batch": config.global_batch}
+        self._prefix = step_prefix(self._header)
         self._queue: collections.deque = collections.deque()
         self._capacity = max(1, queue_size)
+        self._half = max(1, self._capacity // 2)  # a queue this long wakes the sender at once
         self._interval = flush_interval
         self._step = config.start_step
         self._last = time.perf_counter() if timed else None
         self._dropped_full = 0  # written by step() only
-        self._dropped_send = 0  # written by the sender thread only
+        self._dropped_send = 0  # written under _wlock (by the sender thread, or step() holding it)
         self._sent = 0
         self._closed = False
         self._sock: Optional[socket.socket] = None
+        # Held by whoever writes on the connection or changes it: the sender
+        # thread, and step() when it writes its records itself (it never
+        # waits for it). _partial is the rest of a write the socket took in
+        # part: written before anything else.
+        self._wlock = threading.RLock()
+        self._partial = b""
+        self._sent_at = 0.0  # when step() last wrote (perf_counter)
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
+        self._last_write = 0.0  # when the connection last carried a line (monotonic)
+        # Names this client to the daemon: a record sent again after a stall
+        # carries the same session and step, and is stored once.
+        self._session = os.urandom(8).hex()
         self._acks: collections.deque = collections.deque()
         # Step records written on this connection and not yet confirmed
         # stored, as (line number on the connection, line); _lines counts
@@ -193,6 +148,7 @@ class Client:
         self._spool: collections.deque = collections.deque()
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set to flush before the interval is over
         self.preempted = 0  # pre-emption signals received
         self.spooled = 0  # records left in the spool directory at close
         # Files this worker spilled and has not sent yet, oldest first, with
@@ -241,6 +197,47 @@ class Client:
             self._dropped_full += 1
             return
         self._queue.append((self._step, time.time(), samples, loss, fields))
+        if now - self._sent_at >= self.DIRECT_EVERY and self._sock is not None:
+            if len(self._queue) <= self.DIRECT_MAX:
+                self._send_direct(now)
+            else:
+                self._sent_at = now
+                self._wake.set()
+        if len(self._queue) >= self._half and not self._wake.is_set():
+            self._wake.set()
+
+    def _send_direct(self, now: float) -> None:
+        """Write the queued records now, from the training thread, when nothing
+        waits to be written before them and the socket takes them at once: a
+        record is on its way a few milliseconds after its step (a worker
+        killed then loses nothing), and the sender thread need not wake for
+        it. It never waits: while the sender writes, or the socket is full,
+        the records stay queued for the sender."""
+        if not self._wlock.acquire(blocking=False):
+            return
+        try:
+            self._sent_at = now
+            sock = self._sock
+            if (sock is None or self._partial or self._spool or self._spilled or self._acks
+                    or len(self._unconfirmed) >= self._capacity):
+                return
+            lines = self._encode_lines()
+            if not lines:
+                return
+            data = b"".join(lines)
+            try:
+                n = os.write(sock.fileno(), data)  # the socket is non-blocking (it has a timeout)
+            except OSError:  # full (BlockingIOError), or broken: the sender takes them
+                n = 0
+            if n == 0:
+                self._spool.extendleft(reversed(lines))
+                return
+            self._partial = data[n:]
+            self._track(lines, 0)
+            self._sent += len(lines)
+            self._last_write = time.monotonic()
+        finally:
+            self._wlock.release()
 
     def should_checkpoint(self) -> bool:
         """True when the daemon asked for a checkpoint and the step it named is done."""
@@ -261,6 +258,7 @@ class Client:
         line = encode(rec)
         if line is not None:
             self._acks.append(line)
+            self._wake.set()  # the daemon waits for it to relaunch the job
 
     def stats(self) -> Dict[str, int]:
         """Counters: sent, dropped, queued (in memory, unsent), spilled (in
@@ -287,21 +285,29 @@ class Client:
             self._preempt_restore = None
         self._close_wait = min(self.CONFIRM_WAIT, timeout / 2)
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        """The sender thread: every interval, flush and read the daemon's requests; at close, flush once more."""
-        while not self._stop.wait(self._interval):
+        """The sender thread: every interval, write what step() left and read
+        the daemon's confirmations and requests; at close, flush once more."""
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            with self._wlock:
+                self._flush()
+                self._poll()
+        with self._wlock:
+            self._retry_at = 0.0
             self._flush()
-            self._poll()
-        self._retry_at = 0.0
-        self._flush()
-        self._await_confirmations(self._close_wait)
-        self._leave()
-        # A daemon that took the last records and has not confirmed them
-        # yet (its store is full) holds them: sending them again later
-        # would store them twice.
-        self._disconnect(wait=0, resend=False)
+            self._await_confirmations(self._close_wait)
+            self._leave()
+            # A daemon that took the last records and has not confirmed them
+            # yet (its store is full) holds them: sending them again later
+            # would store them twice.
+            self._disconnect(wait=0, resend=False)
 
     def _await_confirmations(self, wait: float) -> None:
         """Read the daemon's confirmations until every record sent is
@@ -319,13 +325,20 @@ class Client:
 
     def _encode_queue(self) -> None:
         """Move the queued steps, encoded, to the spool (oldest first)."""
+        self._spool.extend(self._encode_lines())
+
+    def _encode_lines(self) -> list:
+        """The queued steps, taken off the queue and encoded (oldest first);
+        one too long for the daemon is dropped and counted."""
+        lines = []
         for _ in range(len(self._queue)):
             step, t, samples, loss, fields = self._queue.popleft()
-            line = encode(build_record(self._header, step, t, samples, loss, {**self._defaults, **fields}))
+            line = encode_step(self._prefix, step, t, samples, loss, {**self._defaults, **fields})
             if line is None:
                 self._dropped_send += 1
             else:
-                self._spool.append(line)
+                lines.append(line)
+        return lines
 
     def _spill(self) -> bool:
         """Write the queued and spooled step records to a new file in the spool
@@ -333,9 +346,18 @@ class Client:
         self._encode_queue()
         if not self._spool:
             return True
-        if not self._spill_dir:
-            return False
         lines = list(self._spool)
+        path = self._write_spill(lines)
+        if path is None:
+            return False
+        self._spool.clear()
+        self._spilled.append((path, len(lines)))
+        return True
+
+    def _write_spill(self, lines: list) -> Optional[str]:
+        """A new file in the spool directory holding lines, or None."""
+        if not self._spill_dir:
+            return None
         self._seq += 1
         path = os.path.join(self._spill_dir, f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}-{self._seq:06d}.jsonl")
         try:
@@ -344,10 +366,8 @@ class Client:
                 f.write(b"".join(lines))
             os.replace(path + ".tmp", path)
         except OSError:
-            return False
-        self._spool.clear()
-        self._spilled.append((path, len(lines)))
-        return True
+            return None
+        return path
 
     def _replay(self) -> bool:
         """Send the files this worker spilled, oldest first, each claimed by a
@@ -397,6 +417,13 @@ class Client:
         if self._sock is None and not self._connect():
             self._hold_back()
             return
+        if self._partial:  # the rest of a line step() began: before anything else
+            try:
+                self._sock.sendall(self._partial)
+            except OSError:
+                self._disconnect()
+                return
+            self._partial = b""
         room = len(self._unconfirmed) < self._capacity
         if room and not self._replay():
             return
@@ -419,8 +446,21 @@ class Client:
                 return
             self._track(lines, len(control))
             self._sent += len(lines)
+            self._last_write = time.monotonic()
+        elif time.monotonic() - self._last_write >= self.KEEPALIVE:
+            self._keepalive()
         if not room:
             self._hold_back()
+
+    def _keepalive(self) -> None:
+        """Write an empty line: the daemon ends connections silent for long."""
+        try:
+            self._sock.sendall(b"\n")
+        except OSError:
+            self._disconnect()
+            return
+        self._lines += 1
+        self._last_write = time.monotonic()
 
     def _hold_back(self) -> None:
         """Keep the queued records while they cannot be sent, spilling them
@@ -465,14 +505,14 @@ class Client:
             return False
         self._sock = sock
         self._lines = 1
+        self._last_write = now
         self.control.new_connection()
-        self._backoff = self.BACKOFF_MIN
         return True
 
     def _hello(self) -> bytes:
         """The line that introduces this worker on a new connection."""
         return encode(dict(self._header, kind="hello", step=self._step, t=time.time(), token=self._config.token,
-                           confirm=True))
+                           confirm=True, session=self._session))
 
     def _poll(self) -> None:
         """Read whatever the daemon wrote, without waiting."""
@@ -501,6 +541,8 @@ class Client:
             if not data:  # the daemon closed the connection
                 return False
             self.control.feed(data)
+            if self.control.stored:  # the daemon takes this worker's records: connect at once next time
+                self._backoff = self.BACKOFF_MIN
             self._forget_confirmed()
         return True
 
@@ -515,8 +557,21 @@ class Client:
             self._read(self.EOF_WAIT if wait is None else wait)
         self._sock.close()
         self._sock = None
+        self._partial = b""  # its lines are among the unconfirmed
+        # The next connection waits: a daemon that ends connections at once
+        # (one that does not know this attempt yet) is not asked in a loop.
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self.BACKOFF_MAX)
         if resend:  # written again (and counted as sent again) on the next connection
-            self._spool.extendleft(reversed([line for _, line in self._unconfirmed]))
+            lines = [line for _, line in self._unconfirmed]
+            # They are older than any file still to send (those were made
+            # while they waited, or come after them): they go first, so
+            # that the daemon sees each rank's steps in order.
+            path = self._write_spill(lines) if self._spilled and lines else None
+            if path is not None:
+                self._spilled.appendleft((path, len(lines)))
+            else:
+                self._spool.extendleft(reversed(lines))
             self._sent -= len(self._unconfirmed)
         else:
             self._left += len(self._unconfirmed)

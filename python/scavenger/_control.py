@@ -18,6 +18,9 @@ from typing import Any, Dict, Optional
 CHECKPOINT = "checkpoint"
 STORED = "stored"
 MAX_LINE = 64 << 10
+# The daemon's confirmations, one a connection every few milliseconds, are
+# read without json: the start it writes them with (telemetry.StoredLine).
+_STORED = b'{"v":1,"kind":"stored","id":"","job":"","attempt":0,"lines":'
 
 
 class ControlState:
@@ -44,6 +47,11 @@ class ControlState:
             self.ignored += 1
 
     def _take(self, line: bytes) -> None:
+        if line.startswith(_STORED) and line.endswith(b"}"):
+            digits = line[len(_STORED):-1]
+            if digits.isdigit():
+                self.stored = max(self.stored, int(digits))
+                return
         try:
             msg = json.loads(line)
         except ValueError:

@@ -14,15 +14,17 @@ class Sink:
     With read=False it accepts but never reads, like a stalled daemon. Like
     the daemon, it confirms each line it read to a client whose hello asked
     (a "stored" line), unless confirm is False (a daemon whose store does
-    not take them). path defaults to a socket in a fresh temporary
-    directory, removed at close().
+    not take them); with hang_up it ends each connection after its hello
+    (a daemon that refuses it). path defaults to a socket in a fresh
+    temporary directory, removed at close().
     """
 
-    def __init__(self, read: bool = True, path: str = "", confirm: bool = True):
+    def __init__(self, read: bool = True, path: str = "", confirm: bool = True, hang_up: bool = False):
         self._own_dir = "" if path else tempfile.mkdtemp(prefix="scav-test-")
         self.path = path or os.path.join(self._own_dir, "d.sock")
         self._read = read
         self._confirm = confirm
+        self._hang_up = hang_up  # end each connection after its hello, as a daemon that refuses it
         self._write_lock = threading.Lock()  # one writer at a time on a connection
         self._lines = []
         self._conns = []
@@ -56,6 +58,9 @@ class Sink:
                         self._lines.append(line)
                     if n == 1:
                         confirm = self._confirm and json.loads(line).get("confirm") is True
+                        if self._hang_up:
+                            conn.shutdown(socket.SHUT_WR)
+                            return
                     if confirm:
                         self._write(conn, (json.dumps({"v": 1, "kind": "stored", "lines": n}) + "\n").encode())
             except (OSError, ValueError):
@@ -75,8 +80,13 @@ class Sink:
             return list(self._lines)
 
     def messages(self) -> list:
-        """Every line received so far, decoded: steps, hellos and acks."""
-        return [json.loads(line) for line in self.lines()]
+        """Every line received so far, decoded: steps, hellos and acks (the
+        empty lines of a silent client left out)."""
+        return [json.loads(line) for line in self.lines() if line.strip()]
+
+    def blank(self) -> int:
+        """The empty lines received so far (a silent client's keepalives)."""
+        return sum(1 for line in self.lines() if not line.strip())
 
     def records(self) -> list:
         """The step records received so far (hello and ack lines left out)."""

@@ -162,14 +162,67 @@ class WireTest(unittest.TestCase):
         client.close()
         recs = self.sink.wait_for(2)
         self.assertEqual(len(recs), 2)
-        for line in self.sink.lines():
-            self.assertNotIn(b"NaN", line)
-            self.assertNotIn(b"Infinity", line)
+        # A non-finite loss is recorded, as the wire spells it (issue 21);
+        # every other non-finite number is left out.
         self.assertEqual(set(recs[0]), {"v", "job", "attempt", "rank", "world", "step", "t",
-                                        "local_batch", "global_batch"})
-        self.assertEqual((recs[0]["step"], recs[0]["job"]), (1, "j-1"))
-        self.assertNotIn("loss", recs[1])
+                                        "local_batch", "global_batch", "loss"})
+        self.assertEqual((recs[0]["step"], recs[0]["job"], recs[0]["loss"]), (1, "j-1", "NaN"))
+        self.assertEqual(recs[1]["loss"], "-Infinity")
         self.assertNotIn("samples", recs[1])
+
+    def test_nonfinite_loss_recorded(self):
+        # A run that diverges says so: the loss is NaN from step 2 on (issue
+        # 21: the client dropped it, and the summary read "1.0 -> 0.02").
+        client = Client(config(self.sink.path))
+        for loss in (1.0, float("nan"), float("inf"), 0.5):
+            client.step(samples=1, loss=loss)
+        client.close()
+        recs = self.sink.wait_for(4)
+        self.assertEqual([r["loss"] for r in recs], [1.0, "NaN", "Infinity", 0.5])
+        for line in self.sink.lines():
+            json.loads(line)  # standard JSON: no bare NaN
+
+    def test_hello_names_a_session_kept_across_connections(self):
+        path, first, client = self._five_delivered(confirm=False)
+        first.close()
+        client.step(samples=5)
+        second = Sink(path=path)
+        self.addCleanup(second.close)
+        second.wait_for(6, timeout=5)
+        sessions = {h.get("session") for h in first.of_kind("hello") + second.of_kind("hello")}
+        self.assertEqual(len(sessions), 1, "one client, one session on every connection")
+        self.assertRegex(sessions.pop() or "", r"^[0-9a-f]{16}$")
+
+    def test_keepalive_on_a_silent_connection(self):
+        client = Client(config(self.sink.path))
+        client.KEEPALIVE = 0.1
+        self.addCleanup(client.close)
+        client.step(samples=1)
+        self.sink.wait_for(1)
+        deadline = time.monotonic() + 5
+        while self.sink.blank() < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertGreaterEqual(self.sink.blank(), 2, "empty lines while the worker has nothing to say")
+        client.step(samples=2)
+        self.sink.wait_for(2)
+        deadline = time.monotonic() + 5
+        while client.stats()["unconfirmed"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(client.stats()["unconfirmed"], 0, "empty lines counted as the daemon counts them")
+
+    def test_a_refused_hello_backs_off(self):
+        # A daemon that does not know the attempt yet (it is restarting)
+        # ends the connection after the hello: the client asks again, less
+        # and less often, not every flush.
+        refusing = Sink(confirm=False, hang_up=True)
+        self.addCleanup(refusing.close)
+        client = Client(config(refusing.path))
+        self.addCleanup(client.close)
+        client.step(samples=1)
+        time.sleep(1.0)
+        hellos = len(refusing.of_kind("hello"))
+        self.assertGreaterEqual(hellos, 2)
+        self.assertLessEqual(hellos, 7, "a connection at most every flush would make 20")
 
     def test_oversized_record_dropped(self):
         client = Client(config(self.sink.path))

@@ -101,3 +101,16 @@ class ClientControlTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StoredTest(unittest.TestCase):
+    """The daemon's confirmations, read without json, and any other spelling with it."""
+
+    def test_daemon_spelling_and_others(self):
+        state = ControlState(1)
+        state.feed(b'{"v":1,"kind":"stored","id":"","job":"","attempt":0,"lines":12}\n')
+        self.assertEqual(state.stored, 12)
+        state.feed(b'{"v": 1, "kind": "stored", "lines": 30}\n{"v":1,"kind":"stored","id":"","job":"","attempt":0,"lines":7}\n')
+        self.assertEqual(state.stored, 30, "confirmations only count up")
+        state.feed(b'{"v":1,"kind":"stored","id":"","job":"","attempt":0,"lines":x}\n')
+        self.assertEqual((state.stored, state.ignored), (30, 1))

@@ -63,6 +63,13 @@ func (r Retention) withDefaults() Retention {
 	return d
 }
 
+// StepDuplicates is the step stream's duplicate window: a message sent
+// again with the same Nats-Msg-Id within it is stored once. It must outlast
+// the longest a daemon tries a message again (ingest.StreamPublisher: its
+// patience and one try's timeout); a worker's own copies after a stall are
+// told apart by their session (daemon/ingest/dedupe.go).
+const StepDuplicates = 2 * time.Minute
+
 // OutputKeepPerSubject bounds each subject of the output stream: a job's
 // output head, its tail (the newest lines past the head) and its events.
 const OutputKeepPerSubject = 4000
@@ -80,7 +87,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	ret = ret.withDefaults()
 	streams := []jetstream.StreamConfig{
 		{Name: telemetry.StepStream, Description: "Scavenger step records", Subjects: []string{telemetry.AllSteps},
-			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
+			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas,
+			Duplicates: StepDuplicates},
 		{Name: telemetry.OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{telemetry.AllLogs, telemetry.AllTails, telemetry.AllEvents},
 			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, MaxMsgsPerSubject: OutputKeepPerSubject,
 			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},

@@ -1,30 +1,37 @@
-// Command benchingest measures one scavd's telemetry ingest: records per
-// second accepted from concurrent writers on its unix socket, and the daemon's
-// resident memory idle and under that load. It starts the scavd binary it is
-// given with a temporary state directory and stops it at the end.
+// Command benchingest measures one scavd's telemetry ingest, as workers
+// use it: every connection's hello asks for confirmations (the "stored"
+// lines the python client waits for), and the writers read them.
 //
-//	go run ./tools/benchingest --scavd bin/scavd [--writers 8] [--duration 10s]
+//   - blocks: writers on one job's attempt replay a pre-built block of
+//     1,000 records as fast as the socket takes it (the ceiling);
+//   - per step: many connections (jobs × ranks, the ranks of a job in step,
+//     as DDP keeps them) each write one record per step at a fixed rate,
+//     as a real trainer does; the daemon's CPU per 1,000 records and the
+//     time from a record's write to its confirmation are measured.
+//
+// It starts the scavd binary it is given with a temporary state directory,
+// runs real jobs on it (sleeping workers: the records come from here, bound
+// to those jobs' attempts by their tokens), and stops everything at the end.
+//
+//	go run ./tools/benchingest --scavd bin/scavd [--writers 8] [--duration 10s] [--jobs 8 --ranks 8 --rate 10 --step-duration 20s]
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 func main() {
@@ -36,8 +43,12 @@ func main() {
 
 func run() error {
 	scavd := flag.String("scavd", "bin/scavd", "scavd binary to measure")
-	writers := flag.Int("writers", 8, "concurrent writers, one connection each")
-	duration := flag.Duration("duration", 10*time.Second, "how long the writers write")
+	writers := flag.Int("writers", 8, "blocks: concurrent writers, one connection each")
+	duration := flag.Duration("duration", 10*time.Second, "blocks: how long the writers write")
+	jobs := flag.Int("jobs", 8, "per step: jobs")
+	ranks := flag.Int("ranks", 8, "per step: ranks of each job, one connection each")
+	rate := flag.Float64("rate", 10, "per step: steps a second of each rank")
+	stepDuration := flag.Duration("step-duration", 20*time.Second, "per step: how long the ranks step")
 	flag.Parse()
 
 	state, err := os.MkdirTemp("", "benchingest-")
@@ -45,7 +56,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	cmd := exec.Command(*scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(*scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn", "--local-slots", strconv.Itoa(max(*writers, *ranks)))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", *scavd, err)
@@ -64,34 +75,73 @@ func run() error {
 		return err
 	}
 	defer c.Close()
-	time.Sleep(2 * time.Second)
-	idle, _ := rss(cmd.Process.Pid, "VmRSS")
 	key, err := ingest.LoadKey(filepath.Join(state, "telemetry.key"))
 	if err != nil {
 		return err
 	}
-	hello := fmt.Sprintf(`{"v":1,"kind":"hello","job":"bench-ingest","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("bench-ingest", 1))
-	m, err := measure(ctx, c, info.Socket, hello, cmd.Process.Pid, *writers, *duration)
+	d := &daemon{c: c, key: key, socket: info.Socket, pid: cmd.Process.Pid, dir: state}
+	defer d.stopJobs()
+
+	block, err := d.jobs(ctx, 1, *writers)
 	if err != nil {
 		return err
 	}
-	hwm, _ := rss(cmd.Process.Pid, "VmHWM")
-	var dropped int64
-	for _, n := range m.final.Ingest.Dropped {
-		dropped += n
+	time.Sleep(2 * time.Second)
+	idle, _ := rss(d.pid, "VmRSS")
+	idleCPU, err := d.idleCPU(3 * time.Second)
+	if err != nil {
+		return err
 	}
+	b, err := d.blocks(ctx, block[0], *duration)
+	if err != nil {
+		return err
+	}
+	stepJobs, err := d.jobs(ctx, *jobs, *ranks)
+	if err != nil {
+		return err
+	}
+	s, err := d.perStep(ctx, stepJobs, *rate, *stepDuration)
+	if err != nil {
+		return err
+	}
+	hwm, _ := rss(d.pid, "VmHWM")
+
+	fmt.Printf("## Blocks: %d writers on one attempt, 1,000-record blocks as fast as the socket takes them, confirmations read\n\n", *writers)
 	fmt.Printf("| measure | value |\n|---|---|\n")
-	fmt.Printf("| writers (one unix-socket connection each) | %d |\n", *writers)
-	fmt.Printf("| measured window | %s |\n", m.elapsed.Truncate(time.Millisecond))
-	fmt.Printf("| records accepted in the window | %d |\n", m.accepted)
-	fmt.Printf("| **ingest throughput** | **%.0f records/s** |\n", float64(m.accepted)/m.elapsed.Seconds())
-	fmt.Printf("| records written / accepted / dropped in all | %d / %d / %d |\n", m.written, m.final.Ingest.Accepted, dropped)
-	fmt.Printf("| scavd RSS idle | %.1f MiB |\n", float64(idle)/1024)
-	fmt.Printf("| scavd RSS under load (peak sampled, VmHWM) | %.1f MiB, %.1f MiB |\n", float64(m.peak)/1024, float64(hwm)/1024)
-	if m.final.Ingest.Accepted != m.written {
-		return fmt.Errorf("accepted %d of %d records written", m.final.Ingest.Accepted, m.written)
+	fmt.Printf("| measured window | %s |\n", b.elapsed.Truncate(time.Millisecond))
+	fmt.Printf("| records accepted in the window | %d |\n", b.accepted)
+	fmt.Printf("| **ingest throughput** | **%.0f records/s** |\n", float64(b.accepted)/b.elapsed.Seconds())
+	fmt.Printf("| scavd CPU per 1,000 records | %.1f ms |\n", b.cpuPer1000())
+	fmt.Printf("| records written / accepted / confirmed / dropped in all | %d / %d / %d / %d |\n", b.written, b.took(), b.confirmed, dropped(b.final))
+	fmt.Printf("\n## Per step: %d connections (%d jobs × %d ranks), one record a step at %.0f steps/s each, confirmations read\n\n", *jobs**ranks, *jobs, *ranks, *rate)
+	fmt.Printf("| measure | value |\n|---|---|\n")
+	fmt.Printf("| measured window | %s |\n", s.elapsed.Truncate(time.Millisecond))
+	fmt.Printf("| records accepted in the window | %d (%.0f records/s) |\n", s.accepted, float64(s.accepted)/s.elapsed.Seconds())
+	fmt.Printf("| **scavd CPU per 1,000 records** | **%.1f ms** (goal <= 50 ms) |\n", s.cpuPer1000())
+	fmt.Printf("| of which idle (scavd's CPU with no telemetry, %.1f ms/s, over the same time) | %.1f ms |\n", idleCPU*1e3, idleCPU*s.elapsed.Seconds()*1e6/float64(max(s.accepted, 1)))
+	fmt.Printf("| write to confirmation: median, p99, max | %s, %s, %s |\n", ms(s.lat.quantile(0.5)), ms(s.lat.quantile(0.99)), ms(s.lat.quantile(1)))
+	fmt.Printf("| records written / accepted / confirmed / dropped in all | %d / %d / %d / %d |\n", s.written, s.took(), s.confirmed, dropped(s.final))
+	fmt.Printf("\n## Memory\n\n| measure | value |\n|---|---|\n")
+	fmt.Printf("| scavd RSS idle (jobs running, no telemetry) | %.1f MiB |\n", float64(idle)/1024)
+	fmt.Printf("| scavd RSS under load (peak sampled, VmHWM) | %.1f MiB, %.1f MiB |\n", float64(max(b.peak, s.peak))/1024, float64(hwm)/1024)
+	var errs []error
+	for _, l := range []load{b, s} {
+		if l.took() != l.written || l.confirmed != l.written {
+			errs = append(errs, fmt.Errorf("%s: accepted %d, confirmed %d of %d records written", l.name, l.took(), l.confirmed, l.written))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// ms formats a duration in milliseconds.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+
+func dropped(s api.IngestStats) int64 {
+	var n int64
+	for _, v := range s.Dropped {
+		n += v
+	}
+	return n
 }
 
 // discover waits for the daemon on state to write its discovery file.
@@ -109,106 +159,103 @@ func discover(state string) (api.Info, error) {
 	}
 }
 
-// load is what one measurement found.
-type load struct {
-	elapsed  time.Duration
-	accepted int64     // in the measured window
-	written  int64     // by the writers in all
-	peak     int64     // the daemon's RSS, KiB, sampled
-	final    api.Stats // once the daemon is done with what it was handed
+// daemon is the scavd under measurement.
+type daemon struct {
+	c       *api.Client
+	key     ingest.Key
+	socket  string
+	pid     int
+	dir     string
+	started []string
 }
 
-// measure runs writers connections to socket for duration, each bound to
-// the attempt by hello, then replaying
-// one pre-built block of records as fast as the socket takes it, while it
-// samples the memory of the daemon pid.
-func measure(ctx context.Context, c *api.Client, socket, hello string, pid, writers int, duration time.Duration) (load, error) {
-	var m load
-	var written, peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < writers; w++ {
-		conn, err := net.Dial("unix", socket)
+// attempt is a running job's attempt that connections bind to.
+type attempt struct {
+	job     string
+	attempt int
+	world   int
+}
+
+// jobs starts n jobs of world sleeping workers each and waits until each
+// runs.
+func (d *daemon) jobs(ctx context.Context, n, world int) ([]attempt, error) {
+	var out []attempt
+	for i := 0; i < n; i++ {
+		j, err := d.c.Run(ctx, api.RunRequest{
+			Name: fmt.Sprintf("bench-%d-%d", len(d.started), world), Command: []string{"sleep", "3600"}, Dir: d.dir,
+			Env: []string{"PATH=/usr/bin:/bin"}, Config: plugins.Config{Workers: world, GlobalBatch: 32 * world},
+		})
 		if err != nil {
-			close(stop)
-			wg.Wait()
-			return m, fmt.Errorf("dial %s: %w", socket, err)
+			return nil, fmt.Errorf("run a bench job: %w", err)
 		}
-		block, n := records(w, writers)
-		if _, err := conn.Write([]byte(hello)); err != nil { // binds the connection to the attempt
-			conn.Close()
-			close(stop)
-			wg.Wait()
-			return m, fmt.Errorf("write hello: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := conn.Write(block); err != nil {
-					return
-				}
-				written.Add(int64(n))
+		d.started = append(d.started, j.ID)
+		for deadline := time.Now().Add(30 * time.Second); j.State != api.StateRunning; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("bench job %s is %s after 30s", j.ID, j.State)
 			}
-		}()
-	}
-	wg.Add(1)
-	go func() { // samples the daemon's memory while the load runs
-		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if v, err := rss(pid, "VmRSS"); err == nil && v > peak.Load() {
-					peak.Store(v)
-				}
+			if j, err = d.c.Job(ctx, j.ID); err != nil {
+				return nil, err
 			}
 		}
-	}()
-	s0, err0 := c.Stats(ctx)
-	start := time.Now()
-	time.Sleep(duration)
-	s1, err1 := c.Stats(ctx)
-	m.elapsed = time.Since(start)
-	close(stop)
-	wg.Wait()
-	if err := errors.Join(err0, err1); err != nil {
-		return m, err
+		out = append(out, attempt{job: j.ID, attempt: j.Attempt, world: world})
 	}
-	m.accepted, m.written, m.peak = s1.Ingest.Accepted-s0.Ingest.Accepted, written.Load(), peak.Load()
-	// Let the daemon finish what the writers handed it, then count drops.
-	for prev := int64(-1); ; prev = m.final.Ingest.Accepted {
-		time.Sleep(300 * time.Millisecond)
-		var err error
-		if m.final, err = c.Stats(ctx); err != nil {
-			return m, err
-		}
-		if m.final.Ingest.Accepted == prev {
-			return m, nil
-		}
+	return out, nil
+}
+
+// stopJobs stops the jobs started.
+func (d *daemon) stopJobs() {
+	for _, id := range d.started {
+		_, _ = d.c.Stop(context.Background(), id, time.Second)
 	}
 }
 
-// records builds a block of valid step records for one writer: rank w of
-// world, 1000 steps, with the fields the torch client sends.
-func records(w, world int) ([]byte, int) {
-	var b bytes.Buffer
-	const n = 1000
-	now := float64(time.Now().UnixNano()) / 1e9
-	for s := 1; s <= n; s++ {
-		fmt.Fprintf(&b, `{"v":1,"job":"bench-ingest","attempt":1,"rank":%d,"world":%d,"step":%d,"t":%.6f,"dt":0.0251,"samples":32,"local_batch":32,"global_batch":%d,"micro":1,"compute_s":0.0212,"sync_s":0.0039,"loss":2.3051,"local_sqr":0.8711,"avg_sqr":0.3145}`+"\n",
-			w, world, s, now+float64(s)*0.025, 32*world)
+// hello is the line that binds a connection to a's rank, asking for
+// confirmations.
+func (d *daemon) hello(a attempt, rank int) string {
+	return fmt.Sprintf(`{"v":1,"kind":"hello","job":%q,"attempt":%d,"rank":%d,"world":%d,"step":0,"t":%.6f,"token":%q,"confirm":true}`+"\n",
+		a.job, a.attempt, rank, a.world, now(), d.key.Token(a.job, a.attempt))
+}
+
+// record is the step record of a's rank at step, with the fields the torch
+// client sends.
+func record(a attempt, rank int, step int64, t float64) string {
+	return fmt.Sprintf(`{"v":1,"job":%q,"attempt":%d,"rank":%d,"world":%d,"step":%d,"t":%.6f,"dt":0.0251,"samples":32,"local_batch":32,"global_batch":%d,"micro":1,"compute_s":0.0212,"sync_s":0.0039,"loss":2.3051,"local_sqr":0.8711,"avg_sqr":0.3145}`+"\n",
+		a.job, a.attempt, rank, a.world, step, t, 32*a.world)
+}
+
+func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+
+// cpu is the daemon's user and system CPU time so far.
+func (d *daemon) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.pid), "stat"))
+	if err != nil {
+		return 0, err
 	}
-	return b.Bytes(), n
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", d.pid, len(f))
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(u+s) * tick, nil
+}
+
+// idleCPU is the daemon's CPU seconds a second while nothing is written.
+func (d *daemon) idleCPU(over time.Duration) (float64, error) {
+	c0, err := d.cpu()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	time.Sleep(over)
+	c1, err := d.cpu()
+	return (c1 - c0).Seconds() / time.Since(start).Seconds(), err
 }
 
 // rss reads a memory field (kB) of /proc/<pid>/status.

@@ -1,0 +1,183 @@
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// A trainer writes one record a step, so a node's connections each bring a
+// record at a time; a JetStream message per record costs the daemon more
+// than the record (issue 25). The batcher gathers what every connection
+// hands it into one message per job and publishes them together, at most
+// Window after the first record came, or at once when batchBytes are
+// waiting: a per-step writer then costs what a block writer does, and no
+// confirmation waits longer than the window and the store. A job's records
+// keep the order each connection wrote them in.
+
+// DefaultWindow is how long the batcher gathers records before it
+// publishes them.
+const DefaultWindow = 5 * time.Millisecond
+
+// maxPendingBytes bounds the records waiting in the batcher; past it, a
+// connection that hands more publishes what waits itself first.
+const maxPendingBytes = 8 << 20
+
+// pending is one message being gathered: records of one job.
+type pending struct {
+	subject, id string
+	data        []byte
+	n           int
+	peers       []*peer   // the connections whose records it holds
+	refs        []markRef // its records' marks
+}
+
+// confirmation is a connection's count of lines to confirm once what it
+// handed before is stored.
+type confirmation struct {
+	p     *peer
+	lines int64
+}
+
+// batcher gathers the connections' step records into messages.
+type batcher struct {
+	in     *Server
+	window time.Duration
+	nonce  string // makes the messages' ids unique across daemons
+	wake   chan struct{}
+
+	mu       sync.Mutex
+	msgs     []*pending
+	open     map[string]*pending // the message of each subject still taking records
+	confirms []confirmation
+	bytes    int
+	since    time.Time // when the first record waiting came (zero: none waits)
+	seq      uint64
+
+	flushMu sync.Mutex // one flush at a time, so that messages keep their order
+}
+
+func newBatcher(in *Server, window time.Duration) *batcher {
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return &batcher{in: in, window: window, nonce: hex.EncodeToString(b), wake: make(chan struct{}, 1), open: map[string]*pending{}}
+}
+
+// hand takes a connection's batch (and, when its hello asked, the count of
+// its lines to confirm once the batch is stored) and empties it.
+func (bt *batcher) hand(p *peer, b *batch) {
+	bt.mu.Lock()
+	if bt.bytes >= maxPendingBytes {
+		bt.mu.Unlock()
+		bt.flush() // the store is slower than the connections: this one waits for it
+		bt.mu.Lock()
+	}
+	if b.n > 0 {
+		m := bt.open[b.job]
+		if m == nil || len(m.data)+len(b.buf) > batchBytes {
+			bt.seq++
+			m = &pending{subject: telemetry.StepSubject(b.job), id: bt.nonce + "-" + strconv.FormatUint(bt.seq, 36)}
+			bt.open[b.job] = m
+			bt.msgs = append(bt.msgs, m)
+		}
+		m.data = append(m.data, b.buf...)
+		m.n += b.n
+		m.refs = append(m.refs, b.refs...)
+		if k := len(m.peers); k == 0 || m.peers[k-1] != p {
+			m.peers = append(m.peers, p)
+		}
+		bt.bytes += len(b.buf)
+	}
+	if p.confirm {
+		bt.confirms = append(bt.confirms, confirmation{p: p, lines: p.lines})
+	}
+	first := bt.since.IsZero()
+	if first {
+		bt.since = time.Now()
+	}
+	full := bt.bytes >= batchBytes
+	bt.mu.Unlock()
+	b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
+	if first || full {
+		select {
+		case bt.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run publishes what waits once it has waited the window (at once when
+// batchBytes wait), until ctx ends.
+func (bt *batcher) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-bt.wake:
+		}
+		for {
+			bt.mu.Lock()
+			since, full := bt.since, bt.bytes >= batchBytes
+			bt.mu.Unlock()
+			if since.IsZero() {
+				break // flushed meanwhile
+			}
+			if wait := bt.window - time.Since(since); !full && wait > 0 {
+				timer.Reset(wait)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return
+				case <-bt.wake:
+					timer.Stop()
+					continue
+				case <-timer.C:
+				}
+			}
+			bt.flush()
+			break
+		}
+	}
+}
+
+// flush publishes every message waiting (holding it when the store cannot
+// write), then confirms what it stored to the connections that asked. A
+// message the store refused fails the connections whose records it held:
+// they are ended, so that their workers send those records again, and
+// those records are taken off their marks.
+func (bt *batcher) flush() {
+	bt.flushMu.Lock()
+	defer bt.flushMu.Unlock()
+	bt.mu.Lock()
+	msgs, confirms := bt.msgs, bt.confirms
+	bt.msgs, bt.confirms, bt.bytes, bt.since = nil, nil, 0, time.Time{}
+	clear(bt.open)
+	bt.mu.Unlock()
+	in := bt.in
+	for _, m := range msgs {
+		err := in.flushStep(m.subject, m.data, m.n, m.id)
+		if err == nil {
+			continue
+		}
+		in.dropped[dropPublish].Add(int64(m.n))
+		in.warn(dropPublish, fmt.Sprintf("publish %d records on %s: %v", m.n, m.subject, err))
+		in.marks.untake(m.refs)
+		for _, p := range m.peers {
+			p.fail()
+		}
+	}
+	for _, c := range confirms {
+		in.confirm(c.p, c.lines)
+	}
+}

@@ -1,0 +1,301 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A goroutine per connection costs a wake of the runtime for every record a
+// per-step writer sends, and those wakes, not the records, were most of
+// what a node's telemetry cost the daemon (issue 25). The poller reads every
+// connection from one goroutine: it waits (in the runtime's netpoller, on an
+// epoll descriptor of its own) until some connection has data, lets the
+// batcher's window pass so that the others' records come too, then reads
+// every connection that has data, hands the records to the batcher and
+// publishes them: a few wakes per window, whatever the connections.
+
+// pconn is one connection the poller reads.
+type pconn struct {
+	p     *peer
+	raw   syscall.RawConn
+	fd    int
+	id    int32
+	ready bool // the kernel said it has data the poller has not read yet
+	ls    lineSplitter
+	b     batch
+	last  time.Time // when it last brought bytes
+}
+
+// poller reads the socket's connections (see above).
+type poller struct {
+	in     *Server
+	ep     int      // the epoll descriptor
+	epf    *os.File // ep, in the runtime's netpoller
+	epRaw  syscall.RawConn
+	buf    []byte
+	events []unix.EpollEvent
+
+	mu    sync.Mutex
+	conns map[int32]*pconn // by id, the epoll events' data
+	next  int32
+	done  chan struct{}
+}
+
+func newPoller(in *Server) (*poller, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil { // so that the runtime's netpoller waits for it
+		unix.Close(ep)
+		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
+	}
+	f := os.NewFile(uintptr(ep), "telemetry-epoll")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
+	}
+	return &poller{in: in, ep: ep, epf: f, epRaw: raw, buf: make([]byte, readBufBytes), events: make([]unix.EpollEvent, 256),
+		conns: map[int32]*pconn{}, done: make(chan struct{})}, nil
+}
+
+// add registers a connection the server admitted.
+func (pl *poller) add(p *peer) error {
+	sc, ok := p.conn.(syscall.Conn)
+	if !ok {
+		return errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var fd int
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return err
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for pl.conns[pl.next] != nil || pl.next == 0 {
+		pl.next++ // wraps after 2^31 connections: skip the ids in use
+	}
+	pc := &pconn{p: p, raw: raw, fd: fd, id: pl.next, last: time.Now()}
+	pl.next++
+	p.polled = true
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: pc.id}
+	if err := unix.EpollCtl(pl.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("epoll add: %w", err)
+	}
+	pc.ready = true // data may have come before it was added
+	pl.conns[pc.id] = pc
+	return nil
+}
+
+// run reads the connections until the server closes and every connection
+// has ended.
+func (pl *poller) run() {
+	defer close(pl.done)
+	in := pl.in
+	deadlines := time.Now()
+	for {
+		closing := in.closing.Err() != nil
+		if pl.wait(closing) && !closing {
+			time.Sleep(in.batch.window) // the other connections' records of this step come meanwhile
+			pl.collect()
+		}
+		pl.readAll(closing)
+		in.batch.flush()
+		pl.endFailed()
+		if now := time.Now(); now.Sub(deadlines) >= pollTick || closing {
+			deadlines = now
+			pl.timeouts(now, closing)
+		}
+		if closing && pl.empty() {
+			return
+		}
+	}
+}
+
+// pollTick is how often the poller checks the connections' deadlines and
+// retries connections held back by their user's step bytes; idle, it
+// wakes every pollIdle.
+const (
+	pollTick = 100 * time.Millisecond
+	pollIdle = time.Second
+)
+
+// wait blocks until a connection has data, or a held-back connection or the
+// deadlines are due (at once when closing); it says whether a connection
+// has data.
+func (pl *poller) wait(closing bool) bool {
+	if closing {
+		return pl.collect() > 0
+	}
+	tick := pollIdle
+	if pl.pending() {
+		tick = pollTick
+	}
+	got := 0
+	_ = pl.epf.SetReadDeadline(time.Now().Add(tick))
+	_ = pl.epRaw.Read(func(uintptr) bool {
+		got = pl.collect()
+		return got > 0 || pl.in.closing.Err() != nil
+	})
+	return got > 0
+}
+
+// collect takes the kernel's ready connections; it returns how many.
+func (pl *poller) collect() int {
+	total := 0
+	for {
+		n, err := rawEpollPoll(pl.ep, pl.events)
+		if err != nil || n <= 0 {
+			return total
+		}
+		pl.mu.Lock()
+		for _, ev := range pl.events[:n] {
+			if pc := pl.conns[ev.Fd]; pc != nil {
+				pc.ready = true
+			}
+		}
+		pl.mu.Unlock()
+		total += n
+		if n < len(pl.events) {
+			return total
+		}
+	}
+}
+
+// pending says whether a connection is ready but was not read (its user
+// waits for step bytes).
+func (pl *poller) pending() bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, pc := range pl.conns {
+		if pc.ready {
+			return true
+		}
+	}
+	return false
+}
+
+func (pl *poller) empty() bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return len(pl.conns) == 0
+}
+
+// snapshot lists the connections.
+func (pl *poller) snapshot() []*pconn {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	out := make([]*pconn, 0, len(pl.conns))
+	for _, pc := range pl.conns {
+		out = append(out, pc)
+	}
+	return out
+}
+
+// readAll reads every ready connection whose user may hand more step bytes,
+// until the kernel has nothing more for it; a connection that ended is
+// ended here.
+func (pl *poller) readAll(closing bool) {
+	for _, pc := range pl.snapshot() {
+		if !pc.ready || pc.p.failed.Load() {
+			continue
+		}
+		if !closing && !pl.in.mayHand(pc.p) {
+			continue // its user waits for step bytes: read it on a later round
+		}
+		pc.ready = false
+		if !pl.read(pc) {
+			pl.end(pc)
+		}
+	}
+}
+
+// read reads pc until the kernel has nothing more; false when it ended.
+func (pl *poller) read(pc *pconn) bool {
+	for {
+		var n int
+		var err error
+		if cerr := pc.raw.Read(func(fd uintptr) bool {
+			n, err = rawRead(int(fd), pl.buf)
+			return true // one try: never wait
+		}); cerr != nil {
+			return false
+		}
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			return true
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil || n == 0:
+			return false
+		}
+		pc.last = time.Now()
+		pl.in.feed(&pc.ls, pl.buf[:n], &pc.b, pc.p)
+		if n < len(pl.buf) {
+			return true // the kernel had no more than this
+		}
+	}
+}
+
+// endFailed ends the connections whose records the store refused.
+func (pl *poller) endFailed() {
+	for _, pc := range pl.snapshot() {
+		if pc.p.failed.Load() {
+			pl.end(pc)
+		}
+	}
+}
+
+// timeouts ends connections past their hello's deadline or silent past the
+// idle timeout (all of them when closing).
+func (pl *poller) timeouts(now time.Time, closing bool) {
+	l := pl.in.limits
+	for _, pc := range pl.snapshot() {
+		p := pc.p
+		reason := ""
+		switch {
+		case closing:
+		case p.job == "" && now.Sub(p.since) > l.HelloTimeout:
+			reason = RefusedNoHello
+		case p.job != "" && now.Sub(pc.last) > l.IdleTimeout:
+			reason = RefusedIdle
+		default:
+			continue
+		}
+		if reason != "" {
+			pl.in.refuse(reason)
+			pl.in.log.Debug("telemetry connection timed out", zap.String("reason", reason), zap.Uint32("uid", p.uid), zap.Int32("pid", p.pid), zap.String("job", p.job))
+		}
+		pl.end(pc)
+	}
+}
+
+// end forgets pc and closes its connection, after what it read was handed
+// (its records stored and confirmed by the next flush).
+func (pl *poller) end(pc *pconn) {
+	pl.mu.Lock()
+	if pl.conns[pc.id] == nil {
+		pl.mu.Unlock()
+		return
+	}
+	delete(pl.conns, pc.id)
+	pl.mu.Unlock()
+	pl.in.finish(&pc.ls, &pc.b, pc.p)
+	pl.in.batch.flush()
+	_ = unix.EpollCtl(pl.ep, unix.EPOLL_CTL_DEL, pc.fd, nil) // before the close: the number may be reused
+	pl.in.forget(pc.p)
+}
+
+// close releases the epoll descriptor, once run has returned.
+func (pl *poller) close() { pl.epf.Close() }

@@ -1,0 +1,73 @@
+package telemetry
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDecodeFlat: whatever the flat decoder takes, it decodes exactly as
+// encoding/json does (the same record, from any record it started with).
+func FuzzDecodeFlat(f *testing.F) {
+	for _, s := range []string{
+		good, `{}`, ` { "v" : 1 , "step" : -0 } `, `{"v":1,"loss":"NaN","session":"a"}`, `{"v":1,"Step":2,"step":3}`,
+		`{"v":1,"step":1e3}`, `{"v":1,"t":1e999}`, `{"v":1,"job":"a\u0062"}`, `{"v":1,"job":"\xff"}`, `{"x":[1],"v":1}`,
+		`{"v":1,"loss":null}`, `{"v":1,"biased":true,"confirm":false,"x":null,"y":"z","w":-1.5e-3}`, `{"v":01}`,
+		`{"v":1,"epoch":3,"epoch":4}`, `{"ſtep":1}`, `{"v":1,}`, `{"v":1}x`, `{"job":"é"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		start := StepRecord{Step: 7, Job: "pre", Loss: new(float64)}
+		flat := start
+		flat.Loss = new(float64)
+		if !decodeFlat(line, &flat) {
+			return
+		}
+		want := start
+		want.Loss = new(float64)
+		if err := json.Unmarshal(line, (*stepFields)(&want)); err != nil {
+			if _, isString := lossString(line); !isString {
+				t.Fatalf("the flat decoder took %q, which encoding/json refuses: %v", line, err)
+			}
+			if err := unmarshalJSON(line, &want); err != nil {
+				t.Fatalf("the flat decoder took %q, which unmarshalJSON refuses: %v", line, err)
+			}
+		}
+		a, errA := json.Marshal(flat)
+		b, errB := json.Marshal(want)
+		if errA != nil || errB != nil || string(a) != string(b) {
+			t.Fatalf("%q: flat %s (%v), encoding/json %s (%v)", line, a, errA, b, errB)
+		}
+	})
+}
+
+// lossString says whether line has a loss written as a string.
+func lossString(line []byte) (int, bool) {
+	for i := 0; i+len(stringLoss) <= len(line); i++ {
+		if string(line[i:i+len(stringLoss)]) == string(stringLoss) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// BenchmarkDecodeStep: a torch client's record, through DecodeStep (the
+// flat decoder) and through encoding/json alone.
+func BenchmarkDecodeStep(b *testing.B) {
+	line := []byte(`{"v":1,"job":"bench-ingest","attempt":1,"rank":3,"world":8,"step":1234,"t":1795938441.712345,"dt":0.0251,"samples":32,"local_batch":32,"global_batch":256,"micro":1,"compute_s":0.0212,"sync_s":0.0039,"loss":2.3051,"local_sqr":0.8711,"avg_sqr":0.3145}`)
+	b.Run("flat", func(b *testing.B) {
+		for range b.N {
+			if _, err := DecodeStep(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for range b.N {
+			var r StepRecord
+			if err := unmarshalJSON(line, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
