@@ -26,70 +26,14 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
+	"github.com/scavenger-ml/scavenger/internal/testuser"
 )
 
 // The user-isolation suite: a root scavd serving two unprivileged users.
 // Every attack of issue 11 is tried as the wrong user (or as no one) and
 // must be refused with a clear error; each one refused is counted, and the
 // count is logged for the closing note.
-
-// testUser is an unprivileged user made for a test and removed after it.
-type testUser struct {
-	name     string
-	uid, gid int
-}
-
-// addUser makes a system user (no home, no login shell, its own group).
-func addUser(t *testing.T, tag string) testUser {
-	t.Helper()
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "scv" + tag + hex.EncodeToString(b)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIP: useradd %s: %v %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v %s", name, err, out)
-		}
-	})
-	id := func(flag string) int {
-		out, err := exec.Command("id", flag, name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-		return n
-	}
-	return testUser{name: name, uid: id("-u"), gid: id("-g")}
-}
-
-// as runs argv as u (setpriv: uid, gid, groups), in dir, with a plain
-// environment plus env.
-func (u testUser) as(t *testing.T, dir string, env []string, argv ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	args := append([]string{"--reuid=" + u.name, "--regid=" + u.name, "--init-groups", "--"}, argv...)
-	cmd := exec.Command("setpriv", args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}, env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	_ = cmd.Run()
-	return o.String(), e.String(), cmd.ProcessState.ExitCode()
-}
-
-// sharedDir is a directory every user can enter and write (mode 1777),
-// removed after the test.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d := testdir.Short(t, "scavsec-")
-	if err := os.Chmod(d, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // refusals counts the attacks a test saw refused.
 type refusals struct {
@@ -117,18 +61,18 @@ func TestUsersAreIsolated(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the user-isolation suite runs as root (useradd, setpriv)")
 	}
-	alice, bob := addUser(t, "a"), addUser(t, "b")
-	work := sharedDir(t)
+	alice, bob := testuser.Add(t, "a"), testuser.Add(t, "b")
+	work := testuser.SharedDir(t)
 	state := filepath.Join(work, "state") // a root daemon's: 0711, its sockets open to all
 	info := startScavd(t, state)
-	ctl := func(u testUser, args ...string) (string, int) {
-		o, e, code := u.as(t, work, nil, append([]string{scavctlBin, "--api", info.API}, args...)...)
+	ctl := func(u testuser.User, args ...string) (string, int) {
+		o, e, code := u.Run(t, work, nil, append([]string{scavctlBin, "--api", info.API}, args...)...)
 		return o + e, code
 	}
 	r := &refusals{t: t}
 
 	// Alice's job runs as Alice and keeps running until told.
-	aliceRun := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
+	aliceRun := exec.Command("setpriv", "--reuid="+alice.Name, "--regid="+alice.Name, "--init-groups", "--",
 		scavctlBin, "--api", info.API, "run", "--name", "alices", "--grace", "2s", "--", "/bin/sh", "-c",
 		`echo "uid=$(id -u) gid=$(id -g) home=$HOME"; echo ok > "$SCAV_CHECKPOINT_DIR/ckpt"; while [ ! -e stop ]; do sleep 0.1; done`)
 	aliceRun.Dir, aliceRun.Env = work, []string{"PATH=/usr/bin:/bin", "HOME=" + work}
@@ -141,7 +85,7 @@ func TestUsersAreIsolated(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(work, "stop"), nil, 0o644)
 		_ = aliceRun.Wait()
 	}()
-	job := awaitUserJob(t, state, alice.name)
+	job := awaitUserJob(t, state, alice.Name)
 	ckpt := filepath.Join(job.CheckpointDir, "ckpt")
 	for deadline := time.Now().Add(20 * time.Second); !exists(ckpt); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -149,12 +93,12 @@ func TestUsersAreIsolated(t *testing.T) {
 		}
 	}
 	for _, p := range []string{ckpt, job.CheckpointDir} {
-		if uid := fileUID(t, p); uid != alice.uid {
-			t.Errorf("%s is uid %d's, want alice's (%d)", p, uid, alice.uid)
+		if uid := fileUID(t, p); uid != alice.UID {
+			t.Errorf("%s is uid %d's, want alice's (%d)", p, uid, alice.UID)
 		}
 	}
-	if job.Owner == nil || job.Owner.UID != uint32(alice.uid) || job.Owner.User != alice.name {
-		t.Errorf("record's owner %+v, want alice (%d)", job.Owner, alice.uid)
+	if job.Owner == nil || job.Owner.UID != uint32(alice.UID) || job.Owner.User != alice.Name {
+		t.Errorf("record's owner %+v, want alice (%d)", job.Owner, alice.UID)
 	}
 
 	// Bob may not act on it, nor read it.
@@ -163,7 +107,7 @@ func TestUsersAreIsolated(t *testing.T) {
 		{"status", job.ID}, {"report", job.ID}, {"run", "--resume", job.ID},
 	} {
 		out, code := ctl(bob, args...)
-		r.expect("bob: scavctl "+strings.Join(args, " ")+" of alice's job", code, out, "permission denied", alice.name)
+		r.expect("bob: scavctl "+strings.Join(args, " ")+" of alice's job", code, out, "permission denied", alice.Name)
 	}
 	out, _ := ctl(bob, "jobs")
 	if strings.Contains(out, job.ID) {
@@ -174,13 +118,13 @@ func TestUsersAreIsolated(t *testing.T) {
 
 	// The secrets of the daemon are not his to read.
 	for _, f := range []string{"nats.nk", "telemetry.key", "scavd.json"} {
-		o, e, code := bob.as(t, work, nil, "cat", filepath.Join(state, f))
+		o, e, code := bob.Run(t, work, nil, "cat", filepath.Join(state, f))
 		r.expect("bob: read "+f, code, o+e, "Permission denied")
 	}
 
 	// His job runs as him, not as root; he cannot have one made where he could not.
 	out, code = ctl(bob, "run", "--", "/bin/sh", "-c", "echo uid=$(id -u)")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("uid=%d", bob.uid)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("uid=%d", bob.UID)) {
 		t.Errorf("bob's job did not run as bob (exit %d):\n%s", code, out)
 	} else {
 		r.list = append(r.list, "bob: run a job as root")
@@ -221,8 +165,8 @@ func TestUsersAreIsolated(t *testing.T) {
 	r.natsRefused(info.NATS)
 
 	// Root sees every user's jobs; Alice's ends when she says.
-	out, code = ctl(testUser{name: "root"}, "jobs", "--all")
-	if code != 0 || !strings.Contains(out, job.ID) || !strings.Contains(out, bob.name) {
+	out, code = ctl(testuser.Root, "jobs", "--all")
+	if code != 0 || !strings.Contains(out, job.ID) || !strings.Contains(out, bob.Name) {
 		t.Errorf("root's jobs --all:\n%s", out)
 	}
 	t.Logf("%d attacks refused:\n  %s", len(r.list), strings.Join(r.list, "\n  "))
@@ -324,7 +268,7 @@ func fileUID(t *testing.T, path string) int {
 // token and the CA, and nothing without a valid token gets an answer.
 func TestRemoteAPINeedsTLSAndToken(t *testing.T) {
 	tn := testnet.New(t, 1)
-	dir := sharedDir(t)
+	dir := testuser.SharedDir(t)
 	ca, cert, key := selfSigned(t, dir, tn.BridgeAddr)
 	token := hex.EncodeToString([]byte("remote-token-0123456789"))
 	tokens := filepath.Join(dir, "tokens")
@@ -416,10 +360,10 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the user-isolation suite runs as root (useradd, setpriv)")
 	}
-	alice, bob := addUser(t, "a"), addUser(t, "b")
-	work := sharedDir(t)
+	alice, bob := testuser.Add(t, "a"), testuser.Add(t, "b")
+	work := testuser.SharedDir(t)
 	state := filepath.Join(work, "alice-state")
-	d := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
+	d := exec.Command("setpriv", "--reuid="+alice.Name, "--regid="+alice.Name, "--init-groups", "--",
 		scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0")
 	d.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
 	dlog := startDaemon(t, d, "alice's scavd")
@@ -430,11 +374,11 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 		}
 	}
 	r := &refusals{t: t}
-	o, e, code := bob.as(t, work, nil, scavctlBin, "--api", sock, "jobs")
+	o, e, code := bob.Run(t, work, nil, scavctlBin, "--api", sock, "jobs")
 	r.expect("bob: reach alice's own scavd", code, o+e, "permission denied")
 	o, e, code = scavctlEnv(t, state, nil, "--api", sock, "run", "--", "/bin/true")
-	r.expect("root: run a job through alice's own scavd", code, o+e, "runs only "+alice.name+"'s jobs")
-	if o, e, code = alice.as(t, work, nil, scavctlBin, "--api", sock, "run", "--", "/bin/sh", "-c", "id -u"); code != 0 || !strings.Contains(o+e, strconv.Itoa(alice.uid)) {
+	r.expect("root: run a job through alice's own scavd", code, o+e, "runs only "+alice.Name+"'s jobs")
+	if o, e, code = alice.Run(t, work, nil, scavctlBin, "--api", sock, "run", "--", "/bin/sh", "-c", "id -u"); code != 0 || !strings.Contains(o+e, strconv.Itoa(alice.UID)) {
 		t.Errorf("alice's job through her own scavd: exit %d\n%s%s", code, o, e)
 	}
 	t.Logf("%d attempts refused: %s", len(r.list), strings.Join(r.list, "; "))

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/userfs"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -51,11 +51,24 @@ func (g *Registry) checkOwner(ctx context.Context, owner *api.Owner) error {
 	return nil
 }
 
+// fsID is the identity the daemon takes to act on the files of a job of
+// owner (its checkpoint directory, spool, manifest): nil when that is the
+// daemon's own user.
+func fsID(owner *api.Owner) *userfs.ID {
+	u := runAs(owner)
+	if u == nil {
+		return nil
+	}
+	return &userfs.ID{UID: u.UID, GID: u.GID, Groups: u.Groups}
+}
+
 // checkpointDir makes job j's checkpoint directory. The daemon's own jobs
 // get it made wherever they say; another user's job gets one under the
 // daemon's checkpoint root, owned by them, or names one of its own that
-// already exists, is a directory and is theirs (a root daemon makes nothing
-// where a user could not).
+// already exists, is a directory, is theirs and that they can open (a root
+// daemon makes nothing where a user could not). The refusal is worded the
+// same whatever the reason, so that it tells no more about a path than the
+// user could see.
 func (g *Registry) checkpointDir(j api.Job, given bool) error {
 	u := runAs(j.Owner)
 	if u == nil {
@@ -65,13 +78,20 @@ func (g *Registry) checkpointDir(j api.Job, given bool) error {
 		return nil
 	}
 	if given {
-		st, err := os.Lstat(j.CheckpointDir)
+		err := userfs.As(fsID(j.Owner), func() error {
+			d, err := userfs.OpenDir(j.CheckpointDir)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if uid, err := d.Owner(); err != nil || uid != u.UID {
+				return errors.New("not theirs")
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("%w: checkpoint directory %s: %w (make it first: it must be yours)", api.ErrBadRequest, j.CheckpointDir, err)
-		}
-		sys, _ := st.Sys().(*syscall.Stat_t)
-		if !st.IsDir() || sys == nil || sys.Uid != u.UID {
-			return fmt.Errorf("%w: checkpoint directory %s is not a directory of %s's", api.ErrBadRequest, j.CheckpointDir, u.Name)
+			return fmt.Errorf("%w: checkpoint directory %s: not a directory of %s's that %s can open (make it first, as %s)",
+				api.ErrBadRequest, j.CheckpointDir, u.Name, u.Name, u.Name)
 		}
 		return nil
 	}

@@ -171,7 +171,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 	from := resumePoint{attempt: j.Attempt + 1}
 	if j.Resume != nil {
 		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
-	} else if m, err := readManifest(j.CheckpointDir); err == nil {
+	} else if m, err := readManifest(j); err == nil {
 		from.restore, from.step = m.path, m.step
 	} else {
 		return api.Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", api.ErrBadRequest, id, j.CheckpointDir)
