@@ -29,8 +29,8 @@ const MaxRecordBytes = 16 << 10
 type StepRecord struct {
 	// V is the schema version; it must equal SchemaVersion.
 	V int `json:"v"`
-	// Kind is empty (or KindStep) for a step; KindHello, KindAck and
-	// KindPreempt are control messages.
+	// Kind is empty (or KindStep) for a step; KindHello, KindAck,
+	// KindPreempt and KindEnd are control messages.
 	Kind string `json:"kind,omitempty"`
 	// Job is the job id (SCAV_JOB_ID).
 	Job string `json:"job"`
@@ -88,6 +88,9 @@ type StepRecord struct {
 	// worker keeps every step record until it is stored and sends the rest
 	// again on its next connection.
 	Confirm bool `json:"confirm,omitempty"`
+	// ExitCode is, in an end record, the exit status the worker's
+	// interpreter was leaving with.
+	ExitCode *int `json:"code,omitempty"`
 }
 
 // Kinds of worker message.
@@ -103,6 +106,12 @@ const (
 	// KindPreempt tells that the worker received the scheduler's pre-emption
 	// signal (SCAV_PREEMPT_SIGNAL, named in ID); Step is its last step done.
 	KindPreempt = "preempt"
+	// KindEnd is the last record of a worker that ended while no daemon
+	// answered: written to the spool, never to the socket, it tells the
+	// daemon that drains the spool how the worker ended (ExitCode), so
+	// that a job that finished while its daemon was down is not taken
+	// for one that died with it.
+	KindEnd = "end"
 )
 
 // FromOutput marks steps the daemon derived from a job's output (tqdm bars,
@@ -164,6 +173,11 @@ func (r *StepRecord) Validate() error {
 		}
 	case KindPreempt:
 		minStep = 0
+	case KindEnd:
+		minStep = 0
+		if r.ExitCode == nil {
+			return fmt.Errorf("end without the worker's exit code")
+		}
 	default:
 		return fmt.Errorf("unknown kind %q", r.Kind)
 	}
