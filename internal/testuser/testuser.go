@@ -9,9 +9,9 @@ package testuser
 
 import (
 	"bytes"
-	"fmt"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
