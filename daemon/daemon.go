@@ -191,23 +191,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 // (API) or the attempt's token (telemetry) says who calls.
 func (d *Daemon) shared() bool { return os.Geteuid() == 0 && !d.cfg.Standalone }
 
-// makeStateDir makes the state directory: private, or for a root daemon
-// that serves every user, traversable (its sockets, python client and
-// checkpoint root are reached through it; nothing in it can be listed).
-func makeStateDir(dir string, standalone bool) error {
-	mode := os.FileMode(0o700)
-	if os.Geteuid() == 0 && !standalone {
-		mode = 0o711
-	}
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return fmt.Errorf("create state directory %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return fmt.Errorf("set the mode of state directory %s: %w", dir, err)
-	}
-	return nil
-}
-
 // startNATS brings up the embedded server (or joins an external one), the
 // daemon's authenticated connection and the JetStream store.
 func (d *Daemon) startNATS(ctx context.Context) error {

@@ -2,12 +2,12 @@ package apiserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/user"
 	"strconv"
 	"strings"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/secret"
 )
 
 // ErrNoIdentity is a caller the daemon cannot name: no peer credentials, no
@@ -123,16 +124,12 @@ type tokens map[[32]byte]api.Owner
 // loadTokens reads a token file: one "TOKEN USER" a line ('#' comments),
 // mode 0600 or stricter, since the tokens are secrets.
 func loadTokens(path string, us *users) (tokens, error) {
-	f, err := os.Open(path)
+	b, err := secret.Read(path, "api tokens", "read the secrets", nil)
 	if err != nil {
-		return nil, fmt.Errorf("api tokens: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("api tokens %s: mode %s lets others read the secrets; chmod 600 it", path, st.Mode().Perm())
+		return nil, err
 	}
 	out := tokens{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/userfs"
 )
 
 // User is an unprivileged user made for a test.
@@ -99,11 +99,10 @@ func (u User) Run(t testing.TB, dir string, env []string, argv ...string) (stdou
 // after it returns.
 func (u User) Do(t testing.TB, fn func()) {
 	t.Helper()
-	failed := make(chan error, 1)
-	tid := make(chan int, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
-		tid <- unix.Gettid()
+	var err error
+	tid := 0
+	userfs.OnDiscardedThread(func() {
+		tid = unix.Gettid()
 		g, id := uintptr(u.GID), uintptr(u.UID)
 		for _, c := range [][4]uintptr{
 			{unix.SYS_SETGROUPS, 0, 0, 0},
@@ -111,17 +110,15 @@ func (u User) Do(t testing.TB, fn func()) {
 			{unix.SYS_SETRESUID, id, id, id},
 		} {
 			if _, _, e := unix.RawSyscall(c[0], c[1], c[2], c[3]); e != 0 {
-				failed <- e
+				err = e
 				return
 			}
 		}
-		defer func() { failed <- nil }()
 		fn()
-	}()
-	err := <-failed
-	// The thread ends after the goroutine: wait for it, so that no thread
-	// of u's is left when the test removes u.
-	task := fmt.Sprintf("/proc/self/task/%d", <-tid)
+	})
+	// The thread ends after fn: wait for it, so that no thread of u's is
+	// left when the test removes u.
+	task := fmt.Sprintf("/proc/self/task/%d", tid)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if _, err := os.Stat(task); os.IsNotExist(err) {
 			break
@@ -137,7 +134,7 @@ func (u User) Do(t testing.TB, fn func()) {
 func SharedDir(t testing.TB) string {
 	t.Helper()
 	d := testdir.Short(t, "scavsec-")
-	if err := os.Chmod(d, 0o1777); err != nil {
+	if err := os.Chmod(d, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
 	return d

@@ -82,18 +82,41 @@ func As(id *ID, fn func() error) error {
 	if id == nil {
 		return fn()
 	}
-	done := make(chan error, 1)
-	go func() {
+	var err error
+	OnDiscardedThread(func() {
+		if err = become(id); err == nil {
+			err = fn()
+		}
+	})
+	return err
+}
+
+// OnDiscardedThread runs fn on an OS thread that nothing else runs on and
+// that ends after fn, and waits for fn: a thread whose credentials fn may
+// change. The goroutine locks its thread and never unlocks it, so the
+// runtime ends the thread with it; the process's main thread, which the
+// runtime keeps instead of ending, is held (locked, waiting) while fn runs
+// on another.
+func OnDiscardedThread(fn func()) {
+	done := make(chan struct{})
+	var run func()
+	run = func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if err := become(id); err != nil {
-			done <- err
+		if unix.Gettid() == unix.Getpid() {
+			inner := make(chan struct{})
+			go func() { // not on this thread: it is locked to this goroutine
+				run()
+				close(inner)
+			}()
+			<-inner
+			runtime.UnlockOSThread() // the main thread goes back, untouched
 			return
 		}
-		var err error
-		defer func() { done <- err }()
-		err = fn()
-	}()
-	return <-done
+		defer close(done)
+		fn()
+	}
+	go run()
+	<-done
 }
 
 // become gives the calling thread id's file-system identity and checks

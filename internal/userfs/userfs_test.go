@@ -1,4 +1,4 @@
-package userfs
+package userfs_test
 
 import (
 	"errors"
@@ -12,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/internal/testuser"
+	"github.com/scavenger-ml/scavenger/internal/userfs"
 )
 
 // idOf is u's identity, with no supplementary group.
-func idOf(u testuser.User) *ID { return &ID{UID: uint32(u.UID), GID: uint32(u.GID)} }
+func idOf(u testuser.User) *userfs.ID { return &userfs.ID{UID: uint32(u.UID), GID: uint32(u.GID)} }
 
 // TestAsTakesTheUsersRights: what a root process does through As, it does
 // with the user's rights and only theirs (not root's groups), on that one
@@ -64,14 +65,14 @@ func TestAsTakesTheUsersRights(t *testing.T) {
 		}()
 	}
 	for range 20 {
-		err := As(idOf(mallory), func() error {
+		err := userfs.As(idOf(mallory), func() error {
 			if _, err := os.ReadFile(secret); !errors.Is(err, os.ErrPermission) {
 				t.Errorf("mallory read root's group-readable file (err %v)", err)
 			}
-			if _, err := OpenDir(private); !errors.Is(err, os.ErrPermission) {
+			if _, err := userfs.OpenDir(private); !errors.Is(err, os.ErrPermission) {
 				t.Errorf("mallory opened root's private directory (err %v)", err)
 			}
-			d, err := OpenDir(root)
+			d, err := userfs.OpenDir(root)
 			if err != nil {
 				return err
 			}
@@ -139,13 +140,13 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	err := As(idOf(mallory), func() error {
-		d, err := OpenDir(dir)
+	err := userfs.As(idOf(mallory), func() error {
+		d, err := userfs.OpenDir(dir)
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		for name, want := range map[string]error{"link.jsonl": ErrNotRegular, "fifo.jsonl": ErrNotRegular, "linkdir": ErrNotRegular, "sparse.jsonl": ErrTooLarge} {
+		for name, want := range map[string]error{"link.jsonl": userfs.ErrNotRegular, "fifo.jsonl": userfs.ErrNotRegular, "linkdir": userfs.ErrNotRegular, "sparse.jsonl": userfs.ErrTooLarge} {
 			if f, err := d.Open(name, 64<<20); !errors.Is(err, want) {
 				t.Errorf("open %s: %v, want %v", name, err, want)
 				if f != nil {
@@ -156,10 +157,10 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 		if _, err := d.Sub("linkdir"); !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
 			t.Errorf("entered a symlinked directory: %v", err)
 		}
-		if _, err := OpenDir(filepath.Join(dir, "linkdir")); err == nil {
+		if _, err := userfs.OpenDir(filepath.Join(dir, "linkdir")); err == nil {
 			t.Error("OpenDir followed a symlink at its end")
 		}
-		if _, err := d.Open("../x", 10); !errors.Is(err, ErrBadName) {
+		if _, err := d.Open("../x", 10); !errors.Is(err, userfs.ErrBadName) {
 			t.Errorf("open ../x: %v", err)
 		}
 		f, err := d.Open("ok.jsonl", 3) // it grows past its bound: reading stops there
