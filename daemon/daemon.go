@@ -92,9 +92,18 @@ type Config struct {
 	// APIListen, when set, also serves the API on TCP, with the bearer
 	// tokens of APITokens and (required off loopback) TLS.
 	APIListen, APITLSCert, APITLSKey, APITokens string
+	// APILimits bound what the API's listeners keep open (zero values:
+	// apiserver.DefaultLimits).
+	APILimits apiserver.Limits
 	// MetricsWebConfig is a Prometheus exporter-toolkit web config (TLS,
 	// basic auth) for /metrics; required off loopback.
 	MetricsWebConfig string
+	// MetricsPerJob says whether /metrics has the series that name jobs
+	// (ids, names, loss, steps): "on", "off", or "auto" (default): only on
+	// a daemon that serves its own user alone. A root daemon's /metrics is
+	// anyone's who can reach it; turn them on there with a web config that
+	// asks for a password.
+	MetricsPerJob string
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
@@ -169,7 +178,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
 		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
-		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
+		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits,
 	}); err != nil {
 		return nil, err
 	}

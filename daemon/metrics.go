@@ -15,8 +15,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/internal/connlimit"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -70,7 +72,26 @@ func (d *Daemon) MetricsAddr() string {
 // Registry returns a new Prometheus registry holding the daemon's metrics
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
-	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges})
+	c := &daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges,
+		perJob: d.metricsPerJob()}
+	if d.api != nil {
+		c.api = d.api.Counts
+	}
+	return newRegistry(c)
+}
+
+// metricsPerJob says whether /metrics has the series that name jobs:
+// Config.MetricsPerJob "on" or "off", or by default ("auto") only when the
+// daemon serves its own user alone, since anyone who can reach /metrics
+// reads them.
+func (d *Daemon) metricsPerJob() bool {
+	switch d.cfg.MetricsPerJob {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return !d.shared()
 }
 
 func newRegistry(c *daemonCollector) *prometheus.Registry {
@@ -97,13 +118,19 @@ func serveMetrics(listen, webConfig string, reg *prometheus.Registry, log *zap.L
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: zap.NewStdLog(log)}))
 	m := &metricsServer{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		ln:   ln,
+		// A scrape is short: every stage of it is bounded, and so are the
+		// connections one address may hold.
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second},
+		ln: connlimit.New(ln, connlimit.Options{Max: 256, PerKey: 16, Key: func(c net.Conn) string {
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			return host
+		}}),
 		done: make(chan struct{}),
 	}
 	go func() {
 		defer close(m.done)
-		if err := serveWeb(ln, m.srv, webConfig); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveWeb(m.ln, m.srv, webConfig); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("serve /metrics", zap.Error(err))
 		}
 	}()
@@ -175,6 +202,10 @@ var (
 	descDropped  = prometheus.NewDesc("scavenger_ingest_dropped_records_total", "Telemetry lines dropped, by reason.", []string{"node", "reason"}, nil)
 	descConns    = prometheus.NewDesc("scavenger_ingest_connections", "Open worker connections on the telemetry socket.", []string{"node"}, nil)
 
+	descAPIConns   = prometheus.NewDesc("scavenger_api_connections", "Open connections on the API's listeners.", []string{"node"}, nil)
+	descAPIStreams = prometheus.NewDesc("scavenger_api_streams", "Open API streams (logs -f, top, attach, steps).", []string{"node"}, nil)
+	descAPIRefused = prometheus.NewDesc("scavenger_api_refused_total", "API connections and requests refused past a bound (api_limits), by bound.", []string{"node", "reason"}, nil)
+
 	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
 	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
 	descDiskRestarts = prometheus.NewDesc("scavenger_state_store_restarts_total", "Times the store was restarted in place after the state disk had room again.", []string{"node"}, nil)
@@ -188,6 +219,10 @@ type daemonCollector struct {
 	latest  func() (gpus, hosts *telemetry.NodeSample)
 	ingest  func() api.IngestStats
 	disk    func() (full, free, restarts float64)
+	api     func() apiserver.Counts
+	// perJob writes the series that name jobs (job ids, names, loss,
+	// steps): off on a daemon that serves every user (MetricsPerJob).
+	perJob bool
 }
 
 // Describe implements prometheus.Collector.
@@ -199,6 +234,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
 		descIngested, descDropped, descConns, descDiskFull, descDiskFree, descDiskRestarts,
+		descAPIConns, descAPIStreams, descAPIRefused,
 	} {
 		ch <- d
 	}
@@ -206,8 +242,11 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
-	m := metricSink{ch: ch, node: c.node}
-	names := m.jobs(c.running())
+	m := metricSink{ch: ch, node: c.node, perJob: c.perJob}
+	names := map[string]string{}
+	if c.perJob {
+		names = m.jobs(c.running())
+	}
 	gs, hs := c.latest()
 	m.host(hs, names)
 	m.gpus(gs, names)
@@ -223,12 +262,21 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		m.gauge(descDiskFree, free, m.node)
 		m.counter(descDiskRestarts, restarts, m.node)
 	}
+	if c.api != nil {
+		a := c.api()
+		m.gauge(descAPIConns, float64(a.Conns), m.node)
+		m.gauge(descAPIStreams, float64(a.Streams), m.node)
+		for reason, n := range a.Refused {
+			m.counter(descAPIRefused, float64(n), m.node, reason)
+		}
+	}
 }
 
 // metricSink writes one scrape's metrics of a node.
 type metricSink struct {
-	ch   chan<- prometheus.Metric
-	node string
+	ch     chan<- prometheus.Metric
+	node   string
+	perJob bool
 }
 
 func (m metricSink) gauge(desc *prometheus.Desc, v float64, labels ...string) {
@@ -312,6 +360,9 @@ func (m metricSink) host(hs *telemetry.NodeSample, names map[string]string) {
 	}
 	m.gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
 	for _, u := range h.Jobs {
+		if !m.perJob {
+			break
+		}
 		l := []string{u.Job, names[u.Job], node}
 		m.gauge(descJobCPU, u.CPUSeconds, l...)
 		m.opt(descJobCores, u.CPUCores, l...)
@@ -334,6 +385,9 @@ func (m metricSink) gpus(gs *telemetry.NodeSample, names map[string]string) {
 			v := 0.0
 			if p.MemoryUsedBytes != nil {
 				v = float64(*p.MemoryUsedBytes)
+			}
+			if !m.perJob {
+				p.Job = ""
 			}
 			mem[p.Job] += v
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -24,8 +25,10 @@ func (s settings) daemonConfig() daemon.Config {
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
-		MetricsWebConfig: s.MetricsWebConfig, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
+		MetricsWebConfig: s.MetricsWebConfig, MetricsPerJob: s.MetricsPerJob, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
+		APILimits: apiserver.Limits{MaxConns: s.APILimits.MaxConns, ConnsPerUser: s.APILimits.ConnsPerUser, StreamsPerUser: s.APILimits.StreamsPerUser,
+			BodyTimeout: s.APILimits.BodyTimeout, IdleTimeout: s.APILimits.IdleTimeout, WriteTimeout: s.APILimits.WriteTimeout},
 		Cluster: daemon.Cluster{Name: s.Cluster.Name, Listen: s.Cluster.Listen, Routes: s.Cluster.Routes,
 			TLSCert: s.Cluster.TLSCert, TLSKey: s.Cluster.TLSKey, TLSCA: s.Cluster.TLSCA},
 	}

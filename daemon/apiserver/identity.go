@@ -44,22 +44,39 @@ func callerOf(ctx context.Context) (api.Owner, error) {
 // peerOwner is the user of the process at the other end of a unix socket
 // connection, from the kernel (SO_PEERCRED).
 func (s *Server) peerOwner(c net.Conn) (api.Owner, error) {
+	cred, err := peerCred(c)
+	if err != nil {
+		return api.Owner{}, err
+	}
+	return s.users.byID(cred.Uid, cred.Gid)
+}
+
+// peerCred reads the credentials of the process at the other end of a unix
+// socket connection (SO_PEERCRED), through the wrappers of the listeners.
+func peerCred(c net.Conn) (*unix.Ucred, error) {
+	for {
+		w, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.Unwrap()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return api.Owner{}, fmt.Errorf("%w: not a unix socket", ErrNoIdentity)
+		return nil, fmt.Errorf("%w: not a unix socket", ErrNoIdentity)
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return api.Owner{}, fmt.Errorf("%w: %w", ErrNoIdentity, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoIdentity, err)
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || credErr != nil {
-		return api.Owner{}, fmt.Errorf("%w: read peer credentials: %w", ErrNoIdentity, errors.Join(err, credErr))
+		return nil, fmt.Errorf("%w: read peer credentials: %w", ErrNoIdentity, errors.Join(err, credErr))
 	}
-	return s.users.byID(cred.Uid, cred.Gid)
+	return cred, nil
 }
 
 // users looks users up in the system's user database, once each.
