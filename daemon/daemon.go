@@ -288,6 +288,7 @@ func (d *Daemon) startJobs() error {
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
+		o.EnvDir = filepath.Join(cfg.StateDir, jobs.EnvSubdir)
 	}
 	d.jobs = jobs.New(d.root, o)
 	return nil

@@ -30,7 +30,7 @@ import (
 // Jobs is what the API needs of the job registry.
 type Jobs interface {
 	Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error)
-	Resume(ctx context.Context, id string, env []string) (api.Job, error)
+	Resume(ctx context.Context, id string, env []string, by api.Owner) (api.Job, error)
 	Get(ctx context.Context, id string) (api.Job, error)
 	List(ctx context.Context) ([]api.Job, error)
 	Stop(id string, grace time.Duration) (api.Job, error)

@@ -232,7 +232,7 @@ func ownedBy(j api.Job, who api.Owner) bool {
 
 func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {
 	return onJob(ctx, s, who, api.VerbResume, "resume", body, func(r api.ResumeRequest) string { return r.Job },
-		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env) })
+		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env, who) })
 }
 
 func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, error) {

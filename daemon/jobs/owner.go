@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/userdb"
 	"github.com/scavenger-ml/scavenger/internal/userfs"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -48,6 +49,32 @@ func (g *Registry) checkOwner(ctx context.Context, owner *api.Owner) error {
 		return fmt.Errorf("%w: launcher %s runs workers only as the daemon's user (root), not as %s; run the job through a scavd of your own (scavctl starts one) or a launcher that runs jobs as their owner",
 			ErrRunAs, g.o.Launcher.Name(), owner.User)
 	}
+	return nil
+}
+
+// ownerEnv is the plain environment of owner's worker when the
+// environment they ran with is not known (a root resume of a job whose
+// kept environment is gone): never the caller's.
+func ownerEnv(o api.Owner) []string {
+	return []string{"HOME=" + o.Home, "USER=" + o.User, "LOGNAME=" + o.User, "PATH=/usr/local/bin:/usr/bin:/bin"}
+}
+
+// refreshOwner looks j's owner up again before the job runs anew (a
+// resume): their groups and home as they are now. A uid that names another
+// user now, or none, is refused: the job is not run as a stranger.
+func refreshOwner(j *api.Job) error {
+	o := j.Owner
+	if runAs(o) == nil {
+		return nil
+	}
+	now, found := userdb.ByID(o.UID, o.GID)
+	switch {
+	case !found:
+		return fmt.Errorf("%w: job %s was %s's (uid %d), and no user has uid %d now", ErrRunAs, j.ID, o.User, o.UID, o.UID)
+	case now.User != o.User:
+		return fmt.Errorf("%w: job %s was %s's (uid %d), and uid %d is %s's now: it is not run as them", ErrRunAs, j.ID, o.User, o.UID, o.UID, now.User)
+	}
+	j.Owner = &now
 	return nil
 }
 

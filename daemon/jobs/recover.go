@@ -244,7 +244,7 @@ func (g *Registry) resumeAfterRestart(ctx context.Context, j api.Job, env []stri
 		publishFinal()
 		return
 	}
-	if _, err := g.Resume(ctx, j.ID, env); err != nil {
+	if _, err := g.resume(ctx, j.ID, env); err != nil {
 		g.forgetEnv(j.ID)
 		g.log.Warn("job not resumed after restart", zap.String("job", j.ID), zap.Error(err))
 		if final != nil {

@@ -52,6 +52,9 @@ type Options struct {
 	// them (restart.go); ResumeJobs makes it resume them.
 	RestartDir string
 	ResumeJobs bool
+	// EnvDir, unless empty, keeps the environment each job last ran with,
+	// for a resume by someone who is not its owner (Resume).
+	EnvDir string
 	// Token, when set, is the token of a job's attempt that binds its
 	// workers' telemetry to it (AttemptSpec.Token).
 	Token func(job string, attempt int) string
@@ -154,8 +157,27 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	}
 }
 
-// Resume continues a stopped job from its checkpoint as a new attempt.
-func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job, error) {
+// Resume continues a stopped job from its checkpoint as a new attempt, for
+// by: the job's owner resumes it with env (theirs); anyone else (root) with
+// the environment the owner's job last ran with (kept), or, when none was
+// kept, the owner's plain one (ownerEnv) — never with their own.
+func (g *Registry) Resume(ctx context.Context, id string, env []string, by api.Owner) (api.Job, error) {
+	j, err := g.Get(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	if o := j.Owner; o != nil && o.UID != by.UID {
+		env = ownerEnv(*o)
+		if kept, ok := g.ownersEnv(id); ok {
+			env = kept
+		}
+	}
+	return g.resume(ctx, id, env)
+}
+
+// resume continues a stopped job from its checkpoint as a new attempt,
+// with env.
+func (g *Registry) resume(ctx context.Context, id string, env []string) (api.Job, error) {
 	rec, err := load(ctx, g.o.KV, id)
 	if err != nil {
 		return api.Job{}, err
@@ -168,6 +190,9 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 		return api.Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", api.ErrBadRequest, id)
 	}
 	env = plugins.InheritEnv(env) // the launcher sets the worker contract's variables
+	if err := refreshOwner(&rec.job); err != nil {
+		return api.Job{}, err
+	}
 	from := resumePoint{attempt: j.Attempt + 1}
 	if j.Resume != nil {
 		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step

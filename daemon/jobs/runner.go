@@ -327,6 +327,9 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if !handover {
 		g.forgetEnv(r.rec.job.ID)
 	}
+	if e.state == api.StateSucceeded {
+		g.dropOwnersEnv(r.rec.job.ID)
+	}
 	why := e.why
 	if why == "" {
 		why = string(e.state)

@@ -41,6 +41,12 @@ func store(t *testing.T) (*nats.Conn, *history.Store) {
 // closed at the end of the test.
 func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 	t.Helper()
+	return registryWith(t, nil)
+}
+
+// registryWith is registry with opt applied to its options.
+func registryWith(t *testing.T, opt func(*Options)) (*Registry, *history.Store, *nats.Conn) {
+	t.Helper()
 	nc, st := store(t)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	reaper, err := local.StartReaper(context.Background(), log)
@@ -48,8 +54,12 @@ func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(reaper.Stop)
-	g := New(context.Background(), Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
-		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
+	o := Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
+		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()}
+	if opt != nil {
+		opt(&o)
+	}
+	g := New(context.Background(), o)
 	t.Cleanup(func() { g.Close(context.Background()) })
 	return g, st, nc
 }
