@@ -143,6 +143,7 @@ type Daemon struct {
 
 // Start brings a daemon up. Close must be called to stop it.
 func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err error) {
+	closeInherited()
 	if cfg.StateDir == "" {
 		cfg.StateDir = api.DefaultStateDir()
 	}

@@ -49,8 +49,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -318,4 +321,55 @@ func (d *Dir) Rename(from, to string) error {
 		return &os.LinkError{Op: "rename", Old: d.path + "/" + from, New: d.path + "/" + to, Err: err}
 	}
 	return nil
+}
+
+// LookPath finds the executable file in the directories of path (a PATH
+// value) as id would: each directory searched and the file checked with
+// id's rights (faccessat with AT_EACCESS, on a thread of id's identity), so
+// that a directory the daemon can read and id cannot is passed over, not
+// chosen. Directories that are not absolute are passed over, as os/exec
+// does.
+func LookPath(id *ID, file, path string) (string, error) {
+	found := ""
+	err := As(id, func() error {
+		for _, dir := range filepath.SplitList(path) {
+			if !filepath.IsAbs(dir) {
+				continue
+			}
+			p := filepath.Join(dir, file)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && executable(id, p, st) {
+				found = p
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if found == "" {
+		return "", fmt.Errorf("%s: no executable file of that name in PATH %s", file, path)
+	}
+	return found, nil
+}
+
+// executable reports whether the thread's identity (id's) may execute the
+// file at p: faccessat2 with AT_EACCESS checks the thread's file-system
+// identity; before Linux 5.8, the mode bits are read for id.
+func executable(id *ID, p string, st os.FileInfo) bool {
+	err := unix.Faccessat2(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS)
+	if !errors.Is(err, unix.ENOSYS) {
+		return err == nil
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if id == nil || !ok {
+		return st.Mode().Perm()&0o111 != 0
+	}
+	switch {
+	case sys.Uid == id.UID:
+		return st.Mode().Perm()&0o100 != 0
+	case sys.Gid == id.GID || slices.Contains(id.Groups, sys.Gid):
+		return st.Mode().Perm()&0o010 != 0
+	}
+	return st.Mode().Perm()&0o001 != 0
 }
