@@ -28,7 +28,7 @@ const killTimeout = 30 * time.Second
 
 // Attacher ties a job to the scheduler allocation it runs in.
 type Attacher interface {
-	Attach(ctx context.Context, allocation, job string) error
+	Attach(ctx context.Context, allocation, job string, owner api.Owner) error
 }
 
 // Options configure a Registry.
@@ -110,7 +110,9 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 		return api.Job{}, err
 	}
 	if req.Allocation != "" && g.o.Allocations != nil {
-		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID); err != nil {
+		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID, owner); errors.Is(err, api.ErrBadRequest) {
+			return api.Job{}, err
+		} else if err != nil {
 			g.log.Warn("tie job to its allocation", zap.String("job", j.ID), zap.String("allocation", req.Allocation), zap.Error(err))
 		}
 	}
