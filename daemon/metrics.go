@@ -33,7 +33,7 @@ func (d *Daemon) startNode(ctx context.Context) error {
 	}
 	if every > 0 {
 		var err error
-		if d.node, d.closeGPUs, err = startNodeSampler(d.root, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.jobs.Active, d.log.Named("node")); err != nil {
+		if d.node, d.closeGPUs, err = startNodeSampler(d.root, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.jobs.Active, d.jobOwner, d.log.Named("node")); err != nil {
 			return err
 		}
 	}
