@@ -214,6 +214,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		return err
 	}
 	if cfg.NATSURL == "" {
+		for _, l := range [][2]string{{"nats listen", cfg.Listen}, {"cluster listen", cfg.Cluster.Listen}, {"api listen", cfg.APIListen}} {
+			if err := checkPort(l[0], l[1]); err != nil {
+				return err
+			}
+		}
 		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
 		if err != nil {
 			return err

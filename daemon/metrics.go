@@ -111,6 +111,9 @@ func serveMetrics(listen, webConfig string, reg *prometheus.Registry, log *zap.L
 	if err := CheckMetricsListen(listen, webConfig); err != nil {
 		return nil, err
 	}
+	if err := checkPort("metrics listen", listen); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for /metrics on %s: %w", listen, err)
