@@ -129,6 +129,28 @@ func TestUsersAreIsolated(t *testing.T) {
 	} else {
 		r.list = append(r.list, "bob: run a job as root")
 	}
+	// A command with terminal control characters (a title, a screen clear,
+	// a carriage return hiding what came before): root's listings show
+	// them, escaped, instead of sending them to root's terminal.
+	if out, code = ctl(bob, "run", "--name", "ctl", "--", "/bin/sh", "-c", "true \x1b]0;pwned\x07\x1b[2J\rhidden"); code != 0 {
+		t.Errorf("bob's job with control characters: exit %d\n%s", code, out)
+	}
+	var listed []api.Job
+	if out, _ = ctl(testuser.Root, "jobs", "--all", "-o", "json"); json.Unmarshal([]byte(out), &listed) != nil {
+		t.Fatalf("jobs --all -o json:\n%s", out)
+	}
+	for _, j := range listed {
+		if j.Name != "ctl" {
+			continue
+		}
+		for _, args := range [][]string{{"jobs", "--all"}, {"status", j.ID}} {
+			if out, _ := ctl(testuser.Root, args...); strings.ContainsAny(out, "\x1b\r") || !strings.Contains(out, `\x1b]0;pwned`) {
+				t.Errorf("root's scavctl %s prints bob's control characters raw:\n%q", strings.Join(args, " "), out)
+			} else {
+				r.list = append(r.list, "bob: control characters in a command, printed by root's scavctl "+args[0])
+			}
+		}
+	}
 	out, code = ctl(bob, "run", "--checkpoint-dir", "/etc/scavpwn", "--", "/bin/true")
 	r.expect("bob: checkpoint directory in /etc", code, out, "/etc/scavpwn")
 	if exists("/etc/scavpwn") {
