@@ -54,8 +54,10 @@ type Config struct {
 	Socket string
 	// Node names this node (default the host name).
 	Node string
-	// Retention bounds the step and output history.
-	Retention history.Retention
+	// Retention bounds the step and output history; OutputPerUser bounds
+	// one user's output in it (jobs.Options.OutputPerUser).
+	Retention     history.Retention
+	OutputPerUser int64
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -290,7 +292,7 @@ func (d *Daemon) startJobs() error {
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected,
+		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, OutputPerUser: cfg.OutputPerUser,
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs

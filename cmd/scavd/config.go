@@ -24,6 +24,8 @@ type settings struct {
 	Socket        string        `yaml:"socket"`
 	Node          string        `yaml:"node"`
 	StepRetention time.Duration `yaml:"step_retention"`
+	// OutputMiBPerUser bounds one user's output in the history.
+	OutputMiBPerUser int `yaml:"output_mib_per_user"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`

@@ -8,6 +8,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
@@ -37,6 +38,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.IntVar(&s.OutputMiBPerUser, "output-mib-per-user", jobs.DefaultOutputPerUser>>20, "MiB of one user's jobs' output the history keeps: past it, their oldest finished jobs' output goes first (0: no bound)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")

@@ -24,6 +24,7 @@ func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
+		OutputPerUser: outputPerUser(s.OutputMiBPerUser),
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
 		MetricsWebConfig: s.MetricsWebConfig, MetricsPerJob: s.MetricsPerJob, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
@@ -65,4 +66,12 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
 		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
 		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
+}
+
+// outputPerUser is output_mib_per_user in bytes (0: no bound, -1 to the jobs).
+func outputPerUser(mib int) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return int64(mib) << 20
 }

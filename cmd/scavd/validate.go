@@ -138,6 +138,9 @@ func (s settings) validateExposure() []fieldError {
 			bad(key, "%s: must be positive", v)
 		}
 	}
+	if s.OutputMiBPerUser < 0 {
+		bad("output_mib_per_user", "%d: use a positive number of MiB, or 0 for no bound", s.OutputMiBPerUser)
+	}
 	if s.MetricsPerJob != "auto" && s.MetricsPerJob != "on" && s.MetricsPerJob != "off" {
 		bad("metrics_per_job", "%q: use auto, on or off", s.MetricsPerJob)
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// them (restart.go); ResumeJobs makes it resume them.
 	RestartDir string
 	ResumeJobs bool
+	// OutputPerUser bounds one user's output in the history, in bytes
+	// (outputquota.go; 0: DefaultOutputPerUser, negative: no bound).
+	OutputPerUser int64
 	// EnvDir, unless empty, keeps the environment each job last ran with,
 	// for a resume by someone who is not its owner (Resume).
 	EnvDir string
@@ -76,6 +79,9 @@ type Registry struct {
 	shutdown, kill             context.Context
 	cancelShutdown, cancelKill context.CancelFunc
 
+	// quota bounds each user's output in the history.
+	quota *outputQuota
+
 	mu     sync.Mutex
 	jobs   map[string]*runner
 	closed bool
@@ -86,6 +92,10 @@ type Registry struct {
 // (the daemon's root context).
 func New(ctx context.Context, o Options) *Registry {
 	g := &Registry{o: o, log: o.Log, jobs: map[string]*runner{}}
+	if o.OutputPerUser == 0 {
+		o.OutputPerUser = DefaultOutputPerUser
+	}
+	g.quota = &outputQuota{g: g, limit: o.OutputPerUser, users: map[uint32]*userOutput{}}
 	g.js, _ = jetstream.New(o.NC) // fails only without a connection
 	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
 	g.kill, g.cancelKill = context.WithCancel(ctx)
