@@ -15,7 +15,6 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/syncbuf"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
-	"github.com/scavenger-ml/scavenger/internal/testuser"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -81,7 +80,7 @@ while not os.path.exists("stop"):
 // node 2 rejoins and catches up.
 func TestClusterOfThreeNodes(t *testing.T) {
 	tn := testnet.New(t, 3)
-	dir := testuser.SharedDir(t)
+	dir := sharedDir(t)
 	var ips []string
 	for _, h := range tn.Hosts {
 		ips = append(ips, h.Addr)

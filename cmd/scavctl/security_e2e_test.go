@@ -35,6 +35,32 @@ import (
 // must be refused with a clear error; each one refused is counted, and the
 // count is logged for the closing note.
 
+// testUser is an unprivileged user made for a test and removed after it
+// (internal/testuser), under the names this package's tests use.
+type testUser struct {
+	testuser.User
+	name     string
+	uid, gid int
+}
+
+// addUser makes a system user (no home, no login shell, its own group).
+func addUser(t *testing.T, tag string) testUser {
+	t.Helper()
+	u := testuser.Add(t, tag)
+	return testUser{User: u, name: u.Name, uid: u.UID, gid: u.GID}
+}
+
+// as runs argv as u (setpriv: uid, gid, groups), in dir, with a plain
+// environment plus env.
+func (u testUser) as(t *testing.T, dir string, env []string, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return testuser.User{Name: u.name}.Run(t, dir, env, argv...)
+}
+
+// sharedDir is a directory every user can enter and write (mode 1777),
+// removed after the test.
+func sharedDir(t *testing.T) string { return testuser.SharedDir(t) }
+
 // refusals counts the attacks a test saw refused.
 type refusals struct {
 	t    *testing.T
@@ -61,18 +87,18 @@ func TestUsersAreIsolated(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the user-isolation suite runs as root (useradd, setpriv)")
 	}
-	alice, bob := testuser.Add(t, "a"), testuser.Add(t, "b")
-	work := testuser.SharedDir(t)
+	alice, bob := addUser(t, "a"), addUser(t, "b")
+	work := sharedDir(t)
 	state := filepath.Join(work, "state") // a root daemon's: 0711, its sockets open to all
 	info := startScavd(t, state)
-	ctl := func(u testuser.User, args ...string) (string, int) {
-		o, e, code := u.Run(t, work, nil, append([]string{scavctlBin, "--api", info.API}, args...)...)
+	ctl := func(u testUser, args ...string) (string, int) {
+		o, e, code := u.as(t, work, nil, append([]string{scavctlBin, "--api", info.API}, args...)...)
 		return o + e, code
 	}
 	r := &refusals{t: t}
 
 	// Alice's job runs as Alice and keeps running until told.
-	aliceRun := exec.Command("setpriv", "--reuid="+alice.Name, "--regid="+alice.Name, "--init-groups", "--",
+	aliceRun := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
 		scavctlBin, "--api", info.API, "run", "--name", "alices", "--grace", "2s", "--", "/bin/sh", "-c",
 		`echo "uid=$(id -u) gid=$(id -g) home=$HOME"; echo ok > "$SCAV_CHECKPOINT_DIR/ckpt"; while [ ! -e stop ]; do sleep 0.1; done`)
 	aliceRun.Dir, aliceRun.Env = work, []string{"PATH=/usr/bin:/bin", "HOME=" + work}
@@ -85,7 +111,7 @@ func TestUsersAreIsolated(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(work, "stop"), nil, 0o644)
 		_ = aliceRun.Wait()
 	}()
-	job := awaitUserJob(t, state, alice.Name)
+	job := awaitUserJob(t, state, alice.name)
 	ckpt := filepath.Join(job.CheckpointDir, "ckpt")
 	for deadline := time.Now().Add(20 * time.Second); !exists(ckpt); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -93,12 +119,12 @@ func TestUsersAreIsolated(t *testing.T) {
 		}
 	}
 	for _, p := range []string{ckpt, job.CheckpointDir} {
-		if uid := fileUID(t, p); uid != alice.UID {
-			t.Errorf("%s is uid %d's, want alice's (%d)", p, uid, alice.UID)
+		if uid := fileUID(t, p); uid != alice.uid {
+			t.Errorf("%s is uid %d's, want alice's (%d)", p, uid, alice.uid)
 		}
 	}
-	if job.Owner == nil || job.Owner.UID != uint32(alice.UID) || job.Owner.User != alice.Name {
-		t.Errorf("record's owner %+v, want alice (%d)", job.Owner, alice.UID)
+	if job.Owner == nil || job.Owner.UID != uint32(alice.uid) || job.Owner.User != alice.name {
+		t.Errorf("record's owner %+v, want alice (%d)", job.Owner, alice.uid)
 	}
 
 	// Bob may not act on it, nor read it.
@@ -107,7 +133,7 @@ func TestUsersAreIsolated(t *testing.T) {
 		{"status", job.ID}, {"report", job.ID}, {"run", "--resume", job.ID},
 	} {
 		out, code := ctl(bob, args...)
-		r.expect("bob: scavctl "+strings.Join(args, " ")+" of alice's job", code, out, "permission denied", alice.Name)
+		r.expect("bob: scavctl "+strings.Join(args, " ")+" of alice's job", code, out, "permission denied", alice.name)
 	}
 	out, _ := ctl(bob, "jobs")
 	if strings.Contains(out, job.ID) {
@@ -118,13 +144,13 @@ func TestUsersAreIsolated(t *testing.T) {
 
 	// The secrets of the daemon are not his to read.
 	for _, f := range []string{"nats.nk", "telemetry.key", "scavd.json"} {
-		o, e, code := bob.Run(t, work, nil, "cat", filepath.Join(state, f))
+		o, e, code := bob.as(t, work, nil, "cat", filepath.Join(state, f))
 		r.expect("bob: read "+f, code, o+e, "Permission denied")
 	}
 
 	// His job runs as him, not as root; he cannot have one made where he could not.
 	out, code = ctl(bob, "run", "--", "/bin/sh", "-c", "echo uid=$(id -u)")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("uid=%d", bob.UID)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("uid=%d", bob.uid)) {
 		t.Errorf("bob's job did not run as bob (exit %d):\n%s", code, out)
 	} else {
 		r.list = append(r.list, "bob: run a job as root")
@@ -136,7 +162,7 @@ func TestUsersAreIsolated(t *testing.T) {
 		t.Errorf("bob's job with control characters: exit %d\n%s", code, out)
 	}
 	var listed []api.Job
-	if out, _ = ctl(testuser.Root, "jobs", "--all", "-o", "json"); json.Unmarshal([]byte(out), &listed) != nil {
+	if out, _ = ctl(testUser{name: "root"}, "jobs", "--all", "-o", "json"); json.Unmarshal([]byte(out), &listed) != nil {
 		t.Fatalf("jobs --all -o json:\n%s", out)
 	}
 	for _, j := range listed {
@@ -144,7 +170,7 @@ func TestUsersAreIsolated(t *testing.T) {
 			continue
 		}
 		for _, args := range [][]string{{"jobs", "--all"}, {"status", j.ID}} {
-			if out, _ := ctl(testuser.Root, args...); strings.ContainsAny(out, "\x1b\r") || !strings.Contains(out, `\x1b]0;pwned`) {
+			if out, _ := ctl(testUser{name: "root"}, args...); strings.ContainsAny(out, "\x1b\r") || !strings.Contains(out, `\x1b]0;pwned`) {
 				t.Errorf("root's scavctl %s prints bob's control characters raw:\n%q", strings.Join(args, " "), out)
 			} else {
 				r.list = append(r.list, "bob: control characters in a command, printed by root's scavctl "+args[0])
@@ -187,8 +213,8 @@ func TestUsersAreIsolated(t *testing.T) {
 	r.natsRefused(info.NATS)
 
 	// Root sees every user's jobs; Alice's ends when she says.
-	out, code = ctl(testuser.Root, "jobs", "--all")
-	if code != 0 || !strings.Contains(out, job.ID) || !strings.Contains(out, bob.Name) {
+	out, code = ctl(testUser{name: "root"}, "jobs", "--all")
+	if code != 0 || !strings.Contains(out, job.ID) || !strings.Contains(out, bob.name) {
 		t.Errorf("root's jobs --all:\n%s", out)
 	}
 	t.Logf("%d attacks refused:\n  %s", len(r.list), strings.Join(r.list, "\n  "))
@@ -290,7 +316,7 @@ func fileUID(t *testing.T, path string) int {
 // token and the CA, and nothing without a valid token gets an answer.
 func TestRemoteAPINeedsTLSAndToken(t *testing.T) {
 	tn := testnet.New(t, 1)
-	dir := testuser.SharedDir(t)
+	dir := sharedDir(t)
 	ca, cert, key := selfSigned(t, dir, tn.BridgeAddr)
 	token := hex.EncodeToString([]byte("remote-token-0123456789"))
 	tokens := filepath.Join(dir, "tokens")
@@ -382,10 +408,10 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the user-isolation suite runs as root (useradd, setpriv)")
 	}
-	alice, bob := testuser.Add(t, "a"), testuser.Add(t, "b")
-	work := testuser.SharedDir(t)
+	alice, bob := addUser(t, "a"), addUser(t, "b")
+	work := sharedDir(t)
 	state := filepath.Join(work, "alice-state")
-	d := exec.Command("setpriv", "--reuid="+alice.Name, "--regid="+alice.Name, "--init-groups", "--",
+	d := exec.Command("setpriv", "--reuid="+alice.name, "--regid="+alice.name, "--init-groups", "--",
 		scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0")
 	d.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
 	dlog := startDaemon(t, d, "alice's scavd")
@@ -396,11 +422,11 @@ func TestAUsersDaemonRunsOnlyTheirJobs(t *testing.T) {
 		}
 	}
 	r := &refusals{t: t}
-	o, e, code := bob.Run(t, work, nil, scavctlBin, "--api", sock, "jobs")
+	o, e, code := bob.as(t, work, nil, scavctlBin, "--api", sock, "jobs")
 	r.expect("bob: reach alice's own scavd", code, o+e, "permission denied")
 	o, e, code = scavctlEnv(t, state, nil, "--api", sock, "run", "--", "/bin/true")
-	r.expect("root: run a job through alice's own scavd", code, o+e, "runs only "+alice.Name+"'s jobs")
-	if o, e, code = alice.Run(t, work, nil, scavctlBin, "--api", sock, "run", "--", "/bin/sh", "-c", "id -u"); code != 0 || !strings.Contains(o+e, strconv.Itoa(alice.UID)) {
+	r.expect("root: run a job through alice's own scavd", code, o+e, "runs only "+alice.name+"'s jobs")
+	if o, e, code = alice.as(t, work, nil, scavctlBin, "--api", sock, "run", "--", "/bin/sh", "-c", "id -u"); code != 0 || !strings.Contains(o+e, strconv.Itoa(alice.uid)) {
 		t.Errorf("alice's job through her own scavd: exit %d\n%s%s", code, o, e)
 	}
 	t.Logf("%d attempts refused: %s", len(r.list), strings.Join(r.list, "; "))
