@@ -55,9 +55,10 @@ type Config struct {
 	// Node names this node (default the host name).
 	Node string
 	// Retention bounds the step and output history; OutputPerUser bounds
-	// one user's output in it (jobs.Options.OutputPerUser).
-	Retention     history.Retention
-	OutputPerUser int64
+	// one user's output in it, OutputReadPerUser how fast it is read
+	// (jobs.Options; by default, only on a daemon that serves every user).
+	Retention                        history.Retention
+	OutputPerUser, OutputReadPerUser int64
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -134,6 +135,8 @@ type Daemon struct {
 	node      *nodeSampler
 	closeGPUs func() error
 	metrics   *metricsServer
+	// stopRelease ends the release of free heap memory (memory.go).
+	stopRelease func()
 	// disk watches the state disk (nil when the daemon embeds no server);
 	// stopDisk ends its watch.
 	disk     *diskWatch
@@ -197,11 +200,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 		zap.String("state", cfg.StateDir), zap.Bool("standalone", cfg.Standalone))
 	return d, nil
 }
-
-// shared reports whether the daemon serves every local user (a root
-// daemon, not scavctl's own): its sockets are open to all, and the kernel
-// (API) or the attempt's token (telemetry) says who calls.
-func (d *Daemon) shared() bool { return os.Geteuid() == 0 && !d.cfg.Standalone }
 
 // startNATS brings up the embedded server (or joins an external one), the
 // daemon's authenticated connection and the JetStream store.
@@ -293,6 +291,7 @@ func (d *Daemon) startJobs() error {
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
 		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, OutputPerUser: cfg.OutputPerUser,
+		OutputReadPerUser: d.outputReadPerUser(),
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs

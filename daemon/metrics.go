@@ -25,8 +25,10 @@ import (
 // DefaultMetricsListen is where scavd serves /metrics unless told otherwise.
 const DefaultMetricsListen = "127.0.0.1:9433"
 
-// startNode starts the node sampler and the /metrics endpoint, as configured.
+// startNode starts the node sampler and the /metrics endpoint, as
+// configured, and the release of free heap memory.
 func (d *Daemon) startNode(ctx context.Context) error {
+	d.stopRelease = startMemoryRelease(d.root)
 	every := d.cfg.NodeSampleEvery
 	if every == 0 {
 		every = DefaultNodeSampleEvery
@@ -49,6 +51,9 @@ func (d *Daemon) startNode(ctx context.Context) error {
 // stopNode stops the endpoint and the sampler, and releases the GPU collector.
 func (d *Daemon) stopNode() error {
 	var errs []error
+	if d.stopRelease != nil {
+		d.stopRelease()
+	}
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close(d.root))
 	}
@@ -78,20 +83,6 @@ func (d *Daemon) Registry() *prometheus.Registry {
 		c.api = d.api.Counts
 	}
 	return newRegistry(c)
-}
-
-// metricsPerJob says whether /metrics has the series that name jobs:
-// Config.MetricsPerJob "on" or "off", or by default ("auto") only when the
-// daemon serves its own user alone, since anyone who can reach /metrics
-// reads them.
-func (d *Daemon) metricsPerJob() bool {
-	switch d.cfg.MetricsPerJob {
-	case "on":
-		return true
-	case "off":
-		return false
-	}
-	return !d.shared()
 }
 
 func newRegistry(c *daemonCollector) *prometheus.Registry {

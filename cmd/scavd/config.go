@@ -26,6 +26,8 @@ type settings struct {
 	StepRetention time.Duration `yaml:"step_retention"`
 	// OutputMiBPerUser bounds one user's output in the history.
 	OutputMiBPerUser int `yaml:"output_mib_per_user"`
+	// OutputReadKiBPerUser bounds how fast one user's jobs' output is read.
+	OutputReadKiBPerUser int `yaml:"output_read_kib_per_user"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`

@@ -38,6 +38,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.IntVar(&s.OutputReadKiBPerUser, "output-read-kib-per-user", jobs.DefaultOutputReadRate>>10, "KiB a second of one user's jobs' output scavd reads (a line counts 1 KiB more than its text); past it their writes wait, as on a slow terminal (0: no bound)")
 	f.IntVar(&s.OutputMiBPerUser, "output-mib-per-user", jobs.DefaultOutputPerUser>>20, "MiB of one user's jobs' output the history keeps: past it, their oldest finished jobs' output goes first (0: no bound)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")

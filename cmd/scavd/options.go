@@ -24,7 +24,7 @@ func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
-		OutputPerUser: outputPerUser(s.OutputMiBPerUser),
+		OutputPerUser: bound(s.OutputMiBPerUser, 20), OutputReadPerUser: bound(s.OutputReadKiBPerUser, 10),
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
 		MetricsWebConfig: s.MetricsWebConfig, MetricsPerJob: s.MetricsPerJob, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
@@ -68,10 +68,11 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
 }
 
-// outputPerUser is output_mib_per_user in bytes (0: no bound, -1 to the jobs).
-func outputPerUser(mib int) int64 {
-	if mib == 0 {
+// bound is a setting in units of 1<<shift bytes, in bytes (0: no bound,
+// -1 to the jobs' options).
+func bound(n int, shift uint) int64 {
+	if n == 0 {
 		return -1
 	}
-	return int64(mib) << 20
+	return int64(n) << shift
 }

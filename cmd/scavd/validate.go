@@ -138,6 +138,9 @@ func (s settings) validateExposure() []fieldError {
 			bad(key, "%s: must be positive", v)
 		}
 	}
+	if s.OutputReadKiBPerUser < 0 {
+		bad("output_read_kib_per_user", "%d: use a positive number of KiB a second, or 0 for no bound", s.OutputReadKiBPerUser)
+	}
 	if s.OutputMiBPerUser < 0 {
 		bad("output_mib_per_user", "%d: use a positive number of MiB, or 0 for no bound", s.OutputMiBPerUser)
 	}

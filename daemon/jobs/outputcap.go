@@ -159,6 +159,8 @@ type jobOutput struct {
 	quota func(bytes int64) bool
 	over  bool
 	limit int64
+	// wait holds the reader back while the owner's jobs print too fast.
+	wait func(n int)
 }
 
 // newJobOutput continues job's output from the counts in its record,
@@ -174,12 +176,17 @@ func newJobOutput(j api.Job, publish func(subject string, l telemetry.LogLine), 
 		owner := j.Owner
 		o.quota = func(n int64) bool { return q.take(owner, j.ID, n) }
 		o.limit = q.limit
+		o.wait = func(n int) { q.wait(owner, n) }
 	}
 	return o
 }
 
-// take publishes what the cap lets through of one line.
+// take publishes what the cap lets through of one line, after the owner's
+// read rate lets the line in.
 func (o *jobOutput) take(l telemetry.LogLine) {
+	if o.wait != nil {
+		o.wait(len(l.Line) + readLineCost)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.line(time.Now(), l))

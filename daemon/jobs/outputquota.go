@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -31,13 +32,27 @@ import (
 // of the output stream's default size.
 const DefaultOutputPerUser = 32 << 20
 
+// DefaultOutputReadRate bounds how fast the daemon takes one user's jobs' output,
+// all their jobs together, in bytes a second (outputReadBurst at once): past
+// it, the jobs' output readers wait, so that a job that prints without end
+// waits on its writes, as on a slow terminal, instead of costing the daemon
+// the CPU to read and drop what it prints (which other users' requests
+// would wait for). It is what one job's tail is published at.
+const (
+	DefaultOutputReadRate = 1 << 20
+	outputReadBurst       = 1 << 20
+	readLineCost          = 1 << 10
+)
+
 // outputQuota charges jobs' output to their owners.
 type outputQuota struct {
 	g     *Registry
 	limit int64
+	read  rate.Limit // bytes a second of a user's output read (0: no bound)
 
 	mu    sync.Mutex
 	users map[uint32]*userOutput
+	reads map[uint32]*rate.Limiter
 }
 
 // userOutput is one user's output in the history: bytes in all, and the
@@ -111,6 +126,26 @@ func (q *outputQuota) take(owner *api.Owner, job string, n int64) bool {
 	}
 	u.used += n
 	return true
+}
+
+// wait holds back the reader of a line of n bytes of a job of owner while
+// the owner's jobs print faster than the read rate (until the daemon stops).
+func (q *outputQuota) wait(owner *api.Owner, n int) {
+	if q == nil || q.read <= 0 {
+		return
+	}
+	uid := uidOf(owner)
+	q.mu.Lock()
+	if q.reads == nil {
+		q.reads = map[uint32]*rate.Limiter{}
+	}
+	lim := q.reads[uid]
+	if lim == nil {
+		lim = rate.NewLimiter(q.read, outputReadBurst)
+		q.reads[uid] = lim
+	}
+	q.mu.Unlock()
+	_ = lim.WaitN(q.g.kill, min(n, outputReadBurst))
 }
 
 // ended moves job's bytes to its owner's finished jobs, whose output may

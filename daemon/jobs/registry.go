@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
@@ -55,6 +56,10 @@ type Options struct {
 	// OutputPerUser bounds one user's output in the history, in bytes
 	// (outputquota.go; 0: DefaultOutputPerUser, negative: no bound).
 	OutputPerUser int64
+	// OutputReadPerUser bounds how fast one user's jobs' output is read, in
+	// bytes a second (outputquota.go; 0: DefaultOutputReadRate, negative: no
+	// bound).
+	OutputReadPerUser int64
 	// EnvDir, unless empty, keeps the environment each job last ran with,
 	// for a resume by someone who is not its owner (Resume).
 	EnvDir string
@@ -95,7 +100,10 @@ func New(ctx context.Context, o Options) *Registry {
 	if o.OutputPerUser == 0 {
 		o.OutputPerUser = DefaultOutputPerUser
 	}
-	g.quota = &outputQuota{g: g, limit: o.OutputPerUser, users: map[uint32]*userOutput{}}
+	if o.OutputReadPerUser == 0 {
+		o.OutputReadPerUser = DefaultOutputReadRate
+	}
+	g.quota = &outputQuota{g: g, limit: o.OutputPerUser, read: rate.Limit(max(o.OutputReadPerUser, 0)), users: map[uint32]*userOutput{}}
 	g.js, _ = jetstream.New(o.NC) // fails only without a connection
 	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
 	g.kill, g.cancelKill = context.WithCancel(ctx)
