@@ -158,7 +158,7 @@ func TestUsersAreIsolated(t *testing.T) {
 	// A command with terminal control characters (a title, a screen clear,
 	// a carriage return hiding what came before): root's listings show
 	// them, escaped, instead of sending them to root's terminal.
-	if out, code = ctl(bob, "run", "--name", "ctl", "--", "/bin/sh", "-c", "true \x1b]0;pwned\x07\x1b[2J\rhidden"); code != 0 {
+	if out, code = ctl(bob, "run", "--name", "ctl", "--", "/bin/echo", "\x1b]0;pwned\x07\x1b[2J\rhidden"); code != 0 {
 		t.Errorf("bob's job with control characters: exit %d\n%s", code, out)
 	}
 	var listed []api.Job
