@@ -86,7 +86,8 @@ table() {
 	done <"$1"
 }
 
-flood=$("$tmp/new/benchflood" --scavd "$tmp/new/scavd" --scavctl "$tmp/new/scavctl" --python "$PYTHON")
+flood=$("$tmp/new/benchflood" --scavd "$tmp/new/scavd" --scavctl "$tmp/new/scavctl" --python "$PYTHON") ||
+	flood="**benchflood failed** (its errors are on the terminal that ran it): $flood"
 
 api_old=$("$tmp/new/benchapi" --scavd "$tmp/old/scavd" --scavctl "$tmp/old/scavctl" --label "before ($BASE)")
 api_new=$("$tmp/new/benchapi" --scavd "$tmp/new/scavd" --scavctl "$tmp/new/scavctl" --label "now: bounds per user, files as their owner")
