@@ -254,7 +254,7 @@ func (b *bench) as(u user, argv ...string) *exec.Cmd {
 
 // ctlOut runs scavctl as u and returns its output.
 func (b *bench) ctlOut(u user, args ...string) (string, error) {
-	cmd := b.as(u, append([]string{b.scavctl, "--api", b.info.API}, args...)...)
+	cmd := b.as(u, append([]string{"timeout", "120", b.scavctl, "--api", b.info.API}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
