@@ -132,7 +132,7 @@ bench-restart: setup build
 
 ## bench-security: issue 20's attacks and their tests, two users side by side while one floods, and scavctl jobs latency and ingest records/s against BASE (default cb44878, before issue 20); writes docs/bench-security.md (root)
 bench-security:
-	GO=$(GO) PYTHON=$(PYTHON) sh tools/bench-security.sh
+	GO=$(GO) PYTHON=$(PYTHON) NOTE="$(NOTE)" sh tools/bench-security.sh
 
 ## report-example: run a short optimised job; writes docs/top-example.txt and docs/report-example.{png,html}
 report-example: setup build

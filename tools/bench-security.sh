@@ -6,7 +6,7 @@
 # against BASE (default cb44878, the last commit before issue 20's work),
 # built in a temporary worktree, both measured in the same run. Writes
 # docs/bench-security.md. Run as root (the tests and the flood make users).
-# Usage: make bench-security [BASE=rev]
+# Usage: make bench-security [BASE=rev] [NOTE="what this tree is"]
 set -eu
 GO=${GO:-go}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -102,7 +102,8 @@ cat >"$out" <<MD
 # Security: the attacks, side by side, and what it costs (issues 11 and 20)
 
 Made by \`make bench-security\` (tools/bench-security.sh) on $(date -u +%Y-%m-%d) on $(nproc) cores, as root; "before"
-is \`$BASE\` (before issue 20) built in a temporary worktree, "now" this tree; both measured in the same run.
+is \`$BASE\` (before issue 20) built in a temporary worktree, "now" this tree ($(git log -1 --format=%h)${NOTE:+; $NOTE});
+both measured in the same run.
 
 ## Issue 20's attacks, each tried by an unprivileged user
 
