@@ -115,8 +115,14 @@ type OutputStats struct {
 	HeadBytes int64 `json:"head_bytes"`
 	Tail      bool  `json:"tail,omitempty"`
 	// Dropped counts the lines the daemon dropped because the job wrote
-	// faster than it publishes.
+	// faster than it publishes, or past its owner's output quota.
 	Dropped int64 `json:"dropped,omitempty"`
+	// Bytes is what the published lines take in the output history (their
+	// text and an allowance for each line's framing): what the job counts
+	// for against its owner's quota. Purged says that its output was
+	// removed from the history to make room for its owner's newer jobs.
+	Bytes  int64 `json:"bytes,omitempty"`
+	Purged bool  `json:"purged,omitempty"`
 }
 
 // Owner is a user as the daemon knows them: from the kernel (the peer

@@ -56,8 +56,11 @@ type Config struct {
 	Socket string
 	// Node names this node (default the host name).
 	Node string
-	// Retention bounds the step and output history.
-	Retention history.Retention
+	// Retention bounds the step and output history; OutputPerUser bounds
+	// one user's output in it, OutputReadPerUser how fast it is read
+	// (jobs.Options; by default, only on a daemon that serves every user).
+	Retention                        history.Retention
+	OutputPerUser, OutputReadPerUser int64
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -94,9 +97,18 @@ type Config struct {
 	// APIListen, when set, also serves the API on TCP, with the bearer
 	// tokens of APITokens and (required off loopback) TLS.
 	APIListen, APITLSCert, APITLSKey, APITokens string
+	// APILimits bound what the API's listeners keep open (zero values:
+	// apiserver.DefaultLimits).
+	APILimits apiserver.Limits
 	// MetricsWebConfig is a Prometheus exporter-toolkit web config (TLS,
 	// basic auth) for /metrics; required off loopback.
 	MetricsWebConfig string
+	// MetricsPerJob says whether /metrics has the series that name jobs
+	// (ids, names, loss, steps): "on", "off", or "auto" (default): only on
+	// a daemon that serves its own user alone. A root daemon's /metrics is
+	// anyone's who can reach it; turn them on there with a web config that
+	// asks for a password.
+	MetricsPerJob string
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
@@ -129,6 +141,8 @@ type Daemon struct {
 	node      *nodeSampler
 	closeGPUs func() error
 	metrics   *metricsServer
+	// stopRelease ends the release of free heap memory (memory.go).
+	stopRelease func()
 	// disk watches the state disk (nil when the daemon embeds no server);
 	// stopDisk ends its watch.
 	disk     *diskWatch
@@ -140,6 +154,7 @@ type Daemon struct {
 
 // Start brings a daemon up. Close must be called to stop it.
 func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err error) {
+	closeInherited()
 	if cfg.StateDir == "" {
 		cfg.StateDir = api.DefaultStateDir()
 	}
@@ -175,7 +190,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
 		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
-		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
+		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits,
 	}); err != nil {
 		return nil, err
 	}
@@ -192,28 +207,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	return d, nil
 }
 
-// shared reports whether the daemon serves every local user (a root
-// daemon, not scavctl's own): its sockets are open to all, and the kernel
-// (API) or the attempt's token (telemetry) says who calls.
-func (d *Daemon) shared() bool { return os.Geteuid() == 0 && !d.cfg.Standalone }
-
-// makeStateDir makes the state directory: private, or for a root daemon
-// that serves every user, traversable (its sockets, python client and
-// checkpoint root are reached through it; nothing in it can be listed).
-func makeStateDir(dir string, standalone bool) error {
-	mode := os.FileMode(0o700)
-	if os.Geteuid() == 0 && !standalone {
-		mode = 0o711
-	}
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return fmt.Errorf("create state directory %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return fmt.Errorf("set the mode of state directory %s: %w", dir, err)
-	}
-	return nil
-}
-
 // startNATS brings up the embedded server (or joins an external one), the
 // daemon's authenticated connection and the JetStream store.
 func (d *Daemon) startNATS(ctx context.Context) error {
@@ -227,6 +220,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		return err
 	}
 	if cfg.NATSURL == "" {
+		for _, l := range [][2]string{{"nats listen", cfg.Listen}, {"cluster listen", cfg.Cluster.Listen}, {"api listen", cfg.APIListen}} {
+			if err := checkPort(l[0], l[1]); err != nil {
+				return err
+			}
+		}
 		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
 		if err != nil {
 			return err
@@ -303,10 +301,12 @@ func (d *Daemon) startJobs() error {
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, Models: d.models,
+		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, Models: d.models, OutputPerUser: cfg.OutputPerUser,
+		OutputReadPerUser: d.outputReadPerUser(),
 	}
 	if !cfg.Standalone {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
+		o.EnvDir = filepath.Join(cfg.StateDir, jobs.EnvSubdir)
 	}
 	d.jobs = jobs.New(d.root, o)
 	registry.Store(d.jobs)

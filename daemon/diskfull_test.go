@@ -124,7 +124,7 @@ func TestStateDiskFullThenFreed(t *testing.T) {
 	disk, side := smallDisk(t, 64<<20), t.TempDir()
 	ctx := context.Background()
 	state := filepath.Join(disk, "state")
-	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", OutputReadPerUser: -1,
 		Retention: history.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
 		t.Fatal(err)

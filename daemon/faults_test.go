@@ -480,7 +480,7 @@ func killInCheckpointTrial(t *testing.T, python string) trialResult {
 func diskFullTrial(t *testing.T, python string) trialResult {
 	const total, every = 300, 40
 	disk := smallDisk(t, 64<<20)
-	d, c := faultDaemon(t, Config{StateDir: filepath.Join(disk, "state")})
+	d, c := faultDaemon(t, Config{StateDir: filepath.Join(disk, "state"), OutputReadPerUser: -1})
 	side := t.TempDir()
 	j := submitWorkers(t, c, python, side, total, every, false)
 	workerPid(t, side, 0, 1)
@@ -542,7 +542,7 @@ func scavdStateDir(t *testing.T) string { return testdir.Short(t, "scavf-") }
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--node", "n1", "--node-sample-every", "0", "--log-level", "warn", "--gpu-source", "none")
+		"--node", "n1", "--node-sample-every", "0", "--log-level", "warn", "--gpu-source", "none", "--output-read-kib-per-user", "0")
 	var errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errOut, &errOut
 	if err := cmd.Start(); err != nil {

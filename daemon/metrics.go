@@ -15,23 +15,27 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/internal/connlimit"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // DefaultMetricsListen is where scavd serves /metrics unless told otherwise.
 const DefaultMetricsListen = "127.0.0.1:9433"
 
-// startNode starts the node sampler and the /metrics endpoint, as configured.
+// startNode starts the node sampler and the /metrics endpoint, as
+// configured, and the release of free heap memory.
 func (d *Daemon) startNode(ctx context.Context) error {
+	d.stopRelease = startMemoryRelease(d.root)
 	every := d.cfg.NodeSampleEvery
 	if every == 0 {
 		every = DefaultNodeSampleEvery
 	}
 	if every > 0 {
 		var err error
-		if d.node, d.closeGPUs, err = startNodeSampler(d.root, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.jobs.Active, d.log.Named("node")); err != nil {
+		if d.node, d.closeGPUs, err = startNodeSampler(d.root, d.cfg.Node, every, d.cfg.GPUSource, d.nc, d.jobs.Active, d.jobOwner, d.log.Named("node")); err != nil {
 			return err
 		}
 	}
@@ -47,6 +51,9 @@ func (d *Daemon) startNode(ctx context.Context) error {
 // stopNode stops the endpoint and the sampler, and releases the GPU collector.
 func (d *Daemon) stopNode() error {
 	var errs []error
+	if d.stopRelease != nil {
+		d.stopRelease()
+	}
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close(d.root))
 	}
@@ -70,7 +77,12 @@ func (d *Daemon) MetricsAddr() string {
 // Registry returns a new Prometheus registry holding the daemon's metrics
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
-	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges})
+	c := &daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges,
+		perJob: d.metricsPerJob()}
+	if d.api != nil {
+		c.api = d.api.Counts
+	}
+	return newRegistry(c)
 }
 
 func newRegistry(c *daemonCollector) *prometheus.Registry {
@@ -90,6 +102,9 @@ func serveMetrics(listen, webConfig string, reg *prometheus.Registry, log *zap.L
 	if err := CheckMetricsListen(listen, webConfig); err != nil {
 		return nil, err
 	}
+	if err := checkPort("metrics listen", listen); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for /metrics on %s: %w", listen, err)
@@ -97,13 +112,19 @@ func serveMetrics(listen, webConfig string, reg *prometheus.Registry, log *zap.L
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: zap.NewStdLog(log)}))
 	m := &metricsServer{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		ln:   ln,
+		// A scrape is short: every stage of it is bounded, and so are the
+		// connections one address may hold.
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second},
+		ln: connlimit.New(ln, connlimit.Options{Max: 256, PerKey: 16, Key: func(c net.Conn) string {
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			return host
+		}}),
 		done: make(chan struct{}),
 	}
 	go func() {
 		defer close(m.done)
-		if err := serveWeb(ln, m.srv, webConfig); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveWeb(m.ln, m.srv, webConfig); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("serve /metrics", zap.Error(err))
 		}
 	}()
@@ -178,6 +199,10 @@ var (
 	descConns    = prometheus.NewDesc("scavenger_ingest_connections", "Open worker connections on the telemetry socket.", []string{"node"}, nil)
 	descRefused  = prometheus.NewDesc("scavenger_ingest_refused_total", "Telemetry connections refused, ended or held back by a bound (per user, per job, deadlines, ended attempts, step bytes), by reason.", []string{"node", "reason"}, nil)
 
+	descAPIConns   = prometheus.NewDesc("scavenger_api_connections", "Open connections on the API's listeners.", []string{"node"}, nil)
+	descAPIStreams = prometheus.NewDesc("scavenger_api_streams", "Open API streams (logs -f, top, attach, steps).", []string{"node"}, nil)
+	descAPIRefused = prometheus.NewDesc("scavenger_api_refused_total", "API connections and requests refused past a bound (api_limits), by bound.", []string{"node", "reason"}, nil)
+
 	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
 	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
 	descDiskRestarts = prometheus.NewDesc("scavenger_state_store_restarts_total", "Times the store was restarted in place after the state disk had room again.", []string{"node"}, nil)
@@ -191,6 +216,10 @@ type daemonCollector struct {
 	latest  func() (gpus, hosts *telemetry.NodeSample)
 	ingest  func() api.IngestStats
 	disk    func() (full, free, restarts float64)
+	api     func() apiserver.Counts
+	// perJob writes the series that name jobs (job ids, names, loss,
+	// steps): off on a daemon that serves every user (MetricsPerJob).
+	perJob bool
 }
 
 // Describe implements prometheus.Collector.
@@ -202,6 +231,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
 		descIngested, descDropped, descConns, descRefused, descDiskFull, descDiskFree, descDiskRestarts,
+		descAPIConns, descAPIStreams, descAPIRefused,
 	} {
 		ch <- d
 	}
@@ -209,8 +239,11 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
-	m := metricSink{ch: ch, node: c.node}
-	names := m.jobs(c.running())
+	m := metricSink{ch: ch, node: c.node, perJob: c.perJob}
+	names := map[string]string{}
+	if c.perJob {
+		names = m.jobs(c.running())
+	}
 	gs, hs := c.latest()
 	m.host(hs, names)
 	m.gpus(gs, names)
@@ -229,12 +262,21 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		m.gauge(descDiskFree, free, m.node)
 		m.counter(descDiskRestarts, restarts, m.node)
 	}
+	if c.api != nil {
+		a := c.api()
+		m.gauge(descAPIConns, float64(a.Conns), m.node)
+		m.gauge(descAPIStreams, float64(a.Streams), m.node)
+		for reason, n := range a.Refused {
+			m.counter(descAPIRefused, float64(n), m.node, reason)
+		}
+	}
 }
 
 // metricSink writes one scrape's metrics of a node.
 type metricSink struct {
-	ch   chan<- prometheus.Metric
-	node string
+	ch     chan<- prometheus.Metric
+	node   string
+	perJob bool
 }
 
 func (m metricSink) gauge(desc *prometheus.Desc, v float64, labels ...string) {
@@ -325,6 +367,9 @@ func (m metricSink) host(hs *telemetry.NodeSample, names map[string]string) {
 	}
 	m.gauge(descSampleAt, unixSeconds(hs.Time), node, telemetry.NodeHost)
 	for _, u := range h.Jobs {
+		if !m.perJob {
+			break
+		}
 		l := []string{u.Job, names[u.Job], node}
 		m.gauge(descJobCPU, u.CPUSeconds, l...)
 		m.opt(descJobCores, u.CPUCores, l...)
@@ -347,6 +392,9 @@ func (m metricSink) gpus(gs *telemetry.NodeSample, names map[string]string) {
 			v := 0.0
 			if p.MemoryUsedBytes != nil {
 				v = float64(*p.MemoryUsedBytes)
+			}
+			if !m.perJob {
+				p.Job = ""
 			}
 			mem[p.Job] += v
 		}

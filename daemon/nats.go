@@ -6,9 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -22,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/internal/secret"
 )
 
 // The NATS server never answers an anonymous client, on loopback too: the
@@ -39,24 +38,20 @@ type natsKey struct {
 // loadNATSKey reads the nkey seed at path, or makes one there (mode 0600)
 // when there is none and make is set. A seed others can read is refused.
 func loadNATSKey(path string, make bool) (natsKey, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) && make:
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return natsKey{}, fmt.Errorf("make nats key: %w", err)
+	var mk func() ([]byte, error)
+	if make {
+		mk = func() ([]byte, error) {
+			kp, err := nkeys.CreateUser()
+			if err != nil {
+				return nil, err
+			}
+			seed, _ := kp.Seed()
+			return append(seed, '\n'), nil
 		}
-		seed, _ := kp.Seed()
-		if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
-			return natsKey{}, fmt.Errorf("write nats key %s: %w", path, err)
-		}
-		b = seed
-	case err != nil:
-		return natsKey{}, fmt.Errorf("read nats key: %w", err)
-	default:
-		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-			return natsKey{}, fmt.Errorf("nats key %s: mode %s lets others act as the daemon; chmod 600 it", path, st.Mode().Perm())
-		}
+	}
+	b, err := secret.Read(path, "nats key", "act as the daemon", mk)
+	if err != nil {
+		return natsKey{}, err
 	}
 	kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
 	if err != nil {

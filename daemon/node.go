@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
@@ -135,15 +136,35 @@ func (n *nodeSampler) latest() (gpus, hosts *telemetry.NodeSample) {
 }
 
 // startNodeSampler opens the collectors and starts sampling every period.
-func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub ingest.Publisher, jobs func() []string, log *zap.Logger) (*nodeSampler, func() error, error) {
+// owner names the uid whose processes may claim a job by its environment
+// (host.Collector.Owner).
+func startNodeSampler(ctx context.Context, node string, every time.Duration, gpuSource string, pub ingest.Publisher, jobs func() []string,
+	owner func(job string) (uint32, bool), log *zap.Logger) (*nodeSampler, func() error, error) {
 	g, err := gpu.Open(ctx, gpuSource, log)
 	if err != nil {
 		return nil, nil, err
 	}
+	hc := host.New()
+	hc.Owner = owner
 	n := &nodeSampler{
-		log: log, pub: pub, node: telemetry.SubjectNode(node), every: every, gpus: g, host: host.New(), jobs: jobs,
+		log: log, pub: pub, node: telemetry.SubjectNode(node), every: every, gpus: g, host: hc, jobs: jobs,
 		failing: map[string]string{},
 	}
 	n.start(ctx)
 	return n, g.Close, nil
+}
+
+// jobOwner is the uid of the owner of job id, running here (the daemon's
+// own for a job of no owner).
+func (d *Daemon) jobOwner(id string) (uint32, bool) {
+	for _, st := range d.jobs.Running() {
+		if st.Job.ID != id {
+			continue
+		}
+		if o := st.Job.Owner; o != nil {
+			return o.UID, true
+		}
+		return uint32(os.Geteuid()), true
+	}
+	return 0, false
 }

@@ -41,11 +41,11 @@ finally:
 `
 
 // startNodeDaemon runs a daemon that samples its node every 200 ms and
-// serves /metrics on a free port.
+// serves /metrics, with the series that name jobs, on a free port.
 func startNodeDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
 	return startDaemonWith(t, "scavd-node-", Config{Listen: "127.0.0.1:0", Node: "node-test.example", NodeSampleEvery: 200 * time.Millisecond,
-		GPUSource: "none", MetricsListen: "127.0.0.1:0"})
+		GPUSource: "none", MetricsListen: "127.0.0.1:0", MetricsPerJob: "on"})
 }
 
 // scrape reads /metrics and returns the sample lines by metric name.

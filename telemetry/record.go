@@ -28,8 +28,8 @@ const MaxRecordBytes = 16 << 10
 type StepRecord struct {
 	// V is the schema version; it must equal SchemaVersion.
 	V int `json:"v"`
-	// Kind is empty (or KindStep) for a step; KindHello, KindAck and
-	// KindPreempt are control messages.
+	// Kind is empty (or KindStep) for a step; KindHello, KindAck,
+	// KindPreempt and KindEnd are control messages.
 	Kind string `json:"kind,omitempty"`
 	// Job is the job id (SCAV_JOB_ID).
 	Job string `json:"job"`
@@ -95,6 +95,9 @@ type StepRecord struct {
 	// write timed out) carries the same session and step as before, and the
 	// daemon stores it once.
 	Session string `json:"session,omitempty"`
+	// ExitCode is, in an end record, the exit status the worker's
+	// interpreter was leaving with.
+	ExitCode *int `json:"code,omitempty"`
 }
 
 // Bounds of a record's values that no job can pass, whatever it runs;
@@ -127,6 +130,12 @@ const (
 	// KindPreempt tells that the worker received the scheduler's pre-emption
 	// signal (SCAV_PREEMPT_SIGNAL, named in ID); Step is its last step done.
 	KindPreempt = "preempt"
+	// KindEnd is the last record of a worker that ended while no daemon
+	// answered: written to the spool, never to the socket, it tells the
+	// daemon that drains the spool how the worker ended (ExitCode), so
+	// that a job that finished while its daemon was down is not taken
+	// for one that died with it.
+	KindEnd = "end"
 )
 
 // FromOutput marks steps the daemon derived from a job's output (tqdm bars,
@@ -188,6 +197,11 @@ func (r *StepRecord) Validate() error {
 		}
 	case KindPreempt:
 		minStep = 0
+	case KindEnd:
+		minStep = 0
+		if r.ExitCode == nil {
+			return fmt.Errorf("end without the worker's exit code")
+		}
 	default:
 		return fmt.Errorf("unknown kind %q", r.Kind)
 	}

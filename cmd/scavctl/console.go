@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +30,7 @@ type console struct {
 
 func newConsole(out, errw io.Writer, tick time.Duration) *console {
 	tty := false
-	if f, ok := errw.(*os.File); ok {
+	if f, ok := fileOf(errw); ok {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
 	return &console{out: out, err: errw, tty: tty, tick: tick, last: time.Now()}
@@ -84,14 +83,14 @@ func (c *console) close() {
 
 func (c *console) clear() {
 	if c.tty && c.shown {
-		fmt.Fprint(c.err, "\r\x1b[K")
+		fmt.Fprint(rawOf(c.err), "\r\x1b[K")
 		c.shown = false
 	}
 }
 
 func (c *console) draw() {
 	if c.tty && c.status != "" {
-		fmt.Fprint(c.err, c.status)
+		fmt.Fprint(rawOf(c.err), cleanString(c.status))
 		c.shown = true
 	}
 }

@@ -15,7 +15,7 @@ func main() {
 
 // run executes one scavctl command line and returns the process exit code.
 func run(ctx context.Context, args []string) int {
-	a := &app{stdout: os.Stdout, stderr: os.Stderr}
+	a := &app{stdout: cleanWriter{os.Stdout}, stderr: cleanWriter{os.Stderr}} // sanitize.go
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -81,7 +81,7 @@ func jsonIndent(w io.Writer) *json.Encoder {
 
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := fileOf(w)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
@@ -92,7 +92,11 @@ func (a *app) openOut(path, format string) (io.Writer, func(error) error, error)
 		if format == "png" && isTerminal(a.stdout) {
 			return nil, nil, fmt.Errorf("not writing a PNG to a terminal: give --out FILE")
 		}
-		return a.stdout, func(err error) error { return err }, nil
+		out := a.stdout
+		if format == "png" {
+			out = rawOf(out) // binary: written as it is
+		}
+		return out, func(err error) error { return err }, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {

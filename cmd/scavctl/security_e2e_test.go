@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
+	"github.com/scavenger-ml/scavenger/internal/testuser"
 )
 
 // The user-isolation suite: a root scavd serving two unprivileged users.
@@ -35,8 +35,10 @@ import (
 // must be refused with a clear error; each one refused is counted, and the
 // count is logged for the closing note.
 
-// testUser is an unprivileged user made for a test and removed after it.
+// testUser is an unprivileged user made for a test and removed after it
+// (internal/testuser), under the names this package's tests use.
 type testUser struct {
+	testuser.User
 	name     string
 	uid, gid int
 }
@@ -44,52 +46,20 @@ type testUser struct {
 // addUser makes a system user (no home, no login shell, its own group).
 func addUser(t *testing.T, tag string) testUser {
 	t.Helper()
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "scv" + tag + hex.EncodeToString(b)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIP: useradd %s: %v %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v %s", name, err, out)
-		}
-	})
-	id := func(flag string) int {
-		out, err := exec.Command("id", flag, name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-		return n
-	}
-	return testUser{name: name, uid: id("-u"), gid: id("-g")}
+	u := testuser.Add(t, tag)
+	return testUser{User: u, name: u.Name, uid: u.UID, gid: u.GID}
 }
 
 // as runs argv as u (setpriv: uid, gid, groups), in dir, with a plain
 // environment plus env.
 func (u testUser) as(t *testing.T, dir string, env []string, argv ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	args := append([]string{"--reuid=" + u.name, "--regid=" + u.name, "--init-groups", "--"}, argv...)
-	cmd := exec.Command("setpriv", args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}, env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	_ = cmd.Run()
-	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+	return testuser.User{Name: u.name}.Run(t, dir, env, argv...)
 }
 
 // sharedDir is a directory every user can enter and write (mode 1777),
 // removed after the test.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d := testdir.Short(t, "scavsec-")
-	if err := os.Chmod(d, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func sharedDir(t *testing.T) string { return testuser.SharedDir(t) }
 
 // refusals counts the attacks a test saw refused.
 type refusals struct {
@@ -184,6 +154,28 @@ func TestUsersAreIsolated(t *testing.T) {
 		t.Errorf("bob's job did not run as bob (exit %d):\n%s", code, out)
 	} else {
 		r.list = append(r.list, "bob: run a job as root")
+	}
+	// A command with terminal control characters (a title, a screen clear,
+	// a carriage return hiding what came before): root's listings show
+	// them, escaped, instead of sending them to root's terminal.
+	if out, code = ctl(bob, "run", "--name", "ctl", "--", "/bin/echo", "\x1b]0;pwned\x07\x1b[2J\rhidden"); code != 0 {
+		t.Errorf("bob's job with control characters: exit %d\n%s", code, out)
+	}
+	var listed []api.Job
+	if out, _ = ctl(testUser{name: "root"}, "jobs", "--all", "-o", "json"); json.Unmarshal([]byte(out), &listed) != nil {
+		t.Fatalf("jobs --all -o json:\n%s", out)
+	}
+	for _, j := range listed {
+		if j.Name != "ctl" {
+			continue
+		}
+		for _, args := range [][]string{{"jobs", "--all"}, {"status", j.ID}} {
+			if out, _ := ctl(testUser{name: "root"}, args...); strings.ContainsAny(out, "\x1b\r") || !strings.Contains(out, `\x1b]0;pwned`) {
+				t.Errorf("root's scavctl %s prints bob's control characters raw:\n%q", strings.Join(args, " "), out)
+			} else {
+				r.list = append(r.list, "bob: control characters in a command, printed by root's scavctl "+args[0])
+			}
+		}
 	}
 	out, code = ctl(bob, "run", "--checkpoint-dir", "/etc/scavpwn", "--", "/bin/true")
 	r.expect("bob: checkpoint directory in /etc", code, out, "/etc/scavpwn")

@@ -153,7 +153,8 @@ func (a *app) top(ctx context.Context, c *api.Client, o topOptions) error {
 	if !tty {
 		return s.plain(ctx, a.stdout, o.once, recs)
 	}
-	return s.live(ctx, a.stdout.(*os.File), recs)
+	out, _ := fileOf(a.stdout)
+	return s.live(ctx, out, recs)
 }
 
 // refresh reads the job records.
@@ -373,7 +374,7 @@ func drawFrame(out *os.File, f report.TopFrame) error {
 	lines := report.RenderTop(f, w, h)
 	var b strings.Builder
 	for i, l := range lines {
-		fmt.Fprintf(&b, "\x1b[%d;1H%s%s", i+1, escClearLine, l)
+		fmt.Fprintf(&b, "\x1b[%d;1H%s%s", i+1, escClearLine, cleanString(l))
 	}
 	if len(lines) < h {
 		fmt.Fprintf(&b, "\x1b[%d;1H%s", len(lines)+1, escClearToEnd) // erasing does not scroll

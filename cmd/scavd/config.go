@@ -24,6 +24,10 @@ type settings struct {
 	Socket        string        `yaml:"socket"`
 	Node          string        `yaml:"node"`
 	StepRetention time.Duration `yaml:"step_retention"`
+	// OutputMiBPerUser bounds one user's output in the history.
+	OutputMiBPerUser int `yaml:"output_mib_per_user"`
+	// OutputReadKiBPerUser bounds how fast one user's jobs' output is read.
+	OutputReadKiBPerUser int `yaml:"output_read_kib_per_user"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`
@@ -36,6 +40,8 @@ type settings struct {
 	MetricsListen   string        `yaml:"metrics_listen"`
 	// MetricsWebConfig is Prometheus' exporter-toolkit web config (TLS, basic auth).
 	MetricsWebConfig string `yaml:"metrics_web_config"`
+	// MetricsPerJob: the series that name jobs (auto: only on a daemon of one user's).
+	MetricsPerJob string `yaml:"metrics_per_job"`
 	// NATSKey is the nkey seed the daemons authenticate to NATS with.
 	NATSKey     string `yaml:"nats_key"`
 	NATSTLSCert string `yaml:"nats_tls_cert"`
@@ -46,6 +52,8 @@ type settings struct {
 	APITLSCert string `yaml:"api_tls_cert"`
 	APITLSKey  string `yaml:"api_tls_key"`
 	APITokens  string `yaml:"api_tokens"`
+	// APILimits bound what the API's listeners keep open, per user and in all.
+	APILimits apiLimitSettings `yaml:"api_limits"`
 	// Replicas is how many NATS servers hold each stream and bucket.
 	Replicas int             `yaml:"replicas"`
 	Cluster  clusterSettings `yaml:"cluster"`
@@ -55,6 +63,16 @@ type settings struct {
 	SSH       sshSettings       `yaml:"ssh"`
 	Slurm     slurmSettings     `yaml:"slurm"`
 	Cloud     cloudSettings     `yaml:"cloud"`
+}
+
+// apiLimitSettings bound the API's listeners (apiserver.Limits).
+type apiLimitSettings struct {
+	MaxConns       int           `yaml:"max_conns"`
+	ConnsPerUser   int           `yaml:"conns_per_user"`
+	StreamsPerUser int           `yaml:"streams_per_user"`
+	BodyTimeout    time.Duration `yaml:"body_timeout"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+	WriteTimeout   time.Duration `yaml:"write_timeout"`
 }
 
 // clusterSettings join the embedded NATS server to the other nodes' (daemon.Cluster).

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scavenger-ml/scavenger/internal/testuser"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 )
@@ -209,6 +210,23 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 		if key.MatchString(l) && i > 0 && !strings.HasPrefix(lines[i-1], "#") && !key.MatchString(lines[i-1]) {
 			t.Errorf("%s:%d: %s has no comment above it", path, i+1, l)
 		}
+	}
+}
+
+// TestCheckConfigRefusesAPlantedStateDir: --check-config reports a state
+// directory another user made (issue 20's second attack), naming it.
+func TestCheckConfigRefusesAPlantedStateDir(t *testing.T) {
+	mallory := testuser.Add(t, "m")
+	dir := filepath.Join(testuser.SharedDir(t), "state")
+	mallory.Do(t, func() {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Error(err)
+		}
+	})
+	var out bytes.Buffer
+	err := run0(t, &out, "--config", "", "--state-dir", dir, "--check-config")
+	if err == nil || !strings.Contains(err.Error(), "state directory "+dir+" is owned by uid") {
+		t.Errorf("--check-config of a state directory of another user's: %v", err)
 	}
 }
 

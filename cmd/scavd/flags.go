@@ -7,7 +7,9 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
@@ -37,6 +39,8 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.IntVar(&s.OutputReadKiBPerUser, "output-read-kib-per-user", jobs.DefaultOutputReadRate>>10, "KiB a second of one user's jobs' output scavd reads (a line counts 1 KiB more than its text); past it their writes wait, as on a slow terminal (0: no bound)")
+	f.IntVar(&s.OutputMiBPerUser, "output-mib-per-user", jobs.DefaultOutputPerUser>>20, "MiB of one user's jobs' output the history keeps: past it, their oldest finished jobs' output goes first (0: no bound)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")
@@ -47,6 +51,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.GPUSource, "gpu-source", "auto", "how to read GPUs: auto (NVML, else nvidia-smi, else none), nvml, nvidia-smi or none")
 	f.StringVar(&s.MetricsListen, "metrics-listen", daemon.DefaultMetricsListen, "address of the Prometheus /metrics endpoint (empty: none; port 0: any free port)")
 	f.StringVar(&s.MetricsWebConfig, "metrics-web-config", "", "Prometheus exporter-toolkit web config for /metrics (tls_server_config, basic_auth_users); required off loopback")
+	f.StringVar(&s.MetricsPerJob, "metrics-per-job", "auto", "the /metrics series that name jobs (ids, names, loss, steps): on, off, or auto (only on a scavd that serves its own user alone: anyone who reaches /metrics reads them)")
 	f.StringVar(&s.NATSKey, "nats-key", "", "nkey seed file (mode 0600) scavd authenticates to NATS with; the daemons of a cluster or of an external server share one (default <state-dir>/nats.nk, made on the first start)")
 	f.StringVar(&s.NATSTLSCert, "nats-tls-cert", "", "TLS certificate of the embedded NATS server's client port; required with a listen address off loopback")
 	f.StringVar(&s.NATSTLSKey, "nats-tls-key", "", "TLS key of the embedded NATS server's client port")
@@ -55,6 +60,13 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.APITLSCert, "api-tls-cert", "", "TLS certificate of the TCP API")
 	f.StringVar(&s.APITLSKey, "api-tls-key", "", "TLS key of the TCP API")
 	f.StringVar(&s.APITokens, "api-tokens", "", `file of "TOKEN USER" lines (mode 0600): the bearer tokens of the TCP API and the users they stand for`)
+	lim := apiserver.DefaultLimits()
+	f.IntVar(&s.APILimits.MaxConns, "api-limits-max-conns", lim.MaxConns, "API connections open at once on each listener, in all")
+	f.IntVar(&s.APILimits.ConnsPerUser, "api-limits-conns-per-user", lim.ConnsPerUser, "API connections one user (one address, on TCP) may hold open; past it they are refused, and counted")
+	f.IntVar(&s.APILimits.StreamsPerUser, "api-limits-streams-per-user", lim.StreamsPerUser, "API streams (logs -f, top, attach, steps) one user may hold open")
+	f.DurationVar(&s.APILimits.BodyTimeout, "api-limits-body-timeout", lim.BodyTimeout, "how long a request's body may take to arrive")
+	f.DurationVar(&s.APILimits.IdleTimeout, "api-limits-idle-timeout", lim.IdleTimeout, "how long a keep-alive API connection may wait for its next request")
+	f.DurationVar(&s.APILimits.WriteTimeout, "api-limits-write-timeout", lim.WriteTimeout, "how long a client may take to take a reply or a stream's frame before its connection ends")
 	f.IntVar(&s.Replicas, "replicas", 1, "copies of each stream and bucket in a NATS cluster (3 keeps them through the loss of any one node)")
 	f.StringVar(&s.Cluster.Name, "cluster-name", "scavenger", "the NATS cluster's name, the same on every node")
 	f.StringVar(&s.Cluster.Listen, "cluster-listen", "", "join the other nodes' NATS servers: this node's route address, host:port (empty: no cluster)")

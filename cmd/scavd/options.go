@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
@@ -25,9 +26,12 @@ func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
+		OutputPerUser: bound(s.OutputMiBPerUser, 20), OutputReadPerUser: bound(s.OutputReadKiBPerUser, 10),
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
-		MetricsWebConfig: s.MetricsWebConfig, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
+		MetricsWebConfig: s.MetricsWebConfig, MetricsPerJob: s.MetricsPerJob, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
+		APILimits: apiserver.Limits{MaxConns: s.APILimits.MaxConns, ConnsPerUser: s.APILimits.ConnsPerUser, StreamsPerUser: s.APILimits.StreamsPerUser,
+			BodyTimeout: s.APILimits.BodyTimeout, IdleTimeout: s.APILimits.IdleTimeout, WriteTimeout: s.APILimits.WriteTimeout},
 		Cluster: daemon.Cluster{Name: s.Cluster.Name, Listen: s.Cluster.Listen, Routes: s.Cluster.Routes,
 			TLSCert: s.Cluster.TLSCert, TLSKey: s.Cluster.TLSKey, TLSCA: s.Cluster.TLSCA},
 		Telemetry: ingest.Limits{Conns: t.Conns, ConnsPerUser: t.ConnsPerUser, ConnsPerJob: t.ConnsPerJob,
@@ -67,4 +71,13 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
 		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
 		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
+}
+
+// bound is a setting in units of 1<<shift bytes, in bytes (0: no bound,
+// -1 to the jobs' options).
+func bound(n int, shift uint) int64 {
+	if n == 0 {
+		return -1
+	}
+	return int64(n) << shift
 }

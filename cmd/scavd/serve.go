@@ -88,7 +88,13 @@ func check(w io.Writer, l loader) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(w, text)
+	if _, err = io.WriteString(w, text); err != nil {
+		return err
+	}
+	if err := daemon.CheckFiles(cfg.daemonConfig()); err != nil {
+		return fmt.Errorf("the files scavd would use are unfit:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	_, err = fmt.Fprintf(w, "# state directory %s and its secrets: fit (scavd's user's own, writable by no one else)\n", cfg.StateDir)
 	return err
 }
 

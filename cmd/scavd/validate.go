@@ -143,6 +143,27 @@ func (s settings) validateExposure() []fieldError {
 			bad("api_listen", "%s is off loopback: the API is served there only with TLS (set api_tls_cert and api_tls_key)", s.APIListen)
 		}
 	}
+	for key, v := range map[string]int{"api_limits.max_conns": s.APILimits.MaxConns, "api_limits.conns_per_user": s.APILimits.ConnsPerUser,
+		"api_limits.streams_per_user": s.APILimits.StreamsPerUser} {
+		if v <= 0 {
+			bad(key, "%d: must be positive", v)
+		}
+	}
+	for key, v := range map[string]time.Duration{"api_limits.body_timeout": s.APILimits.BodyTimeout, "api_limits.idle_timeout": s.APILimits.IdleTimeout,
+		"api_limits.write_timeout": s.APILimits.WriteTimeout} {
+		if v <= 0 {
+			bad(key, "%s: must be positive", v)
+		}
+	}
+	if s.OutputReadKiBPerUser < 0 {
+		bad("output_read_kib_per_user", "%d: use a positive number of KiB a second, or 0 for no bound", s.OutputReadKiBPerUser)
+	}
+	if s.OutputMiBPerUser < 0 {
+		bad("output_mib_per_user", "%d: use a positive number of MiB, or 0 for no bound", s.OutputMiBPerUser)
+	}
+	if s.MetricsPerJob != "auto" && s.MetricsPerJob != "on" && s.MetricsPerJob != "off" {
+		bad("metrics_per_job", "%q: use auto, on or off", s.MetricsPerJob)
+	}
 	if s.Local.Slots < 0 {
 		bad("local.slots", "%d: use a positive number of workers, or 0 for the CPU count", s.Local.Slots)
 	}

@@ -40,7 +40,7 @@ func (as *Store) Report(ctx context.Context, ev api.AllocationEvent) (api.Alloca
 	}
 	now := time.Now().UTC()
 	var out api.Allocation
-	err := as.update(ctx, a.Key(), func(cur *api.Allocation) {
+	err := as.update(ctx, a.Key(), func(cur *api.Allocation) error {
 		if cur.Scheduler == "" {
 			*cur = api.Allocation{Scheduler: a.Scheduler, ID: a.ID}
 		}
@@ -60,6 +60,7 @@ func (as *Store) Report(ctx context.Context, ev api.AllocationEvent) (api.Alloca
 			cur.Ended = &now
 		}
 		out = *cur
+		return nil
 	})
 	if err != nil {
 		return api.Allocation{}, err
@@ -72,23 +73,30 @@ func (as *Store) Report(ctx context.Context, ev api.AllocationEvent) (api.Alloca
 	return out, nil
 }
 
-// Attach ties job id to the allocation key, creating its record when no
-// prolog reported it (the hooks are optional).
-func (as *Store) Attach(ctx context.Context, key, id string) error {
+// Attach ties job id of owner to the allocation key, creating its record
+// (as owner's) when no prolog reported it (the hooks are optional). An
+// allocation of another user's is refused (api.ErrBadRequest): a job joins
+// only its owner's allocations (root's: any).
+func (as *Store) Attach(ctx context.Context, key, id string, owner api.Owner) error {
 	scheduler, allocID, _ := strings.Cut(key, ".")
-	return as.update(ctx, key, func(cur *api.Allocation) {
+	return as.update(ctx, key, func(cur *api.Allocation) error {
 		if cur.Scheduler == "" {
-			*cur = api.Allocation{Scheduler: scheduler, ID: allocID, Node: as.Node}
+			*cur = api.Allocation{Scheduler: scheduler, ID: allocID, Node: as.Node, User: owner.User, UID: int(owner.UID)}
+		}
+		if !owner.Root() && (cur.UID != int(owner.UID) || cur.User != "" && cur.User != owner.User) {
+			return fmt.Errorf("%w: allocation %s is not %s's: a job joins only its owner's allocations", api.ErrBadRequest, key, owner.User)
 		}
 		if !slices.Contains(cur.Jobs, id) {
 			cur.Jobs = append(cur.Jobs, id)
 		}
+		return nil
 	})
 }
 
 // update applies f to the record of key (a zero api.Allocation when there is
-// none) and writes it back, retrying when another writer got there first.
-func (as *Store) update(ctx context.Context, key string, f func(*api.Allocation)) error {
+// none) and writes it back, retrying when another writer got there first;
+// f's error leaves the record as it was.
+func (as *Store) update(ctx context.Context, key string, f func(*api.Allocation) error) error {
 	for try := 0; ; try++ {
 		var cur api.Allocation
 		var rev uint64
@@ -103,7 +111,9 @@ func (as *Store) update(ctx context.Context, key string, f func(*api.Allocation)
 			}
 			rev = e.Revision()
 		}
-		f(&cur)
+		if err := f(&cur); err != nil {
+			return err
+		}
 		b, err := json.Marshal(cur)
 		if err != nil {
 			return fmt.Errorf("encode allocation %s: %w", key, err)

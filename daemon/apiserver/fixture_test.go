@@ -129,7 +129,7 @@ func (n *nodeJobs) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 	return n.act(ctx, "run", id, func(j *api.Job) { j.Command = req.Command })
 }
 
-func (n *nodeJobs) Resume(ctx context.Context, id string, _ []string) (api.Job, error) {
+func (n *nodeJobs) Resume(ctx context.Context, id string, _ []string, _ api.Owner) (api.Job, error) {
 	return n.act(ctx, "resume", id, func(j *api.Job) { j.State = api.StateRunning })
 }
 

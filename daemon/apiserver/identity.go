@@ -2,20 +2,21 @@ package apiserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/user"
-	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/secret"
+	"github.com/scavenger-ml/scavenger/internal/userdb"
 )
 
 // ErrNoIdentity is a caller the daemon cannot name: no peer credentials, no
@@ -43,28 +44,79 @@ func callerOf(ctx context.Context) (api.Owner, error) {
 // peerOwner is the user of the process at the other end of a unix socket
 // connection, from the kernel (SO_PEERCRED).
 func (s *Server) peerOwner(c net.Conn) (api.Owner, error) {
+	cred, err := peerCred(c)
+	if err != nil {
+		return api.Owner{}, err
+	}
+	return s.users.byID(cred.Uid, cred.Gid)
+}
+
+// peerCred reads the credentials of the process at the other end of a unix
+// socket connection (SO_PEERCRED), through the wrappers of the listeners.
+func peerCred(c net.Conn) (*unix.Ucred, error) {
+	for {
+		w, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.Unwrap()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return api.Owner{}, fmt.Errorf("%w: not a unix socket", ErrNoIdentity)
+		return nil, fmt.Errorf("%w: not a unix socket", ErrNoIdentity)
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return api.Owner{}, fmt.Errorf("%w: %w", ErrNoIdentity, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoIdentity, err)
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || credErr != nil {
-		return api.Owner{}, fmt.Errorf("%w: read peer credentials: %w", ErrNoIdentity, errors.Join(err, credErr))
+		return nil, fmt.Errorf("%w: read peer credentials: %w", ErrNoIdentity, errors.Join(err, credErr))
 	}
-	return s.users.byID(cred.Uid, cred.Gid)
+	return cred, nil
 }
 
-// users looks users up in the system's user database, once each.
+// userTTL is how long a user's entry (name, groups, home) is trusted
+// before it is looked up again: a user removed from a group, or a uid given
+// to a new user, is seen within it.
+const userTTL = time.Minute
+
+// users looks users up in the system's user database, keeping each answer
+// for at most ttl (default userTTL), by uid and by name.
 type users struct {
-	mu    sync.Mutex
-	cache map[uint32]api.Owner
+	ttl    time.Duration
+	mu     sync.Mutex
+	byUID  map[uint32]cachedOwner
+	byUser map[string]cachedOwner
+}
+
+// cachedOwner is a user database answer and when it was looked up.
+type cachedOwner struct {
+	o  api.Owner
+	at time.Time
+}
+
+// cached returns what c holds for key when it is fresh.
+func cached[K comparable](us *users, c map[K]cachedOwner, key K) (api.Owner, bool) {
+	ttl := us.ttl
+	if ttl == 0 {
+		ttl = userTTL
+	}
+	e, ok := c[key]
+	return e.o, ok && time.Since(e.at) < ttl
+}
+
+// keep remembers o, looked up now, under its uid and its name.
+func (us *users) keep(o api.Owner) {
+	if us.byUID == nil {
+		us.byUID, us.byUser = map[uint32]cachedOwner{}, map[string]cachedOwner{}
+	}
+	e := cachedOwner{o: o, at: time.Now()}
+	us.byUID[o.UID] = e
+	us.byUser[o.User] = e
 }
 
 // byID is the user with uid (and, when the database has no entry, a user
@@ -72,67 +124,48 @@ type users struct {
 func (us *users) byID(uid, gid uint32) (api.Owner, error) {
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	if o, ok := us.cache[uid]; ok {
+	if o, ok := cached(us, us.byUID, uid); ok {
 		return o, nil
 	}
-	o := api.Owner{UID: uid, GID: gid, User: strconv.FormatUint(uint64(uid), 10)}
-	if u, err := user.LookupId(o.User); err == nil {
-		o = ownerOf(u, gid)
-	}
-	if us.cache == nil {
-		us.cache = map[uint32]api.Owner{}
-	}
-	us.cache[uid] = o
+	o, _ := userdb.ByID(uid, gid)
+	us.keep(o)
 	return o, nil
 }
 
 // byName is the user called name (or with that number).
 func (us *users) byName(name string) (api.Owner, error) {
-	u, err := user.Lookup(name)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if o, ok := cached(us, us.byUser, name); ok {
+		return o, nil
+	}
+	o, err := userdb.ByName(name)
 	if err != nil {
-		if u, err = user.LookupId(name); err != nil {
-			return api.Owner{}, fmt.Errorf("no user %q on this node", name)
-		}
+		return api.Owner{}, err
 	}
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return ownerOf(u, uint32(gid)), nil
-}
-
-// ownerOf turns a user database entry into an owner with its groups.
-func ownerOf(u *user.User, gid uint32) api.Owner {
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
-		gid = uint32(g)
-	}
-	o := api.Owner{UID: uint32(uid), GID: gid, User: u.Username, Home: u.HomeDir}
-	if ids, err := u.GroupIds(); err == nil {
-		for _, id := range ids {
-			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
-				o.Groups = append(o.Groups, uint32(g))
-			}
-		}
-	}
-	return o
+	us.keep(o)
+	us.byUser[name] = us.byUser[o.User]
+	return o, nil
 }
 
 // tokens maps the sha256 of each bearer token of the API's token file to
-// the user it stands for; hashing first keeps the lookup's time independent
-// of how much of a guess is right.
-type tokens map[[32]byte]api.Owner
+// the name of the user it stands for, looked up (users) at each request;
+// hashing first keeps the lookup's time independent of how much of a guess
+// is right.
+type tokens struct {
+	names map[[32]byte]string
+	users *users
+}
 
 // loadTokens reads a token file: one "TOKEN USER" a line ('#' comments),
 // mode 0600 or stricter, since the tokens are secrets.
 func loadTokens(path string, us *users) (tokens, error) {
-	f, err := os.Open(path)
+	b, err := secret.Read(path, "api tokens", "read the secrets", nil)
 	if err != nil {
-		return nil, fmt.Errorf("api tokens: %w", err)
+		return tokens{}, err
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("api tokens %s: mode %s lets others read the secrets; chmod 600 it", path, st.Mode().Perm())
-	}
-	out := tokens{}
-	sc := bufio.NewScanner(f)
+	out := tokens{names: map[[32]byte]string{}, users: us}
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -140,16 +173,15 @@ func loadTokens(path string, us *users) (tokens, error) {
 		}
 		fields := strings.Fields(line)
 		if len(fields) != 2 || len(fields[0]) < 16 {
-			return nil, fmt.Errorf("api tokens %s:%d: want \"TOKEN USER\" with a token of 16 characters or more", path, n)
+			return tokens{}, fmt.Errorf("api tokens %s:%d: want \"TOKEN USER\" with a token of 16 characters or more", path, n)
 		}
-		o, err := us.byName(fields[1])
-		if err != nil {
-			return nil, fmt.Errorf("api tokens %s:%d: %w", path, n, err)
+		if _, err := us.byName(fields[1]); err != nil {
+			return tokens{}, fmt.Errorf("api tokens %s:%d: %w", path, n, err)
 		}
-		out[sha256.Sum256([]byte(fields[0]))] = o
+		out.names[sha256.Sum256([]byte(fields[0]))] = fields[1]
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("api tokens %s: %w", path, err)
+		return tokens{}, fmt.Errorf("api tokens %s: %w", path, err)
 	}
 	return out, nil
 }
@@ -160,9 +192,13 @@ func (t tokens) owner(authorization string) (api.Owner, error) {
 	if !ok || tok == "" {
 		return api.Owner{}, fmt.Errorf("%w: a TCP client needs a bearer token (scavctl --token-file or $SCAV_API_TOKEN)", ErrNoIdentity)
 	}
-	o, ok := t[sha256.Sum256([]byte(tok))]
+	name, ok := t.names[sha256.Sum256([]byte(tok))]
 	if !ok {
 		return api.Owner{}, fmt.Errorf("%w: unknown token", ErrNoIdentity)
+	}
+	o, err := t.users.byName(name)
+	if err != nil {
+		return api.Owner{}, fmt.Errorf("%w: the token's user: %w", ErrNoIdentity, err)
 	}
 	return o, nil
 }

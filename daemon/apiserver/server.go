@@ -30,7 +30,7 @@ import (
 // Jobs is what the API needs of the job registry.
 type Jobs interface {
 	Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error)
-	Resume(ctx context.Context, id string, env []string) (api.Job, error)
+	Resume(ctx context.Context, id string, env []string, by api.Owner) (api.Job, error)
 	Get(ctx context.Context, id string) (api.Job, error)
 	List(ctx context.Context) ([]api.Job, error)
 	Stop(id string, grace time.Duration) (api.Job, error)
@@ -70,6 +70,8 @@ type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
 	Tokens          string
+	// Limits bound what the listeners keep open (bounds.go).
+	Limits Limits
 }
 
 // Server serves the API until Close.
@@ -80,6 +82,7 @@ type Server struct {
 	users  users
 	tokens tokens
 	owners ownerCache
+	bounds bounds
 
 	base       context.Context
 	cancelBase context.CancelFunc
@@ -95,6 +98,7 @@ type Server struct {
 func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: o, log: o.Log}
 	s.owners.jobs = o.Jobs
+	s.bounds.l = o.Limits.withDefaults()
 	if s.self, err = s.users.byID(uint32(os.Geteuid()), uint32(os.Getegid())); err != nil {
 		return nil, err
 	}
@@ -172,11 +176,16 @@ func Loopback(addr string) bool {
 // serve serves the API on ln in a goroutine joined by Close; wrap, when
 // set, wraps the handler (authentication), and connCtx names the caller.
 func (s *Server) serve(ln net.Listener, wrap func(http.Handler) http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
-	var h http.Handler = s.routes()
+	routes := s.routes()
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeWithin(w, 0) // each request's own write deadline, not the last one's
+		routes.ServeHTTP(w, r)
+	})
 	if wrap != nil {
 		h = wrap(h)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connCtx,
+	ln = s.bound(ln)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.bounds.l.IdleTimeout, ConnContext: connCtx,
 		BaseContext: func(net.Listener) context.Context { return s.base }, ErrorLog: zap.NewStdLog(s.log)}
 	s.srvs = append(s.srvs, srv)
 	s.wg.Add(1)

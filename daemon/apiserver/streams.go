@@ -17,9 +17,11 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
-// frames writes a stream's frames, one JSON object a line, each flushed.
+// frames writes a stream's frames, one JSON object a line, each flushed
+// within the server's write timeout (a peer that takes none ends the stream).
 type frames struct {
 	w  http.ResponseWriter
+	s  *Server
 	mu sync.Mutex
 }
 
@@ -27,6 +29,7 @@ func (f *frames) write(fr api.Frame) error {
 	b, _ := json.Marshal(fr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.s.writeWithin(f.w, 0)
 	if _, err := f.w.Write(append(b, '\n')); err != nil {
 		return err
 	}
@@ -67,9 +70,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		reply(w, status(err), nil, err)
 		return
 	}
+	done, err := s.openStream(who)
+	if err != nil {
+		reply(w, status(err), nil, err)
+		return
+	}
+	defer done()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	f := &frames{w: w}
+	f := &frames{w: w, s: s}
 	if err := open(ctx, f); err != nil && ctx.Err() == nil {
 		_ = f.write(api.Frame{Error: err.Error()})
 	}

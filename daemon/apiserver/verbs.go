@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -78,11 +77,12 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request, name string, v ver
 		reply(w, http.StatusUnauthorized, nil, err)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	body, err := s.readBody(w, r, name)
 	if err != nil {
-		reply(w, http.StatusBadRequest, nil, fmt.Errorf("%w: read %s request: %w", api.ErrBadRequest, name, err))
+		reply(w, status(err), nil, err)
 		return
 	}
+	s.writeWithin(w, api.Timeout(name))
 	ctx, cancel := context.WithTimeout(r.Context(), api.Timeout(name))
 	defer cancel()
 	data, err := v(ctx, who, body)
@@ -105,6 +105,8 @@ func status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, api.ErrBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(err, ErrTooMany):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -232,7 +234,7 @@ func ownedBy(j api.Job, who api.Owner) bool {
 
 func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {
 	return onJob(ctx, s, who, api.VerbResume, "resume", body, func(r api.ResumeRequest) string { return r.Job },
-		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env) })
+		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env, who) })
 }
 
 func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, error) {

@@ -5,11 +5,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strconv"
+
+	"github.com/scavenger-ml/scavenger/internal/secret"
 )
 
 // Key makes and checks the tokens that bind a worker's connection to its
@@ -19,24 +18,16 @@ import (
 type Key []byte
 
 // LoadKey reads the key at path, or makes one there (32 random bytes, mode
-// 0600) when there is none. A key others can read is refused.
+// 0600) when there is none. A key others can read, or another user owns,
+// is refused (internal/secret).
 func LoadKey(path string) (Key, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		b = make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("make telemetry key: %w", err)
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return nil, fmt.Errorf("write telemetry key %s: %w", path, err)
-		}
-		return Key(b), nil
-	}
+	b, err := secret.Read(path, "telemetry key", "forge tokens", func() ([]byte, error) {
+		b := make([]byte, 32)
+		_, err := rand.Read(b)
+		return b, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read telemetry key: %w", err)
-	}
-	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("telemetry key %s: mode %s lets others forge tokens; chmod 600 it", path, st.Mode().Perm())
+		return nil, err
 	}
 	if len(b) < 16 {
 		return nil, fmt.Errorf("telemetry key %s: %d bytes, want at least 16", path, len(b))

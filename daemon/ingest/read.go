@@ -184,6 +184,8 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		return
 	}
 	switch rec.Kind {
+	case telemetry.KindEnd: // the spool's (daemon/jobs/spool.go); a daemon that supervises the worker knows its end
+		return
 	case telemetry.KindAck, telemetry.KindPreempt:
 		in.hand(p, b)
 		in.batch.flush()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
@@ -92,20 +91,4 @@ func (r *runner) lost(ctx context.Context, cause error) ending {
 	}
 	e.msg = msg
 	return e
-}
-
-// latestCheckpoint is the newest complete checkpoint in dir (from its
-// manifest) and the step it holds; without a manifest, dir itself when the
-// script left files there (it knows their names), at an unknown step (0).
-func latestCheckpoint(dir string) (string, int64) {
-	if m, err := readManifest(dir); err == nil {
-		return m.path, m.step
-	}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.Name() != spoolDir {
-			return dir, 0
-		}
-	}
-	return "", 0
 }

@@ -395,7 +395,7 @@ func (g *Registry) followAcks(job string, attempt int) (chan telemetry.StepRecor
 // directory itself when the script left files there (it knows their names),
 // at an unknown step (0).
 func (r *runner) latestCheckpoint() (string, int64) {
-	return latestCheckpoint(r.rec.job.CheckpointDir)
+	return latestCheckpoint(r.rec.job)
 }
 
 // addDecision records d in j. Only the latest candidate set is kept, so

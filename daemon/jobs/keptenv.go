@@ -23,8 +23,23 @@ type restartEntry struct {
 	Env []string `json:"env"`
 }
 
-// rememberEnv keeps a job's environment for the next daemon.
+// EnvSubdir, in the daemon's state directory, holds the environment each
+// job last ran with (Options.EnvDir), for a resume by someone who is not its
+// owner (root): the job runs with its owner's environment, never theirs.
+const EnvSubdir = "envs"
+
+// rememberEnv keeps a job's environment for the next daemon, and as the
+// environment its owner ran it with.
 func (g *Registry) rememberEnv(id string, env []string) {
+	if g.o.EnvDir != "" {
+		err := os.MkdirAll(g.o.EnvDir, 0o700)
+		if err == nil {
+			err = jsonfile.Write(filepath.Join(g.o.EnvDir, id+".json"), restartEntry{Job: id, Env: env}, 0o600)
+		}
+		if err != nil {
+			g.log.Warn("keep the environment the job runs with; a resume by root will use its owner's plain one", zap.String("job", id), zap.Error(err))
+		}
+	}
 	if g.o.RestartDir == "" {
 		return
 	}
@@ -40,6 +55,27 @@ func (g *Registry) rememberEnv(id string, env []string) {
 func (g *Registry) forgetEnv(id string) {
 	if g.o.RestartDir != "" {
 		_ = os.Remove(filepath.Join(g.o.RestartDir, id+".json"))
+	}
+}
+
+// ownersEnv is the environment job id last ran with (false: not known).
+func (g *Registry) ownersEnv(id string) ([]string, bool) {
+	if g.o.EnvDir == "" {
+		return nil, false
+	}
+	var e restartEntry
+	b, err := os.ReadFile(filepath.Join(g.o.EnvDir, id+".json"))
+	if err != nil || json.Unmarshal(b, &e) != nil || e.Job != id {
+		return nil, false
+	}
+	return e.Env, true
+}
+
+// dropOwnersEnv forgets the environment job id ran with (it succeeded:
+// there is nothing to resume).
+func (g *Registry) dropOwnersEnv(id string) {
+	if g.o.EnvDir != "" {
+		_ = os.Remove(filepath.Join(g.o.EnvDir, id+".json"))
 	}
 }
 

@@ -154,19 +154,39 @@ type jobOutput struct {
 	cap     *outputCap
 	publish func(subject string, l telemetry.LogLine)
 	job     string
+	// quota charges each line to the job's owner (outputquota.go); over
+	// says the lines are being dropped for it.
+	quota func(bytes int64) bool
+	over  bool
+	limit int64
+	// wait holds the reader back while the owner's jobs print too fast.
+	wait func(n int)
 }
 
-// newJobOutput continues job's output from the counts in its record.
-func newJobOutput(j api.Job, publish func(subject string, l telemetry.LogLine)) *jobOutput {
+// newJobOutput continues job's output from the counts in its record,
+// charging each line to its owner's quota q (nil: none).
+func newJobOutput(j api.Job, publish func(subject string, l telemetry.LogLine), q *outputQuota) *jobOutput {
 	var st api.OutputStats
 	if j.Output != nil {
 		st = *j.Output
+		st.Purged = false
 	}
-	return &jobOutput{cap: newOutputCap(defaultOutputPolicy, st), publish: publish, job: j.ID}
+	o := &jobOutput{cap: newOutputCap(defaultOutputPolicy, st), publish: publish, job: j.ID}
+	if q != nil {
+		owner := j.Owner
+		o.quota = func(n int64) bool { return q.take(owner, j.ID, n) }
+		o.limit = q.limit
+		o.wait = func(n int) { q.wait(owner, n) }
+	}
+	return o
 }
 
-// take publishes what the cap lets through of one line.
+// take publishes what the cap lets through of one line, after the owner's
+// read rate lets the line in.
 func (o *jobOutput) take(l telemetry.LogLine) {
+	if o.wait != nil {
+		o.wait(len(l.Line) + readLineCost)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.line(time.Now(), l))
@@ -179,13 +199,27 @@ func (o *jobOutput) flush(force bool) {
 	o.send(o.cap.flush(time.Now(), force))
 }
 
-// send publishes lines in order (the caller holds mu).
+// send publishes lines in order, each charged to the owner's quota, which
+// drops those past it (the caller holds mu).
 func (o *jobOutput) send(lines []outLine) {
 	for _, l := range lines {
 		subj := telemetry.LogSubject(o.job)
 		if l.tail {
 			subj = telemetry.LogTailSubject(o.job)
 		}
+		n := int64(size(l.line))
+		if o.quota != nil && !o.quota(n) {
+			o.cap.st.Dropped++
+			if !o.over { // said once, past the quota (a note of the daemon's own is not charged)
+				o.over = true
+				note := l.line
+				note.N, note.Rank, note.Stream, note.Line = 0, 0, streamDaemon, quotaNote(o.limit)
+				o.publish(telemetry.LogTailSubject(o.job), note)
+			}
+			continue
+		}
+		o.over = false
+		o.cap.st.Bytes += n
 		o.publish(subj, l.line)
 	}
 }

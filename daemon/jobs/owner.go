@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/userdb"
+	"github.com/scavenger-ml/scavenger/internal/userfs"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -51,11 +52,50 @@ func (g *Registry) checkOwner(ctx context.Context, owner *api.Owner) error {
 	return nil
 }
 
+// ownerEnv is the plain environment of owner's worker when the
+// environment they ran with is not known (a root resume of a job whose
+// kept environment is gone): never the caller's.
+func ownerEnv(o api.Owner) []string {
+	return []string{"HOME=" + o.Home, "USER=" + o.User, "LOGNAME=" + o.User, "PATH=/usr/local/bin:/usr/bin:/bin"}
+}
+
+// refreshOwner looks j's owner up again before the job runs anew (a
+// resume): their groups and home as they are now. A uid that names another
+// user now, or none, is refused: the job is not run as a stranger.
+func refreshOwner(j *api.Job) error {
+	o := j.Owner
+	if runAs(o) == nil {
+		return nil
+	}
+	now, found := userdb.ByID(o.UID, o.GID)
+	switch {
+	case !found:
+		return fmt.Errorf("%w: job %s was %s's (uid %d), and no user has uid %d now", ErrRunAs, j.ID, o.User, o.UID, o.UID)
+	case now.User != o.User:
+		return fmt.Errorf("%w: job %s was %s's (uid %d), and uid %d is %s's now: it is not run as them", ErrRunAs, j.ID, o.User, o.UID, o.UID, now.User)
+	}
+	j.Owner = &now
+	return nil
+}
+
+// fsID is the identity the daemon takes to act on the files of a job of
+// owner (its checkpoint directory, spool, manifest): nil when that is the
+// daemon's own user.
+func fsID(owner *api.Owner) *userfs.ID {
+	u := runAs(owner)
+	if u == nil {
+		return nil
+	}
+	return &userfs.ID{UID: u.UID, GID: u.GID, Groups: u.Groups}
+}
+
 // checkpointDir makes job j's checkpoint directory. The daemon's own jobs
 // get it made wherever they say; another user's job gets one under the
 // daemon's checkpoint root, owned by them, or names one of its own that
-// already exists, is a directory and is theirs (a root daemon makes nothing
-// where a user could not).
+// already exists, is a directory, is theirs and that they can open (a root
+// daemon makes nothing where a user could not). The refusal is worded the
+// same whatever the reason, so that it tells no more about a path than the
+// user could see.
 func (g *Registry) checkpointDir(j api.Job, given bool) error {
 	u := runAs(j.Owner)
 	if u == nil {
@@ -65,13 +105,20 @@ func (g *Registry) checkpointDir(j api.Job, given bool) error {
 		return nil
 	}
 	if given {
-		st, err := os.Lstat(j.CheckpointDir)
+		err := userfs.As(fsID(j.Owner), func() error {
+			d, err := userfs.OpenDir(j.CheckpointDir)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if uid, err := d.Owner(); err != nil || uid != u.UID {
+				return errors.New("not theirs")
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("%w: checkpoint directory %s: %w (make it first: it must be yours)", api.ErrBadRequest, j.CheckpointDir, err)
-		}
-		sys, _ := st.Sys().(*syscall.Stat_t)
-		if !st.IsDir() || sys == nil || sys.Uid != u.UID {
-			return fmt.Errorf("%w: checkpoint directory %s is not a directory of %s's", api.ErrBadRequest, j.CheckpointDir, u.Name)
+			return fmt.Errorf("%w: checkpoint directory %s: not a directory of %s's that %s can open (make it first, as %s)",
+				api.ErrBadRequest, j.CheckpointDir, u.Name, u.Name, u.Name)
 		}
 		return nil
 	}

@@ -44,11 +44,17 @@ import (
 //     record says running and nothing can reattach to them), and jobs that
 //     ended (stopped at the last shutdown, or done);
 //  3. reattach: a runner follows each reattachable attempt from where it is;
-//  4. settle the lost: their leftover workers are asked to checkpoint and
-//     the rest killed; each is recorded failed ("lost"), with its cost;
-//  5. drain spools: the step records the lost jobs' workers spooled while no
-//     daemon took them are published;
-//  6. resume: with ResumeJobs, the stopped and lost jobs resume from their
+//  4. stop the lost: their leftover workers are asked to checkpoint and the
+//     rest killed;
+//  5. drain spools: the step records that the lost jobs' workers spooled
+//     while no daemon took them are published, with those of the jobs an
+//     earlier daemon recorded lost (workers that it could not stop may have
+//     spooled since); the workers' end records are read;
+//  6. settle the lost: a job whose every rank's end record says it exited
+//     0 finished while no daemon watched, and is recorded succeeded (so is
+//     a job recorded lost before, once its ends are found); the others are
+//     recorded failed ("lost"), each with its cost;
+//  7. resume: with ResumeJobs, the stopped and lost jobs resume from their
 //     checkpoints; the end of each lost job that does not is published.
 func (g *Registry) Recover(ctx context.Context) {
 	rc := &recovery{g: g}
@@ -58,8 +64,9 @@ func (g *Registry) Recover(ctx context.Context) {
 	}
 	rc.classify()
 	rc.reattach(ctx)
-	rc.settleLost(ctx)
+	rc.stopLost(ctx)
 	rc.drainSpools(ctx)
+	rc.settleLost(ctx)
 	rc.resume(ctx)
 }
 
@@ -80,11 +87,13 @@ type recovered struct {
 	rec  record
 	env  []string
 	kept bool // its environment was kept: it may resume
-	// note says what its leftover workers did when asked to checkpoint;
-	// alive, that they may still run (they could not be killed); final,
-	// the end of its last attempt, published unless it resumes.
+	// note says what its leftover workers did when asked to checkpoint and
+	// what was killed; alive, that they may still run (they could not be
+	// killed); spool, what its workers spooled; final, the end of its last
+	// attempt, published unless it resumes.
 	note  string
 	alive bool
+	spool spooled
 	final *telemetry.Event
 }
 
@@ -136,9 +145,9 @@ func (rc *recovery) reattach(ctx context.Context) {
 	}
 }
 
-// settleLost asks the lost jobs' leftover workers to checkpoint (all jobs
-// at once), kills the rest and records each job's end.
-func (rc *recovery) settleLost(ctx context.Context) {
+// stopLost asks the lost jobs' leftover workers to checkpoint (all jobs at
+// once) and kills the rest.
+func (rc *recovery) stopLost(ctx context.Context) {
 	lost := make([]api.Job, len(rc.lost))
 	for i, one := range rc.lost {
 		lost[i] = one.rec.job
@@ -146,16 +155,62 @@ func (rc *recovery) settleLost(ctx context.Context) {
 	notes := rc.g.checkpointLeftovers(ctx, lost)
 	for i := range rc.lost {
 		one := &rc.lost[i]
-		one.note = notes[one.rec.job.ID]
-		one.alive, one.final = rc.g.settleLost(ctx, one.rec, one.kept && rc.g.o.ResumeJobs, one.note)
+		j := one.rec.job
+		one.note = notes[j.ID]
+		switch n, err := rc.g.stopLeftovers(ctx, j); {
+		case err != nil:
+			one.alive = true
+			one.note = joinNote(one.note, fmt.Sprintf("its workers may still run, unsupervised (%v): stop them, then scavctl run --resume %s", err, j.ID))
+		case n > 0:
+			one.note = joinNote(one.note, fmt.Sprintf("its %d leftover worker processes were killed", n))
+		}
 	}
 }
 
-// drainSpools publishes what the lost jobs' workers spooled; the files of
-// workers that may still run are left to them.
+// joinNote appends part to note, "; " between them.
+func joinNote(note, part string) string {
+	if note == "" {
+		return part
+	}
+	return note + "; " + part
+}
+
+// drainSpools publishes what the lost jobs' workers spooled (the files of
+// workers that may still run are left to them), and what the workers of
+// jobs recorded lost by an earlier daemon spooled since.
 func (rc *recovery) drainSpools(ctx context.Context) {
-	for _, one := range rc.lost {
-		rc.g.drainSpool(ctx, one.rec.job, !one.alive)
+	for i := range rc.lost {
+		one := &rc.lost[i]
+		one.spool = rc.g.drainSpool(ctx, one.rec.job, !one.alive)
+	}
+	for i := range rc.ended {
+		one := &rc.ended[i]
+		if lostBefore(one.rec.job) {
+			one.spool = rc.g.drainSpool(ctx, one.rec.job, false)
+		}
+	}
+}
+
+// lostBefore reports whether j was recorded lost (failed when the daemon
+// that ran it died).
+func lostBefore(j api.Job) bool {
+	k := len(j.Attempts)
+	return j.State == api.StateFailed && k > 0 && j.Attempts[k-1].EndReason == endLost
+}
+
+// settleLost records each lost job's end: succeeded when its spool holds
+// every rank's clean end, failed ("lost") otherwise; a job recorded lost
+// before whose ends have turned up since is recorded succeeded.
+func (rc *recovery) settleLost(ctx context.Context) {
+	for i := range rc.lost {
+		one := &rc.lost[i]
+		one.final = rc.g.settleLost(ctx, one, one.kept && rc.g.o.ResumeJobs)
+	}
+	for i := range rc.ended {
+		one := &rc.ended[i]
+		if lostBefore(one.rec.job) && one.spool.cleanEnd(one.rec.job.Attempt) {
+			one.final = rc.g.settleLost(ctx, one, false)
+		}
 	}
 }
 
@@ -163,7 +218,7 @@ func (rc *recovery) drainSpools(ctx context.Context) {
 // and the lost ones none of whose workers may still run.
 func (rc *recovery) resume(ctx context.Context) {
 	for _, one := range rc.ended {
-		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept, nil)
+		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept, one.final)
 	}
 	for _, one := range rc.lost {
 		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept && !one.alive, one.final)
@@ -189,7 +244,7 @@ func (g *Registry) resumeAfterRestart(ctx context.Context, j api.Job, env []stri
 		publishFinal()
 		return
 	}
-	if _, err := g.Resume(ctx, j.ID, env); err != nil {
+	if _, err := g.resume(ctx, j.ID, env); err != nil {
 		g.forgetEnv(j.ID)
 		g.log.Warn("job not resumed after restart", zap.String("job", j.ID), zap.Error(err))
 		if final != nil {
@@ -201,48 +256,54 @@ func (g *Registry) resumeAfterRestart(ctx context.Context, j api.Job, env []stri
 	g.log.Info("job resumed after restart", zap.String("job", j.ID))
 }
 
-// settleLost records that a job's supervision ended with the daemon before,
-// after killing what is left of its workers; alive reports that they may
-// still run (they could not be killed). final is the end of its attempt, for
-// the caller to publish unless the job resumes (resuming: it is to). note,
-// when set, says what its workers did when asked to checkpoint (leftovers.go).
-func (g *Registry) settleLost(ctx context.Context, rec record, resuming bool, note string) (alive bool, final *telemetry.Event) {
+// endLost is the EndReason of an attempt its daemon lost.
+const endLost = "lost"
+
+// settleLost records the end of a job whose supervision ended with the
+// daemon before, after its leftover workers were stopped (one.alive: they
+// may still run) and its spool drained: succeeded when every rank's end
+// record says it exited 0, else failed ("lost"). It returns the end of the
+// attempt, for the caller to publish unless the job resumes (resuming: it
+// is to; a succeeded job never resumes).
+func (g *Registry) settleLost(ctx context.Context, one *recovered, resuming bool) *telemetry.Event {
+	rec := one.rec
 	j := &rec.job
+	again := lostBefore(*j) // settled lost before: charged then
+	done := !one.alive && one.spool.cleanEnd(j.Attempt)
+	state, code, reason := api.StateFailed, -1, endLost
 	msg := "lost: the scavd that ran it exited without stopping it (killed, crashed or timed out by the watchdog)"
-	if note != "" {
-		msg += "; " + note
+	if done {
+		state, code, reason = api.StateSucceeded, 0, string(api.StateSucceeded)
+		msg = fmt.Sprintf("finished while no scavd supervised it: each of its %d workers left its end (exit 0) in its spool", len(one.spool.ends))
 	}
-	switch n, err := g.stopLeftovers(ctx, *j); {
-	case err != nil:
-		alive = true
-		msg += fmt.Sprintf("; its workers may still run, unsupervised (%v): stop them, then scavctl run --resume %s", err, j.ID)
-	case n > 0:
-		msg += fmt.Sprintf("; its %d leftover worker processes were killed", n)
+	if one.note != "" {
+		msg += "; " + one.note
 	}
 	switch {
-	case !alive && resuming:
+	case done || one.alive:
+	case resuming:
 		msg += "; resuming it from its last checkpoint"
-	case !alive:
+	default:
 		msg += "; continue it with scavctl run --resume " + j.ID
 	}
 	now := time.Now().UTC()
-	code := -1
-	j.State, j.Ended, j.ExitCode, j.Message = api.StateFailed, &now, &code, msg
-	if k := len(j.Attempts); k > 0 && j.Attempts[k-1].Ended == nil {
-		j.Attempts[k-1].Ended, j.Attempts[k-1].EndReason = &now, "lost"
+	j.State, j.Ended, j.ExitCode, j.Message = state, &now, &code, msg
+	if k := len(j.Attempts); k > 0 && (j.Attempts[k-1].Ended == nil || j.Attempts[k-1].EndReason == endLost) {
+		j.Attempts[k-1].Ended, j.Attempts[k-1].EndReason = &now, reason
 	}
-	if b, ok := g.o.Launcher.(plugins.Biller); ok {
+	if b, ok := g.o.Launcher.(plugins.Biller); ok && !again {
 		chargeJob(ctx, b, j, true, g.log)
 	}
 	if _, err := rec.commit(ctx); err != nil {
 		g.log.Error("record a lost job", zap.String("job", j.ID), zap.Error(err))
 	}
-	g.log.Warn("job lost by the previous daemon", zap.String("job", j.ID), zap.String("message", msg))
-	if resuming && !alive {
+	g.log.Warn("job of the previous daemon settled", zap.String("job", j.ID), zap.String("state", string(state)), zap.String("message", msg))
+	if resuming && !one.alive && !done {
 		b, _ := json.Marshal(telemetry.Event{Kind: telemetry.EventRestarting, Job: j.ID, Attempt: j.Attempt, Message: msg, Time: now})
 		if err := g.o.NC.Publish(telemetry.EventSubject(j.ID), b); err != nil {
 			g.log.Warn("publish event", zap.String("job", j.ID), zap.Error(err))
 		}
 	}
-	return alive, &telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &code, Message: msg, Time: now}
+	one.rec = rec
+	return &telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &code, Message: msg, State: string(state), Time: now}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
@@ -28,7 +29,7 @@ const killTimeout = 30 * time.Second
 
 // Attacher ties a job to the scheduler allocation it runs in.
 type Attacher interface {
-	Attach(ctx context.Context, allocation, job string) error
+	Attach(ctx context.Context, allocation, job string, owner api.Owner) error
 }
 
 // Options configure a Registry.
@@ -52,6 +53,16 @@ type Options struct {
 	// them (restart.go); ResumeJobs makes it resume them.
 	RestartDir string
 	ResumeJobs bool
+	// OutputPerUser bounds one user's output in the history, in bytes
+	// (outputquota.go; 0: DefaultOutputPerUser, negative: no bound).
+	OutputPerUser int64
+	// OutputReadPerUser bounds how fast one user's jobs' output is read, in
+	// bytes a second (outputquota.go; 0: DefaultOutputReadRate, negative: no
+	// bound).
+	OutputReadPerUser int64
+	// EnvDir, unless empty, keeps the environment each job last ran with,
+	// for a resume by someone who is not its owner (Resume).
+	EnvDir string
 	// Token, when set, is the token of a job's attempt that binds its
 	// workers' telemetry to it (AttemptSpec.Token).
 	Token func(job string, attempt int) string
@@ -76,6 +87,9 @@ type Registry struct {
 	shutdown, kill             context.Context
 	cancelShutdown, cancelKill context.CancelFunc
 
+	// quota bounds each user's output in the history.
+	quota *outputQuota
+
 	mu     sync.Mutex
 	jobs   map[string]*runner
 	closed bool
@@ -86,6 +100,13 @@ type Registry struct {
 // (the daemon's root context).
 func New(ctx context.Context, o Options) *Registry {
 	g := &Registry{o: o, log: o.Log, jobs: map[string]*runner{}}
+	if o.OutputPerUser == 0 {
+		o.OutputPerUser = DefaultOutputPerUser
+	}
+	if o.OutputReadPerUser == 0 {
+		o.OutputReadPerUser = DefaultOutputReadRate
+	}
+	g.quota = &outputQuota{g: g, limit: o.OutputPerUser, read: rate.Limit(max(o.OutputReadPerUser, 0)), users: map[uint32]*userOutput{}}
 	g.js, _ = jetstream.New(o.NC) // fails only without a connection
 	g.shutdown, g.cancelShutdown = context.WithCancel(ctx)
 	g.kill, g.cancelKill = context.WithCancel(ctx)
@@ -110,7 +131,9 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 		return api.Job{}, err
 	}
 	if req.Allocation != "" && g.o.Allocations != nil {
-		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID); err != nil {
+		if err := g.o.Allocations.Attach(ctx, req.Allocation, j.ID, owner); errors.Is(err, api.ErrBadRequest) {
+			return api.Job{}, err
+		} else if err != nil {
 			g.log.Warn("tie job to its allocation", zap.String("job", j.ID), zap.String("allocation", req.Allocation), zap.Error(err))
 		}
 	}
@@ -157,8 +180,27 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	}
 }
 
-// Resume continues a stopped job from its checkpoint as a new attempt.
-func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job, error) {
+// Resume continues a stopped job from its checkpoint as a new attempt, for
+// by: the job's owner resumes it with env (theirs); anyone else (root) with
+// the environment the owner's job last ran with (kept), or, when none was
+// kept, the owner's plain one (ownerEnv) — never with their own.
+func (g *Registry) Resume(ctx context.Context, id string, env []string, by api.Owner) (api.Job, error) {
+	j, err := g.Get(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	if o := j.Owner; o != nil && o.UID != by.UID {
+		env = ownerEnv(*o)
+		if kept, ok := g.ownersEnv(id); ok {
+			env = kept
+		}
+	}
+	return g.resume(ctx, id, env)
+}
+
+// resume continues a stopped job from its checkpoint as a new attempt,
+// with env.
+func (g *Registry) resume(ctx context.Context, id string, env []string) (api.Job, error) {
 	rec, err := load(ctx, g.o.KV, id)
 	if err != nil {
 		return api.Job{}, err
@@ -171,10 +213,13 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job
 		return api.Job{}, fmt.Errorf("%w: job %s has finished; there is nothing to resume", api.ErrBadRequest, id)
 	}
 	env = plugins.InheritEnv(env) // the launcher sets the worker contract's variables
+	if err := refreshOwner(&rec.job); err != nil {
+		return api.Job{}, err
+	}
 	from := resumePoint{attempt: j.Attempt + 1}
 	if j.Resume != nil {
 		from.restore, from.step = j.Resume.Checkpoint, j.Resume.Step
-	} else if m, err := readManifest(j.CheckpointDir); err == nil {
+	} else if m, err := readManifest(j); err == nil {
 		from.restore, from.step = m.path, m.step
 	} else {
 		return api.Job{}, fmt.Errorf("%w: job %s left no checkpoint in %s to resume from", api.ErrBadRequest, id, j.CheckpointDir)

@@ -33,7 +33,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 		return ending{detached: true}, true
 	}
 	r.g.drainSpool(kill, r.rec.job, true)
-	if n := removeTemporaries(r.rec.job.CheckpointDir); n > 0 {
+	if n := removeTemporaries(r.rec.job); n > 0 {
 		r.log.Info("removed the temporary files of checkpoint writes the workers did not finish", zap.Int("files", n))
 	}
 	if out.moved != nil && out.err == nil {

@@ -113,7 +113,7 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan control.Verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
 	}
-	r.out = newJobOutput(rec.job, r.publishLine)
+	r.out = newJobOutput(rec.job, r.publishLine, r.g.quota)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {
 		r.rec.job.Phase = api.PhaseWarmup
 	}
@@ -333,11 +333,17 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	if !handover {
 		g.forgetEnv(r.rec.job.ID)
 	}
+	if e.state == api.StateSucceeded {
+		g.dropOwnersEnv(r.rec.job.ID)
+	}
 	why := e.why
 	if why == "" {
 		why = string(e.state)
 	}
 	r.closeAttempt(why, nil)
+	if st := r.out.stats(); st.Bytes > 0 {
+		g.quota.ended(r.rec.job.Owner, r.rec.job.ID, st.Bytes)
+	}
 	r.settleCost(ctx) // cost.go: the job's machines end with it, and their charges are read once
 	now := time.Now().UTC()
 	j := &r.rec.job

@@ -29,8 +29,14 @@ import (
 // opens Scavenger's streams and buckets on it.
 func store(t *testing.T) (*nats.Conn, *history.Store) {
 	t.Helper()
+	return storeWith(t, history.Retention{})
+}
+
+// storeWith is store with the streams' retention ret.
+func storeWith(t *testing.T, ret history.Retention) (*nats.Conn, *history.Store) {
+	t.Helper()
 	nc, js := testnats.JetStream(t)
-	st, err := history.OpenStore(context.Background(), js, history.Retention{})
+	st, err := history.OpenStore(context.Background(), js, ret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,15 +47,31 @@ func store(t *testing.T) (*nats.Conn, *history.Store) {
 // closed at the end of the test.
 func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 	t.Helper()
-	nc, st := store(t)
+	return registryWith(t, nil)
+}
+
+// registryWith is registry with opt applied to its options.
+func registryWith(t *testing.T, opt func(*Options)) (*Registry, *history.Store, *nats.Conn) {
+	t.Helper()
+	return registryOn(t, history.Retention{}, opt)
+}
+
+// registryOn is registryWith over streams of retention ret.
+func registryOn(t *testing.T, ret history.Retention, opt func(*Options)) (*Registry, *history.Store, *nats.Conn) {
+	t.Helper()
+	nc, st := storeWith(t, ret)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	reaper, err := local.StartReaper(context.Background(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reaper.Stop)
-	g := New(context.Background(), Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
-		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
+	o := Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
+		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()}
+	if opt != nil {
+		opt(&o)
+	}
+	g := New(context.Background(), o)
 	t.Cleanup(func() { g.Close(context.Background()) })
 	return g, st, nc
 }

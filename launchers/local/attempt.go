@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/scavenger-ml/scavenger/internal/userfs"
 	"github.com/scavenger-ml/scavenger/launchers/supervisor"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -66,6 +68,28 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, port int) *attempt {
 	}
 }
 
+// program is the file the command name runs: for another user's job, looked
+// up in the PATH of the worker's environment (env), as that user, so that
+// the daemon's own PATH (root's) chooses nothing for them; a name with a
+// slash, or the daemon's own job's, as os/exec does.
+func (a *attempt) program(name string, env []string) (string, error) {
+	u := a.spec.User
+	if u == nil || strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v // the last one is the one the worker sees
+		}
+	}
+	p, err := userfs.LookPath(&userfs.ID{UID: u.UID, GID: u.GID, Groups: u.Groups}, name, path)
+	if err != nil {
+		return "", fmt.Errorf("as %s: %w", u.Name, err)
+	}
+	return p, nil
+}
+
 // userBaseEnv is the environment a job of another user starts from, under
 // the one its owner sent.
 var userBaseEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -109,9 +133,15 @@ func (a *attempt) start(ctx context.Context) error {
 }
 
 func (a *attempt) startRank(r, n int, argv, base []string) error {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	env := append(slices.Clip(base), plugins.WorkerEnv(a.spec, r, r, n, a.l.opts.MasterAddr, a.port)...)
+	prog, err := a.program(argv[0], env)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(prog, argv[1:]...)
+	cmd.Args[0] = argv[0]
 	cmd.Dir = a.spec.Dir
-	cmd.Env = append(slices.Clip(base), plugins.WorkerEnv(a.spec, r, r, n, a.l.opts.MasterAddr, a.port)...)
+	cmd.Env = env
 	// The first rank leads a new group (Pgid 0); the others join it. The
 	// leader stays unreaped until cleanup, so its group outlives it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: a.pgid}
@@ -136,7 +166,7 @@ func (a *attempt) startRank(r, n int, argv, base []string) error {
 		}
 		cmd.Stdout, cmd.Stderr = writers[0], writers[1]
 	}
-	err := cmd.Start()
+	err = cmd.Start()
 	closeAll(writers...) // the child has its copies
 	if err != nil {
 		closeAll(rp.stdout, rp.stderr)

@@ -57,8 +57,40 @@ def _start(timed: bool):
     with _lock:
         if _instance is None:
             _instance = _make_client(_env.Config.from_env(), timed)
-            atexit.register(close)
+            if isinstance(_instance, Client):
+                sys.exit = _recording_exit(sys.exit)
+            atexit.register(_close_at_exit)
     return _instance
+
+
+_exit_status: Any = None  # what sys.exit was last given
+
+
+def _recording_exit(original):
+    """sys.exit, remembering its status for the worker's end record."""
+    def exit(status: Any = None):
+        global _exit_status
+        _exit_status = status
+        original(status)
+    exit.__doc__ = original.__doc__
+    return exit
+
+
+def _exit_code() -> int:
+    """The status the interpreter is exiting with, as well as atexit can
+    tell: 1 after an unhandled exception, sys.exit's status, else 0. (A
+    SystemExit raised by hand is not seen: its status counts as 0.)"""
+    if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None) is not None:
+        return 1
+    if _exit_status is None:
+        return 0
+    return _exit_status if isinstance(_exit_status, int) else 1
+
+
+def _close_at_exit() -> None:
+    """close() at the interpreter's exit, telling the client how it ends."""
+    if _instance is not None:
+        _instance.close(1.0, exit_code=_exit_code())
 
 
 def _make_client(config: _env.Config, timed: bool):

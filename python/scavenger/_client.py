@@ -70,7 +70,7 @@ class NoopClient:
         """All counters zero."""
         return {"sent": 0, "dropped": 0, "queued": 0, "spilled": 0, "unconfirmed": 0}
 
-    def close(self, timeout: float = 1.0) -> None:
+    def close(self, timeout: float = 1.0, exit_code: Optional[int] = None) -> None:
         """Do nothing."""
 
     def should_checkpoint(self) -> bool:
@@ -157,6 +157,7 @@ class Client:
         self._seq = 0
         self._spill_at: Optional[float] = None  # when the waiting records go to a file
         self._spill_dir = os.path.join(config.checkpoint_dir, SPOOL_DIR) if config.checkpoint_dir else ""
+        self._exit_code: Optional[int] = None  # the worker's exit status, when close is given it
         self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
@@ -268,15 +269,18 @@ class Client:
                 "spilled": sum(n for _, n in self._spilled),
                 "unconfirmed": len(self._unconfirmed) + self._left}
 
-    def close(self, timeout: float = 1.0) -> None:
+    def close(self, timeout: float = 1.0, exit_code: Optional[int] = None) -> None:
         """Flush what is queued, waiting at most timeout seconds; idempotent.
 
         The pre-emption signal gets its previous handler back: with no client
-        to tell the daemon, the signal does what it did before.
+        to tell the daemon, the signal does what it did before. exit_code,
+        given at the interpreter's exit, is the worker's end: left in the spool
+        directory when no daemon is connected to take the last records.
         """
         if self._closed:
             return
         self._closed = True
+        self._exit_code = exit_code
         if self._preempt_restore is not None:
             try:
                 signal.signal(*self._preempt_restore)
@@ -304,6 +308,7 @@ class Client:
             self._flush()
             self._await_confirmations(self._close_wait)
             self._leave()
+            self._leave_end()
             # A daemon that took the last records and has not confirmed them
             # yet (its store is full) holds them: sending them again later
             # would store them twice.
@@ -359,15 +364,40 @@ class Client:
         if not self._spill_dir:
             return None
         self._seq += 1
-        path = os.path.join(self._spill_dir, f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}-{self._seq:06d}.jsonl")
+        path = self._spool_path(f"{self._seq:06d}")
+        return path if self._write_spool_file(path, lines) else None
+
+    def _spool_path(self, tail: str) -> str:
+        """A file of this worker's in the spool directory."""
+        return os.path.join(self._spill_dir, f"a{self._config.attempt}-r{self._config.rank}-{os.getpid()}-{tail}.jsonl")
+
+    @staticmethod
+    def _write_spool_file(path: str, lines: list) -> bool:
+        """Write lines to path through a temporary file renamed into place;
+        a failed write (a full disk) leaves no temporary file behind."""
+        tmp = path + ".tmp"
         try:
-            os.makedirs(self._spill_dir, exist_ok=True)
-            with open(path + ".tmp", "wb") as f:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
                 f.write(b"".join(lines))
-            os.replace(path + ".tmp", path)
+            os.replace(tmp, path)
+            return True
         except OSError:
-            return None
-        return path
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            return False
+
+    def _leave_end(self) -> None:
+        """At close with no daemon connected: leave the worker's end (the
+        exit status close was given) in the spool directory, for the daemon
+        that drains it to know that the worker finished (daemon/jobs/spool.go)."""
+        if self._exit_code is None or self._sock is not None or not self._spill_dir:
+            return
+        line = encode(dict(self._header, kind="end", step=self._step, t=time.time(), code=self._exit_code))
+        if line is not None:
+            self._write_spool_file(self._spool_path("end"), [line])
 
     def _replay(self) -> bool:
         """Send the files this worker spilled, oldest first, each claimed by a

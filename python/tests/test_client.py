@@ -504,5 +504,62 @@ class NeverBlocksTest(unittest.TestCase):
         self.assertGreater(client.stats()["sent"], 0)
 
 
+class EndRecordTest(unittest.TestCase):
+    """A worker that ends while no daemon answers leaves its end in the spool
+    directory (for the daemon that drains it: daemon/jobs/spool.go), and a
+    failed spool write leaves no temporary file."""
+
+    def spool_of(self, code: str) -> list:
+        """Run code as a worker with no daemon; return the spool's records."""
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        env = {"SCAV_SOCKET": os.path.join(ckpt, "none.sock"), "SCAV_JOB_ID": "job_end", "SCAV_ATTEMPT": "2",
+               "RANK": "1", "WORLD_SIZE": "2", "SCAV_CHECKPOINT_DIR": ckpt}
+        full = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, **env}
+        subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, timeout=30)
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        recs = []
+        for name in sorted(os.listdir(spool)):
+            self.assertFalse(name.endswith(".tmp"), name)
+            with open(os.path.join(spool, name)) as f:
+                recs += [json.loads(line) for line in f]
+        return recs
+
+    def test_end_records_the_exit(self):
+        steps = "import scavenger, sys\nfor i in range(3): scavenger.step(samples=1)\n"
+        for tail, want in (("", 0), ("sys.exit(3)\n", 3), ("raise ValueError('x')\n", 1), ("sys.exit('bye')\n", 1)):
+            recs = self.spool_of(steps + tail)
+            ends = [r for r in recs if r.get("kind") == "end"]
+            self.assertEqual([r["step"] for r in recs if "kind" not in r], [1, 2, 3], tail)
+            self.assertEqual([(r["job"], r["attempt"], r["rank"], r["world"], r["step"], r["code"]) for r in ends],
+                             [("job_end", 2, 1, 2, 3, want)], tail)
+
+    def test_a_failed_spool_write_leaves_no_temporary(self):
+        ckpt = tempfile.mkdtemp(prefix="scav-test-")
+        self.addCleanup(shutil.rmtree, ckpt)
+        client = Client(dataclasses.replace(config(os.path.join(ckpt, "d.sock")), checkpoint_dir=ckpt))
+        self.addCleanup(client.close)
+        real_open = open
+
+        class Full:
+            """A file on a full disk: made, but nothing can be written to it."""
+            def __init__(self, path, mode):
+                self.f = real_open(path, mode)
+            def __enter__(self):
+                return self
+            def __exit__(self, *exc):
+                self.f.close()
+            def write(self, b):
+                raise OSError(28, "No space left on device")
+
+        with mock.patch("scavenger._client.open", Full, create=True):
+            for i in range(3):
+                client.step(samples=i)
+            time.sleep(0.6)  # past SPILL_AFTER: the client tries to spill
+        spool = os.path.join(ckpt, ".scavenger-spool")
+        self.assertEqual([n for n in os.listdir(spool) if n.endswith(".tmp")], [])
+        self.assertEqual(client.stats()["spilled"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()

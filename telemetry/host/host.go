@@ -1,8 +1,11 @@
 // Package host reads a node's CPU, memory and network through gopsutil, and
 // what each job's processes use: a job's processes are its roots (the worker
-// PIDs the daemon knows, and every process whose environment names the job in
-// SCAV_JOB_ID, as every launcher sets it) and all their descendants, found
-// through the process tree.
+// PIDs the daemon knows, and every process of the job's owner whose
+// environment names the job in SCAV_JOB_ID, as every launcher sets it) and
+// all their descendants, found through the process tree. The environment is
+// the process's to write: a process is taken for a job by it only when its
+// real uid is the job owner's (Collector.Owner), so that no user puts their
+// processes in another's job.
 package host
 
 import (
@@ -39,6 +42,9 @@ type Collector struct {
 	// ByEnv finds jobs' roots by JobEnv in processes' environments (default
 	// on; only processes this user may read are looked at).
 	ByEnv bool
+	// Owner, when set, names the uid whose processes a job's environment
+	// may claim (ok false: none); unset, any process may.
+	Owner func(job string) (uid uint32, ok bool)
 
 	prevProc map[procKey]float64 // CPU seconds by process
 	prevAt   time.Time
@@ -173,7 +179,7 @@ func (c *Collector) owners(ctx context.Context, jobs Jobs, table map[int32]*proc
 				job = envJob(ctx, pr.p)
 			}
 			seen[pr.key] = job
-			if _, active := jobs[job]; active && job != "" {
+			if _, active := jobs[job]; active && job != "" && c.owns(ctx, pr.p, job) {
 				claim(pid, job)
 			}
 		}
@@ -254,6 +260,19 @@ func totals(byJob map[string]*telemetry.JobUsage) []telemetry.JobUsage {
 	}
 	sort.Slice(usage, func(a, b int) bool { return usage[a].Job < usage[b].Job })
 	return usage
+}
+
+// owns reports whether p's real uid is job's owner's (always, without Owner).
+func (c *Collector) owns(ctx context.Context, p *process.Process, job string) bool {
+	if c.Owner == nil {
+		return true
+	}
+	uid, ok := c.Owner(job)
+	if !ok {
+		return false
+	}
+	ids, err := p.UidsWithContext(ctx)
+	return err == nil && len(ids) > 0 && ids[0] == uid
 }
 
 // envJob is the job a process's environment names, or "" (also when the
