@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
-	"time"
 	"os"
+	"sort"
 	"testing"
+	"time"
 
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
