@@ -7,7 +7,8 @@
 //
 // A Daemon's life:
 //
-//	Start: state dir + lock -> NATS (embedded or external) -> store
+//	Start: state dir + lock -> check the store (storehealth.go) -> NATS
+//	       (embedded or external) -> store -> restore job records
 //	       -> ingest socket + control relay -> launcher -> job registry
 //	       -> API -> node sampler, /metrics -> settle the previous daemon's
 //	       jobs (jobs.Registry.Recover) -> discovery file
@@ -123,6 +124,8 @@ type Daemon struct {
 	node      *nodeSampler
 	closeGPUs func() error
 	metrics   *metricsServer
+	// health is what the daemon found of its store at start.
+	health *storeHealth
 	// disk watches the state disk (nil when the daemon embeds no server);
 	// stopDisk ends its watch.
 	disk     *diskWatch
@@ -149,7 +152,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := makeStateDir(cfg.StateDir, cfg.Standalone); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log}
+	d := &Daemon{cfg: cfg, log: log, health: &storeHealth{}}
 	// The daemon's root: its jobs outlive the context Start was called with.
 	d.root, d.cancelRoot = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -225,6 +228,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		rep, err := checkStore(cfg.StateDir, true, time.Now())
+		if err != nil {
+			return err
+		}
+		d.health.check = rep
 		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
 		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, d.disk.noteLog, log.Named("nats")); err != nil {
 			return err
@@ -238,8 +246,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log)
-	return err
+	if d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log); err != nil {
+		return err
+	}
+	d.health.settleStore(ctx, d.store, log.Named("store"))
+	return nil
 }
 
 // clusterWait bounds how long a clustered daemon waits for JetStream's
@@ -298,6 +309,7 @@ func (d *Daemon) startJobs() error {
 		o.RestartDir, o.ResumeJobs = filepath.Join(cfg.StateDir, jobs.RestartSubdir), cfg.ResumeJobs
 	}
 	d.jobs = jobs.New(d.root, o)
+	d.health.unreadable = d.jobs.Unreadable
 	return nil
 }
 
@@ -432,6 +444,6 @@ func (d *Daemon) info() api.Info {
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
 		API: d.APISocket(), APIAddr: d.APIAddr(), Launcher: d.launcher, StateDisk: d.disk.status(),
-		CheckpointDisks: d.disk.checkpoints(),
+		CheckpointDisks: d.disk.checkpoints(), Store: d.health.lines(),
 	}
 }

@@ -70,7 +70,7 @@ func (d *Daemon) MetricsAddr() string {
 // Registry returns a new Prometheus registry holding the daemon's metrics
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
-	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges})
+	return newRegistry(&daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges, store: d.health.gauges})
 }
 
 func newRegistry(c *daemonCollector) *prometheus.Registry {
@@ -178,6 +178,11 @@ var (
 	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
 	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
 	descDiskRestarts = prometheus.NewDesc("scavenger_state_store_restarts_total", "Times the store was restarted in place after the state disk had room again.", []string{"node"}, nil)
+
+	descStoreLost       = prometheus.NewDesc("scavenger_store_lost_records", "Records of a stream found unreadable (damaged) when scavd started.", []string{"node", "stream"}, nil)
+	descStoreRestored   = prometheus.NewDesc("scavenger_store_restored_jobs", "Job records restored from their journal when scavd started (the job store lost them, or held older ones).", []string{"node"}, nil)
+	descStoreUnreadable = prometheus.NewDesc("scavenger_store_unreadable_jobs", "Job records in the job store that cannot be read, nor restored from the journal.", []string{"node"}, nil)
+	descStoreOrphans    = prometheus.NewDesc("scavenger_store_orphan_step_records", "Step records of jobs whose record is lost (counted when scavd started on a damaged store).", []string{"node"}, nil)
 )
 
 // daemonCollector reads the daemon's jobs, node samples and ingest counters
@@ -188,6 +193,7 @@ type daemonCollector struct {
 	latest  func() (gpus, hosts *telemetry.NodeSample)
 	ingest  func() api.IngestStats
 	disk    func() (full, free, restarts float64)
+	store   func() (lost []storeGauge, restored, unreadable, orphans float64)
 }
 
 // Describe implements prometheus.Collector.
@@ -199,6 +205,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
 		descIngested, descDropped, descConns, descDiskFull, descDiskFree, descDiskRestarts,
+		descStoreLost, descStoreRestored, descStoreUnreadable, descStoreOrphans,
 	} {
 		ch <- d
 	}
@@ -222,6 +229,15 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		m.gauge(descDiskFull, full, m.node)
 		m.gauge(descDiskFree, free, m.node)
 		m.counter(descDiskRestarts, restarts, m.node)
+	}
+	if c.store != nil {
+		lost, restored, unreadable, orphans := c.store()
+		for _, g := range lost {
+			m.gauge(descStoreLost, g.value, m.node, g.stream)
+		}
+		m.gauge(descStoreRestored, restored, m.node)
+		m.gauge(descStoreUnreadable, unreadable, m.node)
+		m.gauge(descStoreOrphans, orphans, m.node)
 	}
 }
 

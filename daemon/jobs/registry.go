@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,6 +78,9 @@ type Registry struct {
 	jobs   map[string]*runner
 	closed bool
 	wg     sync.WaitGroup
+	// unreadable names the records Recover found in the bucket but could
+	// not read.
+	unreadable atomic.Pointer[[]string]
 }
 
 // New makes a registry whose runners live, at the longest, as long as ctx
@@ -235,7 +239,7 @@ func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
 
 // List reads every job's record, oldest first.
 func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
-	recs, err := list(ctx, g.o.KV)
+	recs, _, err := list(ctx, g.o.KV)
 	if err != nil {
 		return nil, err
 	}
@@ -344,6 +348,15 @@ func (g *Registry) Close(ctx context.Context) {
 	case <-time.After(killTimeout):
 		g.log.Error("jobs did not end after being killed; leaving them", zap.Strings("jobs", g.Active()))
 	}
+}
+
+// Unreadable names the job records that Recover found in the bucket but
+// could not read (a damaged store).
+func (g *Registry) Unreadable() []string {
+	if p := g.unreadable.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // shuttingDown reports whether Close has begun.

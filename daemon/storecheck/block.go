@@ -43,6 +43,7 @@ type record struct {
 	tomb      bool   // a delete tombstone: seq is the deleted message's
 	ts        int64
 	subject   string
+	header    []byte // the message's headers (nil: none)
 	body      []byte // the message, without headers
 }
 
@@ -137,6 +138,7 @@ func parseRecord(h hash.Hash64, buf []byte, off int, minSeq uint64) (record, boo
 	h.Write(hdr[4:20])
 	h.Write(subj)
 	body := data[slen : dlen-hashSize]
+	var header []byte
 	if hasHeaders {
 		hl := int(le.Uint32(data[slen:]))
 		if hl > len(body)-4 {
@@ -144,7 +146,7 @@ func parseRecord(h hash.Hash64, buf []byte, off int, minSeq uint64) (record, boo
 		}
 		body = data[slen+4 : dlen-hashSize]
 		h.Write(body)
-		body = body[hl:]
+		header, body = body[:hl], body[hl:]
 	} else {
 		h.Write(body)
 	}
@@ -152,7 +154,7 @@ func parseRecord(h hash.Hash64, buf []byte, off int, minSeq uint64) (record, boo
 	if !bytes.Equal(h.Sum(sum[:0]), data[dlen-hashSize:]) {
 		return record{}, false
 	}
-	return record{off: off, size: int(rl), seq: seq, tomb: rawSeq&tombBit != 0, ts: int64(le.Uint64(hdr[12:])), subject: string(subj), body: body}, true
+	return record{off: off, size: int(rl), seq: seq, tomb: rawSeq&tombBit != 0, ts: int64(le.Uint64(hdr[12:])), subject: string(subj), header: header, body: body}, true
 }
 
 // printable: every byte of s is visible ASCII (a subject has no spaces).

@@ -21,6 +21,7 @@
 package storecheck
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -28,6 +29,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -61,11 +63,31 @@ type Stream struct {
 	// BadBytes is the size of the damaged stretches.
 	BadBytes int64
 	// Problem, when set, says why the stream as a whole could not be read
-	// (its metadata): with repair it was moved aside whole, and the daemon
-	// makes it afresh.
+	// (its metadata): the server would not load it, so its records count
+	// as lost; with repair it was moved aside whole, and the daemon makes
+	// it afresh.
 	Problem string
 	// Repaired: its damaged blocks were rewritten without the damage.
 	Repaired bool
+	// Newest is, for a stream Options.Newest names, the newest good
+	// record of each subject.
+	Newest map[string]Newest
+}
+
+// Newest is a subject's newest good record: its sequence and headers.
+type Newest struct {
+	Seq    uint64
+	Header []byte
+}
+
+// Options say what Check does besides reading.
+type Options struct {
+	// Repair repairs what it can, moving what it takes out into Aside.
+	Repair bool
+	Aside  string
+	// Newest names the streams whose newest record of each subject the
+	// report keeps (Stream.Newest): a job bucket and its journal, small.
+	Newest []string
 }
 
 // Damaged reports whether the stream has damage.
@@ -118,9 +140,9 @@ func (r Report) Lines() []string {
 
 // Check reads the file store of a server whose StoreDir option is
 // storeDir (its streams are under storeDir/jetstream/<account>/streams)
-// and, with repair, repairs it, moving what it takes out into aside (see
-// the package comment). A store that does not exist yet is well.
-func Check(storeDir, aside string, repair bool) (Report, error) {
+// and does what o asks (see the package comment). A store that does not
+// exist yet is well.
+func Check(storeDir string, o Options) (Report, error) {
 	began := time.Now()
 	rep := Report{Store: filepath.Join(storeDir, "jetstream")}
 	accounts, err := os.ReadDir(rep.Store)
@@ -143,13 +165,14 @@ func Check(storeDir, aside string, repair bool) (Report, error) {
 			if !st.IsDir() || strings.HasPrefix(st.Name(), ".") {
 				continue
 			}
-			c := streamCheck{dir: filepath.Join(sdir, st.Name()), aside: filepath.Join(aside, acc.Name(), st.Name()), repair: repair}
+			c := streamCheck{dir: filepath.Join(sdir, st.Name()), aside: filepath.Join(o.Aside, acc.Name(), st.Name()), repair: o.Repair,
+				newest: slices.Contains(o.Newest, st.Name())}
 			s, err := c.run(st.Name())
 			if err != nil {
 				return rep, err
 			}
-			if s.Damaged() && repair {
-				rep.Aside = aside
+			if s.Damaged() && o.Repair {
+				rep.Aside = o.Aside
 			}
 			rep.Streams = append(rep.Streams, s)
 		}
@@ -161,12 +184,15 @@ func Check(storeDir, aside string, repair bool) (Report, error) {
 
 // streamCheck checks one stream's directory.
 type streamCheck struct {
-	dir, aside string
-	repair     bool
+	dir, aside     string
+	repair, newest bool
 }
 
 func (c streamCheck) run(name string) (Stream, error) {
 	s := Stream{Name: name}
+	if c.newest {
+		s.Newest = map[string]Newest{}
+	}
 	blocks, err := c.blocks()
 	if err != nil {
 		return s, err
@@ -209,8 +235,12 @@ func (c streamCheck) run(name string) (Stream, error) {
 			}
 		}
 		for _, r := range sc.records {
-			if !r.tomb {
-				last = max(last, r.seq)
+			if r.tomb {
+				continue
+			}
+			last = max(last, r.seq)
+			if c.newest && r.seq >= s.Newest[r.subject].Seq {
+				s.Newest[r.subject] = Newest{Seq: r.seq, Header: bytes.Clone(r.header)}
 			}
 		}
 		if len(sc.damaged) > 0 {
@@ -221,7 +251,7 @@ func (c streamCheck) run(name string) (Stream, error) {
 		s.Lost, s.LostMore = s.Lost+1, true
 	}
 	if problem := c.metaProblem(name); problem != "" {
-		s.Problem = problem
+		s.Problem, s.Lost = problem, s.Lost+s.Records
 		if c.repair {
 			if err := moveAside(c.dir, c.aside); err != nil {
 				return s, err

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/scavenger-ml/scavenger/internal/damage"
 )
 
 // store is a real nats-server with JetStream whose StoreDir is state,
@@ -92,24 +94,6 @@ func block(state, stream string) string {
 	return filepath.Join(state, "jetstream", "$G", "streams", stream, "msgs", "1.blk")
 }
 
-// garbage writes n bytes of garbage into path at frac of its length.
-func garbage(t *testing.T, path string, frac float64, n int) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	g := make([]byte, n)
-	for i := range g {
-		g[i] = byte(i*131 + 7)
-	}
-	if _, err := f.WriteAt(g, int64(float64(st.Size())*frac)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // readable counts, within a deadline, the bucket's keys that can be read and
 // the stream's messages.
 func readable(t *testing.T, state string) (keys, msgs int) {
@@ -157,7 +141,7 @@ func TestCheckCleanStoreTouchesNothing(t *testing.T) {
 	state := t.TempDir()
 	fill(t, state)
 	before, _ := os.ReadFile(block(state, "KV_jobs"))
-	rep, err := Check(state, aside(t), true)
+	rep, err := Check(state, Options{Repair: true, Aside: aside(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +175,8 @@ func TestRepairKeepsTheRecordsAfterTheDamage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
 			fill(t, state)
-			garbage(t, block(state, tc.stream), tc.frac, tc.size)
+			path := block(state, tc.stream)
+			damage.Garbage(t, path, int64(float64(damage.Size(t, path))*tc.frac), tc.size)
 			// The server alone, on a copy: it cuts the block at the damage.
 			alone := filepath.Join(t.TempDir(), "alone")
 			if err := os.CopyFS(alone, os.DirFS(state)); err != nil {
@@ -201,7 +186,7 @@ func TestRepairKeepsTheRecordsAfterTheDamage(t *testing.T) {
 			if tc.stream == "STEPS" { // (a key-value read of the damage hangs until its deadline)
 				keysAlone, msgsAlone = readable(t, alone)
 			}
-			check, err := Check(state, aside(t), false)
+			check, err := Check(state, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +194,7 @@ func TestRepairKeepsTheRecordsAfterTheDamage(t *testing.T) {
 			if !check.Damaged() || s.BadBytes < int64(tc.size) || s.Lost < 1 || check.Aside != "" {
 				t.Fatalf("check: %+v", check)
 			}
-			rep, err := Check(state, aside(t), true)
+			rep, err := Check(state, Options{Repair: true, Aside: aside(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +206,7 @@ func TestRepairKeepsTheRecordsAfterTheDamage(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(rep.Aside, "$G", tc.stream, "msgs", "1.blk")); err != nil {
 				t.Fatalf("the damaged block was not kept: %v", err)
 			}
-			again, err := Check(state, aside(t), false)
+			again, err := Check(state, Options{})
 			if err != nil || again.Damaged() {
 				t.Fatalf("after the repair: %+v, %v", again, err)
 			}
@@ -254,7 +239,7 @@ func TestCheckFindsACutTail(t *testing.T) {
 	if err := os.Truncate(path, st.Size()-30); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Check(state, aside(t), true)
+	rep, err := Check(state, Options{Repair: true, Aside: aside(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +257,8 @@ func TestCheckFindsACutTail(t *testing.T) {
 func TestUnreadableMetadataIsMovedAside(t *testing.T) {
 	state := t.TempDir()
 	fill(t, state)
-	garbage(t, filepath.Join(state, "jetstream", "$G", "streams", "STEPS", "meta.inf"), 0.5, 4)
-	rep, err := Check(state, aside(t), true)
+	damage.Garbage(t, filepath.Join(state, "jetstream", "$G", "streams", "STEPS", "meta.inf"), 100, 4)
+	rep, err := Check(state, Options{Repair: true, Aside: aside(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,20 +23,24 @@ type Retention struct {
 	// NodeMaxAge and NodeMaxBytes bound the node-sample stream.
 	NodeMaxAge   time.Duration
 	NodeMaxBytes int64
+	// JournalMaxBytes bounds the job records' journal (journal.go).
+	JournalMaxBytes int64
 	// Replicas is how many servers of a NATS cluster hold each stream and
 	// bucket (0 or 1: one; 3 keeps them through the loss of any one server).
 	Replicas int
 }
 
 // DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
-// MiB of output, and a day of node samples (at most 256 MiB).
+// MiB of output, a day of node samples (at most 256 MiB), and 64 MiB of the
+// job records' journal.
 var DefaultRetention = Retention{
-	StepMaxAge:   7 * 24 * time.Hour,
-	StepMaxBytes: 1 << 30,
-	LogMaxAge:    7 * 24 * time.Hour,
-	LogMaxBytes:  256 << 20,
-	NodeMaxAge:   24 * time.Hour,
-	NodeMaxBytes: 256 << 20,
+	StepMaxAge:      7 * 24 * time.Hour,
+	StepMaxBytes:    1 << 30,
+	LogMaxAge:       7 * 24 * time.Hour,
+	LogMaxBytes:     256 << 20,
+	NodeMaxAge:      24 * time.Hour,
+	NodeMaxBytes:    256 << 20,
+	JournalMaxBytes: 64 << 20,
 }
 
 func (r Retention) withDefaults() Retention {
@@ -59,6 +63,9 @@ func (r Retention) withDefaults() Retention {
 	if r.NodeMaxBytes > 0 {
 		d.NodeMaxBytes = r.NodeMaxBytes
 	}
+	if r.JournalMaxBytes > 0 {
+		d.JournalMaxBytes = r.JournalMaxBytes
+	}
 	d.Replicas = r.Replicas
 	return d
 }
@@ -69,7 +76,9 @@ const OutputKeepPerSubject = 4000
 
 // Store is Scavenger's JetStream state: the job and allocation buckets and the streams.
 type Store struct {
-	JS          jetstream.JetStream
+	JS jetstream.JetStream
+	// Jobs is the job bucket, journaled (journal.go): write and delete job
+	// records through it.
 	Jobs        jetstream.KeyValue
 	Allocations jetstream.KeyValue
 }
@@ -86,6 +95,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 		{Name: telemetry.NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{telemetry.AllNodeGPU, telemetry.AllNodeHost},
 			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
+		{Name: telemetry.JournalStream, Description: "Scavenger job records' journal (the newest of each)", Subjects: []string{telemetry.AllRecords},
+			MaxBytes: ret.JournalMaxBytes, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 	}
 	// Made at once, not one after the other: in a cluster each new
 	// replicated stream waits seconds for its first leader.
@@ -126,6 +137,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	st.Jobs = journaled{KeyValue: st.Jobs, js: js}
 	return st, nil
 }
 
