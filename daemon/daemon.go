@@ -55,8 +55,12 @@ type Config struct {
 	Socket string
 	// Node names this node (default the host name).
 	Node string
-	// Retention bounds the step and output history.
+	// Retention bounds the step and output history; its byte limits not
+	// set follow the state disk's size at start (storesize.go).
 	Retention history.Retention
+	// StoreMaxBytes, when positive, is the streams' total byte limit
+	// instead of half the state disk's space.
+	StoreMaxBytes int64
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -124,6 +128,8 @@ type Daemon struct {
 	node      *nodeSampler
 	closeGPUs func() error
 	metrics   *metricsServer
+	// retention is the store's, its byte limits sized at start.
+	retention history.Retention
 	// health is what the daemon found of its store at start.
 	health *storeHealth
 	// disk watches the state disk (nil when the daemon embeds no server);
@@ -233,8 +239,18 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 			return err
 		}
 		d.health.check = rep
+		free, _ := space(cfg.StateDir)
+		size, err := sizeStore(free, storeUse(filepath.Join(cfg.StateDir, "jetstream")), cfg.StoreMaxBytes, cfg.Retention)
+		if err != nil {
+			return err
+		}
+		if d.retention = size.Retention; size.Scaled {
+			r := size.Retention
+			log.Warn("the state disk is small: the streams keep less history", zap.String("free", mib(free)), zap.String("steps", mib(r.StepMaxBytes)),
+				zap.String("output", mib(r.LogMaxBytes)), zap.String("node", mib(r.NodeMaxBytes)), zap.String("journal", mib(r.JournalMaxBytes)))
+		}
 		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, d.disk.noteLog, log.Named("nats")); err != nil {
+		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, size.MaxStore, d.disk.noteLog, log.Named("nats")); err != nil {
 			return err
 		}
 		d.disk.ns = d.ns
@@ -246,7 +262,10 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	if d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log); err != nil {
+	if d.ns == nil {
+		d.retention = cfg.Retention // an external server's disk is its own
+	}
+	if d.store, err = openStore(ctx, js, d.retention, cfg.Cluster.Listen != "", log); err != nil {
 		return err
 	}
 	d.health.settleStore(ctx, d.store, log.Named("store"))
@@ -341,10 +360,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return d.Close()
 }
 
-// SetRetention changes, live, how much history the streams keep.
+// SetRetention changes, live, how long the streams keep step records
+// (r.StepMaxAge; their byte limits stay as sized at start).
 func (d *Daemon) SetRetention(ctx context.Context, r history.Retention) error {
-	r.Replicas = d.cfg.Retention.Replicas
-	if _, err := history.OpenStore(ctx, d.store.JS, r); err != nil {
+	next := d.retention
+	next.StepMaxAge = r.StepMaxAge
+	if _, err := history.OpenStore(ctx, d.store.JS, next); err != nil {
 		return fmt.Errorf("set retention: %w", err)
 	}
 	return nil

@@ -149,10 +149,11 @@ func certPool(file, what string) (*x509.CertPool, error) {
 }
 
 // startNATS runs the embedded nats-server with JetStream, its store under
-// stateDir, listening on listen ("host:port"; port 0 picks a free one) for
-// clients that present key, with TLS when tlsCfg is set (required off
-// loopback), in cluster when it names one; note reads its warnings and errors.
-func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, note func(string), log *zap.Logger) (*server.Server, error) {
+// stateDir (at most maxStore bytes; 0: the server's default), listening on
+// listen ("host:port"; port 0 picks a free one) for clients that present
+// key, with TLS when tlsCfg is set (required off loopback), in cluster when
+// it names one; note reads its warnings and errors.
+func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, maxStore int64, note func(string), log *zap.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("parse listen address %q: %w", listen, err)
@@ -173,6 +174,7 @@ func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, c
 		Port:                   port,
 		JetStream:              true,
 		StoreDir:               filepath.Join(stateDir, "jetstream"),
+		JetStreamMaxStore:      maxStore,
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
 		MaxPayload:             4 << 20,

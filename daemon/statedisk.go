@@ -291,7 +291,7 @@ func (d *Daemon) startDiskWatch() {
 		return dirs
 	}
 	d.disk.reopen = func(ctx context.Context) error {
-		_, err := openStore(ctx, d.store.JS, d.cfg.Retention, false, d.log)
+		_, err := openStore(ctx, d.store.JS, d.retention, false, d.log)
 		return err
 	}
 	ctx, cancel := context.WithCancel(d.root)

@@ -24,6 +24,7 @@ type settings struct {
 	Socket        string        `yaml:"socket"`
 	Node          string        `yaml:"node"`
 	StepRetention time.Duration `yaml:"step_retention"`
+	StoreMaxBytes int64         `yaml:"store_max_bytes"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`

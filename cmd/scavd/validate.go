@@ -51,6 +51,9 @@ func (s settings) validate() []fieldError {
 	if s.StepRetention <= 0 {
 		bad("step_retention", "%s: must be positive", s.StepRetention)
 	}
+	if s.StoreMaxBytes < 0 || s.StoreMaxBytes > 0 && s.StoreMaxBytes < 16<<20 {
+		bad("store_max_bytes", "%d: use 0 (sized to the state disk) or at least 16777216 (16 MiB)", s.StoreMaxBytes)
+	}
 	switch {
 	case s.Plugin != "":
 		if s.Launcher != "local" {

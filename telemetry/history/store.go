@@ -43,7 +43,8 @@ var DefaultRetention = Retention{
 	JournalMaxBytes: 64 << 20,
 }
 
-func (r Retention) withDefaults() Retention {
+// WithDefaults is r with its zero fields set to DefaultRetention's.
+func (r Retention) WithDefaults() Retention {
 	d := DefaultRetention
 	if r.StepMaxAge > 0 {
 		d.StepMaxAge = r.StepMaxAge
@@ -86,7 +87,7 @@ type Store struct {
 // OpenStore creates or updates the streams and the job bucket, so that a
 // daemon can start against a fresh server or one that already holds history.
 func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Store, error) {
-	ret = ret.withDefaults()
+	ret = ret.WithDefaults()
 	streams := []jetstream.StreamConfig{
 		{Name: telemetry.StepStream, Description: "Scavenger step records", Subjects: []string{telemetry.AllSteps},
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
