@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +47,7 @@ var cgroupBase = sync.OnceValues(func() (dir, rel string) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", ""
 		}
+		_ = unix.Rmdir(dir) // made for each attempt, removed with the last (remove)
 		return dir, rel
 	}
 	return "", ""
@@ -83,21 +85,28 @@ type attemptCgroup struct {
 	fd       int // open on dir, for clone3
 }
 
-// cgroupName is the cgroup of job's attempt (below cgroupBase).
-func cgroupName(job string, attempt int) string { return fmt.Sprintf("%s.a%d", job, attempt) }
+// cgroupSeq numbers this process's attempt cgroups.
+var cgroupSeq atomic.Int64
+
+// cgroupPrefix begins the names of the cgroups of job's attempt (below
+// cgroupBase); each ends with this process's pid and a number of its own.
+func cgroupPrefix(job string, attempt int) string { return fmt.Sprintf("%s.a%d.", job, attempt) }
 
 // newAttemptCgroup makes the cgroup of job's attempt; nil (and no error)
-// when there is no cgroup-v2 hierarchy to make it in. A cgroup of the same
-// name left by an earlier daemon is emptied first.
+// when there is no cgroup-v2 hierarchy to make it in.
 func newAttemptCgroup(job string, attempt int) (*attemptCgroup, error) {
 	base, baseRel := cgroupBase()
 	if base == "" {
 		return nil, nil
 	}
-	c := &attemptCgroup{dir: filepath.Join(base, cgroupName(job, attempt)), rel: filepath.Join(baseRel, cgroupName(job, attempt)), fd: -1}
-	if err := os.Mkdir(c.dir, 0o755); errors.Is(err, os.ErrExist) {
-		c.kill()
-	} else if err != nil {
+	sweepCgroups(base)
+	name := fmt.Sprintf("%s%d.%d", cgroupPrefix(job, attempt), os.Getpid(), cgroupSeq.Add(1))
+	c := &attemptCgroup{dir: filepath.Join(base, name), rel: filepath.Join(baseRel, name), fd: -1}
+	err := os.MkdirAll(c.dir, 0o755) // a last attempt's remove may take base away meanwhile: once more
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(c.dir, 0o755)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("make cgroup %s: %w", c.dir, err)
 	}
 	fd, err := unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -109,18 +118,40 @@ func newAttemptCgroup(job string, attempt int) (*attemptCgroup, error) {
 	return c, nil
 }
 
-// existingCgroup is the cgroup of job's attempt when it exists (an attempt
-// a previous daemon started), else nil.
-func existingCgroup(job string, attempt int) *attemptCgroup {
+// sweepCgroups removes the empty cgroups in base that a process now gone
+// made (one killed before it could remove them). Those that still hold
+// processes are a lost attempt's: StopOrphaned ends them.
+func sweepCgroups(base string) {
+	ents, _ := os.ReadDir(base)
+	for _, e := range ents {
+		f := strings.Split(e.Name(), ".")
+		if !e.IsDir() || len(f) < 3 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[len(f)-2])
+		if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) == nil {
+			continue
+		}
+		c := &attemptCgroup{dir: filepath.Join(base, e.Name()), fd: -1}
+		if !c.populated() {
+			_ = unix.Rmdir(c.dir)
+		}
+	}
+}
+
+// existingCgroups are the cgroups of job's attempt that exist (an attempt
+// a previous daemon started).
+func existingCgroups(job string, attempt int) []*attemptCgroup {
 	base, baseRel := cgroupBase()
 	if base == "" {
 		return nil
 	}
-	c := &attemptCgroup{dir: filepath.Join(base, cgroupName(job, attempt)), rel: filepath.Join(baseRel, cgroupName(job, attempt)), fd: -1}
-	if _, err := os.Stat(c.dir); err != nil {
-		return nil
+	dirs, _ := filepath.Glob(filepath.Join(base, cgroupPrefix(job, attempt)+"*"))
+	var out []*attemptCgroup
+	for _, d := range dirs {
+		out = append(out, &attemptCgroup{dir: d, rel: filepath.Join(baseRel, filepath.Base(d)), fd: -1})
 	}
-	return c
+	return out
 }
 
 // pids lists the live processes in the cgroup.
@@ -177,5 +208,6 @@ func (c *attemptCgroup) remove() error {
 	if err := unix.Rmdir(c.dir); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove cgroup %s (processes %v): %w", c.dir, c.pids(), err)
 	}
+	_ = unix.Rmdir(filepath.Dir(c.dir)) // the base, unless another attempt's cgroup is in it
 	return nil
 }

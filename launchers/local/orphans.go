@@ -49,7 +49,7 @@ func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (in
 		}
 	}
 	// What left the group is in the attempt's cgroup, when it had one.
-	if cg := existingCgroup(spec.JobID, spec.Attempt); cg != nil {
+	for _, cg := range existingCgroups(spec.JobID, spec.Attempt) {
 		for _, pid := range cg.pids() {
 			if !killed[pid] {
 				n++
