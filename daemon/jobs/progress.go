@@ -99,6 +99,13 @@ func (p *progress) saw(rec telemetry.StepRecord) {
 	}
 }
 
+// sawStep reports whether the current attempt has reported a step.
+func (p *progress) sawStep() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first != 0
+}
+
 // now returns the progress so far.
 func (p *progress) now() Progress {
 	p.mu.Lock()

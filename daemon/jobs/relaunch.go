@@ -57,16 +57,45 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 			return ending{}, false
 		}
 	}
-	v := restartAfter(crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
-		Restarts: r.rec.job.Restarts, MaxRestarts: r.rec.job.MaxRestarts})
+	v := restartAfter(r.crashOf(out, shutdown))
 	if out.err == nil && v.Restart {
 		return r.restart(kill, shutdown, v, p)
 	}
 	e := r.conclude(out)
-	if out.err == nil && v.Crashed && r.rec.job.MaxRestarts > 0 {
+	if out.err == nil && v.Crashed {
 		e.msg, e.why = v.Reason, "crashed: "+v.Reason
+		if len(out.res.Ranks) > 1 {
+			e.msg += "; the other workers were stopped"
+		}
 	}
 	return e, true
+}
+
+// earlyCrash bounds how long after its start an attempt that reported no
+// step may end and still count as crashing before its first step (an
+// uninstrumented job reports none, whenever it crashes).
+const earlyCrash = time.Minute
+
+// crashOf is what the restart policy is told of the attempt that ended
+// with out; it remembers whether that attempt crashed early, for the next.
+func (r *runner) crashOf(out outcome, shutdown context.Context) crash {
+	j := &r.rec.job
+	c := crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
+		Restarts: j.Restarts, MaxRestarts: j.MaxRestarts, Window: j.Faults.Window(), PrevEarly: r.earlyExit}
+	var began time.Time
+	if k := len(j.Attempts); k > 0 {
+		began = j.Attempts[k-1].Started
+	}
+	c.Early = out.res.ExitCode != 0 && !r.prog.sawStep() && !began.IsZero() && time.Since(began) < earlyCrash
+	if r.g.o.Launcher.Name() == "local" && out.res.ExitCode != 0 {
+		c.OOM = oomRanks(out.res, began)
+	}
+	r.earlyExit = nil
+	if c.Early {
+		code := out.res.ExitCode
+		r.earlyExit = &code
+	}
+	return c
 }
 
 // restart records the crash of attempt p and plans the next one at the same

@@ -39,6 +39,9 @@ type runner struct {
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
 	ctl      *control.Controller // the job's controller, when it has one
+	// earlyExit is the exit code of the last attempt when it crashed
+	// before its first step (nil: it did not; restartpolicy.go).
+	earlyExit *int
 }
 
 // current is the attempt a job runs now and its configuration.
