@@ -61,6 +61,11 @@ type Config struct {
 	// StoreMaxBytes, when positive, is the streams' total byte limit
 	// instead of half the state disk's space.
 	StoreMaxBytes int64
+	// StopGrace bounds how long a stopping daemon gives its jobs to
+	// checkpoint and exit (each at most its own grace) before it kills them
+	// (default DefaultStopGrace): SIGTERM stops scavd within it, and
+	// killTimeout more at worst.
+	StopGrace time.Duration
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -104,6 +109,10 @@ type Config struct {
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
 }
+
+// DefaultStopGrace is Config.StopGrace unless set: under the shipped
+// unit's TimeoutStopSec (5 minutes) with the kill's time to spare.
+const DefaultStopGrace = 4 * time.Minute
 
 // Daemon is a running scavd.
 type Daemon struct {
@@ -430,7 +439,13 @@ func (d *Daemon) shutdown() error {
 		d.stopDisk()
 	}
 	if d.jobs != nil {
-		d.jobs.Close(d.root)
+		grace := d.cfg.StopGrace
+		if grace <= 0 {
+			grace = DefaultStopGrace
+		}
+		ctx, cancel := context.WithTimeout(d.root, grace)
+		d.jobs.Close(ctx)
+		cancel()
 	}
 	if d.api != nil {
 		d.api.Close(d.root)

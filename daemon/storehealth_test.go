@@ -154,3 +154,26 @@ func TestDamagedStoreDegrades(t *testing.T) {
 		})
 	}
 }
+
+// TestStopIsBoundedByTheDaemonsGrace (issue 21): a stopping daemon gives a
+// job that ignores SIGTERM and has a long grace no more than its own stop
+// grace, then kills it: SIGTERM always stops scavd within its grace.
+func TestStopIsBoundedByTheDaemonsGrace(t *testing.T) {
+	d, c := startDaemonWith(t, "scavd-stop-", Config{Listen: "127.0.0.1:0", StopGrace: 2 * time.Second})
+	j, err := c.Run(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(30 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the job to run", func() bool {
+		got, err := c.Job(context.Background(), j.ID)
+		return err == nil && got.State == api.StateRunning
+	})
+	began := time.Now()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 2*time.Second+15*time.Second {
+		t.Errorf("the daemon took %s to stop, with a stop grace of 2s", took)
+	}
+}

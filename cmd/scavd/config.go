@@ -25,6 +25,7 @@ type settings struct {
 	Node          string        `yaml:"node"`
 	StepRetention time.Duration `yaml:"step_retention"`
 	StoreMaxBytes int64         `yaml:"store_max_bytes"`
+	StopGrace     time.Duration `yaml:"stop_grace"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`

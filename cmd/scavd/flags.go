@@ -36,6 +36,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.DurationVar(&s.StopGrace, "stop-grace", daemon.DefaultStopGrace, "how long a stopping scavd (SIGTERM) gives its jobs to checkpoint and exit, each at most its own --grace, before it kills them; keep it under systemd's TimeoutStopSec")
 	f.Int64Var(&s.StoreMaxBytes, "store-max-bytes", 0, "the streams' total size limit in bytes (steps, output, node samples, the job journal); 0: half the state disk's space at start, at most their defaults (1.6 GiB)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")

@@ -51,6 +51,9 @@ func (s settings) validate() []fieldError {
 	if s.StepRetention <= 0 {
 		bad("step_retention", "%s: must be positive", s.StepRetention)
 	}
+	if s.StopGrace < time.Second || s.StopGrace > time.Hour {
+		bad("stop_grace", "%s: use 1s to 1h (a stopping scavd waits that long for its jobs, then kills them)", s.StopGrace)
+	}
 	if s.StoreMaxBytes < 0 || s.StoreMaxBytes > 0 && s.StoreMaxBytes < 16<<20 {
 		bad("store_max_bytes", "%d: use 0 (sized to the state disk) or at least 16777216 (16 MiB)", s.StoreMaxBytes)
 	}
