@@ -72,3 +72,22 @@ func (f Faults) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Stall is a running job whose ranks stopped reporting steps.
+type Stall struct {
+	// Since is when the last step record arrived; Step is the newest step.
+	Since time.Time `json:"since"`
+	Step  int64     `json:"step"`
+	// Timeout is the stall timeout it passed.
+	Timeout Duration `json:"timeout"`
+}
+
+// BadLoss is where a job's loss turned NaN or infinite.
+type BadLoss struct {
+	// Attempt and Step are where it first did; Value says how ("NaN", "+Inf", "-Inf").
+	Attempt int    `json:"attempt"`
+	Step    int64  `json:"step"`
+	Value   string `json:"value"`
+	// Time is when the daemon saw it.
+	Time time.Time `json:"t"`
+}

@@ -29,7 +29,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
@@ -224,81 +223,6 @@ func makeStateDir(dir string, standalone bool) error {
 		return fmt.Errorf("set the mode of state directory %s: %w", dir, err)
 	}
 	return nil
-}
-
-// startNATS brings up the embedded server (or joins an external one), the
-// daemon's authenticated connection and the JetStream store.
-func (d *Daemon) startNATS(ctx context.Context) error {
-	cfg, log := d.cfg, d.log
-	keyFile := cfg.NATSKey
-	if keyFile == "" {
-		keyFile = filepath.Join(cfg.StateDir, "nats.nk")
-	}
-	key, err := loadNATSKey(keyFile, cfg.NATSKey == "")
-	if err != nil {
-		return err
-	}
-	if cfg.NATSURL == "" {
-		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
-		if err != nil {
-			return err
-		}
-		rep, err := checkStore(cfg.StateDir, true, time.Now())
-		if err != nil {
-			return err
-		}
-		d.health.check = rep
-		free, _ := space(cfg.StateDir)
-		size, err := sizeStore(free, storeUse(filepath.Join(cfg.StateDir, "jetstream")), cfg.StoreMaxBytes, cfg.Retention)
-		if err != nil {
-			return err
-		}
-		if d.retention = size.Retention; size.Scaled {
-			r := size.Retention
-			log.Warn("the state disk is small: the streams keep less history", zap.String("free", mib(free)), zap.String("steps", mib(r.StepMaxBytes)),
-				zap.String("output", mib(r.LogMaxBytes)), zap.String("node", mib(r.NodeMaxBytes)), zap.String("journal", mib(r.JournalMaxBytes)))
-		}
-		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, size.MaxStore, d.disk.noteLog, log.Named("nats")); err != nil {
-			return err
-		}
-		d.disk.ns = d.ns
-	}
-	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
-		return err
-	}
-	js, err := jetstream.New(d.nc)
-	if err != nil {
-		return fmt.Errorf("open jetstream: %w", err)
-	}
-	if d.ns == nil {
-		d.retention = cfg.Retention // an external server's disk is its own
-	}
-	if d.store, err = openStore(ctx, js, d.retention, cfg.Cluster.Listen != "", log); err != nil {
-		return err
-	}
-	d.health.settleStore(ctx, d.store, log.Named("store"))
-	return nil
-}
-
-// clusterWait bounds how long a clustered daemon waits for JetStream's
-// meta leader and enough peers to make the streams and buckets.
-const clusterWait = 2 * time.Minute
-
-// openStore makes the streams and buckets; in a cluster it tries again
-// while JetStream is still forming (no meta leader yet, too few peers).
-func openStore(ctx context.Context, js jetstream.JetStream, ret history.Retention, clustered bool, log *zap.Logger) (*history.Store, error) {
-	deadline := time.Now().Add(clusterWait)
-	for {
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		st, err := history.OpenStore(octx, js, ret)
-		cancel()
-		if err == nil || !clustered || time.Now().After(deadline) || ctx.Err() != nil {
-			return st, err
-		}
-		log.Info("waiting for the NATS cluster's JetStream", zap.Error(err))
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 // startJobs brings up the telemetry socket, the control relay, the

@@ -145,6 +145,9 @@ var (
 	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
 	descJobRSS    = prometheus.NewDesc("scavenger_job_resident_memory_bytes", "Resident memory of the job's processes on this node.", jobLabels, nil)
+	descStalled   = prometheus.NewDesc("scavenger_job_stalled", "1 while the job's ranks have reported no step for its stall timeout (its speed is then not shown), else 0.", jobLabels, nil)
+	descSinceStep = prometheus.NewDesc("scavenger_job_seconds_since_step", "Seconds since the job's newest step record arrived (current attempt).", jobLabels, nil)
+	descBadLoss   = prometheus.NewDesc("scavenger_job_loss_not_finite", "1 once the job's loss turned NaN or infinite (current attempt), else 0.", jobLabels, nil)
 	descJobProcs  = prometheus.NewDesc("scavenger_job_processes", "Processes of the job on this node (workers and their descendants).", jobLabels, nil)
 
 	descGPUs       = prometheus.NewDesc("scavenger_node_gpus", "GPUs on the node, by where they are read from (nvml, nvidia-smi, none).", []string{"node", "source"}, nil)
@@ -201,6 +204,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
 		descLoss, descRemaining, descFinish, descCost, descCostLeft, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descStalled, descSinceStep, descBadLoss,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
@@ -255,6 +259,14 @@ func (m metricSink) counter(desc *prometheus.Desc, v float64, labels ...string) 
 	m.ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
 }
 
+// flag is 1 for true, else 0.
+func flag(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // opt writes a gauge whose value may be unknown (nil: none).
 func (m metricSink) opt(desc *prometheus.Desc, v *float64, labels ...string) {
 	if v != nil {
@@ -272,7 +284,12 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 		l := []string{j.ID, j.Name, m.node}
 		m.gauge(descJobInfo, 1, append(l, string(j.State), j.Launcher, j.Optimize.Policy, string(j.Phase), j.Config.MachineType)...)
 		m.gauge(descSteps, float64(p.LastStep), l...)
-		if p.StepTime > 0 {
+		m.gauge(descStalled, flag(j.Stalled != nil), l...)
+		m.gauge(descBadLoss, flag(j.BadLoss != nil && j.BadLoss.Attempt == j.Attempt), l...)
+		if !p.LastAt.IsZero() {
+			m.gauge(descSinceStep, time.Since(p.LastAt).Seconds(), l...)
+		}
+		if p.StepTime > 0 && j.Stalled == nil { // a stalled job's last speed is not its speed now
 			m.gauge(descStepRate, 1/p.StepTime, l...)
 			m.gauge(descStepTime, p.StepTime, l...)
 			if j.Config.GlobalBatch > 0 {

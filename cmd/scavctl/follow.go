@@ -186,6 +186,9 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 			con.notef("%s: %s", e.Phase, e.Message)
 		case telemetry.EventStopping, telemetry.EventMoved, telemetry.EventRestarting:
 			con.notef("%s", e.Message)
+		case telemetry.EventStalled, telemetry.EventBadLoss:
+			st.flag(e.Kind, e.Message)
+			con.notef("%s", e.Message)
 		case telemetry.EventStarted:
 			if e.Attempt > 1 {
 				con.notef("%s", e.Message)

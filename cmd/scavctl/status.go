@@ -128,6 +128,12 @@ func (a *app) showStatus(ctx context.Context, c *api.Client, j api.Job, asJSON b
 	} else {
 		row("Last step", "none reported")
 	}
+	if st := j.Stalled; st != nil {
+		row("Stalled", fmt.Sprintf("no step since %s (step %d; stall timeout %s)", st.Since.Local().Format(time.TimeOnly), st.Step, st.Timeout.D()))
+	}
+	if b := j.BadLoss; b != nil {
+		row("Loss", fmt.Sprintf("turned %s at step %d (attempt %d)", b.Value, b.Step, b.Attempt))
+	}
 	if j.Phase != "" {
 		row("Phase", string(j.Phase))
 	}

@@ -81,12 +81,12 @@ const earlyCrash = time.Minute
 func (r *runner) crashOf(out outcome, shutdown context.Context) crash {
 	j := &r.rec.job
 	c := crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
-		Restarts: j.Restarts, MaxRestarts: j.MaxRestarts, Window: j.Faults.Window(), PrevEarly: r.earlyExit}
+		Restarts: j.Restarts, MaxRestarts: j.MaxRestarts, Window: j.Faults.Window(), PrevEarly: r.earlyExit, Stalled: out.stalled}
 	var began time.Time
 	if k := len(j.Attempts); k > 0 {
 		began = j.Attempts[k-1].Started
 	}
-	c.Early = out.res.ExitCode != 0 && !r.prog.sawStep() && !began.IsZero() && time.Since(began) < earlyCrash
+	c.Early = out.res.ExitCode != 0 && out.stalled == 0 && !r.prog.sawStep() && !began.IsZero() && time.Since(began) < earlyCrash
 	if r.g.o.Launcher.Name() == "local" && out.res.ExitCode != 0 {
 		c.OOM = oomRanks(out.res, began)
 	}
@@ -186,8 +186,21 @@ func (r *runner) afterHostLoss(ctx context.Context, cfg plugins.Config, lost []s
 	return next, next.GlobalBatch >= next.Workers || next.GlobalBatch == 0
 }
 
-// conclude is the job's ending after its last attempt.
+// conclude is the job's ending after its last attempt, with what its loss
+// says of it: one whose last loss is NaN did not simply succeed.
 func (r *runner) conclude(out outcome) ending {
+	e := r.concludeExit(out)
+	switch j := r.rec.job; {
+	case out.nanStop && j.BadLoss != nil:
+		e.msg = fmt.Sprintf("stopped: the loss turned %s at step %d (--on-nan stop); %s", j.BadLoss.Value, j.BadLoss.Step, e.msg)
+	case e.state == api.StateSucceeded && r.lossNote() != "":
+		e.msg += ", but " + r.lossNote()
+	}
+	return e
+}
+
+// concludeExit is the job's ending as its workers' exits tell it.
+func (r *runner) concludeExit(out outcome) ending {
 	if out.err != nil {
 		return ending{state: api.StateFailed, code: 1, msg: fmt.Sprintf("wait: %v", out.err), why: "failed: " + out.err.Error()}
 	}

@@ -43,6 +43,9 @@ type crash struct {
 	PrevEarly *int
 	// OOM lists the ranks the kernel's out-of-memory killer killed.
 	OOM []int
+	// Stalled, when positive, is how long the attempt's ranks had reported
+	// no step when the watchdog stopped it (--on-stall restart): a crash.
+	Stalled time.Duration
 }
 
 // Exit codes of a command that could not be run (the shell's convention,
@@ -74,6 +77,9 @@ type restartVerdict struct {
 // waiting does not change it.
 func restartAfter(c crash) restartVerdict {
 	res := c.Result
+	if c.Stalled > 0 && !c.Stopped && !c.Closing {
+		return loopOr(c, fmt.Sprintf("its ranks reported no step for %s (stalled)", c.Stalled.Round(time.Second)))
+	}
 	if res.ExitCode == 0 || c.Stopped || res.Stopped || c.Moving || c.Closing || len(res.LostHosts) > 0 {
 		return restartVerdict{}
 	}
@@ -99,6 +105,16 @@ func restartAfter(c crash) restartVerdict {
 		return restartVerdict{Crashed: true, Reason: how + "; not restarted: a command that cannot be run fails the same way each time"}
 	case c.Early && c.PrevEarly != nil && *c.PrevEarly == res.ExitCode:
 		return restartVerdict{Crashed: true, Reason: fmt.Sprintf("%s; not restarted: it crashed before its first step twice, with exit %d both times, which no restart fixes (scavctl logs shows why)", how, res.ExitCode)}
+	}
+	return loopOr(c, how)
+}
+
+// loopOr is the verdict on a crash described by how that no rule keeps
+// from restarting: a restart after the back-off, or past the restarts and
+// the window, a crash loop.
+func loopOr(c crash, how string) restartVerdict {
+	if c.MaxRestarts == 0 {
+		return restartVerdict{Crashed: true, Reason: how + "; no restarts allowed (--max-restarts 0)"}
 	}
 	delay := restartDelay(c.Restarts)
 	if c.Restarts >= c.MaxRestarts && (c.Window <= 0 || backedOff(c.Restarts) >= c.Window) {

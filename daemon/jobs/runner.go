@@ -280,7 +280,7 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 		}
 	}
 	j.Attempts = append(j.Attempts, api.Attempt{Attempt: p.attempt, Config: p.cfg, Started: now, Restore: p.restore, Handle: handle})
-	j.State, j.Attempt, j.Config = api.StateRunning, p.attempt, p.cfg
+	j.State, j.Attempt, j.Config, j.Stalled = api.StateRunning, p.attempt, p.cfg, nil
 	if j.Started == nil {
 		j.Started = &now
 	}
