@@ -28,8 +28,8 @@ type jobTrack struct {
 	attempt int
 	// lastT is the newest record's time (s since the epoch, the worker's
 	// clock); seenAt when it arrived here.
-	lastT  float64
-	seenAt time.Time
+	lastT   float64
+	seenAt  time.Time
 	rate    stepstats.Rate
 	noise   stepstats.Noise
 	lastDts []float64 // the step times of the rate's steps
