@@ -107,6 +107,10 @@ type Config struct {
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
+
+	// asBefore starts the daemon as it was before it checked and repaired
+	// its store (the fault suite's "before" of the store's damage).
+	asBefore bool
 }
 
 // DefaultStopGrace is Config.StopGrace unless set: under the shipped

@@ -292,11 +292,13 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rep, err := checkStore(cfg.StateDir, true, time.Now())
-		if err != nil {
-			return err
+		if !cfg.asBefore {
+			rep, err := checkStore(cfg.StateDir, true, time.Now())
+			if err != nil {
+				return err
+			}
+			d.health.check = rep
 		}
-		d.health.check = rep
 		free, _ := space(cfg.StateDir)
 		size, err := sizeStore(free, storeUse(filepath.Join(cfg.StateDir, "jetstream")), cfg.StoreMaxBytes, cfg.Retention)
 		if err != nil {
@@ -326,7 +328,9 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if d.store, err = openStore(ctx, js, d.retention, cfg.Cluster.Listen != "", log); err != nil {
 		return err
 	}
-	d.health.settleStore(ctx, d.store, log.Named("store"))
+	if !cfg.asBefore {
+		d.health.settleStore(ctx, d.store, log.Named("store"))
+	}
 	return nil
 }
 

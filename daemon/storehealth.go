@@ -92,7 +92,7 @@ func CheckStore(stateDir string) (lines []string, ok bool, err error) {
 	lines = rep.Lines()
 	behind := behindJournal(rep)
 	if len(behind) > 0 {
-		lines = append(lines, fmt.Sprintf("%d job records are missing from the job store or older than their journal copy; scavd restores them when it starts: %s",
+		lines = append(lines, fmt.Sprintf("job records missing from the job store or older than their journal copy (scavd restores them when it starts): %d: %s",
 			len(behind), strings.Join(behind, " ")))
 	}
 	records := 0
@@ -172,16 +172,16 @@ func (h *storeHealth) lines() []string {
 	defer h.mu.Unlock()
 	out := h.check.Lines()
 	if n := len(h.restored.Restored); n > 0 {
-		out = append(out, fmt.Sprintf("%d job records restored from the journal: %s", n, strings.Join(h.restored.Restored, " ")))
+		out = append(out, fmt.Sprintf("job records restored from the journal: %d: %s", n, strings.Join(h.restored.Restored, " ")))
 	}
 	if n := len(h.restored.Failed); n > 0 {
-		out = append(out, fmt.Sprintf("%d job records could not be restored from the journal", n))
+		out = append(out, fmt.Sprintf("job records that could not be restored from the journal: %d", n))
 	}
 	if u := h.unreadableJobs(); len(u) > 0 {
-		out = append(out, fmt.Sprintf("%d job records cannot be read: %s", len(u), strings.Join(u, " ")))
+		out = append(out, fmt.Sprintf("job records that cannot be read: %d: %s", len(u), strings.Join(u, " ")))
 	}
 	if h.orphanJobs > 0 {
-		out = append(out, fmt.Sprintf("%d step records of %d jobs whose record is lost cannot be reached", h.orphanRecords, h.orphanJobs))
+		out = append(out, fmt.Sprintf("step records that cannot be reached (their job's record is lost): %d, of %d jobs", h.orphanRecords, h.orphanJobs))
 	}
 	return out
 }

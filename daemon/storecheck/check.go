@@ -119,7 +119,7 @@ func (r Report) Lines() []string {
 	for _, s := range r.Streams {
 		switch {
 		case s.Problem != "":
-			out = append(out, fmt.Sprintf("stream %s: %s (%d records in it)", s.Name, s.Problem, s.Records))
+			out = append(out, fmt.Sprintf("stream %s: %s (records in it: %d)", s.Name, s.Problem, s.Records))
 		case s.BadBytes > 0:
 			lost := fmt.Sprint(s.Lost)
 			if s.LostMore {
@@ -129,7 +129,7 @@ func (r Report) Lines() []string {
 			if s.Repaired {
 				done = "the records after the damage were kept"
 			}
-			out = append(out, fmt.Sprintf("stream %s: %d damaged bytes, %s records unreadable, %d read; %s", s.Name, s.BadBytes, lost, s.Records, done))
+			out = append(out, fmt.Sprintf("stream %s: %d damaged bytes; records unreadable: %s, read: %d; %s", s.Name, s.BadBytes, lost, s.Records, done))
 		}
 	}
 	if r.Aside != "" && len(out) > 0 {
