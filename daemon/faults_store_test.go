@@ -171,6 +171,19 @@ func jobStoreCutTrial(t *testing.T, python string) trialResult {
 	return r
 }
 
+// outputDeletedTrial deletes the output stream's files: the output is gone
+// (its only copy), but not silently: status must say so, and the jobs and
+// their step records must be whole.
+func outputDeletedTrial(t *testing.T, python string) trialResult {
+	r, _, _, d := storeTrial(t, python, func(t *testing.T, state string, _ []api.Job) {
+		if err := os.RemoveAll(filepath.Dir(filepath.Dir(streamBlock(state, telemetry.OutputStream)))); err != nil {
+			t.Fatal(err)
+		}
+	}, false)
+	r.ok = r.ok && strings.Contains(strings.Join(d.info().Store, "\n"), "stream "+telemetry.OutputStream+" was not in the store")
+	return r
+}
+
 // stepStreamGarbageTrial writes 4 KB of garbage into the step stream's
 // block, a third of the way in. The records of the messages the garbage
 // touched are gone (no copy of them is left anywhere): records lost counts

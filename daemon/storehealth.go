@@ -49,6 +49,30 @@ type storeHealth struct {
 	// orphanRecords counts step records of orphanJobs jobs that have no
 	// record (counted when the store was damaged).
 	orphanRecords, orphanJobs int
+	// missing names the streams a store that had been used lacked (their
+	// directories deleted): made afresh, their history gone.
+	missing []string
+}
+
+// keptStreams are the streams whose absence from a store that holds the
+// others is a loss: the journal is not among them (a store made before
+// it had none; the job bucket it copies is there).
+var keptStreams = []string{telemetry.StepStream, telemetry.OutputStream, telemetry.NodeStream, jobStream}
+
+// missingStreams names the kept streams a store lacks that holds any of them.
+func missingStreams(rep storecheck.Report) []string {
+	var have, missing []string
+	for _, name := range keptStreams {
+		if slices.ContainsFunc(rep.Streams, func(s storecheck.Stream) bool { return s.Name == name }) {
+			have = append(have, name)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(have) == 0 {
+		return nil // a new store
+	}
+	return missing
 }
 
 // checkStore checks (and with repair repairs) the store of stateDir,
@@ -90,6 +114,9 @@ func CheckStore(stateDir string) (lines []string, ok bool, err error) {
 		return nil, false, err
 	}
 	lines = rep.Lines()
+	for _, m := range missingStreams(rep) {
+		lines = append(lines, fmt.Sprintf("stream %s is not in the store (its files deleted?): its history is gone; scavd makes it afresh", m))
+	}
 	behind := behindJournal(rep)
 	if len(behind) > 0 {
 		lines = append(lines, fmt.Sprintf("job records missing from the job store or older than their journal copy (scavd restores them when it starts): %d: %s",
@@ -111,8 +138,11 @@ func CheckStore(stateDir string) (lines []string, ok bool, err error) {
 func (h *storeHealth) settleStore(ctx context.Context, st *history.Store, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	damaged := h.check.Damaged()
-	for _, l := range h.check.Lines() {
+	h.mu.Lock()
+	h.missing = missingStreams(h.check)
+	damaged := h.check.Damaged() || len(h.missing) > 0
+	h.mu.Unlock()
+	for _, l := range h.lines() {
 		log.Error("damaged store: "+l, zap.String("store", h.check.Store))
 	}
 	ahead, err := st.JournalAhead(ctx)
@@ -171,6 +201,9 @@ func (h *storeHealth) lines() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := h.check.Lines()
+	for _, m := range h.missing {
+		out = append(out, fmt.Sprintf("stream %s was not in the store (its files deleted?): the history it held is gone; it was made afresh", m))
+	}
 	if n := len(h.restored.Restored); n > 0 {
 		out = append(out, fmt.Sprintf("job records restored from the journal: %d: %s", n, strings.Join(h.restored.Restored, " ")))
 	}

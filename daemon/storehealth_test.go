@@ -108,6 +108,11 @@ func TestDamagedStoreDegrades(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 0},
+		{"the output stream's files deleted", func(t *testing.T, state string, _ []api.Job) {
+			if err := os.RemoveAll(filepath.Dir(filepath.Dir(streamBlock(state, telemetry.OutputStream)))); err != nil {
+				t.Fatal(err)
+			}
+		}, 0},
 		{"4 KB of garbage in the step stream's block", func(t *testing.T, state string, _ []api.Job) {
 			path := streamBlock(state, telemetry.StepStream)
 			damage.Garbage(t, path, damage.Size(t, path)/3, 4096)
