@@ -63,6 +63,8 @@ func load(ctx context.Context, kv jetstream.KeyValue, id string) (record, error)
 	if !telemetry.ValidJobID(id) {
 		return record{}, fmt.Errorf("%w: %q is not a job id", api.ErrBadRequest, id)
 	}
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return record{}, fmt.Errorf("job %s: %w", id, api.ErrNoJob)
