@@ -75,9 +75,18 @@ func stallTrial(t *testing.T, python string) trialResult {
 		}
 		return false
 	})
-	r := trialResult{ok: true, figure: restarted.Sub(hung).Seconds()}
+	r := endedSaying(t, c, j, total, "(stalled)")
+	r.figure = restarted.Sub(hung).Seconds()
+	return r
+}
+
+// endedSaying follows job j to its end, settles the trial's counts, and
+// requires that its first attempt ended saying want.
+func endedSaying(t *testing.T, c *api.Client, j api.Job, total int, want string) trialResult {
+	t.Helper()
+	r := trialResult{ok: true}
 	j = ended(t, c, j, total, &r)
-	if why := j.Attempts[0].EndReason; !strings.Contains(why, "(stalled)") {
+	if why := j.Attempts[0].EndReason; !strings.Contains(why, want) {
 		r.ok, r.note = false, "attempt 1 ended: "+why
 	}
 	return r
@@ -140,12 +149,7 @@ func oomTrial(t *testing.T, python string) trialResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := trialResult{ok: true}
-	j = ended(t, c, j, total, &r)
-	if why := j.Attempts[0].EndReason; !strings.Contains(why, "out-of-memory killer") {
-		r.ok, r.note = false, "attempt 1 ended: "+why
-	}
-	return r
+	return endedSaying(t, c, j, total, "out-of-memory killer")
 }
 
 // setsidTrial runs the job whose rank 0 starts a child in a session of

@@ -32,23 +32,11 @@ const (
 	storeTrialSteps = 200
 )
 
-// storeDaemon starts a daemon on state, as before the store's check when
-// before is set; it and its client close at the end of the test.
+// storeDaemon starts a daemon on state (faultDaemon's), as before the
+// store's check when before is set.
 func storeDaemon(t *testing.T, state string, before bool) (*Daemon, *api.Client) {
 	t.Helper()
-	ctx := context.Background()
-	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Node: "n1", asBefore: before},
-		zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); d.Close() })
-	return d, c
+	return faultDaemon(t, Config{StateDir: state, asBefore: before})
 }
 
 // workerHistory runs storeTrialJobs jobs of the fault worker on a daemon on
