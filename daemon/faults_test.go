@@ -537,7 +537,11 @@ func diskFullTrial(t *testing.T, python string) trialResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the daemon to report the full state disk", func() bool { return d.info().StateDisk != "" })
+	// Full means a write was refused (the store holds), not only that the
+	// watch saw little space left: freeing it before would test no recovery.
+	waitFor(t, time.Minute, "the daemon to report the full state disk, and the store to refuse a write", func() bool {
+		return d.info().StateDisk != "" && d.disk.holding()
+	})
 	if err := os.Remove(f); err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,9 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 	e := r.conclude(out)
 	if out.err == nil && v.Crashed {
 		e.msg, e.why = v.Reason, "crashed: "+v.Reason
+		if out.stalled > 0 && !out.stopped { // the watchdog stopped it: a crash, not a stop
+			e.state, e.code = api.StateFailed, exitKilled
+		}
 		if len(out.res.Ranks) > 1 {
 			e.msg += "; the other workers were stopped"
 		}

@@ -100,7 +100,6 @@ func restartAfter(c crash) restartVerdict {
 	}
 	switch {
 	case c.MaxRestarts == 0:
-		return restartVerdict{Crashed: true, Reason: how + "; no restarts allowed (--max-restarts 0)"}
 	case res.ExitCode == exitNotFound || res.ExitCode == exitCannotExecute:
 		return restartVerdict{Crashed: true, Reason: how + "; not restarted: a command that cannot be run fails the same way each time"}
 	case c.Early && c.PrevEarly != nil && *c.PrevEarly == res.ExitCode:
