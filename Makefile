@@ -129,7 +129,7 @@ bench-ops: setup
 N ?= 10
 bench-faults: build
 	SCAV_BENCH_FAULTS=$(CURDIR)/docs/bench-faults.md SCAV_BENCH_N=$(N) SCAV_TEST_BIN=$(BIN) SCAV_TEST_PYTHON=$(PYTHON) \
-	  $(GO) test ./daemon -run '^TestFaults$$' -count=1 -timeout 120m -v 2>&1 | grep -E '^\s+faults_test.go:[0-9]+: .* #[0-9]+:|^(--- |ok|FAIL)' || true
+	  $(GO) test ./daemon -run '^TestFaults$$' -count=1 -timeout 240m -v 2>&1 | grep -E '^\s+faults_test.go:[0-9]+: .* #[0-9]+:|^(--- |ok|FAIL)' || true
 	@cat docs/bench-faults.md
 
 ## bench-restart: kill -9 of a worker to its next step, scavctl --max-restarts against torchrun --max_restarts (issue 13), RUNS times each (default 5); writes docs/bench-restart.md

@@ -21,8 +21,12 @@ func (c *Client) Ping(ctx context.Context) (Info, error) {
 	return i, c.call(ctx, VerbPing, struct{}{}, &i)
 }
 
-// Run submits a job.
+// Run submits a job; without a Dir, its workers run in this process's
+// working directory (as scavctl's do).
 func (c *Client) Run(ctx context.Context, req RunRequest) (Job, error) {
+	if req.Dir == "" {
+		req.Dir, _ = os.Getwd()
+	}
 	var j Job
 	return j, c.call(ctx, VerbRun, req, &j)
 }

@@ -62,6 +62,10 @@ type Info struct {
 	// CheckpointDisks names the running jobs' checkpoint directories that
 	// are short of space, with the space left.
 	CheckpointDisks []string `json:"checkpoint_disks,omitempty"`
+	// Store says what the daemon found damaged in its store when it
+	// started, one line each: records lost per stream, job records
+	// restored from their journal or unreadable (empty: all well).
+	Store []string `json:"store,omitempty"`
 }
 
 // Stats is the answer to scav.api.stats.

@@ -93,6 +93,13 @@ type Job struct {
 	// last checkpoint; Restarts how many it has restarted so far.
 	MaxRestarts int `json:"max_restarts"`
 	Restarts    int `json:"restarts,omitempty"`
+	// Faults says how the job meets a crash, a stall and a NaN loss.
+	Faults Faults `json:"faults,omitempty"`
+	// Stalled is set while the job's ranks report no step (a watchdog's
+	// verdict, see Faults.StallTimeout); BadLoss once its loss turned NaN
+	// or infinite.
+	Stalled *Stall   `json:"stalled,omitempty"`
+	BadLoss *BadLoss `json:"bad_loss,omitempty"`
 	// Resume is where a stopped job can continue (scavctl run --resume).
 	Resume *ResumePoint `json:"resume,omitempty"`
 	// Result is how the last attempt ended, rank by rank.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -41,6 +42,27 @@ type Optimize struct {
 
 // Active reports whether the job runs under a moving policy.
 func (o Optimize) Active() bool { return o.Policy != "" && o.Policy != "fixed" }
+
+// signs refuses the amounts that cannot be negative.
+func (o Optimize) signs() []error {
+	var errs []error
+	for _, v := range []struct {
+		flag string
+		bad  bool
+		val  any
+	}{
+		{"--deadline", o.Deadline < 0, o.Deadline.D()},
+		{"--budget", o.BudgetUSD < 0, o.BudgetUSD},
+		{"--target-samples", o.TargetSamples < 0, o.TargetSamples},
+		{"--price", o.PriceUSDPerHour < 0, o.PriceUSDPerHour},
+		{"--max-price", o.MaxPriceUSD < 0, o.MaxPriceUSD},
+	} {
+		if v.bad {
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", v.flag, v.val))
+		}
+	}
+	return errs
+}
 
 // Decision is one decision of a job's policy, as kept in its record.
 type Decision struct {

@@ -49,6 +49,8 @@ type RunRequest struct {
 	// failed on its own: not a stop, not a move) is restarted from the last
 	// complete checkpoint before the job fails; nil: DefaultMaxRestarts.
 	MaxRestarts *int `json:"max_restarts,omitempty"`
+	// Faults says how the job meets a crash, a stall and a NaN loss.
+	Faults Faults `json:"faults,omitempty"`
 }
 
 // DefaultMaxRestarts is a job's MaxRestarts unless it names one (torchrun's
@@ -98,8 +100,12 @@ func (r *RunRequest) ValidateWith(more func(*RunRequest) []error) error {
 	if m := r.MaxRestarts; m != nil && (*m < 0 || *m > MaxMaxRestarts) {
 		errs = append(errs, fmt.Errorf("--max-restarts %d: use 0 to %d", *m, MaxMaxRestarts))
 	}
-	if r.Grace.D() < 0 {
-		errs = append(errs, fmt.Errorf("grace %s: must not be negative", r.Grace.D()))
+	if g := r.Grace.D(); g < 0 || g > MaxGrace {
+		errs = append(errs, fmt.Errorf("grace %s: use 0 to %s (a stop, and a daemon's shutdown, wait for it)", g, MaxGrace))
+	}
+	errs = append(errs, r.Optimize.signs()...)
+	if err := r.Faults.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o := r.Optimize; !o.Active() && (o.MinWorkers != o.MaxWorkers || o.MinBatch != o.MaxBatch || len(o.Types) > 1) {
 		errs = append(errs, fmt.Errorf("ranges of workers or batch, and several machine types, need a moving policy (scavenger, adaptive or full), not %q", cmp.Or(o.Policy, "fixed")))

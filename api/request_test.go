@@ -3,6 +3,7 @@ package api
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -85,5 +86,27 @@ func TestValidateRefusesReservedEnvAndBadRestarts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestValidateRefusesWhatNoJobCanHave (issue 21's last row, for a request
+// that did not come through scavctl): negative amounts, a grace that would
+// hold a stop for ever, faults settings out of range; every problem at once.
+func TestValidateRefusesWhatNoJobCanHave(t *testing.T) {
+	req := RunRequest{Command: []string{"/bin/true"}, Config: plugins.Config{Workers: 1}, Grace: Duration(1000000 * time.Hour),
+		Optimize: Optimize{TargetSamples: -1, PriceUSDPerHour: -1, Deadline: Duration(-time.Hour), BudgetUSD: -2},
+		Faults:   Faults{RestartWindow: Duration(-time.Second), StallTimeout: Duration(time.Millisecond), OnStall: "panic", OnNaN: "ignore"}}
+	err := req.Validate()
+	for _, want := range []string{"grace 1000000h0m0s: use 0 to 1h0m0s", "--target-samples -1: must not be negative", "--price -1: must not be negative",
+		"--deadline -1h0m0s: must not be negative", "--budget -2: must not be negative", "--restart-window -1s", "--stall-timeout 1ms",
+		`--on-stall "panic"`, `--on-nan "ignore"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want %q", err, want)
+		}
+	}
+	ok := RunRequest{Command: []string{"/bin/true"}, Config: plugins.Config{Workers: 1}, Grace: Duration(MaxGrace),
+		Faults: Faults{RestartWindow: Duration(10 * time.Minute), StallTimeout: Duration(time.Minute), OnStall: StallRestart, OnNaN: NaNStop}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate of a good request = %v", err)
 	}
 }

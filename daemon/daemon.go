@@ -7,7 +7,8 @@
 //
 // A Daemon's life:
 //
-//	Start: state dir + lock -> NATS (embedded or external) -> store
+//	Start: state dir + lock -> check the store (storehealth.go) -> NATS
+//	       (embedded or external) -> store -> restore job records
 //	       -> ingest socket + control relay -> launcher -> job registry
 //	       -> API -> node sampler, /metrics -> settle the previous daemon's
 //	       jobs (jobs.Registry.Recover) -> discovery file
@@ -29,7 +30,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
@@ -56,11 +56,21 @@ type Config struct {
 	Socket string
 	// Node names this node (default the host name).
 	Node string
-	// Retention bounds the step and output history; OutputPerUser bounds
-	// one user's output in it, OutputReadPerUser how fast it is read
-	// (jobs.Options; by default, only on a daemon that serves every user).
+	// Retention bounds the step and output history; its byte limits not
+	// set follow the state disk's size at start (storesize.go).
+	// OutputPerUser bounds one user's output in it, OutputReadPerUser how
+	// fast it is read (jobs.Options; by default, only on a daemon that
+	// serves every user).
 	Retention                        history.Retention
 	OutputPerUser, OutputReadPerUser int64
+	// StoreMaxBytes, when positive, is the streams' total byte limit
+	// instead of half the state disk's space.
+	StoreMaxBytes int64
+	// StopGrace bounds how long a stopping daemon gives its jobs to
+	// checkpoint and exit (each at most its own grace) before it kills them
+	// (default DefaultStopGrace): SIGTERM stops scavd within it, and
+	// killTimeout more at worst.
+	StopGrace time.Duration
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -115,7 +125,15 @@ type Config struct {
 	// Telemetry bounds the telemetry socket per user and per job (zero
 	// fields: ingest.DefaultLimits).
 	Telemetry ingest.Limits
+
+	// asBefore starts the daemon as it was before it checked and repaired
+	// its store (the fault suite's "before" of the store's damage).
+	asBefore bool
 }
+
+// DefaultStopGrace is Config.StopGrace unless set: under the shipped
+// unit's TimeoutStopSec (5 minutes) with the kill's time to spare.
+const DefaultStopGrace = 4 * time.Minute
 
 // Daemon is a running scavd.
 type Daemon struct {
@@ -143,6 +161,10 @@ type Daemon struct {
 	metrics   *metricsServer
 	// stopRelease ends the release of free heap memory (memory.go).
 	stopRelease func()
+	// retention is the store's, its byte limits sized at start.
+	retention history.Retention
+	// health is what the daemon found of its store at start.
+	health *storeHealth
 	// disk watches the state disk (nil when the daemon embeds no server);
 	// stopDisk ends its watch.
 	disk     *diskWatch
@@ -170,7 +192,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := makeStateDir(cfg.StateDir, cfg.Standalone); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log}
+	d := &Daemon{cfg: cfg, log: log, health: &storeHealth{}}
 	// The daemon's root: its jobs outlive the context Start was called with.
 	d.root, d.cancelRoot = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -205,68 +227,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	log.Info("scavd ready", zap.String("api", d.APISocket()), zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
 		zap.String("state", cfg.StateDir), zap.Bool("standalone", cfg.Standalone))
 	return d, nil
-}
-
-// startNATS brings up the embedded server (or joins an external one), the
-// daemon's authenticated connection and the JetStream store.
-func (d *Daemon) startNATS(ctx context.Context) error {
-	cfg, log := d.cfg, d.log
-	keyFile := cfg.NATSKey
-	if keyFile == "" {
-		keyFile = filepath.Join(cfg.StateDir, "nats.nk")
-	}
-	key, err := loadNATSKey(keyFile, cfg.NATSKey == "")
-	if err != nil {
-		return err
-	}
-	if cfg.NATSURL == "" {
-		for _, l := range [][2]string{{"nats listen", cfg.Listen}, {"cluster listen", cfg.Cluster.Listen}, {"api listen", cfg.APIListen}} {
-			if err := checkPort(l[0], l[1]); err != nil {
-				return err
-			}
-		}
-		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
-		if err != nil {
-			return err
-		}
-		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
-		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, d.disk.noteLog, log.Named("nats")); err != nil {
-			return err
-		}
-		d.disk.ns = d.ns
-	}
-	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
-		return err
-	}
-	js, err := jetstream.New(d.nc)
-	if err != nil {
-		return fmt.Errorf("open jetstream: %w", err)
-	}
-	if d.store, err = openStore(ctx, js, cfg.Retention, cfg.Cluster.Listen != "", log); err != nil {
-		return err
-	}
-	d.models, err = models.Open(ctx, js, cfg.Retention.Replicas)
-	return err
-}
-
-// clusterWait bounds how long a clustered daemon waits for JetStream's
-// meta leader and enough peers to make the streams and buckets.
-const clusterWait = 2 * time.Minute
-
-// openStore makes the streams and buckets; in a cluster it tries again
-// while JetStream is still forming (no meta leader yet, too few peers).
-func openStore(ctx context.Context, js jetstream.JetStream, ret history.Retention, clustered bool, log *zap.Logger) (*history.Store, error) {
-	deadline := time.Now().Add(clusterWait)
-	for {
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		st, err := history.OpenStore(octx, js, ret)
-		cancel()
-		if err == nil || !clustered || time.Now().After(deadline) || ctx.Err() != nil {
-			return st, err
-		}
-		log.Info("waiting for the NATS cluster's JetStream", zap.Error(err))
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 // startJobs brings up the telemetry socket, the control relay, the
@@ -310,6 +270,7 @@ func (d *Daemon) startJobs() error {
 	}
 	d.jobs = jobs.New(d.root, o)
 	registry.Store(d.jobs)
+	d.health.unreadable = d.jobs.Unreadable
 	return nil
 }
 
@@ -341,10 +302,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return d.Close()
 }
 
-// SetRetention changes, live, how much history the streams keep.
+// SetRetention changes, live, how long the streams keep step records
+// (r.StepMaxAge; their byte limits stay as sized at start).
 func (d *Daemon) SetRetention(ctx context.Context, r history.Retention) error {
-	r.Replicas = d.cfg.Retention.Replicas
-	if _, err := history.OpenStore(ctx, d.store.JS, r); err != nil {
+	next := d.retention
+	next.StepMaxAge = r.StepMaxAge
+	if _, err := history.OpenStore(ctx, d.store.JS, next); err != nil {
 		return fmt.Errorf("set retention: %w", err)
 	}
 	return nil
@@ -409,7 +372,13 @@ func (d *Daemon) shutdown() error {
 		d.stopDisk()
 	}
 	if d.jobs != nil {
-		d.jobs.Close(d.root)
+		grace := d.cfg.StopGrace
+		if grace <= 0 {
+			grace = DefaultStopGrace
+		}
+		ctx, cancel := context.WithTimeout(d.root, grace)
+		d.jobs.Close(ctx)
+		cancel()
 	}
 	if d.api != nil {
 		d.api.Close(d.root)
@@ -444,6 +413,6 @@ func (d *Daemon) info() api.Info {
 		Node: d.cfg.Node, Version: api.Version, PID: os.Getpid(), Standalone: d.cfg.Standalone,
 		Socket: d.ingest.Path(), NATS: d.URL(), Active: d.jobs.Active(), Metrics: d.MetricsAddr(),
 		API: d.APISocket(), APIAddr: d.APIAddr(), Launcher: d.launcher, StateDisk: d.disk.status(),
-		CheckpointDisks: d.disk.checkpoints(),
+		CheckpointDisks: d.disk.checkpoints(), Store: d.health.lines(),
 	}
 }

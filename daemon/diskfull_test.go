@@ -267,3 +267,34 @@ func follow(t *testing.T, c *api.Client, id string, limit time.Duration) telemet
 	}
 	return final
 }
+
+// TestReadOnlyCheckpointDirIsReported (issue 21): a running job's checkpoint
+// directory on a file system remounted read-only is reported in status
+// until it is writable again.
+func TestReadOnlyCheckpointDirIsReported(t *testing.T) {
+	disk := smallDisk(t, 16<<20)
+	_, c := faultDaemon(t, Config{StateDir: t.TempDir()})
+	ctx := context.Background()
+	j, err := c.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", "sleep 60"}, Dir: t.TempDir(), CheckpointDir: filepath.Join(disk, "ckpt"),
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Stop(ctx, j.ID, 0) }()
+	remount := func(mode string) {
+		if err := syscall.Mount("tmpfs", disk, "tmpfs", syscall.MS_REMOUNT|map[string]uintptr{"ro": syscall.MS_RDONLY, "rw": 0}[mode], "size=16777216"); err != nil {
+			t.Fatalf("remount %s: %v", mode, err)
+		}
+	}
+	remount("ro")
+	defer remount("rw")
+	waitFor(t, 30*time.Second, "status to report the read-only checkpoint directory", func() bool {
+		info, err := c.Ping(ctx)
+		return err == nil && strings.Contains(strings.Join(info.CheckpointDisks, "\n"), "read-only")
+	})
+	remount("rw")
+	waitFor(t, 30*time.Second, "the report to clear", func() bool {
+		info, err := c.Ping(ctx)
+		return err == nil && len(info.CheckpointDisks) == 0
+	})
+}

@@ -42,11 +42,18 @@ import (
 // move), it does at once and exits 0. The ranks meet through those files;
 // with a fifth argument "tcp", through a TCP connection between them at
 // MASTER_ADDR:MASTER_PORT instead, as DDP's go over the network: a rank cut
-// off from its peer waits at its next meet, and the peer with it.
+// off from its peer waits at its next meet, and the peer with it. With
+// OOM_AT=N in its environment, rank 1 of attempt 1 takes 300 MB at step N;
+// with SETSID=1 rank 0 starts a child in a session of its own (which
+// outlives it unless its job's cgroup ends it).
 const faultWorker = `import json, os, socket, sys, time, scavenger
 total, every, slow, side, tcp = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5:] == ["tcp"]
 rank, attempt, d = int(os.environ.get("RANK", "0")), os.environ["SCAV_ATTEMPT"], scavenger.checkpoint_dir()
 open(os.path.join(side, "pid-%d-%s" % (rank, attempt)), "w").write(str(os.getpid()))
+oom_at = int(os.environ.get("OOM_AT", "0"))
+if os.environ.get("SETSID") == "1" and rank == 0:
+    import subprocess
+    subprocess.Popen(["sleep", "1000"], start_new_session=True)
 
 def atomic(name, data):
     tmp = os.path.join(d, ".%s.%d.scavtmp" % (name, os.getpid()))
@@ -105,6 +112,8 @@ def checkpoint(i):
 for i in range(scavenger.start_step() + 1, total + 1):
     scavenger.step(samples=1)
     time.sleep(0.01)
+    if i == oom_at and rank == 1 and attempt == "1":
+        hog = bytearray(300 * 2**20)
     if scavenger.should_checkpoint():  # a stop or a move: checkpoint, say so, exit 0
         scavenger.acknowledge(checkpoint(i) if rank == 0 else None)
         scavenger.close()
@@ -122,7 +131,7 @@ type trialResult struct {
 	lost, dup, repeated      int  // step records: never stored; stored twice; steps done again after a restart
 	procs, zombies, leftover int  // processes of the job alive after it, zombies, temporary or spool files left
 	attempts                 int  // the job's attempts
-	figure                   float64
+	figure, before           float64
 	note                     string
 }
 
@@ -142,6 +151,10 @@ type faultTrial struct {
 	most        int
 	figure      string
 	digits      int
+	// beforeAfter: the figure is "before → after", before being the
+	// trial's before (the same damage met as the daemon did before it
+	// checked its store).
+	beforeAfter bool
 }
 
 var faultTrials = []faultTrial{
@@ -152,6 +165,16 @@ var faultTrials = []faultTrial{
 	{fault: "SIGTERM scavd (service stop) under 4 jobs, start it again", goal: "all checkpoint and resume; records lost 0", run: stopDaemonTrial},
 	{fault: "1 GB of output from one job (64 MB when N=1)", goal: "other jobs' history intact; scavd RSS ≤ 150 MB", run: floodTrial, most: 3, figure: "scavd peak RSS, MB"},
 	{fault: "4 jobs + 8 readers for 60 s (15 s when N=1)", goal: "0 errors; p99 API latency reported", run: readersTrial, figure: "p99 API latency, ms", digits: 1},
+	{fault: "512 B of garbage in a job's record in the job store", goal: "every job listed as it ended; step records lost 0", run: jobStoreGarbageTrial, figure: "step records lost before → after", beforeAfter: true},
+	{fault: "job store truncated to 0", goal: "every job listed as it ended; step records lost 0", run: jobStoreEmptiedTrial, figure: "step records lost before → after", beforeAfter: true},
+	{fault: "job store's last 100 B cut", goal: "every job listed as it ended; step records lost 0", run: jobStoreCutTrial, figure: "jobs shown wrong before → after", beforeAfter: true},
+	{fault: "the output stream's directory (SCAV_OUTPUT) deleted", goal: "said in status; jobs and step records whole", run: outputDeletedTrial},
+	{fault: "4 KB of garbage in the step stream's block", goal: "loses only the records the garbage overwrote", run: stepStreamGarbageTrial, figure: "step records lost before → after", beforeAfter: true},
+	{fault: "state disk nearly full at start (148 MB free of 2 GB; 200 MB and 20 MB disks)", goal: "starts and runs a job on 148 MB and 200 MB; 20 MB refused naming the space and state_dir", run: smallDiskTrial},
+	{fault: "a rank hangs (SIGSTOP), --stall-timeout 3s --on-stall restart", goal: "marked stalled, restarted from the checkpoint, finishes; records lost 0", run: stallTrial, figure: "hang → restarted, s", digits: 1},
+	{fault: "checkpoint directory read-only for 25 s", goal: "restarts outlast it and the job finishes; records lost 0", run: readOnlyCheckpointTrial, figure: "attempts"},
+	{fault: "a worker killed by the out-of-memory killer (200 MB cgroup)", goal: "restarted from the checkpoint, the kill named; records lost 0", run: oomTrial},
+	{fault: "a worker's child in a session of its own (setsid)", goal: "ends with the job: processes left 0, zombies 0", run: setsidTrial},
 	{fault: "Slurm node lost mid-job (3 nodes)", goal: "resumes on the rest; records lost 0", run: slurmNodeLostTrial, figure: "loss → relaunched, s", digits: 1},
 	// Last: testnet makes the test process a subreaper for the rest of the run.
 	{fault: "SSH host link down mid-job", goal: "relaunch on the rest; records lost 0", run: sshLinkTrial, figure: "link down → relaunched, s", digits: 1},
@@ -173,7 +196,7 @@ func TestFaults(t *testing.T) {
 	fmt.Fprintf(&table, "| fault | goal | N | goal met | records lost | duplicated | steps done again | attempts | processes left | zombies | files left | figure |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, ft := range faultTrials {
 		var sum trialResult
-		met, runs, minA, maxA, minF, maxF := 0, 0, 1<<30, 0, 1e18, 0.0
+		met, runs, minA, maxA, minF, maxF, minB, maxB := 0, 0, 1<<30, 0, 1e18, 0.0, 1e18, 0.0
 		runsOf := n
 		if ft.most > 0 {
 			runsOf = min(n, ft.most)
@@ -198,6 +221,7 @@ func TestFaults(t *testing.T) {
 			t.Logf("%s #%d: %+v", ft.fault, i, r)
 			minA, maxA = min(minA, r.attempts), max(maxA, r.attempts)
 			minF, maxF = min(minF, r.figure), max(maxF, r.figure)
+			minB, maxB = min(minB, r.before), max(maxB, r.before)
 			sum.add(r)
 		}
 		if runs == 0 {
@@ -208,7 +232,16 @@ func TestFaults(t *testing.T) {
 			attempts = fmt.Sprintf("%d–%d", minA, maxA)
 		}
 		figure := ""
-		if ft.figure != "" {
+		span := func(lo, hi float64) string {
+			if lo == hi {
+				return fmt.Sprintf("%.*f", ft.digits, lo)
+			}
+			return fmt.Sprintf("%.*f–%.*f", ft.digits, lo, ft.digits, hi)
+		}
+		switch {
+		case ft.beforeAfter:
+			figure = fmt.Sprintf("%s: %s → %s", ft.figure, span(minB, maxB), span(minF, maxF))
+		case ft.figure != "":
 			figure = fmt.Sprintf("%s: %.*f–%.*f", ft.figure, ft.digits, minF, ft.digits, maxF)
 		}
 		fmt.Fprintf(&table, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %d | %d | %d | %s |\n", ft.fault, ft.goal, runs, met, runs,
@@ -246,7 +279,11 @@ func faultsDoc(n int, table string) []byte {
 		"every attempt a batch job the launcher submits), and loses rank 1's node after the first checkpoint (its link down and "+
 		"its processes frozen, as a dead machine); the figure is the time from the loss to the relaunched workers' start on the two "+
 		"other nodes; its processes left are counted once the node is back and Slurm ended what still ran there. "+
-		"The test is daemon/faults_test.go (the last three trials in faults_api_test.go, faults_slurm_test.go and faults_ssh_test.go; TestFaults runs each trial once).\n\n%s\n%s",
+		"The store trials (issue 21) run 3 jobs of the same workers (200 steps each) to their ends, stop the daemon, damage its store on disk, and start a daemon on it; "+
+		"before is what a daemon that did not check its store reaches of a copy of the same damaged store (the jobs it lists as they ended, the step records it serves), after what this one reaches. "+
+		"The small-disk trial starts scavd with its state directory on a 2 GB disk with 148 MB free and on a 200 MB disk (each runs a job to its end), and on a 20 MB disk (refused). "+
+		"The worker trials (a hung rank, a read-only checkpoint directory, an out-of-memory kill, a child in its own session) run one job of the workers through the fault. "+
+		"The test is daemon/faults_test.go (the API, Slurm and SSH trials in faults_api_test.go, faults_slurm_test.go and faults_ssh_test.go, the store trials in faults_store_test.go, the worker trials in faults_proc_test.go; TestFaults runs each trial once).\n\n%s\n%s",
 		n, numCPU(), time.Now().UTC().Format("2006-01-02"), table, faultsNotes))
 }
 
@@ -262,6 +299,16 @@ const faultsNotes = `How to read the rows:
 - **1 GB of output** runs at most 3 times: each run writes 1 GB through scavd. The figure is scavd's VmHWM over the whole run.
 - **4 jobs + 8 readers**: each run's log line has its calls and each kind's p50, p99 and max. The calls that read a job's whole step history (steps, report) set the p99.
 - **Slurm node lost** and **SSH host link down**: the figure is the time from the loss to the relaunched workers' start: for Slurm mostly Slurm noticing the node (the test cluster's SlurmdTimeout and its ping cycle), for SSH scavd's keepalive. The steps done again are those since the last checkpoint, on both ranks.
+- **The store's damage** (issue 21): scavd reads every record of its store before the NATS server opens it, verifying each record's hash; a damaged block is rewritten without its damaged stretches (the server alone cuts the block at the first bad record, losing everything after it), the damaged files are kept in <state>/damaged-<time>, and scavctl status, the log and the scavenger_store_* metrics say what was lost. Job records are journaled in a stream of their own and restored from it when the job store lost them or holds an older one (a cut end brings back a "running" record of a job that had succeeded). Before, a damaged job store hid the jobs it could not read, and with them their step records (the API serves a job's steps only with its record), or listed a finished job as failed.
+- **What JetStream offers itself**: its file store checks a record's hash only when it rebuilds a block (after an unclean stop, or when a read meets the record), cuts the block at the first bad record, and trusts its index otherwise; its block size is not set through the stream API (the server sizes blocks from a stream's byte limit: 4–8 MB here). So scavd checks every record itself before the server opens the store, and keeps the records after the damage; the figures above are that check's gain over the server alone.
+- **the output stream's directory deleted**: its output and events are gone (their only copy); scavd makes the stream afresh and says in status, the log and scavd --check-store which stream was missing (before, nothing said so).
+- **4 KB of garbage in the step stream**: records lost counts the records lost beyond those of the messages the garbage touched; the figure counts all. Those are gone: no design here can survive the loss of the only copy of bytes (the workers' clients drop a record once scavd confirms it stored it). A NATS cluster with replicas (replicas: 3) keeps another copy on other nodes; one node's store cannot.
+- **state disk nearly full at start**: the streams' byte limits follow the space at start (half of the free space plus what the store holds, each at least 1/32 of its default: 50 MiB in all); a disk too small for that is refused before anything starts, naming the space needed and state_dir (and store_max_bytes).
+- **a rank hangs**: the watchdog (default --stall-timeout: 10 times the slowest step seen, at least 5 minutes; the trial sets 3 s) marks the job stalled in status, top and the metrics; with --on-stall restart it ends the attempt (the stopped rank too) and restarts from the checkpoint. The figure is the time from the hang to the new attempt's start: the timeout, the watchdog's 2 s look, the stop's grace (5 s: the ranks are stuck, not checkpointing) and the start.
+- **checkpoint directory read-only for 25 s**: rank 0's checkpoint fails and the job crashes at each attempt until it is writable again; past --max-restarts the job goes on restarting while its back-off is under --restart-window (default 2 minutes: before, 3 restarts in 3 s ended it). Status reports the read-only directory meanwhile. The figure is the job's attempts.
+- **out-of-memory kill**: the first attempt's end names the kernel's out-of-memory killer (from the kernel log; the cgroup's own count says the same), not just SIGKILL.
+- **a worker's child in its own session**: every attempt has a cgroup (cgroup v2) that holds every process its workers start, whatever their session or group; it is killed with the attempt, and its orphans reaped.
+- **Not in this table**, tested instead: the flags and requests no job can have (TestBadFlagsAreRefused, TestValidateRefusesWhatNoJobCanHave); a command that cannot run or fails before its first step twice alike is not restarted (TestCommandsThatCannotRunAreNotRestarted); a NaN loss is an event and --on-nan stop stops the job (TestNaNLossIsAnEvent). The rows of issue 21's table about the spool, slow request bodies, a frozen scavd, values out of range and fabricated progress are the trials and tests of the security and telemetry work.
 `
 
 // numCPU is the number of cores, for the table's heading.
@@ -490,7 +537,11 @@ func diskFullTrial(t *testing.T, python string) trialResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the daemon to report the full state disk", func() bool { return d.info().StateDisk != "" })
+	// Full means a write was refused (the store holds), not only that the
+	// watch saw little space left: freeing it before would test no recovery.
+	waitFor(t, time.Minute, "the daemon to report the full state disk, and the store to refuse a write", func() bool {
+		return d.info().StateDisk != "" && d.disk.holding()
+	})
 	if err := os.Remove(f); err != nil {
 		t.Fatal(err)
 	}

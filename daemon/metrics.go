@@ -78,7 +78,7 @@ func (d *Daemon) MetricsAddr() string {
 // (read from its state at each scrape) and the Go runtime's and process's.
 func (d *Daemon) Registry() *prometheus.Registry {
 	c := &daemonCollector{node: d.cfg.Node, running: d.jobs.Running, latest: d.node.latest, ingest: d.ingest.Stats, disk: d.disk.gauges,
-		perJob: d.metricsPerJob()}
+		store: d.health.gauges, perJob: d.metricsPerJob()}
 	if d.api != nil {
 		c.api = d.api.Counts
 	}
@@ -168,6 +168,9 @@ var (
 	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
 	descJobRSS    = prometheus.NewDesc("scavenger_job_resident_memory_bytes", "Resident memory of the job's processes on this node.", jobLabels, nil)
+	descStalled   = prometheus.NewDesc("scavenger_job_stalled", "1 while the job's ranks have reported no step for its stall timeout (its speed is then not shown), else 0.", jobLabels, nil)
+	descSinceStep = prometheus.NewDesc("scavenger_job_seconds_since_step", "Seconds since the job's newest step record arrived (current attempt).", jobLabels, nil)
+	descBadLoss   = prometheus.NewDesc("scavenger_job_loss_not_finite", "1 once the job's loss turned NaN or infinite (current attempt), else 0.", jobLabels, nil)
 	descJobProcs  = prometheus.NewDesc("scavenger_job_processes", "Processes of the job on this node (workers and their descendants).", jobLabels, nil)
 
 	descGPUs       = prometheus.NewDesc("scavenger_node_gpus", "GPUs on the node, by where they are read from (nvml, nvidia-smi, none).", []string{"node", "source"}, nil)
@@ -206,6 +209,11 @@ var (
 	descDiskFull     = prometheus.NewDesc("scavenger_state_disk_full", "1 while the state disk is (almost) full and the store cannot write, else 0.", []string{"node"}, nil)
 	descDiskFree     = prometheus.NewDesc("scavenger_state_disk_free_bytes", "Space left on the state disk (-1: unknown).", []string{"node"}, nil)
 	descDiskRestarts = prometheus.NewDesc("scavenger_state_store_restarts_total", "Times the store was restarted in place after the state disk had room again.", []string{"node"}, nil)
+
+	descStoreLost       = prometheus.NewDesc("scavenger_store_lost_records", "Records of a stream found unreadable (damaged) when scavd started.", []string{"node", "stream"}, nil)
+	descStoreRestored   = prometheus.NewDesc("scavenger_store_restored_jobs", "Job records restored from their journal when scavd started (the job store lost them, or held older ones).", []string{"node"}, nil)
+	descStoreUnreadable = prometheus.NewDesc("scavenger_store_unreadable_jobs", "Job records in the job store that cannot be read, nor restored from the journal.", []string{"node"}, nil)
+	descStoreOrphans    = prometheus.NewDesc("scavenger_store_orphan_step_records", "Step records of jobs whose record is lost (counted when scavd started on a damaged store).", []string{"node"}, nil)
 )
 
 // daemonCollector reads the daemon's jobs, node samples and ingest counters
@@ -220,6 +228,7 @@ type daemonCollector struct {
 	// perJob writes the series that name jobs (job ids, names, loss,
 	// steps): off on a daemon that serves every user (MetricsPerJob).
 	perJob bool
+	store   func() (lost []storeGauge, restored, unreadable, orphans float64)
 }
 
 // Describe implements prometheus.Collector.
@@ -227,11 +236,13 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
 		descLoss, descRemaining, descLeftBound, descFinish, descCost, descCostLeft, descCostBound, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descStalled, descSinceStep, descBadLoss,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
 		descIngested, descDropped, descConns, descRefused, descDiskFull, descDiskFree, descDiskRestarts,
 		descAPIConns, descAPIStreams, descAPIRefused,
+		descStoreLost, descStoreRestored, descStoreUnreadable, descStoreOrphans,
 	} {
 		ch <- d
 	}
@@ -270,6 +281,15 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 			m.counter(descAPIRefused, float64(n), m.node, reason)
 		}
 	}
+	if c.store != nil {
+		lost, restored, unreadable, orphans := c.store()
+		for _, g := range lost {
+			m.gauge(descStoreLost, g.value, m.node, g.stream)
+		}
+		m.gauge(descStoreRestored, restored, m.node)
+		m.gauge(descStoreUnreadable, unreadable, m.node)
+		m.gauge(descStoreOrphans, orphans, m.node)
+	}
 }
 
 // metricSink writes one scrape's metrics of a node.
@@ -285,6 +305,14 @@ func (m metricSink) gauge(desc *prometheus.Desc, v float64, labels ...string) {
 
 func (m metricSink) counter(desc *prometheus.Desc, v float64, labels ...string) {
 	m.ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+}
+
+// flag is 1 for true, else 0.
+func flag(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // opt writes a gauge whose value may be unknown (nil: none).
@@ -304,7 +332,12 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 		l := []string{j.ID, j.Name, m.node}
 		m.gauge(descJobInfo, 1, append(l, string(j.State), j.Launcher, j.Optimize.Policy, string(j.Phase), j.Config.MachineType)...)
 		m.gauge(descSteps, float64(p.LastStep), l...)
-		if p.StepTime > 0 {
+		m.gauge(descStalled, flag(j.Stalled != nil), l...)
+		m.gauge(descBadLoss, flag(j.BadLoss != nil && j.BadLoss.Attempt == j.Attempt), l...)
+		if !p.LastAt.IsZero() {
+			m.gauge(descSinceStep, time.Since(p.LastAt).Seconds(), l...)
+		}
+		if p.StepTime > 0 && j.Stalled == nil { // a stalled job's last speed is not its speed now
 			m.gauge(descStepRate, 1/p.StepTime, l...)
 			m.gauge(descStepTime, p.StepTime, l...)
 			if j.Config.GlobalBatch > 0 {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,11 +17,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/models"
 	"github.com/scavenger-ml/scavenger/internal/secret"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // The NATS server never answers an anonymous client, on loopback too: the
@@ -144,10 +148,11 @@ func certPool(file, what string) (*x509.CertPool, error) {
 }
 
 // startNATS runs the embedded nats-server with JetStream, its store under
-// stateDir, listening on listen ("host:port"; port 0 picks a free one) for
-// clients that present key, with TLS when tlsCfg is set (required off
-// loopback), in cluster when it names one; note reads its warnings and errors.
-func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, note func(string), log *zap.Logger) (*server.Server, error) {
+// stateDir (at most maxStore bytes; 0: the server's default), listening on
+// listen ("host:port"; port 0 picks a free one) for clients that present
+// key, with TLS when tlsCfg is set (required off loopback), in cluster when
+// it names one; note reads its warnings and errors.
+func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, cluster Cluster, maxStore int64, note func(string), log *zap.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("parse listen address %q: %w", listen, err)
@@ -168,6 +173,7 @@ func startNATS(listen, stateDir, name string, key natsKey, tlsCfg *tls.Config, c
 		Port:                   port,
 		JetStream:              true,
 		StoreDir:               filepath.Join(stateDir, "jetstream"),
+		JetStreamMaxStore:      maxStore,
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
 		MaxPayload:             4 << 20,
@@ -262,5 +268,90 @@ func (l natsLogger) Tracef(f string, v ...any) { l.s.Debugf(f, v...) }
 func (l natsLogger) noted(f string, v []any) {
 	if l.note != nil {
 		l.note(fmt.Sprintf(f, v...))
+	}
+}
+
+// startNATS brings up the embedded server (or joins an external one), the
+// daemon's authenticated connection and the JetStream store.
+func (d *Daemon) startNATS(ctx context.Context) error {
+	cfg, log := d.cfg, d.log
+	keyFile := cfg.NATSKey
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.StateDir, "nats.nk")
+	}
+	key, err := loadNATSKey(keyFile, cfg.NATSKey == "")
+	if err != nil {
+		return err
+	}
+	if cfg.NATSURL == "" {
+		for _, l := range [][2]string{{"nats listen", cfg.Listen}, {"cluster listen", cfg.Cluster.Listen}, {"api listen", cfg.APIListen}} {
+			if err := checkPort(l[0], l[1]); err != nil {
+				return err
+			}
+		}
+		tlsCfg, err := serverTLS("nats", cfg.NATSTLSCert, cfg.NATSTLSKey)
+		if err != nil {
+			return err
+		}
+		if !cfg.asBefore {
+			rep, err := checkStore(cfg.StateDir, true, time.Now())
+			if err != nil {
+				return err
+			}
+			d.health.check = rep
+		}
+		free, _ := space(cfg.StateDir)
+		size, err := sizeStore(free, storeUse(filepath.Join(cfg.StateDir, "jetstream")), cfg.StoreMaxBytes, cfg.Retention)
+		if err != nil {
+			return err
+		}
+		if d.retention = size.Retention; size.Scaled {
+			r := size.Retention
+			log.Warn("the state disk is small: the streams keep less history", zap.String("free", mib(free)), zap.String("steps", mib(r.StepMaxBytes)),
+				zap.String("output", mib(r.LogMaxBytes)), zap.String("node", mib(r.NodeMaxBytes)), zap.String("journal", mib(r.JournalMaxBytes)))
+		}
+		d.disk = newDiskWatch(cfg.StateDir, log.Named("disk"))
+		if d.ns, err = startNATS(cfg.Listen, cfg.StateDir, "scavd-"+cfg.Node, key, tlsCfg, cfg.Cluster, size.MaxStore, d.disk.noteLog, log.Named("nats")); err != nil {
+			return err
+		}
+		d.disk.ns = d.ns
+	}
+	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
+		return err
+	}
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		return fmt.Errorf("open jetstream: %w", err)
+	}
+	if d.ns == nil {
+		d.retention = cfg.Retention // an external server's disk is its own
+	}
+	if d.store, err = openStore(ctx, js, d.retention, cfg.Cluster.Listen != "", log); err != nil {
+		return err
+	}
+	if !cfg.asBefore {
+		d.health.settleStore(ctx, d.store, log.Named("store"))
+	}
+	d.models, err = models.Open(ctx, js, d.retention.Replicas)
+	return err
+}
+
+// clusterWait bounds how long a clustered daemon waits for JetStream's
+// meta leader and enough peers to make the streams and buckets.
+const clusterWait = 2 * time.Minute
+
+// openStore makes the streams and buckets; in a cluster it tries again
+// while JetStream is still forming (no meta leader yet, too few peers).
+func openStore(ctx context.Context, js jetstream.JetStream, ret history.Retention, clustered bool, log *zap.Logger) (*history.Store, error) {
+	deadline := time.Now().Add(clusterWait)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, err := history.OpenStore(octx, js, ret)
+		cancel()
+		if err == nil || !clustered || time.Now().After(deadline) || ctx.Err() != nil {
+			return st, err
+		}
+		log.Info("waiting for the NATS cluster's JetStream", zap.Error(err))
+		time.Sleep(500 * time.Millisecond)
 	}
 }

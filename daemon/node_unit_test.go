@@ -9,6 +9,8 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/daemon/storecheck"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -163,5 +165,36 @@ func TestLastingSampleFailureLogsOnce(t *testing.T) {
 	n.sample(context.Background())
 	if logs.Len() != 2 || logs.All()[0].Level != zapcore.WarnLevel || logs.All()[1].Level != zapcore.InfoLevel {
 		t.Errorf("log %v, want one warning and one recovery", logs.All())
+	}
+}
+
+// TestStallAndStoreMetrics (issue 21): a stalled job's speed is not
+// exported as current, its stall and a loss that turned NaN are; so is
+// what the daemon found damaged in its store.
+func TestStallAndStoreMetrics(t *testing.T) {
+	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", State: api.StateRunning, Attempt: 1, Config: plugins.Config{Workers: 1, GlobalBatch: 64},
+		Stalled: &api.Stall{Step: 42}, BadLoss: &api.BadLoss{Attempt: 1, Step: 40, Value: "NaN"}},
+		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5}}
+	h := &storeHealth{check: storecheck.Report{Streams: []storecheck.Stream{{Name: "SCAV_STEPS", Lost: 31, BadBytes: 4096}}},
+		restored: history.Restored{Restored: []string{"a", "b"}}}
+	c := &daemonCollector{node: "n1", running: func() []jobs.Status { return []jobs.Status{st} },
+		latest: func() (gpus, hosts *telemetry.NodeSample) { return nil, nil }, ingest: func() api.IngestStats { return api.IngestStats{} }, store: h.gauges}
+	want := `
+# HELP scavenger_job_stalled 1 while the job's ranks have reported no step for its stall timeout (its speed is then not shown), else 0.
+# TYPE scavenger_job_stalled gauge
+scavenger_job_stalled{job_id="cnn-000001",name="cnn",node="n1"} 1
+# HELP scavenger_job_loss_not_finite 1 once the job's loss turned NaN or infinite (current attempt), else 0.
+# TYPE scavenger_job_loss_not_finite gauge
+scavenger_job_loss_not_finite{job_id="cnn-000001",name="cnn",node="n1"} 1
+# HELP scavenger_store_lost_records Records of a stream found unreadable (damaged) when scavd started.
+# TYPE scavenger_store_lost_records gauge
+scavenger_store_lost_records{node="n1",stream="SCAV_STEPS"} 31
+# HELP scavenger_store_restored_jobs Job records restored from their journal when scavd started (the job store lost them, or held older ones).
+# TYPE scavenger_store_restored_jobs gauge
+scavenger_store_restored_jobs{node="n1"} 2
+`
+	if err := testutil.GatherAndCompare(newRegistry(c), strings.NewReader(want), "scavenger_job_stalled", "scavenger_job_loss_not_finite",
+		"scavenger_job_steps_per_second", "scavenger_store_lost_records", "scavenger_store_restored_jobs"); err != nil {
+		t.Error(err)
 	}
 }

@@ -138,6 +138,12 @@ func space(dir string) (free, total int64) {
 	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize
 }
 
+// readOnly reports whether dir's file system is mounted read-only.
+func readOnly(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}
+
 // look takes one look and acts on the verdict.
 func (w *diskWatch) look(ctx context.Context) {
 	w.lookCheckpoints()
@@ -190,8 +196,8 @@ func (w *diskWatch) restart(ctx context.Context) error {
 }
 
 // lookCheckpoints looks at the running jobs' checkpoint directories: one
-// short of space (judged as the state disk is) is logged once and reported
-// until it has room again. A checkpoint that does not fit fails its write
+// short of space (judged as the state disk is), or read-only, is logged
+// once and reported until it has room again. A checkpoint that does not fit fails its write
 // and leaves the previous one whole (python/scavenger/checkpoint.py).
 func (w *diskWatch) lookCheckpoints() {
 	if w.ckptDirs == nil {
@@ -203,6 +209,13 @@ func (w *diskWatch) lookCheckpoints() {
 		w.mu.Lock()
 		_, was := w.ckpt[dir]
 		w.mu.Unlock()
+		if readOnly(dir) {
+			low[dir] = fmt.Sprintf("checkpoint directory %s of job %s is on a read-only file system: its checkpoints fail until it is writable again", dir, job)
+			if !was {
+				w.log.Warn("a checkpoint directory is read-only", zap.String("dir", dir), zap.String("job", job))
+			}
+			continue
+		}
 		if !judgeDisk(diskState{Free: free, Total: total, Full: was}).Full {
 			continue
 		}
@@ -291,7 +304,7 @@ func (d *Daemon) startDiskWatch() {
 		return dirs
 	}
 	d.disk.reopen = func(ctx context.Context) error {
-		_, err := openStore(ctx, d.store.JS, d.cfg.Retention, false, d.log)
+		_, err := openStore(ctx, d.store.JS, d.retention, false, d.log)
 		return err
 	}
 	ctx, cancel := context.WithCancel(d.root)

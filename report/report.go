@@ -64,6 +64,8 @@ type JobReport struct {
 	// Finishes are the decisions that predicted the time to finish, with
 	// the time it took.
 	Finishes []Finish `json:"finishes,omitempty"`
+	// BadLoss is where the job's loss turned NaN or infinite (nil: never).
+	BadLoss *api.BadLoss `json:"bad_loss,omitempty"`
 
 	decisions []api.Decision
 	start     time.Time // the origin of the series' times
@@ -127,7 +129,7 @@ const warmup = 3
 func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	price := j.Optimize.PriceUSDPerHour // 0: none set, and no cost shown
 	rep := JobReport{Job: j.ID, State: string(j.State), Policy: j.Optimize.Policy, Objective: j.Optimize.Objective,
-		Decisions: len(j.Decisions), PriceUSDPerHour: price, decisions: j.Decisions}
+		Decisions: len(j.Decisions), PriceUSDPerHour: price, decisions: j.Decisions, BadLoss: j.BadLoss}
 	for i := len(j.Decisions) - 1; i >= 0; i-- {
 		if d := j.Decisions[i]; len(d.Candidates) > 0 {
 			rep.Candidates, rep.CandidatesStep = d.Candidates, d.Step
@@ -255,6 +257,9 @@ func (r JobReport) Print(w io.Writer) error {
 		fmt.Fprintf(w, ", policy %s, objective %s, %d decision(s)", r.Policy, r.Objective, r.Decisions)
 	}
 	fmt.Fprintln(w)
+	if b := r.BadLoss; b != nil {
+		fmt.Fprintf(w, "Loss: turned %s at step %d (attempt %d): the model did not train from there\n", b.Value, b.Step, b.Attempt)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tWORKERS\tBATCH\tSTEPS\tWALL\tSTEP MEASURED\tSTEP PREDICTED\tENDED BY")
 	for _, a := range r.Timeline {

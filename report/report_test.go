@@ -6,8 +6,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
 	"github.com/scavenger-ml/scavenger/report/reporttest"
 )
@@ -117,5 +120,18 @@ func TestPrintFlagsDoubtfulPredictions(t *testing.T) {
 	}
 	if !bytes.Contains(b.Bytes(), []byte("[low-confidence]")) {
 		t.Errorf("flag missing from:\n%s", b.String())
+	}
+}
+
+// TestReportSaysTheLossTurnedNaN (issue 23): the report names where the
+// loss turned NaN.
+func TestReportSaysTheLossTurnedNaN(t *testing.T) {
+	j := api.Job{ID: "j", State: api.StateSucceeded, BadLoss: &api.BadLoss{Attempt: 1, Step: 51, Value: "NaN"}}
+	var b strings.Builder
+	if err := Make(j, nil, time.Now()).Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Loss: turned NaN at step 51 (attempt 1)"; !strings.Contains(b.String(), want) {
+		t.Errorf("report:\n%s\nwant it to say %q", b.String(), want)
 	}
 }

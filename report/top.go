@@ -16,7 +16,8 @@ import (
 // RenderTop lays a frame out for a terminal of a given size.
 
 // TopTracker folds rank 0's step records into the live figures of each job.
-// It keeps no clock: times come from the records.
+// Its figures' times come from the records; it notes when each job's newest
+// arrived, so that a job that stopped stepping shows no speed (stale).
 type TopTracker struct {
 	jobs map[string]*jobTrack
 }
@@ -25,6 +26,10 @@ type TopTracker struct {
 type jobTrack struct {
 	step    int64
 	attempt int
+	// lastT is the newest record's time (s since the epoch, the worker's
+	// clock); seenAt when it arrived here.
+	lastT   float64
+	seenAt  time.Time
 	rate    stepstats.Rate
 	noise   stepstats.Noise
 	lastDts []float64 // the step times of the rate's steps
@@ -53,7 +58,7 @@ func (t *TopTracker) Add(r telemetry.StepRecord, m0 float64) {
 		j.attempt, j.lastDts = r.Attempt, nil
 		j.rate.Reset()
 	}
-	j.step = r.Step
+	j.step, j.lastT, j.seenAt = r.Step, r.Time, time.Now()
 	j.rate.Add(r)
 	if r.Seconds > 0 {
 		j.lastDts = append(j.lastDts, r.Seconds)
@@ -62,6 +67,28 @@ func (t *TopTracker) Add(r telemetry.StepRecord, m0 float64) {
 		}
 	}
 	j.noise.Add(r)
+}
+
+// staleAfter bounds how long after a job's newest step its speed is still
+// shown as current: staleSteps of its steps, and at least staleMin.
+const (
+	staleSteps = 5
+	staleMin   = 10 * time.Second
+)
+
+// stale reports whether the job's newest step is too old at now for its
+// speed to be its speed now (a rank hangs, the job is stuck): it arrived
+// too long ago, or (a record read back from history) the worker's clock
+// says it was taken too long ago. A record time a day off its arrival is
+// no clock to judge by.
+func (j *jobTrack) stale(now time.Time) bool {
+	if j.seenAt.IsZero() {
+		return false
+	}
+	after := max(staleMin, time.Duration(staleSteps*stepstats.Median(j.lastDts)*float64(time.Second)))
+	taken := time.Unix(0, int64(j.lastT*1e9))
+	plausible := j.lastT > 0 && j.seenAt.Sub(taken).Abs() < 24*time.Hour
+	return now.Sub(j.seenAt) > after || plausible && now.Sub(taken) > after+staleMin
 }
 
 // noiseScale is the gradient noise scale once the estimate averages enough
@@ -119,12 +146,19 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		if row.Active && j.State == api.StateRunning && j.Phase != "" {
 			row.State = string(j.Phase)
 		}
+		switch {
+		case row.Active && j.Stalled != nil:
+			row.State = "stalled"
+		case row.Active && j.BadLoss != nil && j.BadLoss.Attempt == j.Attempt:
+			row.State = "loss-" + j.BadLoss.Value
+		}
 		if t := tr.jobs[j.ID]; t != nil {
 			row.Step = t.step
 			row.Noise = t.noiseScale()
-			if n := len(j.Attempts); n == 0 || j.Attempts[n-1].Attempt == t.attempt {
+			if n := len(j.Attempts); (n == 0 || j.Attempts[n-1].Attempt == t.attempt) && !t.stale(now) && j.Stalled == nil {
 				// Right after a relaunch the speed is the last
-				// configuration's until the new one's first step.
+				// configuration's until the new one's first step; and
+				// a job that reports no step has no speed now.
 				row.SamplesPerS = t.rate.PerSecond()
 				row.StepS = stepstats.Median(t.lastDts)
 			}

@@ -218,3 +218,31 @@ func TestTopShowsIntervals(t *testing.T) {
 		t.Errorf("past the forecast:\n%s", text)
 	}
 }
+
+// TestTopShowsNoStaleSpeed (issue 21): a job whose newest step is older
+// than a few of its steps (and 10 s) shows no speed, and one its daemon
+// marked stalled shows so.
+func TestTopShowsNoStaleSpeed(t *testing.T) {
+	now := time.Now()
+	tr := NewTopTracker()
+	for s := int64(1); s <= 10; s++ {
+		at := now.Add(-time.Minute + time.Duration(s)*time.Second)
+		tr.Add(telemetry.StepRecord{Job: "j", Attempt: 1, World: 1, Step: s, Time: float64(at.UnixNano()) / 1e9, Seconds: 1, GlobalBatch: 32, LocalBatch: 32}, 32)
+	}
+	job := api.Job{ID: "j", State: api.StateRunning, Attempt: 1, Config: plugins.Config{Workers: 1, GlobalBatch: 32},
+		Attempts: []api.Attempt{{Attempt: 1, Config: plugins.Config{Workers: 1, GlobalBatch: 32}}}}
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, now).Jobs[0]; r.SamplesPerS != 0 || r.StepS != 0 || r.Step != 10 {
+		t.Errorf("newest step 50 s old: %v samples/s, step %v s; want no speed, step 10", r.SamplesPerS, r.StepS)
+	}
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, now.Add(time.Minute)).Jobs[0]; r.SamplesPerS != 0 {
+		t.Errorf("a minute later: %v samples/s, want none", r.SamplesPerS)
+	}
+	job.Stalled = &api.Stall{Since: now.Add(-50 * time.Second), Step: 10}
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, now).Jobs[0]; r.State != "stalled" {
+		t.Errorf("state %q, want stalled", r.State)
+	}
+	job.Stalled, job.BadLoss = nil, &api.BadLoss{Attempt: 1, Step: 9, Value: "NaN"}
+	if r := BuildTopFrame([]api.Job{job}, tr, nil, now).Jobs[0]; r.State != "loss-NaN" {
+		t.Errorf("state %q, want loss-NaN", r.State)
+	}
+}

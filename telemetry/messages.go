@@ -39,6 +39,11 @@ const (
 	EventRestarting EventKind = "restarting"
 	// EventStopping: a stop was requested; workers got SIGTERM.
 	EventStopping EventKind = "stopping"
+	// EventStalled: the job's ranks reported no step for its stall
+	// timeout (or, after one, report steps again); the message says which.
+	EventStalled EventKind = "stalled"
+	// EventBadLoss: the job's loss turned NaN or infinite.
+	EventBadLoss EventKind = "bad-loss"
 	// EventFinished: the job ended; ExitCode is final. Nothing follows it.
 	EventFinished EventKind = "finished"
 )

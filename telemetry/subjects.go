@@ -17,6 +17,10 @@ const (
 	NodeStream = "SCAV_NODE"
 	// JobBucket is the key-value bucket of job records, keyed by job id.
 	JobBucket = "scav_jobs"
+	// JournalStream is the job records' second copy (subjects
+	// scav.job.*.record, the newest of each job): what a damaged job
+	// bucket is restored from.
+	JournalStream = "SCAV_JOURNAL"
 	// AllocationBucket is the key-value bucket of scheduler allocations (Slurm
 	// jobs) that prolog/epilog hooks reported, keyed by scheduler and id.
 	AllocationBucket = "scav_allocations"
@@ -38,6 +42,9 @@ func LogTailSubject(job string) string { return "scav.job." + job + ".logtail" }
 
 // EventSubject is where job id's lifecycle events are published.
 func EventSubject(job string) string { return "scav.job." + job + ".event" }
+
+// RecordSubject is where job id's record is journaled (JournalStream).
+func RecordSubject(job string) string { return "scav.job." + job + ".record" }
 
 // ControlSubject is where the controller publishes Control messages for job id's workers.
 func ControlSubject(job string) string { return "scav.job." + job + ".control" }
@@ -61,13 +68,14 @@ func JobOfSubject(subject string) string {
 	return rest[:i]
 }
 
-// AllSteps, AllLogs, AllEvents and AllControl match every job's subjects of that kind.
+// AllSteps, AllLogs, AllEvents, AllControl and AllRecords match every job's subjects of that kind.
 const (
 	AllSteps   = "scav.job.*.step"
 	AllLogs    = "scav.job.*.log"
 	AllTails   = "scav.job.*.logtail"
 	AllEvents  = "scav.job.*.event"
 	AllControl = "scav.job.*.control"
+	AllRecords = "scav.job.*.record"
 )
 
 // NodeSubject is where node samples of one kind ("gpu", "host") are published.

@@ -113,6 +113,21 @@ type stepStatus struct {
 	// stepS rank 0's last step time: an ETA without a policy's forecast.
 	total int64
 	stepS float64
+	// stalled and badLoss are what the job's watchdog last said (stalled
+	// cleared when steps come again).
+	stalled, badLoss bool
+}
+
+// flag notes a stall (or its end) or a loss that turned NaN, from its event.
+func (s *stepStatus) flag(kind telemetry.EventKind, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch kind {
+	case telemetry.EventStalled:
+		s.stalled = strings.HasPrefix(msg, "stalled")
+	case telemetry.EventBadLoss:
+		s.badLoss = true
+	}
 }
 
 func newStepStatus(cfg plugins.Config, priced bool) *stepStatus {
@@ -158,8 +173,14 @@ func (s *stepStatus) line() string {
 		parts = append(parts, s.phase)
 	}
 	parts = append(parts, fmt.Sprintf("step %d", s.step))
-	if r := s.rate.PerSecond(); r > 0 {
+	switch r := s.rate.PerSecond(); {
+	case s.stalled:
+		parts = append(parts, "STALLED: no step lately")
+	case r > 0:
 		parts = append(parts, fmt.Sprintf("%.0f samples/s", r))
+	}
+	if s.badLoss {
+		parts = append(parts, "loss NaN")
 	}
 	parts = append(parts, fmt.Sprintf("%d workers", s.world))
 	if s.batch > 0 {

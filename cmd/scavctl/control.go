@@ -18,6 +18,9 @@ func newStopCmd(a *app) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace < 0 || grace > api.MaxGrace {
+				return fmt.Errorf("--grace %s: use 0 (the job's own) to %s", grace, api.MaxGrace)
+			}
 			return a.withJob(cmd, args[0], false, func(ctx context.Context, c *api.Client, j api.Job) error {
 				j, err := c.Stop(ctx, j.ID, grace)
 				if err != nil {

@@ -45,8 +45,9 @@ func (a *app) watchJob(ctx context.Context, c *api.Client, job api.Job, first in
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var interrupted <-chan os.Signal
+	var gaveUp atomic.Bool // stopped, and its end never came
 	if o.stop {
-		interrupted = forwardSignals(watchCtx, c, job.ID, o.grace, sigs, con)
+		interrupted = forwardSignals(watchCtx, c, job.ID, o.grace, sigs, con, func() { gaveUp.Store(true); cancel() })
 	} else {
 		interrupted = detachOnSignal(watchCtx, cancel, sigs)
 	}
@@ -54,6 +55,13 @@ func (a *app) watchJob(ctx context.Context, c *api.Client, job api.Job, first in
 	cancel()
 	sig := <-interrupted
 	switch {
+	case gaveUp.Load():
+		con.notef("scavd did not report the end of job %s within %s of the stop; it may be stopping still: scavctl status %[1]s tells", job.ID, o.grace+stopEndWait)
+		code := 143
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		return exitError{code: code}
 	case errors.Is(err, errDaemonLost):
 		con.notef("lost the connection to scavd (%s) for %s; job %s goes on if its launcher keeps it without scavd (jobs submitted to Slurm do, and a restarted scavd reattaches to them): follow it with scavctl attach %[3]s",
 			c.URL(), daemonLostAfter, job.ID)
@@ -105,22 +113,32 @@ func detachOnSignal(ctx context.Context, cancel context.CancelFunc, sigs <-chan 
 	return out
 }
 
+// stopEndWait is how long after a stop's grace run waits for the job's end
+// before it gives up on it (a daemon that cannot record it).
+const stopEndWait = time.Minute
+
 // forwardSignals stops the job at the first signal (with grace) and kills it
-// at the second, until ctx ends; the channel then gives the first signal
-// (nil: none came).
-func forwardSignals(ctx context.Context, c *api.Client, id string, grace time.Duration, sigs <-chan os.Signal, con *console) <-chan os.Signal {
+// at the second, until ctx ends; giveUp is called when the job's end has not
+// come stopEndWait after the grace. The channel then gives the first
+// signal (nil: none came).
+func forwardSignals(ctx context.Context, c *api.Client, id string, grace time.Duration, sigs <-chan os.Signal, con *console, giveUp func()) <-chan os.Signal {
 	out := make(chan os.Signal, 1)
 	go func() { // owned by the caller: it ends with ctx, and the caller reads out
 		var first os.Signal
+		var deadline <-chan time.Time
 		defer func() { out <- first }()
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-deadline:
+				giveUp()
+				return
 			case s := <-sigs:
 				g := grace
 				if first == nil {
 					first = s
+					deadline = time.After(grace + stopEndWait)
 					con.notef("%s: stopping job %s (SIGTERM to workers, SIGKILL after %s; press Ctrl-C again to kill now)", s, id, grace)
 				} else {
 					g = time.Millisecond
@@ -171,6 +189,9 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 			st.plan(e.Phase, ds)
 			con.notef("%s: %s", e.Phase, e.Message)
 		case telemetry.EventStopping, telemetry.EventMoved, telemetry.EventRestarting:
+			con.notef("%s", e.Message)
+		case telemetry.EventStalled, telemetry.EventBadLoss:
+			st.flag(e.Kind, e.Message)
 			con.notef("%s", e.Message)
 		case telemetry.EventStarted:
 			if e.Attempt > 1 {

@@ -47,6 +47,12 @@ func applyJobFile(fs *pflag.FlagSet, path string) ([]string, error) {
 	}
 	var command []string
 	var errs []error
+	if dups := duplicateKeys(m, "_", "-"); len(dups) > 0 {
+		for _, d := range dups {
+			errs = append(errs, fmt.Errorf("%s:%s", path, d))
+		}
+		return nil, errors.Join(errs...)
+	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		key := strings.ReplaceAll(k.Value, "_", "-")
@@ -178,4 +184,26 @@ func jobFileKeys(fs *pflag.FlagSet) []string {
 	})
 	sort.Strings(keys)
 	return keys
+}
+
+// duplicateKeys names the keys given twice in mapping m and in the
+// mappings under it ("LINE: key given twice, first at line N"), each key
+// compared with old replaced by new (the job file's a_b is a-b): a YAML
+// decoder keeps one of them without a word.
+func duplicateKeys(m *yaml.Node, old, new string) []string {
+	var out []string
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		key := strings.ReplaceAll(k.Value, old, new)
+		if line, ok := first[key]; ok {
+			out = append(out, fmt.Sprintf("%d: %s given twice (first at line %d): give each key once", k.Line, k.Value, line))
+		} else {
+			first[key] = k.Line
+		}
+		if v.Kind == yaml.MappingNode {
+			out = append(out, duplicateKeys(v, "", "")...)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,11 +47,21 @@ state, configuration and exit code. Root lists every user's with --all.`,
 		return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", j.ID, j.Name, user, j.State, j.Config.Workers, batchText(j.Config.GlobalBatch),
 			exitText(j.ExitCode), report.AgeText(time.Since(j.Created)), truncate(strings.Join(j.Command, " "), 60))
 	})
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if !slices.Contains(jobStates, state) {
+			return fmt.Errorf("--state %q: use %s", state, strings.Join(jobStates[1:], ", "))
+		}
+		return nil
+	}
 	cmd.Flags().BoolVar(&all, "all", false, "every user's jobs (root only)")
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: starting, running, stopping, succeeded, failed, stopped, or active (not ended)")
 	cmd.Flags().StringVar(&name, "name", "", "only jobs of this name")
 	return cmd
 }
+
+// jobStates are what jobs --state takes ("" for all).
+var jobStates = []string{"", string(api.StateStarting), string(api.StateRunning), string(api.StateStopping), string(api.StateSucceeded),
+	string(api.StateFailed), string(api.StateStopped), "active"}
 
 // newListCmd completes cmd into a command that fetches a list from the
 // daemon and prints it as a table (header, then one row per item) or, with

@@ -54,6 +54,8 @@ type runFlags struct {
 	types    []string
 	spot     bool
 	maxPrice float64
+
+	faults api.Faults
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -139,7 +141,11 @@ on only from a job that finished:
 	fl.StringVarP(&f.file, "file", "f", "", "a YAML job file: run's flags as keys (workers: 2, batch-size: 32:128, env: {K: V}, ...) and command: [python3, train.py]; flags given here win")
 	fl.BoolVarP(&f.detach, "detach", "d", false, "submit the job to the node's scavd, print its id and return (follow it with scavctl attach)")
 	fl.StringVar(&f.resume, "resume", "", "continue the stopped job JOB from its last checkpoint (no command needed)")
-	fl.IntVar(&f.restarts, "max-restarts", api.DefaultMaxRestarts, "restart a job whose worker crashed (not stopped, not moved) this many times, from its last complete checkpoint, with back-off; 0: never")
+	fl.IntVar(&f.restarts, "max-restarts", api.DefaultMaxRestarts, "restart a job whose worker crashed (not stopped, not moved) at least this many times, from its last complete checkpoint, with back-off; 0: never (a command that cannot run, or that crashes before its first step twice alike, is not restarted)")
+	fl.DurationVar((*time.Duration)(&f.faults.RestartWindow), "restart-window", api.DefaultRestartWindow, "past --max-restarts, go on restarting while the restarts' back-off in all is shorter than this, so that a passing fault (a full disk, a network down) is outlasted")
+	fl.DurationVar((*time.Duration)(&f.faults.StallTimeout), "stall-timeout", 0, "a job whose ranks report no step for this long is stalled (0: 10 times its slowest step, at least 5m)")
+	fl.StringVar(&f.faults.OnStall, "on-stall", api.StallReport, "what a stall does: report (marks the job stalled in status, top and the metrics) or restart (also restarts it from its last checkpoint)")
+	fl.StringVar(&f.faults.OnNaN, "on-nan", api.NaNWarn, "what a loss that turns NaN or infinite does: warn (an event in the status line, report and top) or stop (stops the job)")
 	fl.DurationVar(&f.statusTick, "status-every", 10*time.Second, "interval of the plain status lines when stderr is not a terminal (0: none)")
 	fl.StringVar(&f.launcher, "launcher", "", "the launcher the job needs (local, ssh, slurm, cloudvm): a scavd scavctl starts opens it; a running one must have it")
 	fl.StringSliceVar(&f.types, "types", nil, "launcher cloudvm: the machine types the job may run on, the first to start on (default: the launcher's)")
@@ -222,8 +228,11 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 			errs = append(errs, fmt.Errorf("--checkpoint-dir %q: %w", f.checkpoint, err))
 		}
 	}
-	if f.grace < 0 {
-		errs = append(errs, fmt.Errorf("--grace %s: must not be negative", f.grace))
+	if f.grace < 0 || f.grace > api.MaxGrace {
+		errs = append(errs, fmt.Errorf("--grace %s: use 0 to %s (a stop, and a daemon's shutdown, wait for it)", f.grace, api.MaxGrace))
+	}
+	if err := f.faults.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	minW, maxW, err := parseRange("--workers", f.workers)
 	if err != nil {
@@ -250,7 +259,7 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 		Optimize:      opt,
 		Mode:          plugins.LaunchMode(f.mode),
 		CheckpointDir: ckpt, Grace: api.Duration(f.grace), CheckpointSignal: f.ckptSignal, StepRegex: f.stepRegex,
-		MaxRestarts: &f.restarts,
+		MaxRestarts: &f.restarts, Faults: f.faults,
 	}
 	if id := os.Getenv("SLURM_JOB_ID"); id != "" {
 		req.Allocation = "slurm." + id // inside a Slurm allocation: tie the job to it
@@ -322,6 +331,19 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 	}
 	if f.maxPrice < 0 {
 		return o, errors.New("--max-price must not be negative")
+	}
+	var neg []error
+	for _, v := range []struct {
+		flag string
+		val  float64
+	}{{"--target-steps", float64(f.targetSteps)}, {"--target-samples", float64(f.targetSamples)}, {"--target-epochs", f.targetEpochs},
+		{"--dataset-size", float64(f.datasetSize)}, {"--price", f.price}, {"--budget", f.budget}, {"--deadline", f.deadline.Seconds()}} {
+		if v.val < 0 {
+			neg = append(neg, fmt.Errorf("%s: must not be negative", v.flag))
+		}
+	}
+	if len(neg) > 0 {
+		return o, errors.Join(neg...)
 	}
 	targets := 0
 	for _, set := range []bool{f.targetSteps > 0, f.targetSamples > 0, f.targetEpochs > 0} {

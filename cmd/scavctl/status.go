@@ -62,18 +62,25 @@ func (a *app) showDaemon(ctx context.Context, c *api.Client, asJSON bool) error 
 	for _, c := range info.CheckpointDisks {
 		row("Checkpoint disk", c)
 	}
+	store := []string{"ok"}
+	if len(info.Store) > 0 {
+		store = info.Store
+	}
+	for _, s := range store {
+		row("Store", s)
+	}
 	return tw.Flush()
 }
 
 // warnDaemon tells, on stderr, what is wrong with the daemon (a full state
 // disk: what a job's record says may be behind; a checkpoint directory
-// short of space).
+// short of space; damage it found in its store when it started).
 func (a *app) warnDaemon(ctx context.Context, c *api.Client) {
 	info, err := c.Ping(ctx)
 	if err != nil {
 		return
 	}
-	for _, w := range append([]string{info.StateDisk}, info.CheckpointDisks...) {
+	for _, w := range append(append([]string{info.StateDisk}, info.CheckpointDisks...), info.Store...) {
 		if w != "" {
 			fmt.Fprintf(a.stderr, "scavctl: warning: scavd on %s: %s\n", info.Node, w)
 		}
@@ -120,6 +127,12 @@ func (a *app) showStatus(ctx context.Context, c *api.Client, j api.Job, asJSON b
 			time.Unix(0, int64(last.Time*1e9)).Local().Format(time.TimeOnly)))
 	} else {
 		row("Last step", "none reported")
+	}
+	if st := j.Stalled; st != nil {
+		row("Stalled", fmt.Sprintf("no step since %s (step %d; stall timeout %s)", st.Since.Local().Format(time.TimeOnly), st.Step, st.Timeout.D()))
+	}
+	if b := j.BadLoss; b != nil {
+		row("Loss", fmt.Sprintf("turned %s at step %d (attempt %d)", b.Value, b.Step, b.Attempt))
 	}
 	if j.Phase != "" {
 		row("Phase", string(j.Phase))

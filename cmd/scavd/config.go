@@ -27,13 +27,15 @@ type settings struct {
 	// OutputMiBPerUser bounds one user's output in the history.
 	OutputMiBPerUser int `yaml:"output_mib_per_user"`
 	// OutputReadKiBPerUser bounds how fast one user's jobs' output is read.
-	OutputReadKiBPerUser int    `yaml:"output_read_kib_per_user"`
-	Launcher             string `yaml:"launcher"`
-	Plugin               string `yaml:"plugin"`
-	PluginSHA256         string `yaml:"plugin_sha256"`
-	LogLevel             string `yaml:"log_level"`
-	LogFormat            string `yaml:"log_format"`
-	ResumeJobs           bool   `yaml:"resume_jobs"`
+	OutputReadKiBPerUser int           `yaml:"output_read_kib_per_user"`
+	StoreMaxBytes        int64         `yaml:"store_max_bytes"`
+	StopGrace            time.Duration `yaml:"stop_grace"`
+	Launcher             string        `yaml:"launcher"`
+	Plugin               string        `yaml:"plugin"`
+	PluginSHA256         string        `yaml:"plugin_sha256"`
+	LogLevel             string        `yaml:"log_level"`
+	LogFormat            string        `yaml:"log_format"`
+	ResumeJobs           bool          `yaml:"resume_jobs"`
 	// NodeSampleEvery 0 means never.
 	NodeSampleEvery time.Duration `yaml:"node_sample_every"`
 	GPUSource       string        `yaml:"gpu_source"`

@@ -40,7 +40,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var flags settings
 	var config string
-	var checkConfig bool
+	var checkConfig, checkStore bool
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -52,7 +52,9 @@ unix socket --socket (only this user can write to it).
 Settings come from the built-in defaults, then the config file (--config, or
 ` + DefaultConfigFile + ` when it exists), then the flags given: every
 flag is also a key of the file (--log-level is log_level). --check-config
-prints the effective settings, or every problem with them.
+prints the effective settings, or every problem with them. --check-store
+reads the store (job records, steps, output) and says what is damaged,
+without starting: scavd repairs and restores what it can when it starts.
 
 SIGHUP reloads the config file: log_level and step_retention change live, a
 change to any other key is logged and waits for a restart; a bad file keeps
@@ -61,7 +63,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
 (they checkpoint when they can); with --resume-jobs (the default) the next
 scavd on the same state directory resumes them from their checkpoints.
 Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
-		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --check-store\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -71,12 +73,16 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 			if checkConfig {
 				return check(cmd.OutOrStdout(), l)
 			}
+			if checkStore {
+				return checkStateStore(cmd.OutOrStdout(), l)
+			}
 			return serve(cmd.Context(), l)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&config, "config", "", "config file (default "+DefaultConfigFile+" when it exists; \"\" for none)")
 	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
+	f.BoolVar(&checkStore, "check-store", false, "read every record of the store under the state directory, say what is damaged and what scavd would repair or restore at its start, and exit (changes nothing): 0 well, 1 not")
 	bindFlags(f, &flags)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)

@@ -25,7 +25,7 @@ func (s settings) daemonConfig() daemon.Config {
 	t := s.Telemetry
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
-		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
+		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, StoreMaxBytes: s.StoreMaxBytes, StopGrace: s.StopGrace, ResumeJobs: s.ResumeJobs,
 		OutputPerUser: bound(s.OutputMiBPerUser, 20), OutputReadPerUser: bound(s.OutputReadKiBPerUser, 10),
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
 		MetricsWebConfig: s.MetricsWebConfig, MetricsPerJob: s.MetricsPerJob, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,

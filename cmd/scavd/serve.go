@@ -98,6 +98,26 @@ func check(w io.Writer, l loader) error {
 	return err
 }
 
+// checkStateStore reads the store of the state directory the settings of l
+// name and prints what it found; a damaged store is an error (exit 1).
+func checkStateStore(w io.Writer, l loader) error {
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	lines, ok, err := daemon.CheckStore(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, strings.Join(lines, "\n")+"\n"); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("the store of %s is damaged; scavd repairs what it can when it starts, keeping the damaged files in %s", cfg.StateDir, "damaged-<time>")
+	}
+	return nil
+}
+
 // invalidConfig lists every problem, one a line.
 func invalidConfig(err error) error {
 	lines := strings.Split(err.Error(), "\n")

@@ -68,6 +68,12 @@ func (s settings) validate() []fieldError {
 		bad("step_retention", "%s: must be positive", s.StepRetention)
 	}
 	s.Telemetry.validate(bad)
+	if s.StopGrace < time.Second || s.StopGrace > time.Hour {
+		bad("stop_grace", "%s: use 1s to 1h (a stopping scavd waits that long for its jobs, then kills them)", s.StopGrace)
+	}
+	if s.StoreMaxBytes < 0 || s.StoreMaxBytes > 0 && s.StoreMaxBytes < 16<<20 {
+		bad("store_max_bytes", "%d: use 0 (sized to the state disk) or at least 16777216 (16 MiB)", s.StoreMaxBytes)
+	}
 	switch {
 	case s.Plugin != "":
 		if s.Launcher != "local" {

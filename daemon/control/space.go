@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
@@ -20,7 +21,10 @@ import (
 func Check(req api.RunRequest) error {
 	return req.ValidateWith(func(r *api.RunRequest) []error {
 		var errs []error
-		if r.Optimize.Active() {
+		if p := r.Optimize.Policy; p != "" && !slices.Contains(policy.Names, p) {
+			// The name first: what a policy needs means nothing for one that does not exist.
+			errs = append(errs, fmt.Errorf("--policy %q: no such policy; use one of %s", p, strings.Join(policy.Names, ", ")))
+		} else if r.Optimize.Active() {
 			spec, _, err := Spec(r.Optimize, r.Config)
 			if err == nil {
 				err = policy.Check(r.Optimize.Policy, spec)

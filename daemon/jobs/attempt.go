@@ -55,6 +55,11 @@ type outcome struct {
 	// attempt's checkpoint; killed: a stop had to kill the workers (asked
 	// again, or the grace ran out) before they had checkpointed.
 	acked, killed bool
+	// stalled: the watchdog stopped the attempt after its ranks reported no
+	// step for that long (--on-stall restart); nanStop: a stop for a loss
+	// that turned NaN (--on-nan stop). See health.go.
+	stalled time.Duration
+	nanStop bool
 }
 
 // watch is one attempt's watch: the state the runner keeps while it waits
@@ -106,8 +111,12 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 	killed, closing := kill.Done(), shutdown.Done()
 	flush := time.NewTicker(outputFlushEvery)
 	defer flush.Stop()
+	health := time.NewTicker(healthEvery)
+	defer health.Stop()
 	for {
 		select {
+		case <-health.C:
+			w.health()
 		case res := <-wc:
 			w.stops.Wait()
 			r.out.flush(true) // the attempt's output is all in: its last lines are kept

@@ -32,6 +32,14 @@ type progress struct {
 	noise float64
 	// loss is rank 0's newest reported loss (nil: none this attempt).
 	loss *float64
+	// lastAt is when the newest step record of any rank arrived; slowest
+	// the longest step any rank reported (seconds), for the watchdog.
+	lastAt  time.Time
+	slowest float64
+	// badStep and bad are where the loss first turned NaN or infinite
+	// this attempt (bad nil: it has not).
+	badStep int64
+	bad     *float64
 }
 
 // Progress is what a job's steps tell of it now.
@@ -47,6 +55,14 @@ type Progress struct {
 	// Loss is the training loss of rank 0's newest step that reported one
 	// (nil: none yet in this attempt).
 	Loss *float64
+	// LastAt is when the newest step record of any rank arrived (zero:
+	// none this attempt); Slowest the longest step reported, in seconds.
+	LastAt  time.Time
+	Slowest float64
+	// BadLoss is the first loss of this attempt that was NaN or infinite,
+	// at step BadStep (nil: none was).
+	BadLoss *float64
+	BadStep int64
 }
 
 // begin starts following attempt, which goes on from step startStep (and
@@ -56,7 +72,7 @@ func (p *progress) begin(attempt int, startStep, first, last int64) {
 	defer p.mu.Unlock()
 	p.attempt, p.first, p.last, p.firstAt = attempt, first, last, time.Time{}
 	p.lastStep, p.lastTime, p.stepTime, p.stepped = max(startStep, last), 0, 0, false
-	p.loss = nil
+	p.loss, p.lastAt, p.slowest, p.bad, p.badStep = nil, time.Time{}, 0, nil, 0
 }
 
 // saw takes one step record.
@@ -75,6 +91,13 @@ func (p *progress) saw(rec telemetry.StepRecord) {
 	p.last = max(p.last, rec.Step)
 	if rec.From == "" {
 		p.stepped = true
+	}
+	p.lastAt = time.Now()
+	if rec.Seconds > 0 && !math.IsInf(rec.Seconds, 0) {
+		p.slowest = max(p.slowest, rec.Seconds)
+	}
+	if l := rec.Loss; l != nil && (math.IsNaN(*l) || math.IsInf(*l, 0)) && p.bad == nil {
+		p.bad, p.badStep = l, rec.Step
 	}
 	if rec.Rank != 0 || rec.Step <= p.lastStep {
 		return
@@ -99,11 +122,19 @@ func (p *progress) saw(rec telemetry.StepRecord) {
 	}
 }
 
+// sawStep reports whether the current attempt has reported a step.
+func (p *progress) sawStep() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first != 0
+}
+
 // now returns the progress so far.
 func (p *progress) now() Progress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Progress{LastStep: p.lastStep, StepTime: p.stepTime, Stepped: p.stepped, Noise: p.noise, Loss: p.loss}
+	return Progress{LastStep: p.lastStep, StepTime: p.stepTime, Stepped: p.stepped, Noise: p.noise, Loss: p.loss,
+		LastAt: p.lastAt, Slowest: p.slowest, BadLoss: p.bad, BadStep: p.badStep}
 }
 
 // claimSteps takes n step numbers for steps read off the output and returns

@@ -63,6 +63,8 @@ func load(ctx context.Context, kv jetstream.KeyValue, id string) (record, error)
 	if !telemetry.ValidJobID(id) {
 		return record{}, fmt.Errorf("%w: %q is not a job id", api.ErrBadRequest, id)
 	}
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return record{}, fmt.Errorf("job %s: %w", id, api.ErrNoJob)
@@ -77,20 +79,32 @@ func load(ctx context.Context, kv jetstream.KeyValue, id string) (record, error)
 	return r, nil
 }
 
-// list reads every job record, oldest first.
-func list(ctx context.Context, kv jetstream.KeyValue) ([]record, error) {
+// listTimeout bounds a listing of the job records: a damaged store must
+// not hold its reader (the API, a daemon's start) for ever.
+const listTimeout = time.Minute
+
+// list reads every job record, oldest first; unreadable names the records
+// that are in the bucket but could not be read or decoded.
+func list(ctx context.Context, kv jetstream.KeyValue) (recs []record, unreadable []string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
+		return nil, nil, fmt.Errorf("list jobs: %w", err)
 	}
-	var out []record
 	for k := range keys.Keys() {
 		r, err := load(ctx, kv, k)
-		if err != nil {
-			continue // deleted between list and get
+		switch {
+		case errors.Is(err, api.ErrNoJob): // deleted between list and get
+		case err != nil:
+			unreadable = append(unreadable, k)
+		default:
+			recs = append(recs, r)
 		}
-		out = append(out, r)
 	}
-	sort.SliceStable(out, func(a, b int) bool { return out[a].job.Created.Before(out[b].job.Created) })
-	return out, nil
+	if ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("list jobs: %w (read %d records)", ctx.Err(), len(recs))
+	}
+	sort.SliceStable(recs, func(a, b int) bool { return recs[a].job.Created.Before(recs[b].job.Created) })
+	return recs, unreadable, nil
 }

@@ -99,9 +99,13 @@ type recovered struct {
 
 // list reads this node's job records and the kept environments.
 func (rc *recovery) list(ctx context.Context) error {
-	recs, err := list(ctx, rc.g.o.KV)
+	recs, unreadable, err := list(ctx, rc.g.o.KV)
 	if err != nil {
 		return err
+	}
+	rc.g.unreadable.Store(&unreadable)
+	if len(unreadable) > 0 {
+		rc.g.log.Error("job records that cannot be read (see scavctl status)", zap.Strings("jobs", unreadable))
 	}
 	for _, r := range recs {
 		if r.job.Node == rc.g.o.Node {

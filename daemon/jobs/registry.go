@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -94,6 +95,9 @@ type Registry struct {
 	jobs   map[string]*runner
 	closed bool
 	wg     sync.WaitGroup
+	// unreadable names the records Recover found in the bucket but could
+	// not read.
+	unreadable atomic.Pointer[[]string]
 }
 
 // New makes a registry whose runners live, at the longest, as long as ctx
@@ -116,6 +120,9 @@ func New(ctx context.Context, o Options) *Registry {
 // Submit validates req, records the job as owner's and starts its first
 // attempt, which runs as owner.
 func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error) {
+	if req.Dir == "" {
+		return api.Job{}, fmt.Errorf("%w: the request has no working directory (dir): give the absolute directory the workers run in (scavctl and the python client send the current one)", api.ErrBadRequest)
+	}
 	if err := control.Check(req); err != nil {
 		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
@@ -175,7 +182,7 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	return api.Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode, MaxRestarts: restarts,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex,
-		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation,
+		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation, Faults: req.Faults,
 		State: api.StateStarting, Created: time.Now().UTC(),
 	}
 }
@@ -283,7 +290,7 @@ func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
 
 // List reads every job's record, oldest first.
 func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
-	recs, err := list(ctx, g.o.KV)
+	recs, _, err := list(ctx, g.o.KV)
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +304,9 @@ func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
 // Stop asks a running job to stop; grace 0 uses the job's own. Asking again
 // with a shorter grace brings the SIGKILL forward.
 func (g *Registry) Stop(id string, grace time.Duration) (api.Job, error) {
+	if grace < 0 || grace > api.MaxGrace {
+		return api.Job{}, fmt.Errorf("%w: stop job %s: grace %s: use 0 (the job's own) to %s", api.ErrBadRequest, id, grace, api.MaxGrace)
+	}
 	r := g.running(id)
 	if r == nil {
 		return api.Job{}, fmt.Errorf("stop job %s: %w (or it has already ended)", id, api.ErrNoJob)
@@ -392,6 +402,15 @@ func (g *Registry) Close(ctx context.Context) {
 	case <-time.After(killTimeout):
 		g.log.Error("jobs did not end after being killed; leaving them", zap.Strings("jobs", g.Active()))
 	}
+}
+
+// Unreadable names the job records that Recover found in the bucket but
+// could not read (a damaged store).
+func (g *Registry) Unreadable() []string {
+	if p := g.unreadable.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // shuttingDown reports whether Close has begun.

@@ -57,16 +57,48 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 			return ending{}, false
 		}
 	}
-	v := restartAfter(crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
-		Restarts: r.rec.job.Restarts, MaxRestarts: r.rec.job.MaxRestarts})
+	v := restartAfter(r.crashOf(out, shutdown))
 	if out.err == nil && v.Restart {
 		return r.restart(kill, shutdown, v, p)
 	}
 	e := r.conclude(out)
-	if out.err == nil && v.Crashed && r.rec.job.MaxRestarts > 0 {
+	if out.err == nil && v.Crashed {
 		e.msg, e.why = v.Reason, "crashed: "+v.Reason
+		if out.stalled > 0 && !out.stopped { // the watchdog stopped it: a crash, not a stop
+			e.state, e.code = api.StateFailed, exitKilled
+		}
+		if len(out.res.Ranks) > 1 {
+			e.msg += "; the other workers were stopped"
+		}
 	}
 	return e, true
+}
+
+// earlyCrash bounds how long after its start an attempt that reported no
+// step may end and still count as crashing before its first step (an
+// uninstrumented job reports none, whenever it crashes).
+const earlyCrash = time.Minute
+
+// crashOf is what the restart policy is told of the attempt that ended
+// with out; it remembers whether that attempt crashed early, for the next.
+func (r *runner) crashOf(out outcome, shutdown context.Context) crash {
+	j := &r.rec.job
+	c := crash{Result: out.res, Stopped: out.stopped, Closing: r.g.shuttingDown() || shutdown.Err() != nil,
+		Restarts: j.Restarts, MaxRestarts: j.MaxRestarts, Window: j.Faults.Window(), PrevEarly: r.earlyExit, Stalled: out.stalled}
+	var began time.Time
+	if k := len(j.Attempts); k > 0 {
+		began = j.Attempts[k-1].Started
+	}
+	c.Early = out.res.ExitCode != 0 && out.stalled == 0 && !r.prog.sawStep() && !began.IsZero() && time.Since(began) < earlyCrash
+	if r.g.o.Launcher.Name() == "local" && out.res.ExitCode != 0 {
+		c.OOM = oomRanks(out.res, began)
+	}
+	r.earlyExit = nil
+	if c.Early {
+		code := out.res.ExitCode
+		r.earlyExit = &code
+	}
+	return c
 }
 
 // restart records the crash of attempt p and plans the next one at the same
@@ -157,8 +189,21 @@ func (r *runner) afterHostLoss(ctx context.Context, cfg plugins.Config, lost []s
 	return next, next.GlobalBatch >= next.Workers || next.GlobalBatch == 0
 }
 
-// conclude is the job's ending after its last attempt.
+// conclude is the job's ending after its last attempt, with what its loss
+// says of it: one whose last loss is NaN did not simply succeed.
 func (r *runner) conclude(out outcome) ending {
+	e := r.concludeExit(out)
+	switch j := r.rec.job; {
+	case out.nanStop && j.BadLoss != nil:
+		e.msg = fmt.Sprintf("stopped: the loss turned %s at step %d (--on-nan stop); %s", j.BadLoss.Value, j.BadLoss.Step, e.msg)
+	case e.state == api.StateSucceeded && r.lossNote() != "":
+		e.msg += ", but " + r.lossNote()
+	}
+	return e
+}
+
+// concludeExit is the job's ending as its workers' exits tell it.
+func (r *runner) concludeExit(out outcome) ending {
 	if out.err != nil {
 		return ending{state: api.StateFailed, code: 1, msg: fmt.Sprintf("wait: %v", out.err), why: "failed: " + out.err.Error()}
 	}

@@ -3,10 +3,12 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,13 +155,16 @@ func TestCrashedAttemptRestartsFromTheCheckpoint(t *testing.T) {
 }
 
 // TestCrashLoopStops: a job that crashes every time is restarted as often
-// as it may, with back-off, and then fails saying so.
+// as it may, with back-off, and then fails saying so. (Its exit code
+// changes from one attempt to the next: two alike before the first step
+// end it sooner, TestRestartRules; its restart window is the least there is,
+// so that --max-restarts alone bounds it.)
 func TestCrashLoopStops(t *testing.T) {
 	g, _, _ := registry(t)
 	two := 2
 	began := time.Now()
-	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", "exit 3"}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 1}, MaxRestarts: &two}, me())
+	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", `exit $(( SCAV_ATTEMPT == 2 ? 4 : 3 ))`}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, MaxRestarts: &two, Faults: api.Faults{RestartWindow: api.Duration(time.Nanosecond)}}, me())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,5 +309,127 @@ func TestStepTimeFromTheFirstRecord(t *testing.T) {
 	p.saw(telemetry.StepRecord{Attempt: 1, Rank: 0, Step: 2, Time: 100.02, Seconds: 0.02})
 	if got := p.now().StepTime; math.Abs(got-(0.8*0.01+0.2*0.02)) > 1e-9 {
 		t.Fatalf("step time %v after two records, want the smoothed 0.012", got)
+	}
+}
+
+// TestRestartRules (issues 21 and 23): past --max-restarts a job restarts
+// while its back-off is under its window (2 minutes by default, so that a
+// passing fault is outlasted); a command that cannot be run is not
+// restarted, nor one that crashed before its first step twice alike; an
+// out-of-memory kill is named as one. Each says why.
+func TestRestartRules(t *testing.T) {
+	exit := func(code int) plugins.Result {
+		return plugins.Result{ExitCode: code, FailedRank: 0, Ranks: []plugins.RankResult{{Rank: 0, ExitCode: code}}}
+	}
+	killed := plugins.Result{ExitCode: 137, FailedRank: 0, Ranks: []plugins.RankResult{{Rank: 0, ExitCode: 137, Signal: "SIGKILL", PID: 42}}}
+	three, one := 3, 1
+	w := api.DefaultRestartWindow
+	for _, c := range []struct {
+		name    string
+		in      crash
+		restart bool
+		delay   time.Duration
+		reason  string
+	}{
+		{"past --max-restarts within the window", crash{Result: exit(3), Restarts: 3, MaxRestarts: 3, Window: w}, true, 4 * time.Second,
+			"restart 4 (past --max-restarts 3 while the back-off is under 2m0s)"},
+		{"the window spent", crash{Result: exit(3), Restarts: 9, MaxRestarts: 3, Window: w}, false, 0,
+			"crash loop: it crashed 10 times and was restarted 9 times over 2m1s of back-off"},
+		{"--max-restarts 0 still never restarts", crash{Result: exit(3), MaxRestarts: 0, Window: w}, false, 0, "no restarts allowed"},
+		{"command not found", crash{Result: exit(127), MaxRestarts: 3, Window: w}, false, 0,
+			"rank 0 exited with 127 (command not found); not restarted: a command that cannot be run fails the same way each time"},
+		{"command not executable", crash{Result: exit(126), MaxRestarts: 3, Window: w}, false, 0, "(command not executable); not restarted"},
+		{"early twice alike", crash{Result: exit(1), Restarts: 1, MaxRestarts: 3, Window: w, Early: true, PrevEarly: &one}, false, 0,
+			"not restarted: it crashed before its first step twice, with exit 1 both times"},
+		{"early twice, not alike", crash{Result: exit(1), Restarts: 1, MaxRestarts: 3, Window: w, Early: true, PrevEarly: &three}, true, time.Second, "restart 2 of 3"},
+		{"early once", crash{Result: exit(1), MaxRestarts: 3, Window: w, Early: true}, true, 0, "restart 1 of 3"},
+		{"an out-of-memory kill", crash{Result: killed, MaxRestarts: 3, Window: w, OOM: []int{0}}, true, 0,
+			"rank 0 was killed by the kernel's out-of-memory killer (SIGKILL)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := restartAfter(c.in)
+			if v.Restart != c.restart || v.Delay != c.delay || !strings.Contains(v.Reason, c.reason) || !v.Crashed {
+				t.Errorf("restartAfter = %+v; want restart %v after %s, reason with %q", v, c.restart, c.delay, c.reason)
+			}
+		})
+	}
+	// By default a crash loop is declared only after at least 2 minutes of back-off.
+	for n := 0; ; n++ {
+		if v := restartAfter(crash{Result: exit(3), Restarts: n, MaxRestarts: api.DefaultMaxRestarts, Window: w}); !v.Restart {
+			if backedOff(n) < 2*time.Minute {
+				t.Errorf("a crash loop after %s of back-off", backedOff(n))
+			}
+			break
+		}
+	}
+}
+
+// TestOOMKillsInTheKernelLog: the out-of-memory killer's records name the
+// pids it killed (a cgroup's limit or the machine's), from a time on.
+func TestOOMKillsInTheKernelLog(t *testing.T) {
+	recs := []string{
+		"6,3306,3453812004,-;scvc7ouci2 (unregistering): left allmulticast mode",
+		"3,3400,5300737400,-;Memory cgroup out of memory: Killed process 10660 (python3) total-vm:321152kB, anon-rss:65280kB",
+		"3,3401,5400000000,-;Out of memory: Killed process 777 (java) total-vm:1kB",
+		"3,3402,1000,-;Out of memory: Killed process 555 (old) total-vm:1kB",
+		"6,3403,5500000000,-;Killed process 999 (not by the oom killer)",
+		"garbage",
+	}
+	got := oomKills(recs, 2000)
+	if want := map[int]bool{10660: true, 777: true}; !reflect.DeepEqual(got, want) {
+		t.Errorf("oomKills = %v, want %v", got, want)
+	}
+}
+
+// TestCommandsThatCannotRunAreNotRestarted (issue 23): a command that is not
+// found ends at its first attempt; one that fails at its imports, before
+// its first step, ends at its second; each end says why.
+func TestCommandsThatCannotRunAreNotRestarted(t *testing.T) {
+	g, _, _ := registry(t)
+	for _, c := range []struct {
+		cmd      []string
+		attempts int
+		why      string
+	}{
+		{[]string{"/bin/sh", "-c", "no-such-command-anywhere"}, 1, "exited with 127 (command not found); not restarted"},
+		{[]string{"/bin/sh", "-c", "echo 'ModuleNotFoundError: no module named torchh' >&2; exit 1"}, 2, "crashed before its first step twice, with exit 1 both times"},
+	} {
+		j, err := g.Submit(context.Background(), api.RunRequest{Command: c.cmd, Dir: t.TempDir(), Config: plugins.Config{Workers: 1}}, me())
+		if err != nil {
+			t.Fatal(err)
+		}
+		j = waitEnd(t, g, j.ID, time.Minute)
+		if j.State != api.StateFailed || len(j.Attempts) != c.attempts || !strings.Contains(j.Message, c.why) {
+			t.Errorf("%s: %s after %d attempts: %q; want failed after %d, saying %q", c.cmd[2], j.State, len(j.Attempts), j.Message, c.attempts, c.why)
+		}
+	}
+}
+
+// TestOOMKillIsNamed (issue 21): a worker the out-of-memory killer ends (in
+// a memory cgroup of 64 MB) is said to have been, not merely "killed by
+// SIGKILL".
+func TestOOMKillIsNamed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a memory cgroup and the kernel log need root")
+	}
+	mem := filepath.Join("/sys/fs/cgroup/memory", "scavtest-oom-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(mem, 0o755); err != nil {
+		t.Skipf("no memory cgroup (v1): %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(mem) })
+	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte("64M"), 0); err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := registry(t)
+	zero := 0
+	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec /usr/bin/python3 -c "b = bytearray(300 * 2**20)"`, mem)
+	j, err := g.Submit(context.Background(), api.RunRequest{Command: []string{"/bin/sh", "-c", script}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, MaxRestarts: &zero}, me())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitEnd(t, g, j.ID, time.Minute)
+	if want := "rank 0 was killed by the kernel's out-of-memory killer (SIGKILL)"; j.State != api.StateFailed || !strings.Contains(j.Message, want) {
+		t.Errorf("job %s: %q; want it to say %q", j.State, j.Message, want)
 	}
 }

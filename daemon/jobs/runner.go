@@ -42,6 +42,9 @@ type runner struct {
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
 	ctl      *control.Controller // the job's controller, when it has one
+	// earlyExit is the exit code of the last attempt when it crashed
+	// before its first step (nil: it did not; restartpolicy.go).
+	earlyExit *int
 }
 
 // current is the attempt a job runs now and its configuration.
@@ -282,7 +285,7 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 		}
 	}
 	j.Attempts = append(j.Attempts, api.Attempt{Attempt: p.attempt, Config: p.cfg, Started: now, Restore: p.restore, Handle: handle})
-	j.State, j.Attempt, j.Config = api.StateRunning, p.attempt, p.cfg
+	j.State, j.Attempt, j.Config, j.Stalled = api.StateRunning, p.attempt, p.cfg, nil
 	if j.Started == nil {
 		j.Started = &now
 	}

@@ -45,12 +45,14 @@ type rankProc struct {
 // Supervisor and supervisor.Ranks with a process group.
 type attempt struct {
 	*supervisor.Supervisor
-	l       *Launcher
-	spec    plugins.AttemptSpec
-	port    int
-	logger  *zap.Logger
-	ranks   []*rankProc
-	pgid    int
+	l      *Launcher
+	spec   plugins.AttemptSpec
+	port   int
+	logger *zap.Logger
+	ranks  []*rankProc
+	pgid   int
+	// cg holds every process of the attempt (cgroup.go); nil without cgroup v2.
+	cg      *attemptCgroup
 	readers sync.WaitGroup // output readers, joined by Finish
 }
 
@@ -108,6 +110,11 @@ func (a *attempt) start(ctx context.Context) error {
 	if spec.User != nil {
 		base = userBaseEnv // not the daemon's environment: another user's job gets its own (spec.Env)
 	}
+	cg, err := newAttemptCgroup(spec.JobID, spec.Attempt)
+	if err != nil {
+		a.logger.Warn("no cgroup for the attempt: a worker's child that leaves its process group (setsid) may outlive it", zap.Error(err))
+	}
+	a.cg = cg
 	for r := 0; r < n; r++ {
 		if err := ctx.Err(); err != nil {
 			a.abort()
@@ -123,7 +130,7 @@ func (a *attempt) start(ctx context.Context) error {
 		for i, rp := range a.ranks {
 			pids[i] = rp.pid
 		}
-		a.l.opts.Reaper.register(a.pgid, pids)
+		a.l.opts.Reaper.register(a.pgid, pids, a.cg)
 	}
 	a.logger = a.logger.With(zap.Int("pgid", a.pgid))
 	a.Supervisor = supervisor.New(supervisor.Config{N: n, Grace: a.l.opts.Grace, Logger: a.logger}, a)
@@ -147,6 +154,9 @@ func (a *attempt) startRank(r, n int, argv, base []string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: a.pgid}
 	if u := a.spec.User; u != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
+	if a.cg != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, a.cg.fd
 	}
 	if a.l.opts.KillOnParentDeath {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -185,9 +195,23 @@ func (a *attempt) abort() {
 	if a.pgid > 0 {
 		_ = unix.Kill(-a.pgid, unix.SIGKILL)
 	}
+	if a.cg != nil {
+		a.cg.kill()
+	}
 	for _, rp := range a.ranks {
 		_ = rp.cmd.Wait()
 		closeAll(rp.stdout, rp.stderr)
+	}
+	a.removeCgroup()
+}
+
+// removeCgroup removes the attempt's cgroup, once nothing lives in it.
+func (a *attempt) removeCgroup() {
+	if a.cg == nil {
+		return
+	}
+	if err := a.cg.remove(); err != nil {
+		a.logger.Warn("remove the attempt's cgroup", zap.Error(err))
 	}
 }
 
@@ -212,8 +236,18 @@ func (a *attempt) Deliver(ctx context.Context, sig syscall.Signal) error {
 	return unix.Kill(-a.pgid, sig)
 }
 
-// Escalate sends a stop's sig to the process group.
-func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) { a.signalGroup(sig) }
+// Escalate sends a stop's sig to the process group and to every process
+// of the attempt's cgroup (those that left the group too).
+func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
+	a.signalGroup(sig)
+	switch {
+	case a.cg == nil:
+	case sig == syscall.SIGKILL:
+		a.cg.kill()
+	default:
+		a.cg.signal(sig)
+	}
+}
 
 // signalGroup sends sig to the process group, logging a failure.
 func (a *attempt) signalGroup(sig unix.Signal) {
@@ -252,6 +286,9 @@ func (a *attempt) waitRank(rank int) supervisor.Exit {
 // output readers a deadline and joins them.
 func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) supervisor.End {
 	a.signalGroup(unix.SIGKILL)
+	if a.cg != nil {
+		a.cg.kill()
+	}
 	a.awaitGroup(true)
 	for i, rp := range a.ranks {
 		if err := rp.cmd.Wait(); rp.cmd.ProcessState != nil {
@@ -265,6 +302,7 @@ func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) superv
 		a.awaitGroup(false)
 		r.unregister(a.pgid)
 	}
+	a.removeCgroup()
 	drain := time.Now().Add(outputDrainTimeout)
 	for _, rp := range a.ranks {
 		for _, f := range []*os.File{rp.stdout, rp.stderr} {
@@ -280,9 +318,9 @@ func (a *attempt) Finish(ctx context.Context, ranks []plugins.RankResult) superv
 	return supervisor.End{}
 }
 
-// awaitGroup polls until the process group has no live member or, when
-// zombiesOK is false, no member at all, reaping orphans with the Reaper when
-// there is one. It polls after 1 ms, doubling to 50 ms, and gives up after
+// awaitGroup polls until the process group and the cgroup have no live
+// member or, when zombiesOK is false (with a Reaper), no member at all,
+// reaping orphans with the Reaper when there is one. It polls after 1 ms, doubling to 50 ms, and gives up after
 // groupGoneTimeout.
 func (a *attempt) awaitGroup(zombiesOK bool) {
 	var left []int
@@ -299,6 +337,13 @@ func (a *attempt) awaitGroup(zombiesOK bool) {
 			if !zombiesOK || m.state != 'Z' {
 				left = append(left, m.pid)
 			}
+		}
+		switch {
+		case a.cg == nil:
+		case zombiesOK && a.cg.populated():
+			left = append(left, a.cg.pids()...)
+		case !zombiesOK:
+			left = append(left, a.l.opts.Reaper.zombiesIn(a.cg)...)
 		}
 		if len(left) > 0 {
 			return struct{}{}, errGroupLeft

@@ -448,3 +448,50 @@ while [ ! -e escaped ]; do sleep 0.01; done; echo done`, out)
 		t.Errorf("result %+v, output %q", res, out.get(0, plugins.Stdout))
 	}
 }
+
+// TestSetsidChildrenEndWithTheJob (issue 21): a worker's children that
+// leave its process group (setsid) are in the attempt's cgroup while it
+// runs, end with it, and, with the reaper, leave no zombie: one that ran
+// on after the attempt, and one that had exited before it ended.
+func TestSetsidChildrenEndWithTheJob(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	if base, _ := cgroupBase(); base == "" {
+		t.Skip("no writable cgroup-v2 hierarchy (not root?)")
+	}
+	r, err := StartReaper(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	spec := shSpec(t, 1, `setsid sh -c 'echo $$ > long.tmp; mv long.tmp long; exec sleep 1000' &
+setsid sh -c 'echo $$ > short.tmp; mv short.tmp short; sleep 0.2' &
+while [ ! -e long ] || [ ! -e short ]; do sleep 0.01; done
+while [ ! -e go ]; do sleep 0.01; done`, nil)
+	h, err := newLauncher(t, Options{Reaper: r}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, short := readPID(t, filepath.Join(spec.Dir, "long")), readPID(t, filepath.Join(spec.Dir, "short"))
+	defer func() { _ = syscall.Kill(long, syscall.SIGKILL) }()
+	a := h.(*attempt)
+	for _, pid := range []int{long, short} {
+		if !a.cg.holds(pid) {
+			p, _ := cgroupOf(pid)
+			t.Errorf("process %d is in cgroup %q, not the attempt's %q", pid, p, a.cg.rel)
+		}
+	}
+	time.Sleep(400 * time.Millisecond) // the short one exits, an orphan of this process's
+	if err := os.WriteFile(filepath.Join(spec.Dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitResult(t, h, 20*time.Second); res.ExitCode != 0 {
+		t.Errorf("result %+v", res)
+	}
+	assertGone(t, long, false)
+	assertGone(t, short, false)
+	if _, err := os.Stat(a.cg.dir); !os.IsNotExist(err) {
+		t.Errorf("the attempt's cgroup %s is left: %v", a.cg.dir, err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -19,7 +20,7 @@ import (
 // output pipes ended with that daemon). The attempt's processes are the
 // members of process group spec.HandleID whose environment names the job
 // and attempt (SCAV_JOB_ID, SCAV_ATTEMPT), so a reused group id never hits
-// another program. It returns how many processes it killed, and an error
+// another program, and every process of the attempt's cgroup (cgroup.go). It returns how many processes it killed, and an error
 // when one could not be killed.
 func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (int, error) {
 	pgid, err := strconv.Atoi(spec.HandleID)
@@ -34,7 +35,7 @@ func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (in
 		[]byte(plugins.EnvJobID + "=" + spec.JobID),
 		[]byte(plugins.EnvAttempt + "=" + strconv.Itoa(spec.Attempt)),
 	}
-	n := 0
+	n, killed := 0, map[int]bool{}
 	var failed error
 	for _, m := range members {
 		if m.state == 'Z' || !environHas(m.pid, want) {
@@ -42,9 +43,24 @@ func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (in
 		}
 		switch err := syscall.Kill(m.pid, syscall.SIGKILL); {
 		case err == nil:
-			n++
+			n, killed[m.pid] = n+1, true
 		case !errors.Is(err, syscall.ESRCH):
 			failed = fmt.Errorf("stop orphans of job %s attempt %d: kill %d: %w", spec.JobID, spec.Attempt, m.pid, err)
+		}
+	}
+	// What left the group is in the attempt's cgroup, when it had one.
+	for _, cg := range existingCgroups(spec.JobID, spec.Attempt) {
+		for _, pid := range cg.pids() {
+			if !killed[pid] {
+				n++
+			}
+		}
+		cg.kill()
+		for deadline := time.Now().Add(groupGoneTimeout); cg.populated() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := cg.remove(); err != nil && failed == nil {
+			failed = fmt.Errorf("stop orphans of job %s attempt %d: %w", spec.JobID, spec.Attempt, err)
 		}
 	}
 	if n > 0 {

@@ -27,10 +27,9 @@ const reapInterval = time.Second
 // It reaps only zombies whose parent is this process, whose process group is
 // that of an attempt started by a Launcher given this Reaper, and which are
 // not one of that attempt's rank processes (those belong to os/exec's
-// Cmd.Wait). It never calls wait4(-1), which would steal the exit of any
-// exec.Cmd in the process. A descendant that leaves its attempt's process
-// group (setsid, setpgid) is out of reach, of the reaper and of the group's
-// signals alike.
+// Cmd.Wait); a descendant that left the group (setsid, setpgid) is known
+// by the attempt's cgroup (cgroup.go). It never calls wait4(-1), which would
+// steal the exit of any exec.Cmd in the process.
 //
 // Subreaping is a property of the whole process: start at most one Reaper per
 // process.
@@ -41,7 +40,7 @@ type Reaper struct {
 	// mu guards groups and serialises scans with (un)registration, so an
 	// attempt's group is never scanned before its rank pids are known.
 	mu     sync.Mutex
-	groups map[int]map[int]bool // pgid -> pids of the attempt's ranks
+	groups map[int]reaped // by pgid
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -64,7 +63,7 @@ func StartReaper(ctx context.Context, logger *zap.Logger) (*Reaper, error) {
 	r := &Reaper{
 		logger: logger.Named("reaper"),
 		self:   os.Getpid(),
-		groups: map[int]map[int]bool{},
+		groups: map[int]reaped{},
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
@@ -104,15 +103,23 @@ func (r *Reaper) run(ctx context.Context, sigs chan os.Signal) {
 	}
 }
 
-// register starts reaping the orphans of process group pgid, whose rank
-// processes ranks are reaped by os/exec and must never be touched here.
-func (r *Reaper) register(pgid int, ranks []int) {
+// reaped is an attempt whose orphans the reaper reaps: its ranks' pids
+// (os/exec reaps those) and its cgroup (nil: none).
+type reaped struct {
+	ranks map[int]bool
+	cg    *attemptCgroup
+}
+
+// register starts reaping the orphans of process group pgid and of cgroup
+// cg (nil: none), whose rank processes ranks are reaped by os/exec and must
+// never be touched here.
+func (r *Reaper) register(pgid int, ranks []int, cg *attemptCgroup) {
 	set := make(map[int]bool, len(ranks))
 	for _, p := range ranks {
 		set[p] = true
 	}
 	r.mu.Lock()
-	r.groups[pgid] = set
+	r.groups[pgid] = reaped{ranks: set, cg: cg}
 	r.mu.Unlock()
 }
 
@@ -129,7 +136,8 @@ func (r *Reaper) reapGroup(pgid int) int {
 }
 
 // reap reaps every zombie child of this process that belongs to a registered
-// group accepted by want and is not a rank of it; it returns how many.
+// attempt accepted by want (its process group, or its cgroup: a process
+// that left the group) and is not a rank of it; it returns how many.
 func (r *Reaper) reap(want func(pgid int) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -138,8 +146,10 @@ func (r *Reaper) reap(want func(pgid int) bool) int {
 	}
 	var zombies []int
 	err := scanProcs(func(st procStat) {
-		ranks, ok := r.groups[st.pgrp]
-		if ok && st.state == 'Z' && st.ppid == r.self && want(st.pgrp) && !ranks[st.pid] {
+		if st.state != 'Z' || st.ppid != r.self {
+			return
+		}
+		if pgid, ok := r.attemptOf(st); ok && want(pgid) && !r.groups[pgid].ranks[st.pid] {
 			zombies = append(zombies, st.pid)
 		}
 	})
@@ -159,4 +169,33 @@ func (r *Reaper) reap(want func(pgid int) bool) int {
 		r.logger.Debug("reaped orphan", zap.Int("pid", pid))
 	}
 	return n
+}
+
+// attemptOf is the registered attempt (by its pgid) a process belongs to:
+// by its process group, else by its cgroup.
+func (r *Reaper) attemptOf(st procStat) (int, bool) {
+	if _, ok := r.groups[st.pgrp]; ok {
+		return st.pgrp, true
+	}
+	for pgid, g := range r.groups {
+		if g.cg != nil && g.cg.holds(st.pid) {
+			return pgid, true
+		}
+	}
+	return 0, false
+}
+
+// zombiesIn lists this process's zombie children that died in cg (nil
+// without a reaper: nothing here reaps them).
+func (r *Reaper) zombiesIn(cg *attemptCgroup) []int {
+	if r == nil {
+		return nil
+	}
+	var out []int
+	_ = scanProcs(func(st procStat) {
+		if st.state == 'Z' && st.ppid == r.self && cg.holds(st.pid) {
+			out = append(out, st.pid)
+		}
+	})
+	return out
 }

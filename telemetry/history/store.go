@@ -23,23 +23,28 @@ type Retention struct {
 	// NodeMaxAge and NodeMaxBytes bound the node-sample stream.
 	NodeMaxAge   time.Duration
 	NodeMaxBytes int64
+	// JournalMaxBytes bounds the job records' journal (journal.go).
+	JournalMaxBytes int64
 	// Replicas is how many servers of a NATS cluster hold each stream and
 	// bucket (0 or 1: one; 3 keeps them through the loss of any one server).
 	Replicas int
 }
 
 // DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
-// MiB of output, and a day of node samples (at most 256 MiB).
+// MiB of output, a day of node samples (at most 256 MiB), and 64 MiB of the
+// job records' journal.
 var DefaultRetention = Retention{
-	StepMaxAge:   7 * 24 * time.Hour,
-	StepMaxBytes: 1 << 30,
-	LogMaxAge:    7 * 24 * time.Hour,
-	LogMaxBytes:  256 << 20,
-	NodeMaxAge:   24 * time.Hour,
-	NodeMaxBytes: 256 << 20,
+	StepMaxAge:      7 * 24 * time.Hour,
+	StepMaxBytes:    1 << 30,
+	LogMaxAge:       7 * 24 * time.Hour,
+	LogMaxBytes:     256 << 20,
+	NodeMaxAge:      24 * time.Hour,
+	NodeMaxBytes:    256 << 20,
+	JournalMaxBytes: 64 << 20,
 }
 
-func (r Retention) withDefaults() Retention {
+// WithDefaults is r with its zero fields set to DefaultRetention's.
+func (r Retention) WithDefaults() Retention {
 	d := DefaultRetention
 	if r.StepMaxAge > 0 {
 		d.StepMaxAge = r.StepMaxAge
@@ -59,6 +64,9 @@ func (r Retention) withDefaults() Retention {
 	if r.NodeMaxBytes > 0 {
 		d.NodeMaxBytes = r.NodeMaxBytes
 	}
+	if r.JournalMaxBytes > 0 {
+		d.JournalMaxBytes = r.JournalMaxBytes
+	}
 	d.Replicas = r.Replicas
 	return d
 }
@@ -76,7 +84,9 @@ const OutputKeepPerSubject = 4000
 
 // Store is Scavenger's JetStream state: the job and allocation buckets and the streams.
 type Store struct {
-	JS          jetstream.JetStream
+	JS jetstream.JetStream
+	// Jobs is the job bucket, journaled (journal.go): write and delete job
+	// records through it.
 	Jobs        jetstream.KeyValue
 	Allocations jetstream.KeyValue
 }
@@ -84,7 +94,7 @@ type Store struct {
 // OpenStore creates or updates the streams and the job bucket, so that a
 // daemon can start against a fresh server or one that already holds history.
 func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Store, error) {
-	ret = ret.withDefaults()
+	ret = ret.WithDefaults()
 	streams := []jetstream.StreamConfig{
 		{Name: telemetry.StepStream, Description: "Scavenger step records", Subjects: []string{telemetry.AllSteps},
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas,
@@ -94,6 +104,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 		{Name: telemetry.NodeStream, Description: "Scavenger node samples (GPU, host)", Subjects: []string{telemetry.AllNodeGPU, telemetry.AllNodeHost},
 			MaxAge: ret.NodeMaxAge, MaxBytes: ret.NodeMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
+		{Name: telemetry.JournalStream, Description: "Scavenger job records' journal (the newest of each)", Subjects: []string{telemetry.AllRecords},
+			MaxBytes: ret.JournalMaxBytes, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},
 	}
 	// Made at once, not one after the other: in a cluster each new
 	// replicated stream waits seconds for its first leader.
@@ -134,6 +146,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	st.Jobs = journaled{KeyValue: st.Jobs, js: js}
 	return st, nil
 }
 
