@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -226,19 +227,19 @@ func (w *watch) move(m moveReq) error {
 
 // verdict records a decision of the job's controller and, when it names
 // another configuration, moves the job there.
-func (w *watch) verdict(v verdict) {
-	j := &w.r.rec.job
-	addDecision(j, v.dec)
+func (w *watch) verdict(v control.Verdict) {
+	j, dec := &w.r.rec.job, v.Decision
+	addDecision(j, dec)
 	w.r.save(w.kill)
-	w.r.decided(w.n, v.dec)
-	if v.dec.To == j.Config {
+	w.r.decided(w.n, dec)
+	if dec.To == j.Config {
 		return
 	}
-	w.r.log.Info("moving", zap.Int("workers", v.dec.To.Workers), zap.Int("batch", v.dec.To.GlobalBatch), zap.String("reason", v.dec.Reason))
-	m := moveReq{cfg: v.dec.To, reason: v.dec.Reason, reply: v.reply} // the controller hears how it ends
+	w.r.log.Info("moving", zap.Int("workers", dec.To.Workers), zap.Int("batch", dec.To.GlobalBatch), zap.String("reason", dec.Reason))
+	m := moveReq{cfg: dec.To, reason: dec.Reason, reply: v.Reply} // the controller hears how it ends
 	if err := w.move(m); err != nil {
 		w.r.log.Warn("move", zap.Error(err))
-		w.r.event(telemetry.EventMoved, w.n, fmt.Sprintf("move to %d workers, batch %d failed: %v", v.dec.To.Workers, v.dec.To.GlobalBatch, err))
+		w.r.event(telemetry.EventMoved, w.n, fmt.Sprintf("move to %d workers, batch %d failed: %v", dec.To.Workers, dec.To.GlobalBatch, err))
 		m.fail(err)
 	}
 }

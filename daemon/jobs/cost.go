@@ -97,18 +97,20 @@ func (r *runner) recordCost(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
-	chargeJob(ctx, b, &r.rec.job, false, r.log)
+	r.observeCharges(chargeJob(ctx, b, &r.rec.job, false, r.log))
 }
 
 // chargeJob reads the charges of j's machines and records its costs
-// (final: the job has ended).
-func chargeJob(ctx context.Context, b plugins.Biller, j *api.Job, final bool, log *zap.Logger) {
+// (final: the job has ended); it returns the charges (nil when they could
+// not be read).
+func chargeJob(ctx context.Context, b plugins.Biller, j *api.Job, final bool, log *zap.Logger) []plugins.Charge {
 	cs, err := b.Charges(ctx, j.ID)
 	if err != nil {
 		log.Warn("read the machines' charges", zap.String("job", j.ID), zap.Error(err))
-		return
+		return nil
 	}
 	jobCosts(j, cs, time.Now().UTC(), final)
+	return cs
 }
 
 // settleCost releases the job's machines (it has ended) and records their
@@ -124,14 +126,4 @@ func (r *runner) settleCost(ctx context.Context) {
 		r.log.Warn("release the job's machines", zap.Error(err))
 	}
 	chargeJob(ctx, b, &r.rec.job, true, r.log)
-}
-
-// settleLostCost records the final costs of a job the previous daemon lost,
-// once its leftovers are stopped.
-func (g *Registry) settleLostCost(ctx context.Context, j *api.Job) {
-	b, ok := g.o.Launcher.(plugins.Biller)
-	if !ok {
-		return
-	}
-	chargeJob(ctx, b, j, true, g.log)
 }

@@ -32,7 +32,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 	if out.detached {
 		return ending{detached: true}, true
 	}
-	r.drainSpool(kill, true)
+	r.g.drainSpool(kill, r.rec.job, true)
 	if n := removeTemporaries(r.rec.job.CheckpointDir); n > 0 {
 		r.log.Info("removed the temporary files of checkpoint writes the workers did not finish", zap.Int("files", n))
 	}

@@ -270,11 +270,11 @@ func TestDrainSpoolTakesOnlyUnclaimedFiles(t *testing.T) {
 		defer mu.Unlock()
 		return append([]int64(nil), got...)
 	}
-	r.drainSpool(context.Background(), false)
+	r.g.drainSpool(context.Background(), r.rec.job, false)
 	if s := steps(); !reflect.DeepEqual(s, []int64{1}) {
 		t.Fatalf("with the workers alive, published %v; want only the unclaimed file's step 1", s)
 	}
-	r.drainSpool(context.Background(), true)
+	r.g.drainSpool(context.Background(), r.rec.job, true)
 	if s := steps(); !reflect.DeepEqual(s, []int64{1, 2}) {
 		t.Fatalf("with the workers gone, published %v; want steps 1 and 2", s)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -65,10 +67,18 @@ func restartAfter(c crash) restartVerdict {
 		return restartVerdict{Crashed: true, Reason: fmt.Sprintf("%s; crash loop: it crashed %d times and was restarted %d times, the most --max-restarts allows",
 			how, c.Restarts+1, c.MaxRestarts)}
 	}
-	delay := time.Duration(0)
-	for i := 0; i < c.Restarts && delay < maxRestartBackoff; i++ {
-		delay = min(max(2*delay, firstRestartBackoff), maxRestartBackoff)
-	}
-	return restartVerdict{Restart: true, Crashed: true, Delay: delay,
+	return restartVerdict{Restart: true, Crashed: true, Delay: restartDelay(c.Restarts),
 		Reason: fmt.Sprintf("%s; restart %d of %d", how, c.Restarts+1, c.MaxRestarts)}
+}
+
+// restartDelay is the back-off before the restart that follows restarts
+// earlier ones: none before the first, then firstRestartBackoff doubling
+// up to maxRestartBackoff.
+func restartDelay(restarts int) time.Duration {
+	b := &backoff.ExponentialBackOff{InitialInterval: firstRestartBackoff, Multiplier: 2, MaxInterval: maxRestartBackoff}
+	delay := time.Duration(0)
+	for range restarts {
+		delay = b.NextBackOff()
+	}
+	return delay
 }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -36,10 +36,10 @@ type runner struct {
 
 	stops    chan time.Duration // a stop request with its grace; buffered 1
 	moves    chan moveReq       // taken while an attempt runs
-	verdicts chan verdict       // from the controller
+	verdicts chan control.Verdict // from the controller
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
-	ctl      *controller // the job's controller, when it has one (cloud.go)
+	ctl      *control.Controller // the job's controller, when it has one
 }
 
 // current is the attempt a job runs now and its configuration.
@@ -108,7 +108,7 @@ func failed(code int, msg string) ending {
 func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner {
 	r := &runner{
 		g: g, log: g.log.With(zap.String("job", rec.job.ID)), rec: rec, env: env, from: from,
-		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan verdict),
+		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan control.Verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
 	}
 	r.out = newJobOutput(rec.job, r.publishLine)
@@ -124,15 +124,14 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 func (r *runner) run(kill, shutdown context.Context) {
 	defer close(r.done)
 	j := r.rec.job
-	var ctl *controller
 	if j.Optimize.Active() {
 		var err error
-		if ctl, err = newController(kill, j, r.g.o.Launcher, r.current, &r.prog, r.verdicts, r.log); err != nil {
+		if r.ctl, err = r.newController(kill); err != nil {
 			r.finish(kill, failed(1, fmt.Sprintf("optimizer: %v", err)))
 			return
 		}
-		r.ctl = ctl
 	}
+	ctl := r.ctl
 	unfollow, err := r.follow(ctl)
 	if err != nil {
 		r.finish(kill, failed(1, err.Error()))
@@ -144,7 +143,7 @@ func (r *runner) run(kill, shutdown context.Context) {
 	go func() {
 		defer close(ctlDone)
 		if ctl != nil {
-			ctl.run(ctlCtx)
+			ctl.Run(ctlCtx)
 		}
 	}()
 	end := r.attempts(kill, shutdown)
@@ -160,14 +159,14 @@ func (r *runner) run(kill, shutdown context.Context) {
 
 // follow subscribes to the job's step records (for its progress and its
 // controller, when it has one) and its pre-emption notices.
-func (r *runner) follow(ctl *controller) (unfollow func(), err error) {
+func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 	id := r.rec.job.ID
 	steps, err := r.g.o.NC.Subscribe(telemetry.StepSubject(id), func(m *nats.Msg) {
 		recs, _ := telemetry.DecodeBatch(m.Data)
 		for _, rec := range recs {
 			r.prog.saw(rec)
 			if ctl != nil {
-				ctl.offer(rec)
+				ctl.Step(rec)
 			}
 		}
 	})
@@ -201,7 +200,7 @@ func (r *runner) attempts(kill, shutdown context.Context) ending {
 	}
 	p := plan{resumePoint: r.from, cfg: j.Config}
 	p.attempt = max(p.attempt, 1)
-	r.drainSpool(kill, !p.reattach) // what the workers of an attempt before a restart left
+	r.g.drainSpool(kill, r.rec.job, !p.reattach) // what the workers of an attempt before a restart left
 	hostLosses := 0
 	for {
 		h, end, ok := r.begin(kill, &p, outSteps)
@@ -286,6 +285,7 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 	r.prog.begin(p.attempt, p.step, 0, 0)
 	r.cur.Store(&current{attempt: p.attempt, cfg: p.cfg})
 	r.save(ctx)
+	r.observeMarket(ctx)
 	note := ""
 	if p.note != "" {
 		note = " after a crash (" + p.note + ")"
@@ -342,40 +342,11 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	}
 	// The end must be stored, or a follower waits for it forever: while the
 	// store cannot write (a full state disk) it is tried again until it can.
-	_ = r.keepTrying(ctx, "record the end of the job", func() error { return r.store(ctx) })
+	_ = keepTrying(ctx, r.log, "record the end of the job", func() error { return r.store(ctx) })
 	fin := telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
 		State: string(e.state), Handover: handover, Time: now}
-	_ = r.keepTrying(ctx, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
+	_ = keepTrying(ctx, r.log, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })
 	r.log.Info("job finished", zap.String("state", string(e.state)), zap.Int("exit_code", e.code))
-}
-
-// keepTrying calls fn until it succeeds, fails for good (a conflict), or
-// ctx ends, waiting longer after each failure (up to 5s); it logs the first
-// failure and the success after it.
-func (r *runner) keepTrying(ctx context.Context, what string, fn func() error) error {
-	wait := 250 * time.Millisecond
-	for n := 0; ; n++ {
-		err := fn()
-		switch {
-		case err == nil && n > 0:
-			r.log.Info(what+": done after waiting", zap.Int("tries", n+1))
-			return nil
-		case err == nil:
-			return nil
-		case errors.Is(err, ErrConflict):
-			r.log.Error(what, zap.Error(err))
-			return err
-		case n == 0:
-			r.log.Warn(what+": the store refuses it; trying again until it takes it (is the state disk full?)", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			r.log.Error(what+": gave up, the daemon is stopping", zap.Error(err))
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // save folds the progress into the record and writes it; a failure is
@@ -410,11 +381,17 @@ func (r *runner) snapshot() api.Job {
 	return j
 }
 
-// current is the attempt the job runs now and its configuration.
-func (r *runner) current() (int, plugins.Config) {
+// Current is the attempt the job runs now and its configuration.
+func (r *runner) Current() (int, plugins.Config) {
 	c := r.cur.Load()
 	return c.attempt, c.cfg
 }
+
+// LastStep is the newest step the job's rank 0 completed.
+func (r *runner) LastStep() int64 { return r.prog.now().LastStep }
+
+// SetNoise records the controller's latest gradient noise scale estimate.
+func (r *runner) SetNoise(noise float64) { r.prog.setNoise(noise) }
 
 // requestStop asks the job to stop with grace (0: its own).
 func (r *runner) requestStop(grace time.Duration) {

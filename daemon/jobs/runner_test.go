@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
@@ -100,23 +101,23 @@ func TestOneWriterUnderConcurrentRequests(t *testing.T) {
 	go func() { // the controller: decisions that stay, and one that moves
 		defer wg.Done()
 		for i := 0; i < 12; i++ {
-			_, cfg := r.current()
+			_, cfg := r.Current()
 			to := cfg
 			if i == 6 {
 				to = configs[0]
 			}
-			v := verdict{dec: api.Decision{Time: time.Now().UTC(), Step: int64(i + 1), From: cfg, To: to, Reason: fmt.Sprintf("verdict %d", i),
-				Phase: policy.PhaseOptimised}, reply: make(chan error, 1)}
+			v := control.Verdict{Decision: api.Decision{Time: time.Now().UTC(), Step: int64(i + 1), From: cfg, To: to, Reason: fmt.Sprintf("verdict %d", i),
+				Phase: policy.PhaseOptimised}, Reply: make(chan error, 1)}
 			select {
 			case r.verdicts <- v:
 			case <-r.done:
 				return
 			}
 			mu.Lock()
-			decisions = append(decisions, v.dec.Step)
+			decisions = append(decisions, v.Decision.Step)
 			mu.Unlock()
 			if to != cfg {
-				if err := <-v.reply; err == nil {
+				if err := <-v.Reply; err == nil {
 					mu.Lock()
 					moved++
 					mu.Unlock()
@@ -128,7 +129,7 @@ func TestOneWriterUnderConcurrentRequests(t *testing.T) {
 	go func() { // the scheduler's pre-emption notices
 		defer wg.Done()
 		for i := 0; i < 20; i++ {
-			attempt, _ := r.current()
+			attempt, _ := r.Current()
 			b, _ := json.Marshal(telemetry.StepRecord{V: telemetry.SchemaVersion, Kind: telemetry.KindPreempt, Job: j.ID, Attempt: max(attempt, 1), World: 1, ID: "SIGUSR1"})
 			_ = nc.Publish(telemetry.PreemptSubject(j.ID), b)
 			time.Sleep(30 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -39,8 +40,9 @@ const (
 // finish are taken too: nobody is left to finish them. A file whose records
 // the store did not take (a full state disk, for longer than spoolPatience)
 // stays, for the next drain.
-func (r *runner) drainSpool(ctx context.Context, workersGone bool) {
-	dir := filepath.Join(r.rec.job.CheckpointDir, spoolDir)
+func (g *Registry) drainSpool(ctx context.Context, job api.Job, workersGone bool) {
+	log := g.log.With(zap.String("job", job.ID))
+	dir := filepath.Join(job.CheckpointDir, spoolDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -76,13 +78,13 @@ func (r *runner) drainSpool(ctx context.Context, workersGone bool) {
 				return nil
 			}
 			chunk++
-			err := r.storeSpooled(ctx, fmt.Sprintf("%s-%s-%d", r.rec.job.ID, strings.TrimSuffix(name, drainingSuffix), chunk), batch.Bytes())
+			err := g.storeSpooled(ctx, log, job.ID, fmt.Sprintf("%s-%s-%d", job.ID, strings.TrimSuffix(name, drainingSuffix), chunk), batch.Bytes())
 			batch.Reset()
 			return err
 		}
 		var perr error
 		for _, rec := range recs {
-			if rec.Job != r.rec.job.ID || !rec.IsStep() {
+			if rec.Job != job.ID || !rec.IsStep() {
 				refused++
 				continue
 			}
@@ -94,14 +96,14 @@ func (r *runner) drainSpool(ctx context.Context, workersGone bool) {
 			}
 		}
 		if perr = errors.Join(perr, publish()); perr != nil {
-			r.log.Warn("publish spooled step records", zap.String("file", path), zap.Error(perr))
+			log.Warn("publish spooled step records", zap.String("file", path), zap.Error(perr))
 			continue
 		}
 		_ = os.Remove(path)
 	}
 	_ = os.Remove(dir) // when empty: it is no checkpoint (latestCheckpoint)
 	if taken+refused > 0 {
-		r.log.Info("step records the workers spooled while no daemon took them", zap.Int("published", taken), zap.Int("refused", refused))
+		log.Info("step records the workers spooled while no daemon took them", zap.Int("published", taken), zap.Int("refused", refused))
 	}
 }
 
@@ -113,13 +115,13 @@ const spoolPatience = 2 * time.Minute
 // stream and waits for the stream to store it, trying again (for up to
 // spoolPatience) while it does not; id makes a second try after a lost
 // acknowledgement a duplicate the stream drops.
-func (r *runner) storeSpooled(ctx context.Context, id string, data []byte) error {
+func (g *Registry) storeSpooled(ctx context.Context, log *zap.Logger, job, id string, data []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, spoolPatience)
 	defer cancel()
-	return r.keepTrying(ctx, "store spooled step records", func() error {
+	return keepTrying(ctx, log, "store spooled step records", func() error {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := r.g.js.Publish(c, telemetry.StepSubject(r.rec.job.ID), data, jetstream.WithMsgID(id))
+		_, err := g.js.Publish(c, telemetry.StepSubject(job), data, jetstream.WithMsgID(id))
 		return err
 	})
 }

@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/internal/jsonfile"
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -38,109 +35,138 @@ import (
 // checkpoint (unless the leftovers could not be killed: then it says so
 // instead of starting a second copy).
 
-// RestartSubdir, in the daemon's state directory, holds the environments of
-// the jobs to resume after a restart (Options.RestartDir).
-const RestartSubdir = "restart"
-
-type restartEntry struct {
-	Job string   `json:"job"`
-	Env []string `json:"env"`
-}
-
-// rememberEnv keeps a job's environment for the next daemon.
-func (g *Registry) rememberEnv(id string, env []string) {
-	if g.o.RestartDir == "" {
-		return
-	}
-	if err := os.MkdirAll(g.o.RestartDir, 0o700); err == nil {
-		if err = jsonfile.Write(filepath.Join(g.o.RestartDir, id+".json"), restartEntry{Job: id, Env: env}, 0o600); err == nil {
-			return
-		}
-	}
-	g.log.Warn("keep environment for a restart; the job will not resume by itself", zap.String("job", id))
-}
-
-// forgetEnv drops a job's kept environment.
-func (g *Registry) forgetEnv(id string) {
-	if g.o.RestartDir != "" {
-		_ = os.Remove(filepath.Join(g.o.RestartDir, id+".json"))
-	}
-}
-
-// keptEnvs reads the kept environments.
-func (g *Registry) keptEnvs() map[string][]string {
-	out := map[string][]string{}
-	if g.o.RestartDir == "" {
-		return out
-	}
-	ents, _ := os.ReadDir(g.o.RestartDir)
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok {
-			continue
-		}
-		var re restartEntry
-		b, err := os.ReadFile(filepath.Join(g.o.RestartDir, e.Name()))
-		if err == nil {
-			err = json.Unmarshal(b, &re)
-		}
-		if err != nil || re.Job != id {
-			g.log.Warn("unreadable restart entry", zap.String("file", e.Name()), zap.Error(err))
-			continue
-		}
-		out[id] = re.Env
-	}
-	return out
-}
-
-// Recover settles what a previous daemon on this node left. It reattaches
-// to the running attempts whose launcher can (adopt.go); any other record of
-// a job it never saw end is marked lost, after what is left of its workers
-// is killed; and with ResumeJobs the jobs it stopped at shutdown (or lost)
-// resume from their checkpoints.
+// Recover settles what a previous daemon on this node left. It is one
+// sequence of steps, in the order they run; each calls down into the
+// registry's helpers, none back into the sequence:
+//
+//  1. list: the records of this node's jobs and the kept environments;
+//  2. classify: attempts the launcher can reattach to, lost jobs (their
+//     record says running and nothing can reattach to them), and jobs that
+//     ended (stopped at the last shutdown, or done);
+//  3. reattach: a runner follows each reattachable attempt from where it is;
+//  4. settle the lost: their leftover workers are asked to checkpoint and
+//     the rest killed; each is recorded failed ("lost"), with its cost;
+//  5. drain spools: the step records the lost jobs' workers spooled while no
+//     daemon took them are published;
+//  6. resume: with ResumeJobs, the stopped and lost jobs resume from their
+//     checkpoints; the end of each lost job that does not is published.
 func (g *Registry) Recover(ctx context.Context) {
-	recs, err := list(ctx, g.o.KV)
-	if err != nil {
+	rc := &recovery{g: g}
+	if err := rc.list(ctx); err != nil {
 		g.log.Warn("recover jobs", zap.Error(err))
 		return
 	}
-	envs := g.keptEnvs()
-	type lostJob struct {
-		rec  record
-		env  []string
-		kept bool
+	rc.classify()
+	rc.reattach(ctx)
+	rc.settleLost(ctx)
+	rc.drainSpools(ctx)
+	rc.resume(ctx)
+}
+
+// recovery is what Recover knows as its steps go.
+type recovery struct {
+	g    *Registry
+	recs []record
+	envs map[string][]string // the kept environments, by job
+
+	reattachable []recovered
+	lost         []recovered
+	ended        []recovered
+}
+
+// recovered is one job's record as a recovery step found it, with what the
+// steps learn of it.
+type recovered struct {
+	rec  record
+	env  []string
+	kept bool // its environment was kept: it may resume
+	// note says what its leftover workers did when asked to checkpoint;
+	// alive, that they may still run (they could not be killed); final,
+	// the end of its last attempt, published unless it resumes.
+	note  string
+	alive bool
+	final *telemetry.Event
+}
+
+// list reads this node's job records and the kept environments.
+func (rc *recovery) list(ctx context.Context) error {
+	recs, err := list(ctx, rc.g.o.KV)
+	if err != nil {
+		return err
 	}
-	var lost []lostJob
-	for _, rec := range recs {
-		j := rec.job
-		if j.Node != g.o.Node {
-			continue
+	for _, r := range recs {
+		if r.job.Node == rc.g.o.Node {
+			rc.recs = append(rc.recs, r)
 		}
-		env, kept := envs[j.ID]
-		delete(envs, j.ID)
+	}
+	rc.envs = rc.g.keptEnvs()
+	return nil
+}
+
+// classify sorts the records into reattachable, lost and ended, and forgets
+// the kept environments of jobs that have no record any more.
+func (rc *recovery) classify() {
+	for _, r := range rc.recs {
+		j := r.job
+		env, kept := rc.envs[j.ID]
+		delete(rc.envs, j.ID)
+		one := recovered{rec: r, env: env, kept: kept}
 		switch {
-		case !j.State.Done() && g.canReattach(j):
-			from := resumePoint{attempt: j.Attempt, reattach: true}
-			if err := g.launch(ctx, rec, env, from, fmt.Sprintf("reattaching to attempt %d after a restart of scavd", j.Attempt)); err != nil {
-				g.log.Warn("reattach after restart", zap.String("job", j.ID), zap.Error(err))
-			}
+		case !j.State.Done() && rc.g.canReattach(j):
+			rc.reattachable = append(rc.reattachable, one)
 		case !j.State.Done():
-			lost = append(lost, lostJob{rec, env, kept})
+			rc.lost = append(rc.lost, one)
 		default:
-			g.resumeAfterRestart(ctx, j, env, kept, nil)
+			rc.ended = append(rc.ended, one)
 		}
 	}
-	lostJobs := make([]api.Job, len(lost))
-	for i, l := range lost {
-		lostJobs[i] = l.rec.job
+	for id := range rc.envs { // records gone
+		rc.g.forgetEnv(id)
 	}
-	notes := g.checkpointLeftovers(ctx, lostJobs)
-	for _, l := range lost {
-		alive, final := g.settleLost(ctx, l.rec, l.kept && g.o.ResumeJobs, notes[l.rec.job.ID])
-		g.resumeAfterRestart(ctx, l.rec.job, l.env, l.kept && !alive, final)
+}
+
+// reattach starts a runner on each reattachable attempt.
+func (rc *recovery) reattach(ctx context.Context) {
+	for _, one := range rc.reattachable {
+		j := one.rec.job
+		from := resumePoint{attempt: j.Attempt, reattach: true}
+		if err := rc.g.launch(ctx, one.rec, one.env, from, fmt.Sprintf("reattaching to attempt %d after a restart of scavd", j.Attempt)); err != nil {
+			rc.g.log.Warn("reattach after restart", zap.String("job", j.ID), zap.Error(err))
+		}
 	}
-	for id := range envs { // records gone
-		g.forgetEnv(id)
+}
+
+// settleLost asks the lost jobs' leftover workers to checkpoint (all jobs
+// at once), kills the rest and records each job's end.
+func (rc *recovery) settleLost(ctx context.Context) {
+	lost := make([]api.Job, len(rc.lost))
+	for i, one := range rc.lost {
+		lost[i] = one.rec.job
+	}
+	notes := rc.g.checkpointLeftovers(ctx, lost)
+	for i := range rc.lost {
+		one := &rc.lost[i]
+		one.note = notes[one.rec.job.ID]
+		one.alive, one.final = rc.g.settleLost(ctx, one.rec, one.kept && rc.g.o.ResumeJobs, one.note)
+	}
+}
+
+// drainSpools publishes what the lost jobs' workers spooled; the files of
+// workers that may still run are left to them.
+func (rc *recovery) drainSpools(ctx context.Context) {
+	for _, one := range rc.lost {
+		rc.g.drainSpool(ctx, one.rec.job, !one.alive)
+	}
+}
+
+// resume resumes, with ResumeJobs, the jobs stopped at the last shutdown
+// and the lost ones none of whose workers may still run.
+func (rc *recovery) resume(ctx context.Context) {
+	for _, one := range rc.ended {
+		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept, nil)
+	}
+	for _, one := range rc.lost {
+		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept && !one.alive, one.final)
 	}
 }
 
@@ -205,7 +231,9 @@ func (g *Registry) settleLost(ctx context.Context, rec record, resuming bool, no
 	if k := len(j.Attempts); k > 0 && j.Attempts[k-1].Ended == nil {
 		j.Attempts[k-1].Ended, j.Attempts[k-1].EndReason = &now, "lost"
 	}
-	g.settleLostCost(ctx, j)
+	if b, ok := g.o.Launcher.(plugins.Biller); ok {
+		chargeJob(ctx, b, j, true, g.log)
+	}
 	if _, err := rec.commit(ctx); err != nil {
 		g.log.Error("record a lost job", zap.String("job", j.ID), zap.Error(err))
 	}

@@ -1,7 +1,6 @@
-package jobs
+package control
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -14,7 +13,6 @@ import (
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
-	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // The machine type of a job on a launcher that acquires machines
@@ -25,11 +23,13 @@ import (
 // api.Optimize.CloudSpec over the types the job allows, each priced in the
 // market it would be bought in now (spot when allowed and offered), and a
 // decision names the type, its market and its machines. The cost the
-// policy sees spent is what the launcher bills (plugins.Biller).
+// policy sees spent is what the launcher bills (plugins.Biller): its runner
+// hands the controller the charges of the job's machines, and the offers
+// at each attempt and at a notice, so that it never calls the launcher.
 //
 // The offers change: a spot interruption blocklists the (type, zone, spot)
 // that was reclaimed, a capacity error the offering that had none. At a
-// pre-emption notice the controller re-chooses: it rebuilds the search
+// pre-emption notice the controller re-chooses (Rechoose): it rebuilds the search
 // space from the offers now and replays the job's observations into a new
 // policy of the same kind (policies are deterministic functions of their
 // observations), whose last decision is where the job goes — another type,
@@ -37,50 +37,68 @@ import (
 // spot is gone. A relaunch that did not get the configuration it asked for
 // (no capacity) is re-chosen the same way.
 
-// cloudSpace is a cloud job's search space and how it is refreshed.
+// cloudSpace is a cloud job's search space, the offers it was built from,
+// the newest offers its runner handed the controller, and the charges of
+// the job's machines.
 type cloudSpace struct {
-	opt    api.Optimize
-	start  plugins.Config
-	offers func(ctx context.Context) ([]plugins.Offer, error)
-	spent  func(ctx context.Context) (float64, bool)
-	cur    api.Cloud
-	seen   []plugins.Offer
+	opt     api.Optimize
+	start   plugins.Config
+	cur     api.Cloud
+	seen    []plugins.Offer // what cur was built from
+	offers  []plugins.Offer // the newest offers
+	charges []plugins.Charge
+	now     func() time.Time
 }
 
-// offersOf returns the launcher's offers, or nil when it offers none.
-func offersOf(ctx context.Context, l plugins.Launcher) ([]plugins.Offer, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	caps, err := l.Capabilities(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("launcher capabilities: %w", err)
+// newCloudSpace is the search space of j over offers, or nil when there
+// are none (the launcher offers no machine types).
+func newCloudSpace(j api.Job, offers []plugins.Offer) (*cloudSpace, error) {
+	if len(offers) == 0 {
+		return nil, nil
 	}
-	return caps.Offers, nil
-}
-
-// newCloudSpace is the search space of j on launcher l, or nil when l
-// offers no machine types.
-func newCloudSpace(ctx context.Context, j api.Job, l plugins.Launcher) (*cloudSpace, error) {
-	offers, err := offersOf(ctx, l)
-	if err != nil || len(offers) == 0 {
-		return nil, err
-	}
-	cs := &cloudSpace{opt: j.Optimize, start: j.Config, offers: func(ctx context.Context) ([]plugins.Offer, error) { return offersOf(ctx, l) }}
-	if b, ok := l.(plugins.Biller); ok {
-		cs.spent = func(ctx context.Context) (float64, bool) {
-			ctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			charges, err := b.Charges(ctx, j.ID)
-			if err != nil || len(charges) == 0 {
-				return 0, false
-			}
-			return attemptCost(charges, time.Time{}, time.Time{}, time.Now()).USD, true
-		}
-	}
+	cs := &cloudSpace{opt: j.Optimize, start: j.Config, offers: offers, now: time.Now}
 	if _, err := cs.refresh(offers); err != nil {
 		return nil, err
 	}
 	return cs, nil
+}
+
+// spent is what the job's machines have cost by now, when their charges
+// are known.
+func (cs *cloudSpace) spent(float64) (float64, bool) {
+	if len(cs.charges) == 0 {
+		return 0, false
+	}
+	now, usd := cs.now(), 0.0
+	for _, c := range cs.charges {
+		life := c.Seconds(now)
+		billed := life
+		if c.End != nil {
+			billed = c.Billed(life) // the rounding and the minimum of an ended machine
+		}
+		usd += c.USD(billed)
+	}
+	return usd, true
+}
+
+// SetOffers hands the controller the machine types the launcher offers now
+// (a cloud job's runner does at each attempt and at a pre-emption notice).
+func (c *Controller) SetOffers(offers []plugins.Offer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cloud != nil && offers != nil {
+		c.cloud.offers = offers
+	}
+}
+
+// SetCharges hands the controller the charges of the job's machines, from
+// which it knows what the job has spent.
+func (c *Controller) SetCharges(charges []plugins.Charge) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cloud != nil {
+		c.cloud.charges = charges
+	}
 }
 
 // refresh rebuilds the search space from offers; changed reports whether
@@ -116,22 +134,23 @@ func (cs *cloudSpace) toConfig(c predict.Candidate, cfg plugins.Config) plugins.
 	return cs.cur.Config(c, cfg.LRScale)
 }
 
-// rechoose re-reads the offers and, when they changed, rebuilds the search
-// space and replays the job's observations into a new policy; it returns
-// the replayed policy's last decision (ok false: nothing to re-choose, or
-// it failed and the policy goes on as it was).
-func (c *controller) rechoose(ctx context.Context, why string) (api.Decision, bool) {
+// Rechoose rebuilds the search space when the offers the runner handed it
+// last differ from those it was built from, and replays the job's
+// observations into a new policy; it returns where the job goes now (ok
+// false: nothing to re-choose, or it failed and the policy goes on as it
+// was). why says what prompted it, for the decision's reason.
+func (c *Controller) Rechoose(why string) (api.Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.rechoose(why)
+}
+
+// rechoose is Rechoose with c.mu held.
+func (c *Controller) rechoose(why string) (api.Decision, bool) {
 	if c.cloud == nil || len(c.history) == 0 {
 		return api.Decision{}, false
 	}
-	offers, err := c.cloud.offers(ctx)
-	if err != nil {
-		c.log.Warn("re-choose: offers", zap.Error(err))
-		return api.Decision{}, false
-	}
-	if changed, err := c.cloud.refresh(offers); err != nil || !changed {
+	if changed, err := c.cloud.refresh(c.cloud.offers); err != nil || !changed {
 		if err != nil {
 			c.log.Warn("re-choose: search space", zap.Error(err))
 		}
@@ -151,40 +170,22 @@ func (c *controller) rechoose(ctx context.Context, why string) (api.Decision, bo
 	}
 	c.pol = pol
 	c.obs.setWait(d.WaitSteps)
-	_, cfg := c.current()
+	_, cfg := c.job.Current()
 	if now, ok := c.chooseNow(); ok {
 		d = now // the policy's models, priced now; the replay's last word may predate the change
 	}
-	dec := decision(cfg, c.prog.now().LastStep, time.Now().UTC(), d)
+	dec := decision(cfg, c.job.LastStep(), time.Now().UTC(), d)
 	dec.To = c.cloud.cur.Config(d.Config, cfg.LRScale)
 	dec.Reason = why + "; re-chosen over the offers now: " + dec.Reason
 	c.log.Info("re-chose", zap.String("why", why), zap.String("to", fmt.Sprintf("%+v", dec.To)))
 	return dec, true
 }
 
-// rechooseAfterNotice is where a job whose workers got a pre-emption
-// notice goes: its controller's re-choice over the offers now (the
-// decision is recorded), or cfg, where it runs, as before.
-func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepRecord, cfg plugins.Config) plugins.Config {
-	if r.ctl == nil {
-		return cfg
-	}
-	dec, ok := r.ctl.rechoose(ctx, fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID))
-	if !ok {
-		return cfg
-	}
-	r.ctl.leaving(rec.Attempt)
-	addDecision(&r.rec.job, dec)
-	r.save(ctx)
-	r.decided(rec.Attempt, dec)
-	return dec.To
-}
-
 // chooseNow re-evaluates every candidate with the policy's fitted models
 // (policy.ModelSource) at the prices of the search space now, from where
 // the job is (its progress, noise estimate, time and money left), as the
 // policies' own choice does; ok is false when the policy has no models yet.
-func (c *controller) chooseNow() (policy.Decision, bool) {
+func (c *Controller) chooseNow() (policy.Decision, bool) {
 	ms, ok := c.pol.(policy.ModelSource)
 	if !ok || len(c.history) == 0 {
 		return policy.Decision{}, false
@@ -215,17 +216,4 @@ func (c *controller) chooseNow() (policy.Decision, bool) {
 		return policy.Decision{}, false
 	}
 	return policy.Decision{Config: preds[ch.Index].Candidate, Reason: ch.Reason, Phase: policy.PhaseOptimised, Predictions: preds, Chosen: ch.Index}, true
-}
-
-// workersText says how many workers cfg has, and on what machines when it
-// names them: "2 workers", "2 workers on loc.full (spot)".
-func workersText(cfg plugins.Config) string {
-	s := fmt.Sprintf("%d workers", cfg.Workers)
-	if cfg.MachineType != "" {
-		s += " on " + cfg.MachineType
-		if cfg.Market != "" {
-			s += " (" + cfg.Market + ")"
-		}
-	}
-	return s
 }

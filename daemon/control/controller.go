@@ -1,4 +1,4 @@
-package jobs
+package control
 
 import (
 	"context"
@@ -44,19 +44,28 @@ func recordCandidates(preds []predict.Prediction, chosen int) []api.CandidatePre
 	return out
 }
 
-// controller runs a job's policy online: it feeds the job's step records to
+// Job is what a controller follows of the job it decides for (its
+// runner's): the attempt and configuration it runs now, its newest step,
+// and where the controller's noise estimate goes.
+type Job interface {
+	Current() (attempt int, cfg plugins.Config)
+	LastStep() int64
+	SetNoise(noise float64)
+}
+
+// Controller runs a job's policy online: it feeds the job's step records to
 // the observer, asks the policy at each report and hands every new verdict
 // to the job's runner, which records it and moves the job. It never writes
 // the record and never calls the launcher.
-type controller struct {
-	current  func() (attempt int, cfg plugins.Config) // the runner's attempt now
-	prog     *progress
-	verdicts chan<- verdict
+type Controller struct {
+	job      Job
+	verdicts chan<- Verdict
 	recs     chan telemetry.StepRecord
 	log      *zap.Logger
 
 	// mu guards the policy and what it saw: the runner re-chooses through
-	// them at a pre-emption notice (cloud.go).
+	// them at a pre-emption notice (cloud.go), and hands it offers and
+	// charges.
 	mu      sync.Mutex
 	pol     policy.Policy
 	obs     *observer
@@ -66,25 +75,25 @@ type controller struct {
 	movedFrom int
 }
 
-// verdict is a decision the controller hands the runner. When the decision
-// moves the job, reply (buffered) says how the move went: nil once the
+// Verdict is a decision the controller hands the runner. When the decision
+// moves the job, Reply (buffered) says how the move went: nil once the
 // workers have checkpointed and exited.
-type verdict struct {
-	dec   api.Decision
-	reply chan error
+type Verdict struct {
+	Decision api.Decision
+	Reply    chan error
 }
 
-// newController builds the controller of job j, which the runner follows
-// through current, prog and verdicts. When launcher offers machine types,
-// the search covers them (cloud.go).
-func newController(ctx context.Context, j api.Job, launcher plugins.Launcher, current func() (int, plugins.Config), prog *progress,
-	verdicts chan<- verdict, log *zap.Logger) (*controller, error) {
+// New builds the controller of job j, which follows the job through job and
+// hands it verdicts. offers are the machine types the job's launcher offers
+// now (plugins.Capabilities.Offers): when there are any, the search covers
+// them (cloud.go).
+func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger) (*Controller, error) {
 	spec, price, err := j.Optimize.Spec(j.Config, 0)
 	if err != nil {
 		return nil, err
 	}
 	typ := spec.Candidates[0].Type
-	cloud, err := newCloudSpace(ctx, j, launcher)
+	cloud, err := newCloudSpace(j, offers)
 	if err != nil {
 		return nil, err
 	}
@@ -95,37 +104,39 @@ func newController(ctx context.Context, j api.Job, launcher plugins.Launcher, cu
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{
-		pol: pol, obs: newObserver(spec.M0, price, typ), current: current, prog: prog, cloud: cloud,
+	c := &Controller{
+		pol: pol, obs: newObserver(spec.M0, price, typ), job: job, cloud: cloud,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
 		log: log.With(zap.String("policy", pol.Name())),
 	}
 	if cloud != nil {
 		c.obs.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
-		if cloud.spent != nil {
-			c.obs.spent = func(float64) (float64, bool) { return cloud.spent(ctx) }
-		}
+		c.obs.spent = cloud.spent
 	}
 	return c, nil
 }
 
-// leaving marks attempt as being left: its last steps are not observed.
-func (c *controller) leaving(attempt int) {
+// Cloud reports whether the controller searches machine types: its runner
+// then hands it the launcher's offers and charges as they change.
+func (c *Controller) Cloud() bool { return c.cloud != nil }
+
+// Leaving marks attempt as being left: its last steps are not observed.
+func (c *Controller) Leaving(attempt int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.movedFrom = attempt
 }
 
-// offer hands the controller a step record without ever blocking ingest.
-func (c *controller) offer(rec telemetry.StepRecord) {
+// Step hands the controller a step record without ever blocking ingest.
+func (c *Controller) Step(rec telemetry.StepRecord) {
 	select {
 	case c.recs <- rec:
 	default:
 	}
 }
 
-// run decides until ctx is done.
-func (c *controller) run(ctx context.Context) {
+// Run decides until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
 	attempt := 0
 	var last api.Decision
 	for {
@@ -135,21 +146,21 @@ func (c *controller) run(ctx context.Context) {
 			return
 		case rec = <-c.recs:
 		}
-		now, cfg := c.current()
+		now, cfg := c.job.Current()
 		if c.left(now) {
 			c.obs.note(rec) // the attempt being left: its last steps do not count
 			continue
 		}
 		if now != attempt {
 			attempt = now
-			c.attemptStarted(ctx, attempt, cfg, last.To)
+			c.attemptStarted(attempt, cfg, last.To)
 		}
 		dec, ok := c.observe(rec, cfg)
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
 		}
 		last = dec
-		v := verdict{dec: dec, reply: make(chan error, 1)}
+		v := Verdict{Decision: dec, Reply: make(chan error, 1)}
 		select {
 		case c.verdicts <- v:
 		case <-ctx.Done():
@@ -159,9 +170,9 @@ func (c *controller) run(ctx context.Context) {
 			continue
 		}
 		select {
-		case err := <-v.reply:
+		case err := <-v.Reply:
 			if err == nil {
-				c.leaving(attempt)
+				c.Leaving(attempt)
 			}
 		case <-ctx.Done():
 			return
@@ -170,7 +181,7 @@ func (c *controller) run(ctx context.Context) {
 }
 
 // left reports whether attempt is the one being left.
-func (c *controller) left(attempt int) bool {
+func (c *Controller) left(attempt int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return attempt == c.movedFrom
@@ -179,17 +190,17 @@ func (c *controller) left(attempt int) bool {
 // attemptStarted resets the observer for a new attempt; a cloud job whose
 // relaunch did not get the configuration asked (asked) re-chooses over the
 // offers now.
-func (c *controller) attemptStarted(ctx context.Context, attempt int, cfg, asked plugins.Config) {
+func (c *Controller) attemptStarted(attempt int, cfg, asked plugins.Config) {
 	c.mu.Lock()
 	c.obs.attemptStarted(attempt, cfg)
 	c.mu.Unlock()
 	if c.cloud != nil && asked != (plugins.Config{}) && asked != cfg {
-		c.rechoose(ctx, "the relaunch did not get what it asked") // the next report decides with it
+		c.Rechoose("the relaunch did not get what it asked") // the next report decides with it
 	}
 }
 
 // observe takes one step record and, when a report is due, asks the policy.
-func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
+func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.obs.add(rec)
@@ -200,7 +211,7 @@ func (c *controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 		c.history = append(c.history, o)
 	}
 	if c.obs.est.Steps() > 0 {
-		c.prog.setNoise(c.obs.est.NoiseScale(c.obs.m0))
+		c.job.SetNoise(c.obs.est.NoiseScale(c.obs.m0))
 	}
 	d, err := c.pol.Observe(o)
 	if err != nil {

@@ -1,9 +1,6 @@
-package jobs
+package control
 
 import (
-	"context"
-	"sync"
-	"syscall"
 	"testing"
 
 	"go.uber.org/zap"
@@ -13,26 +10,12 @@ import (
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
-// offering is a launcher whose offers the test sets.
-type offering struct {
-	mu     sync.Mutex
-	offers []plugins.Offer
-}
+// runningJob is a job that runs at cfg in attempt 3.
+type runningJob struct{ cfg plugins.Config }
 
-func (o *offering) Name() string { return "offering" }
-func (o *offering) Capabilities(context.Context) (plugins.Capabilities, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return plugins.Capabilities{MaxWorkers: 4, Offers: append([]plugins.Offer(nil), o.offers...)}, nil
-}
-func (o *offering) Start(context.Context, plugins.AttemptSpec) (plugins.Handle, error) {
-	return nil, syscall.ENOSYS
-}
-func (o *offering) set(offers []plugins.Offer) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.offers = offers
-}
+func (j runningJob) Current() (int, plugins.Config) { return 3, j.cfg }
+func (runningJob) LastStep() int64                  { return 0 }
+func (runningJob) SetNoise(float64)                 {}
 
 // TestRechooseAfterTheMarketChanges: a cost-optimised job that measured
 // types a and b runs on a, the cheaper per step at spot prices; when a's
@@ -40,13 +23,11 @@ func (o *offering) set(offers []plugins.Offer) {
 // over the offers now and moves to b on spot — and with no change in the
 // offers it keeps its decision.
 func TestRechooseAfterTheMarketChanges(t *testing.T) {
-	ctx := context.Background()
-	l := &offering{offers: []plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10, SpotUSD: 0.01}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}}}
+	offers := []plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10, SpotUSD: 0.01}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}}
 	j := api.Job{ID: "j", Config: plugins.Config{Workers: 1, GlobalBatch: 32, MachineType: "a", Market: plugins.MarketSpot, LRScale: 1},
 		Optimize: api.Optimize{Policy: "full", Objective: "cost", MinWorkers: 1, MaxWorkers: 1, MinBatch: 32, MaxBatch: 32,
 			TargetSamples: 32 * 10000, Types: []string{"a", "b"}, Spot: true}}
-	cur := j.Config
-	c, err := newController(ctx, j, l, func() (int, plugins.Config) { return 3, cur }, &progress{}, make(chan verdict, 1), zap.NewNop())
+	c, err := New(j, offers, runningJob{j.Config}, make(chan Verdict, 1), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +42,11 @@ func TestRechooseAfterTheMarketChanges(t *testing.T) {
 		{ElapsedS: 4, Config: b, Steps: 20, StepTime: 0.05, Progress: 40},
 		{ElapsedS: 6, Config: a, Steps: 20, StepTime: 0.1, Progress: 60},
 	}
-	if _, ok := c.rechoose(ctx, "nothing changed"); ok {
+	if _, ok := c.Rechoose("nothing changed"); ok {
 		t.Error("re-chose with the same offers")
 	}
-	l.set([]plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}})
-	dec, ok := c.rechoose(ctx, "pre-empted")
+	c.SetOffers([]plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}})
+	dec, ok := c.Rechoose("pre-empted")
 	if !ok {
 		t.Fatal("no re-choice after a's spot market went")
 	}

@@ -1,10 +1,8 @@
-package jobs
+package control
 
 import (
 	"testing"
 
-	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
 
@@ -48,25 +46,6 @@ func TestRecordCandidates(t *testing.T) {
 		}
 		if want := min(1, c.wantChosenBatch); marked != want {
 			t.Errorf("%s: %d marked chosen, want %d", c.name, marked, want)
-		}
-	}
-}
-
-func TestDecidedKeepsTheLatestCandidatesOnly(t *testing.T) {
-	var j api.Job
-	with := func(step int64) api.Decision {
-		return api.Decision{Step: step, Phase: policy.PhaseOptimised, Candidates: []api.CandidatePrediction{{Workers: 1, Batch: 32, Chosen: true}}}
-	}
-	addDecision(&j, with(10))
-	addDecision(&j, api.Decision{Step: 20, Phase: policy.PhaseProbing})
-	addDecision(&j, with(30))
-	addDecision(&j, api.Decision{Step: 40, Phase: policy.PhaseProbing})
-	if len(j.Decisions) != 4 || j.Phase != policy.PhaseProbing {
-		t.Fatalf("decisions %+v", j.Decisions)
-	}
-	for _, d := range j.Decisions {
-		if has := len(d.Candidates) > 0; has != (d.Step == 30) {
-			t.Errorf("decision at step %d keeps %d candidates: want them on step 30's only", d.Step, len(d.Candidates))
 		}
 	}
 }
