@@ -40,16 +40,17 @@ func attemptCost(cs []plugins.Charge, from, to, now time.Time) api.Cost {
 			hi = to
 		}
 		s := math.Max(hi.Sub(lo).Seconds(), 0)
-		billed := s
+		billed, usd := s, c.USDBetween(lo, hi) // at the prices in effect (a spot price moves)
 		if c.End != nil && (from.IsZero() || c.End.After(from)) && (to.IsZero() || !c.End.After(to)) {
 			life := c.Seconds(now)
-			billed += c.Billed(life) - life // the rounding and the minimum
+			billed += c.Billed(life) - life // the rounding and the minimum, at the last price
+			usd += (c.Billed(life) - life) / 3600 * c.PriceAt(*c.End)
 		}
 		if billed <= 0 {
 			continue
 		}
 		ic := api.InstanceCost{ID: c.Instance, Type: c.Type, Zone: c.Zone, Market: c.Market, USDPerHour: c.USDPerHour,
-			Seconds: s, BilledSeconds: billed, USD: c.USD(billed)}
+			Seconds: s, BilledSeconds: billed, USD: usd}
 		out.Instances = append(out.Instances, ic)
 		out.InstanceSeconds += s
 		out.BilledSeconds += billed

@@ -221,8 +221,12 @@ func (l *Launcher) release(ctx context.Context, p *pool, ids []string) error {
 	now := time.Now().UTC()
 	err := l.terminate(ctx, ids)
 	p.mu.Lock()
+	open := openCharges(p.charges, ids)
+	p.mu.Unlock()
+	settled := l.settlePrices(ctx, open, now)
+	p.mu.Lock()
 	for _, id := range ids {
-		endCharge(p.charges, id, now)
+		endCharge(p.charges, id, now, settled)
 	}
 	p.saveChargesLocked()
 	p.mu.Unlock()
@@ -247,8 +251,12 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 	round := p.rounds
 	var got []provider.Instance
 	var errs []error
-	tries := failover(typ, market, l.zones(l.types[typ]), !l.o.NoFallback, l.blockSnapshot(), time.Now())
+	zones := l.zones(l.types[typ])
+	tries := failover(typ, market, zones, !l.o.NoFallback, l.blockSnapshot(), time.Now())
 	for _, o := range tries {
+		if l.blockSnapshot().blocked(o, time.Now()) {
+			continue // a quota error of the region, met in another zone
+		}
 		insts, err := l.provision(ctx, provider.ProvisionRequest{Type: typ, Count: n - len(got), Market: o.Market, Zone: o.Zone,
 			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot})
 		for _, in := range insts {
@@ -264,10 +272,16 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, provider.ErrCapacity) {
+		switch {
+		case errors.Is(err, provider.ErrQuota): // the region's: no zone will do in this market
+			for _, z := range zones {
+				l.blockOffering(offering{typ, z, o.Market}, err.Error())
+			}
+		case errors.Is(err, provider.ErrCapacity):
+			l.blockOffering(o, err.Error())
+		default:
 			return got, err
 		}
-		l.blockOffering(o, err.Error())
 		errs = append(errs, err)
 	}
 	if len(tries) == 0 {
@@ -291,9 +305,13 @@ func (l *Launcher) terminate(ctx context.Context, ids []string) error {
 	return err
 }
 
+// retryJitter spreads the retries' waits over ±50 %, so that the launchers
+// throttled at once do not retry at once.
+const retryJitter = 0.5
+
 // retry calls f until it succeeds, fails for good, or Options.Retries
-// retries of a retryable error are spent, waiting RetryBase, then twice as
-// long each time, at most 30 s.
+// retries of a retryable error are spent, waiting about RetryBase (±
+// retryJitter), then twice as long each time, at most 30 s.
 func retry[T any](ctx context.Context, l *Launcher, what string, f func() (T, error)) (T, error) {
 	var last error
 	try := 0
@@ -304,7 +322,7 @@ func retry[T any](ctx context.Context, l *Launcher, what string, f func() (T, er
 		}
 		last = err
 		return v, err
-	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: l.o.RetryBase, Multiplier: 2, MaxInterval: 30 * time.Second}),
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: l.o.RetryBase, RandomizationFactor: retryJitter, Multiplier: 2, MaxInterval: 30 * time.Second}),
 		backoff.WithMaxTries(uint(l.o.Retries)+1), backoff.WithMaxElapsedTime(0),
 		backoff.WithNotify(func(err error, d time.Duration) {
 			try++

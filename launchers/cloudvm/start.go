@@ -113,7 +113,7 @@ func (l *Launcher) ready(ctx context.Context, p *pool, ids []string) ([]*member,
 		}
 	}
 	if len(fresh) > 0 {
-		insts, err := l.o.Provider.WaitReady(ctx, fresh)
+		insts, err := retry(ctx, l, "wait for instances", func() ([]provider.Instance, error) { return l.o.Provider.WaitReady(ctx, fresh) })
 		if err != nil {
 			return nil, fmt.Errorf("wait for instances %v: %w", fresh, err)
 		}

@@ -12,8 +12,12 @@
 // Options names a region.
 //
 // The SDK's retries are off: cloudvm retries throttling and internal
-// errors itself, with the same token, and fails over on capacity errors,
-// which this package tells apart (classify).
+// errors itself, with the same token and with jitter, and fails over on
+// capacity and quota errors, which this package tells apart (classify).
+// TerminateInstances refuses a whole batch that names an unknown instance:
+// Terminate then leaves out the ids EC2 names and terminates the rest. A
+// spot instance is billed at the spot price history over its life
+// (SpotPriceHistory).
 //
 // It was tested here only against an emulation of the EC2 Query API
 // (internal/ec2emu) whose instances are local namespace machines; see the
@@ -90,7 +94,10 @@ type Provider struct {
 	od    map[string]float64
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider       = (*Provider)(nil)
+	_ provider.PriceHistorian = (*Provider)(nil)
+)
 
 // New loads the SDK's configuration and checks the types against the catalog.
 func New(ctx context.Context, o Options) (*Provider, error) {
@@ -215,6 +222,30 @@ func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price
 	return out, nil
 }
 
+// SpotPriceHistory returns the spot prices of typ in zone in effect from
+// from to to (DescribeSpotPriceHistory, Linux/UNIX), oldest first.
+func (p *Provider) SpotPriceHistory(ctx context.Context, typ, zone string, from, to time.Time) ([]provider.Price, error) {
+	var out []provider.Price
+	pg := ec2.NewDescribeSpotPriceHistoryPaginator(p.ec2, &ec2.DescribeSpotPriceHistoryInput{InstanceTypes: []types.InstanceType{types.InstanceType(typ)},
+		AvailabilityZone: aws.String(zone), ProductDescriptions: []string{"Linux/UNIX"}, StartTime: aws.Time(from), EndTime: aws.Time(to)})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("spot price history of %s in %s: %w", typ, zone, classify(err))
+		}
+		for _, sp := range page.SpotPriceHistory {
+			if v, err := strconv.ParseFloat(aws.ToString(sp.SpotPrice), 64); err == nil && aws.ToString(sp.AvailabilityZone) == zone {
+				out = append(out, provider.Price{Type: typ, Zone: zone, Market: provider.Spot, USDPerHour: v, At: aws.ToTime(sp.Timestamp)})
+			}
+		}
+		if len(page.SpotPriceHistory) == 0 {
+			break
+		}
+	}
+	slices.SortStableFunc(out, func(a, b provider.Price) int { return a.At.Compare(b.At) })
+	return out, nil
+}
+
 // classify wraps an SDK error in the provider's error class.
 func classify(err error) error {
 	if err == nil {
@@ -231,7 +262,9 @@ func classify(err error) error {
 	switch {
 	case code == "InvalidInstanceID.NotFound":
 		return fmt.Errorf("%w: %w", provider.ErrNotFound, err)
-	case strings.HasPrefix(code, "Insufficient") || code == "SpotMaxPriceTooLow" || code == "MaxSpotInstanceCountExceeded" || code == "Unsupported":
+	case code == "VcpuLimitExceeded" || code == "InstanceLimitExceeded" || code == "MaxSpotInstanceCountExceeded":
+		return fmt.Errorf("%w: %w", provider.ErrQuota, err)
+	case strings.HasPrefix(code, "Insufficient") || code == "SpotMaxPriceTooLow" || code == "Unsupported":
 		return fmt.Errorf("%w: %w", provider.ErrCapacity, err)
 	case code == "RequestLimitExceeded" || strings.HasPrefix(code, "Throttling"):
 		return fmt.Errorf("%w: %w", provider.ErrThrottled, err)

@@ -2,7 +2,6 @@ package awscloud
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
@@ -46,22 +42,9 @@ func (o *lines) has(s string) bool {
 // instances reach.
 func TestWorkersOnEmulatedEC2(t *testing.T) {
 	e := emulate(t)
+	l := launcherOn(t, e, "c6i.large")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	owner := "t-" + rand.Text()[:5]
-	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: zaptest.NewLogger(t), Provider: e.prov, StateDir: t.TempDir(), Owner: owner,
-		Types: []string{"c6i.large"}, NoTelemetryForward: true, NoticeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, Grace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := l.Close(); err != nil {
-			t.Error(err)
-		}
-		if left, _ := e.prov.List(context.Background(), map[string]string{provider.TagOwner: owner}); len(left) > 0 {
-			t.Errorf("left: %v", left)
-		}
-	}()
 	e.emu.SetFaults(ec2emu.Faults{NoCapacity: []string{"us-east-1a"}, Throttle: 2, NotFoundFor: 200 * time.Millisecond})
 	var out lines
 	spec := conformance.ShellSpec(t, 2, `trap 'echo "pre-empted on $(hostname)"; exit 0' USR1; echo "up on $(hostname)"; while :; do sleep 0.05; done`, out.add)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -137,14 +138,32 @@ func (p *Provider) List(ctx context.Context, tags map[string]string) ([]provider
 	return out, nil
 }
 
-// Terminate ends the instances; an unknown id is no error.
+// Terminate ends the instances; an unknown id is no error. EC2 refuses a
+// whole batch that names an unknown id (InvalidInstanceID.NotFound, naming
+// them): the others are terminated in a second request. (An id EC2 does not
+// know yet, launched a moment ago, is left to cloudvm's reaper.)
 func (p *Provider) Terminate(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := p.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
-	if err = classify(err); err != nil && !errors.Is(err, provider.ErrNotFound) {
-		return fmt.Errorf("terminate %v: %w", ids, err)
+	for len(ids) > 0 {
+		_, err := p.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
+		if err = classify(err); err == nil {
+			return nil
+		}
+		if !errors.Is(err, provider.ErrNotFound) {
+			return fmt.Errorf("terminate %v: %w", ids, err)
+		}
+		if len(ids) == 1 {
+			return nil // gone
+		}
+		rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return strings.Contains(err.Error(), id) })
+		if len(rest) == len(ids) { // it names none of them: one at a time
+			var errs []error
+			for _, id := range ids {
+				errs = append(errs, p.Terminate(ctx, []string{id}))
+			}
+			return errors.Join(errs...)
+		}
+		p.log.Info("terminate: EC2 does not know some of the instances; terminating the others", zap.Strings("unknown", slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(rest, id) })))
+		ids = rest
 	}
 	return nil
 }

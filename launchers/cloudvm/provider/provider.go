@@ -55,6 +55,12 @@ var (
 	ErrThrottled = errors.New("throttled")
 	// ErrInternal: the provider failed on its side (5xx). Retry.
 	ErrInternal = errors.New("provider internal error")
+	// ErrQuota: the account's quota for the type in the market is used up
+	// in the region (EC2 VcpuLimitExceeded, InstanceLimitExceeded,
+	// MaxSpotInstanceCountExceeded; GCE QUOTA_EXCEEDED), the errors a new
+	// account meets first. No zone of the region will do: try the other
+	// market, or another type.
+	ErrQuota = errors.New("quota exceeded")
 	// ErrNotFound: no such instance (EC2 InvalidInstanceID.NotFound, which
 	// also answers for an instance launched a moment ago).
 	ErrNotFound = errors.New("no such instance")
@@ -182,4 +188,14 @@ type Provider interface {
 	// interruption notices appear: cloudvm polls it from each instance,
 	// through the instance's SSH connection.
 	Metadata() string
+}
+
+// PriceHistorian is a Provider whose spot prices move and which can say
+// how: cloudvm bills a spot instance at the price in effect each second of
+// its life.
+type PriceHistorian interface {
+	// SpotPriceHistory returns the spot prices of typ in zone in effect
+	// from from to to, oldest first, the first one in effect at from (its
+	// At may be earlier).
+	SpotPriceHistory(ctx context.Context, typ, zone string, from, to time.Time) ([]Price, error)
 }
