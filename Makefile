@@ -18,7 +18,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 all: build
 
-## setup: install the Debian packages the demo and tests need (as root), if missing
+## setup: install the Debian packages the demo and tests need (as root), if missing, and make /run/sshd
 setup:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -27,6 +27,8 @@ setup:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@$(PYTHON) -c 'import torch' || { echo "make setup: $(PYTHON) cannot import torch" >&2; exit 1; }
+	@# sshd's privilege separation directory: ssh.service makes it, a host without systemd may not have it
+	@if [ ! -d /run/sshd ] && [ "$$(id -u)" = 0 ]; then mkdir -p -m 0755 /run/sshd; fi
 
 ## build: build scavd and scavctl into bin/
 build:

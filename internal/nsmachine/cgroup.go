@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroupRoot is where the cgroup-v1 hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the cgroup-v1 hierarchies are mounted (a variable
+// for the tests).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // controllers are the cgroup-v1 controllers an isolated machine is put in:
 // cpu for its quota, memory for its limit, cpuacct for the CPU time it

@@ -102,7 +102,8 @@ func (l *Launcher) want(spec plugins.AttemptSpec) (want, error) {
 
 // ready waits for the instances ids to run and answer SSH with the pool's
 // host key, starts the notice watchers of the spot ones, and returns them
-// in ids' order.
+// in ids' order. New instances that do not come up (an init that died, the
+// ready timeout) are released.
 func (l *Launcher) ready(ctx context.Context, p *pool, ids []string) ([]*member, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.o.ReadyTimeout)
 	defer cancel()
@@ -114,8 +115,10 @@ func (l *Launcher) ready(ctx context.Context, p *pool, ids []string) ([]*member,
 	}
 	if len(fresh) > 0 {
 		insts, err := retry(ctx, l, "wait for instances", func() ([]provider.Instance, error) { return l.o.Provider.WaitReady(ctx, fresh) })
-		if err != nil {
-			return nil, fmt.Errorf("wait for instances %v: %w", fresh, err)
+		if err != nil { // of no use, and billed while they run: released
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer rcancel()
+			return nil, errors.Join(fmt.Errorf("wait for instances %v: %w", fresh, err), l.release(rctx, p, fresh))
 		}
 		p.mu.Lock()
 		for _, in := range insts {

@@ -220,3 +220,31 @@ func TestOpenSaysWhatItNeeds(t *testing.T) {
 		t.Errorf("Open without options = %v", err)
 	}
 }
+
+// TestDeadInitFailsFast: an instance whose init (sshd) dies at once — here
+// a host key sshd cannot read — fails WaitReady within seconds, not at the
+// ready timeout, with what the instance's console said, and is terminated
+// (its billing ends).
+func TestDeadInitFailsFast(t *testing.T) {
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	k.Boot.HostKey = []byte("not a key\n")
+	insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a", Token: "dead", Boot: k.Boot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.WaitReady(ctx, []string{insts[0].ID})
+	if took := time.Since(start); err == nil || took > 10*time.Second || !strings.Contains(err.Error(), "died") || !strings.Contains(err.Error(), "sshd") {
+		t.Fatalf("WaitReady = %v after %v; want a dead init named within 10 s", err, took.Round(time.Millisecond))
+	}
+	t.Logf("WaitReady: %v", err)
+	if c.Ended(insts[0].ID).IsZero() {
+		t.Error("the dead instance was not terminated")
+	}
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
