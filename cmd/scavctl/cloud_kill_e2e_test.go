@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
@@ -93,4 +96,54 @@ func overlaps(a, b []string) bool {
 		}
 	}
 	return false
+}
+
+// TestCloudScavdKilledForGood SIGKILLs scavd while a job runs and starts
+// no other: the job's instance ends itself once no SSH connection of its
+// scavd has been open for --cloud-orphan-timeout (its watchdog), with no
+// scavd to reap it.
+func TestCloudScavdKilledForGood(t *testing.T) {
+	needCloud(t)
+	const timeout = 5 * time.Second
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", "testdata/cloud-catalog.json", "--cloud-orphan-timeout", timeout.String())
+	cmd, _, errOut := startJob(t, d.state, "--launcher", "cloudvm", "--types", "loc.half", "--workers", "1", "--batch-size", "64",
+		"--env", "OMP_NUM_THREADS=1", "--", pythonBin, "examples/resumable_cnn.py", "--steps", "100000", "--checkpoint-every", "20")
+	id := waitForRecords(t, d.state, errOut, 30)
+	before := aliveOf(t, d.state, id)
+	if len(before) != 1 {
+		t.Fatalf("the job runs on %v, want 1 instance", before)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	killed := time.Now()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for {
+		rs, err := localcloud.ReadRecords(cloudDir(d.state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := false
+		for _, r := range rs {
+			up = up || r.Up
+		}
+		if !up {
+			break
+		}
+		if time.Since(killed) > timeout+20*time.Second {
+			t.Fatalf("instance %v still up %v after scavd was killed (orphan timeout %v)", before, time.Since(killed), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("instance %v ended itself %v after scavd was killed (orphan timeout %v)", before, time.Since(killed).Round(100*time.Millisecond), timeout)
+	// No cloud was open to notice: its records still say running until
+	// the next to open it finds the machines gone.
+	c, err := localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: cloudDir(d.state)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	destroyCloud(t, cloudDir(d.state))
 }

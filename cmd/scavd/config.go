@@ -27,6 +27,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -111,6 +112,7 @@ type cloudSettings struct {
 	IdleRelease      time.Duration `yaml:"idle_release"`
 	Blocklist        time.Duration `yaml:"blocklist"`
 	NoticeInterval   time.Duration `yaml:"notice_interval"`
+	OrphanTimeout    time.Duration `yaml:"orphan_timeout"`
 	Rebalance        bool          `yaml:"rebalance"`
 	ForwardTelemetry bool          `yaml:"forward_telemetry"`
 }
@@ -234,6 +236,7 @@ func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
 	f.DurationVar(&c.IdleRelease, "cloud-idle-release", cloudvm.DefaultIdleRelease, "launcher cloudvm: a job's instances no attempt used for this long are terminated")
 	f.DurationVar(&c.Blocklist, "cloud-blocklist", cloudvm.DefaultBlocklist, "launcher cloudvm: how long a type, zone and market that had no capacity or was reclaimed is avoided")
 	f.DurationVar(&c.NoticeInterval, "cloud-notice-interval", notice.DefaultInterval, "launcher cloudvm: how often each spot instance's interruption notices are polled")
+	f.DurationVar(&c.OrphanTimeout, "cloud-orphan-timeout", provider.DefaultOrphanTimeout, "launcher cloudvm: an instance ends itself once no SSH connection of this scavd has been open for this long (its watchdog: the instances of a scavd gone for good do not run on)")
 	f.BoolVar(&c.Rebalance, "cloud-rebalance", false, "launcher cloudvm: also act on a spot instance's rebalance recommendation (an earlier warning than the interruption notice)")
 	f.BoolVar(&c.ForwardTelemetry, "cloud-forward-telemetry", true, "launcher cloudvm: forward the telemetry socket to each instance over SSH; =false when the instances share this node's filesystem")
 }
@@ -260,7 +263,7 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 	return builtin.CloudOptions{Provider: c.Provider, StateDir: dir, Catalog: c.Catalog, Types: c.Types, Zones: c.Zones, Market: c.Market,
 		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
 		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
-		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
+		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, OrphanTimeout: c.OrphanTimeout, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
 }
 
 // validateCloud checks the cloud: group.
@@ -278,7 +281,8 @@ func (s settings) validateCloud(bad func(key, format string, args ...any)) {
 	if c.PoolLimit < 0 || c.PoolLimit > 0 && c.PoolLimit < c.MaxInstances {
 		bad("cloud.pool_limit", "%d: 0, or at least max_instances (%d)", c.PoolLimit, c.MaxInstances)
 	}
-	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval} {
+	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval,
+		"cloud.orphan_timeout": c.OrphanTimeout} {
 		if d <= 0 {
 			bad(key, "%s: must be positive", d)
 		}

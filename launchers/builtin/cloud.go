@@ -52,12 +52,14 @@ type CloudOptions struct {
 	// Owner names this scavd in the instances' owner tag (default: the
 	// host name and the state directory's base name).
 	Owner string
-	// MaxInstances, PoolLimit, IdleRelease, Blocklist and NoticeInterval: see cloudvm.Options.
+	// MaxInstances, PoolLimit, IdleRelease, Blocklist, NoticeInterval and
+	// OrphanTimeout: see cloudvm.Options.
 	MaxInstances   int
 	PoolLimit      int
 	IdleRelease    time.Duration
 	Blocklist      time.Duration
 	NoticeInterval time.Duration
+	OrphanTimeout  time.Duration
 	// Rebalance also acts on rebalance recommendations.
 	Rebalance bool
 	// NoTelemetryForward gives the workers the daemon's socket path as it is.
@@ -81,7 +83,8 @@ func openCloud(ctx context.Context, o CloudOptions, log *zap.Logger) (plugins.La
 	}
 	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: log, Provider: prov, StateDir: filepath.Join(o.StateDir, "launcher"),
 		Types: o.Types, Zones: o.Zones, Market: o.Market, Owner: owner, MaxInstances: o.MaxInstances, PoolLimit: o.PoolLimit, IdleRelease: o.IdleRelease,
-		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, Rebalance: o.Rebalance, User: o.User, NoTelemetryForward: o.NoTelemetryForward})
+		Blocklist: o.Blocklist, NoticeInterval: o.NoticeInterval, OrphanTimeout: o.OrphanTimeout, Rebalance: o.Rebalance, User: o.User,
+		NoTelemetryForward: o.NoTelemetryForward})
 	if err != nil {
 		closeProv()
 		return nil, nil, fmt.Errorf("cloud launcher: %w", err)

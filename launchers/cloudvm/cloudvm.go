@@ -44,6 +44,11 @@
 //
 // # No instance outlives its job
 //
+// Every instance carries a watchdog (provider.WatchdogScript) that ends it
+// once no SSH connection of its scavd has been open for
+// Options.OrphanTimeout: the launcher keeps one open to each instance, so
+// the instances of a scavd gone for good end themselves.
+//
 // The daemon releases a job's instances when the job ends (Release, of
 // plugins.Biller). A pool idle for Options.IdleRelease is released too (a
 // daemon that reaches the launcher over gRPC does not call Release). A
@@ -146,6 +151,11 @@ type Options struct {
 	Rebalance      bool
 	// PreemptSignal is the workers' pre-emption signal (default USR1).
 	PreemptSignal string
+	// OrphanTimeout is how long an instance outlives the last SSH
+	// connection of this launcher (default provider.DefaultOrphanTimeout;
+	// see provider.WatchdogScript): the launcher keeps one open to each
+	// instance of its pools.
+	OrphanTimeout time.Duration
 	// Retries and RetryBase bound the retries of a throttled or failed
 	// provider call (exponential back-off from RetryBase).
 	Retries   int
@@ -246,6 +256,7 @@ func (l *Launcher) defaults() error {
 	setDefault(&o.AdoptGrace, DefaultAdoptGrace)
 	setDefault(&o.ReadyTimeout, DefaultReadyTimeout)
 	setDefault(&o.RetryBase, DefaultRetryBase)
+	setDefault(&o.OrphanTimeout, provider.DefaultOrphanTimeout)
 	if o.PreemptSignal == "" {
 		o.PreemptSignal = DefaultPreemptSignal
 	}

@@ -258,7 +258,8 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 			continue // a quota error of the region, met in another zone
 		}
 		insts, err := l.provision(ctx, provider.ProvisionRequest{Type: typ, Count: n - len(got), Market: o.Market, Zone: o.Zone,
-			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot})
+			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot,
+			OrphanTimeout: l.o.OrphanTimeout})
 		for _, in := range insts {
 			if !in.Alive() {
 				return got, fmt.Errorf("provision answered with instance %s, %s: a token was reused", in.ID, in.State)

@@ -276,13 +276,26 @@ func classify(err error) error {
 	return err
 }
 
-// userData is the cloud-init document that installs the pool's keys.
-func userData(b provider.Boot) string {
+// watchdogPath is where the user data installs the orphan watchdog.
+const watchdogPath = "/usr/local/sbin/scavenger-watchdog"
+
+// userData is the cloud-init document that installs the pool's keys and,
+// with a positive orphanTimeout, starts the orphan watchdog
+// (provider.WatchdogScript), which halts the instance: RunInstances asks
+// for termination on an instance-initiated shutdown.
+func userData(b provider.Boot, orphanTimeout time.Duration) string {
 	var s strings.Builder
 	s.WriteString("#cloud-config\nssh_authorized_keys:\n  - " + b.AuthorizedKey + "\nssh_keys:\n  ed25519_private: |\n")
 	for line := range strings.Lines(strings.TrimSpace(string(b.HostKey))) {
 		s.WriteString("    " + line)
 	}
 	s.WriteString("\n  ed25519_public: " + b.HostKeyPublic + "\nssh_deletekeys: true\nssh_genkeytypes: []\n")
+	if orphanTimeout > 0 {
+		s.WriteString("write_files:\n  - path: " + watchdogPath + "\n    permissions: '0755'\n    content: |\n      #!/bin/sh\n")
+		for line := range strings.Lines(provider.WatchdogScript(orphanTimeout, "shutdown -h now")) {
+			s.WriteString("      " + strings.TrimRight(line, "\n") + "\n")
+		}
+		s.WriteString("runcmd:\n  - [sh, -c, 'nohup " + watchdogPath + " >>/var/log/scavenger-watchdog.log 2>&1 &']\n")
+	}
 	return base64.StdEncoding.EncodeToString([]byte(s.String()))
 }

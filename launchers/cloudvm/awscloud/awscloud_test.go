@@ -3,11 +3,14 @@ package awscloud
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
@@ -117,5 +120,37 @@ func TestErrorClasses(t *testing.T) {
 	}
 	if err != nil || !slices.Equal(names, []string{"c6i.large", "c6i.xlarge"}) {
 		t.Errorf("Types = %v, %v; want the configured c6i.large and c6i.xlarge from the catalog", names, err)
+	}
+}
+
+// TestUserDataWatchdog checks the cloud-init document: the keys, and with
+// an orphan timeout the watchdog written to its path and started at boot;
+// its halt is a shutdown, which RunInstances turns into a termination.
+func TestUserDataWatchdog(t *testing.T) {
+	b := boot(t)
+	var doc struct {
+		Keys       []string          `yaml:"ssh_authorized_keys"`
+		SSHKeys    map[string]string `yaml:"ssh_keys"`
+		WriteFiles []struct {
+			Path, Permissions, Content string
+		} `yaml:"write_files"`
+		RunCmd [][]string `yaml:"runcmd"`
+	}
+	raw, err := base64.StdEncoding.DecodeString(userData(b, 90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("user data is not YAML: %v\n%s", err, raw)
+	}
+	if len(doc.Keys) != 1 || doc.Keys[0] != b.AuthorizedKey || doc.SSHKeys["ed25519_public"] != b.HostKeyPublic {
+		t.Errorf("keys: %+v", doc)
+	}
+	if len(doc.WriteFiles) != 1 || doc.WriteFiles[0].Path != watchdogPath || !strings.Contains(doc.WriteFiles[0].Content, "t=90;") ||
+		!strings.Contains(doc.WriteFiles[0].Content, "shutdown -h now") || len(doc.RunCmd) != 1 || !strings.Contains(strings.Join(doc.RunCmd[0], " "), watchdogPath) {
+		t.Errorf("watchdog: %+v", doc)
+	}
+	if raw, _ := base64.StdEncoding.DecodeString(userData(b, 0)); strings.Contains(string(raw), "watchdog") {
+		t.Errorf("no orphan timeout, no watchdog:\n%s", raw)
 	}
 }

@@ -29,10 +29,11 @@ func (p *Provider) Provision(ctx context.Context, req provider.ProvisionRequest)
 	in := &ec2.RunInstancesInput{
 		ImageId: aws.String(p.o.Image), InstanceType: types.InstanceType(req.Type),
 		MinCount: aws.Int32(int32(req.Count)), MaxCount: aws.Int32(int32(req.Count)),
-		ClientToken: aws.String(req.Token), UserData: aws.String(userData(req.Boot)),
-		Placement:         &types.Placement{AvailabilityZone: aws.String(req.Zone)},
-		MetadataOptions:   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired, HttpEndpoint: types.InstanceMetadataEndpointStateEnabled},
-		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(req.Tags)}},
+		ClientToken: aws.String(req.Token), UserData: aws.String(userData(req.Boot, req.OrphanTimeout)),
+		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate, // the orphan watchdog's halt ends it
+		Placement:                         &types.Placement{AvailabilityZone: aws.String(req.Zone)},
+		MetadataOptions:                   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired, HttpEndpoint: types.InstanceMetadataEndpointStateEnabled},
+		TagSpecifications:                 []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(req.Tags)}},
 	}
 	if s := p.o.Subnets[req.Zone]; s != "" {
 		in.SubnetId = aws.String(s)

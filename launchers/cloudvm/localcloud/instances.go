@@ -203,7 +203,7 @@ func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.Pr
 	}
 	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: "scavenger-" + c.st.ID + "-" + id, Veth: "scvc" + c.st.ID + strconv.FormatInt(int64(c.st.Next), 36),
 		Bridge: c.st.Bridge, Addr: addr, Isolate: true, CPUs: t.VCPUs, MemoryBytes: int64(memoryMiB(t)) << 20, DiskBytes: int64(t.DiskMiB) << 20,
-		Cgroup: c.cgroupParent() + "/" + id, Init: nsmachine.SSHDInit(filepath.Join(dir, "sshd_config")), Log: filepath.Join(dir, "console.log")})
+		Cgroup: c.cgroupParent() + "/" + id, Init: initCommand(filepath.Join(dir, "sshd_config"), req.OrphanTimeout), Log: filepath.Join(dir, "console.log")})
 	if err != nil {
 		now := time.Now().UTC()
 		in.Instance.State, in.Ended = provider.Terminated, &now
@@ -219,6 +219,22 @@ func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.Pr
 	c.log.Info("instance launched", zap.String("instance", id), zap.String("type", t.Name), zap.String("zone", req.Zone),
 		zap.String("market", req.Market), zap.String("addr", addr))
 	return in, nil
+}
+
+// initCommand is an instance's init: sshd, with, for a positive
+// orphanTimeout, the watchdog beside it (provider.WatchdogScript), which
+// ends the instance by signalling its init (sshd ends on SIGTERM, and the
+// instance's PID namespace with it).
+func initCommand(sshdConfig string, orphanTimeout time.Duration) []string {
+	sshd := nsmachine.SSHDInit(sshdConfig)
+	if orphanTimeout <= 0 {
+		return sshd
+	}
+	var q []string
+	for _, a := range sshd {
+		q = append(q, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	return []string{"/bin/sh", "-c", "(\n" + provider.WatchdogScript(orphanTimeout, "kill -TERM 1") + "\n) &\nexec " + strings.Join(q, " ")}
 }
 
 // freeAddr is the lowest bridge address no live instance has (c.mu held).

@@ -248,3 +248,44 @@ func TestDeadInitFailsFast(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// TestWatchdogEndsAnOrphan: an instance provisioned with an orphan timeout
+// stays up while an SSH connection to it is open, and ends itself (its
+// watchdog signals its init) once none has been for the timeout; the
+// cloud notices and terminates what is left of it.
+func TestWatchdogEndsAnOrphan(t *testing.T) {
+	const timeout = 2 * time.Second
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a", Token: "wd", Boot: k.Boot,
+		OrphanTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.WaitReady(ctx, []string{insts[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := k.dial(t, ready[0])
+	time.Sleep(2*timeout + 2*time.Second)
+	if !c.Ended(insts[0].ID).IsZero() {
+		t.Fatal("the instance ended while its owner was connected")
+	}
+	if got := run(t, sc, "cat /proc/1/comm"); got != "sshd" {
+		t.Errorf("init %q, want sshd", got)
+	}
+	_ = sc.Close()
+	closed := time.Now()
+	for c.Ended(insts[0].ID).IsZero() {
+		if time.Since(closed) > timeout+15*time.Second {
+			t.Fatalf("the instance still runs %v after its last connection closed (orphan timeout %v)", time.Since(closed), timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("ended %v after its last connection closed (orphan timeout %v)", time.Since(closed).Round(100*time.Millisecond), timeout)
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}

@@ -142,6 +142,10 @@ type ProvisionRequest struct {
 	// MaxPriceUSD caps a spot request's price (0: the on-demand price).
 	MaxPriceUSD float64 `json:"max_price_usd,omitempty"`
 	Boot        Boot    `json:"boot"`
+	// OrphanTimeout, when positive, gives every instance a watchdog
+	// (WatchdogScript) that ends it once no SSH connection to it has been
+	// open for this long.
+	OrphanTimeout time.Duration `json:"orphan_timeout,omitempty"`
 }
 
 // Instance is one instance as a provider describes it.
