@@ -1,17 +1,21 @@
 package main
 
 import (
-	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/nsmachine"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // TestCloudScavdKilled SIGKILLs scavd while a job runs on two instances:
@@ -138,12 +142,34 @@ func TestCloudScavdKilledForGood(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("instance %v ended itself %v after scavd was killed (orphan timeout %v)", before, time.Since(killed).Round(100*time.Millisecond), timeout)
-	// No cloud was open to notice: its records still say running until
-	// the next to open it finds the machines gone.
-	c, err := localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: cloudDir(d.state)})
-	if err != nil {
-		t.Fatal(err)
+	// scavd --cloud-cleanup destroys the cloud no scavd has open, and ends
+	// the charges of its instances when they ended.
+	out, err := exec.Command(scavdBinary(t), "--state-dir", d.state, "--launcher", "cloudvm", "--cloud-cleanup").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "destroyed local cloud "+cloudDir(d.state)) {
+		t.Fatalf("scavd --cloud-cleanup: %v\n%s", err, out)
 	}
-	c.Close()
-	destroyCloud(t, cloudDir(d.state))
+	var cl struct {
+		ID     string `json:"id"`
+		Bridge struct {
+			Name string `json:"name"`
+		} `json:"bridge"`
+	}
+	if b, err := os.ReadFile(filepath.Join(cloudDir(d.state), "cloud.json")); err != nil || json.Unmarshal(b, &cl) != nil {
+		t.Fatalf("cloud.json: %v", err)
+	}
+	if nsmachine.LinkExists(cl.Bridge.Name) || nsmachine.CgroupExists("scavenger-"+cl.ID) {
+		t.Errorf("bridge %s or cgroup scavenger-%s left after the cleanup", cl.Bridge.Name, cl.ID)
+	}
+	rs, _ := localcloud.ReadRecords(cloudDir(d.state))
+	for _, r := range rs {
+		if r.Ended == nil || r.Up {
+			t.Errorf("instance %s after the cleanup: %+v", r.ID, r)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(d.state, "cloud", "launcher", "pools", id, "charges.json"))
+	var cs []plugins.Charge
+	if err != nil || json.Unmarshal(b, &cs) != nil || len(cs) != 1 || cs[0].End == nil || rs[0].Ended == nil || !cs[0].End.Equal(*rs[0].Ended) {
+		t.Errorf("charges after the cleanup: %+v, %v; want the instance's, ended when it did", cs, err)
+	}
+	_ = os.WriteFile(filepath.Join(cloudDir(d.state), "destroyed"), nil, 0o600)
 }

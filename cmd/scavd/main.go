@@ -40,7 +40,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var flags settings
 	var config string
-	var checkConfig bool
+	var checkConfig, cloudCleanup bool
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -61,7 +61,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
 (they checkpoint when they can); with --resume-jobs (the default) the next
 scavd on the same state directory resumes them from their checkpoints.
 Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
-		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --state-dir /var/lib/scavenger --cloud-cleanup\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -71,12 +71,16 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 			if checkConfig {
 				return check(cmd.OutOrStdout(), l)
 			}
+			if cloudCleanup {
+				return cleanupCloud(cmd.Context(), cmd.OutOrStdout(), l)
+			}
 			return serve(cmd.Context(), l)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&config, "config", "", "config file (default "+DefaultConfigFile+" when it exists; \"\" for none)")
 	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
+	f.BoolVar(&cloudCleanup, "cloud-cleanup", false, "destroy the local clouds of this host that no scavd has open (this state directory's, and those left by a scavd or a test that stopped), with their instances, bridges, namespaces and cgroups, and exit")
 	bindFlags(f, &flags)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)

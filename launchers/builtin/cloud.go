@@ -135,3 +135,42 @@ func openProvider(ctx context.Context, o CloudOptions, log *zap.Logger) (provide
 	}
 	return nil, nil, fmt.Errorf("unknown provider %q: use local or aws", o.Provider)
 }
+
+// CleanupCloud destroys the local clouds of this host that no scavd has
+// open (scavd --cloud-cleanup): the one in o.StateDir, registered or not,
+// and every other registered one (localcloud.Cleanup), with their
+// instances, bridges, namespaces and cgroups; the charges of the
+// instances destroyed end when they did. It returns what it destroyed.
+func CleanupCloud(ctx context.Context, o CloudOptions, log *zap.Logger) ([]string, error) {
+	if o.StateDir == "" {
+		return nil, errors.New("cloud cleanup: no state directory (cloud.state_dir)")
+	}
+	var done []string
+	var errs []error
+	dir := filepath.Join(o.StateDir, "localcloud")
+	if _, err := os.Stat(filepath.Join(dir, "cloud.json")); err == nil {
+		if err := localcloud.DestroyDir(ctx, log, dir); err != nil {
+			errs = append(errs, err)
+		} else {
+			done = append(done, dir)
+		}
+		if recs, err := localcloud.ReadRecords(dir); err == nil {
+			ended := map[string]time.Time{}
+			for _, r := range recs {
+				if r.Ended != nil {
+					ended[r.ID] = *r.Ended
+				}
+			}
+			errs = append(errs, cloudvm.EndCharges(filepath.Join(o.StateDir, "launcher"), func(id string) (time.Time, bool) {
+				t, ok := ended[id]
+				return t, ok
+			}))
+		}
+	}
+	others, err := localcloud.Cleanup(ctx, log, 0)
+	done = append(done, others...)
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return done, fmt.Errorf("cloud cleanup: %w", err)
+	}
+	return done, nil
+}

@@ -251,3 +251,35 @@ func (l *Launcher) terminateUnowned(ctx context.Context, tags map[string]string)
 	}
 	return n, errors.Join(errs...)
 }
+
+// EndCharges ends the open charges kept in the launcher state directory
+// stateDir (a cloudvm Options.StateDir) of the instances ended reports
+// ended (and when): their instances were destroyed while no launcher ran
+// (scavd --cloud-cleanup), so that no job's cost goes on growing.
+func EndCharges(stateDir string, ended func(instance string) (time.Time, bool)) error {
+	dirs, err := os.ReadDir(filepath.Join(stateDir, "pools"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("end charges: %w", err)
+	}
+	var errs []error
+	for _, d := range dirs {
+		dir := filepath.Join(stateDir, "pools", d.Name())
+		cs, err := readCharges(dir)
+		if err != nil {
+			continue // a pool that never charged
+		}
+		changed := false
+		for i := range cs {
+			if at, ok := ended(cs[i].Instance); ok && cs[i].End == nil {
+				cs[i].End, changed = &at, true
+			}
+		}
+		if changed {
+			errs = append(errs, writeCharges(dir, cs))
+		}
+	}
+	return errors.Join(errs...)
+}

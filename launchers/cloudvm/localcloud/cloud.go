@@ -62,6 +62,13 @@ type Options struct {
 	Dir string
 	// Catalog is what it sells (default DefaultCatalog(); see CheckCatalog).
 	Catalog *price.Catalog
+	// Ephemeral marks a cloud that is destroyed before its process ends
+	// (a test's): Cleanup destroys it as soon as no process has it open.
+	Ephemeral bool
+	// StaleAfter: Open destroys the clouds of this host no process has
+	// open that were last heard of more than StaleAfter ago, and the
+	// ephemeral ones (default provider.DefaultOrphanTimeout; see Cleanup).
+	StaleAfter time.Duration
 }
 
 // state is the cloud's own record, in Dir/cloud.json.
@@ -105,6 +112,9 @@ func Open(ctx context.Context, opts Options) (*Cloud, error) {
 	if opts.Catalog == nil {
 		opts.Catalog = DefaultCatalog()
 	}
+	if opts.StaleAfter <= 0 {
+		opts.StaleAfter = provider.DefaultOrphanTimeout
+	}
 	if err := CheckCatalog(opts.Catalog, "Options.Catalog"); err != nil {
 		return nil, fmt.Errorf("open local cloud: %w", err)
 	}
@@ -129,6 +139,12 @@ func (c *Cloud) open(ctx context.Context) error {
 	}
 	if err := c.loadState(ctx); err != nil {
 		return err
+	}
+	if err := c.register(); err != nil {
+		return err
+	}
+	if _, err := Cleanup(ctx, c.log, c.o.StaleAfter); err != nil {
+		c.log.Warn("clean up other local clouds", zap.Error(err))
 	}
 	if err := c.loadInstances(); err != nil {
 		return err
@@ -271,6 +287,9 @@ func (c *Cloud) Destroy(ctx context.Context) error {
 	if cerr := nsmachine.RemoveCgroup(c.cgroupParent()); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
+	if err == nil {
+		_ = os.Remove(registryEntry(c.st.ID))
+	}
 	if err != nil {
 		return fmt.Errorf("destroy local cloud %s: %w", c.o.Dir, err)
 	}
@@ -278,7 +297,7 @@ func (c *Cloud) Destroy(ctx context.Context) error {
 }
 
 // cgroupParent is the cgroup the instances' cgroups are made in.
-func (c *Cloud) cgroupParent() string { return "scavenger-" + c.st.ID }
+func (c *Cloud) cgroupParent() string { return cgroupParentOf(c.st.ID) }
 
 // Leftovers lists what is left of the cloud's instances that should be
 // gone (terminated ones whose namespace, link, cgroup or init remain),

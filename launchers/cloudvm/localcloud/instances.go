@@ -201,7 +201,7 @@ func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.Pr
 	if err := c.save(in); err != nil { // recorded before it exists: a crash now leaves nothing unknown
 		return nil, err
 	}
-	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: "scavenger-" + c.st.ID + "-" + id, Veth: "scvc" + c.st.ID + strconv.FormatInt(int64(c.st.Next), 36),
+	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: netnsPrefix(c.st.ID) + id, Veth: linkPrefix(c.st.ID) + strconv.FormatInt(int64(c.st.Next), 36),
 		Bridge: c.st.Bridge, Addr: addr, Isolate: true, CPUs: t.VCPUs, MemoryBytes: int64(memoryMiB(t)) << 20, DiskBytes: int64(t.DiskMiB) << 20,
 		Cgroup: c.cgroupParent() + "/" + id, Init: initCommand(filepath.Join(dir, "sshd_config"), req.OrphanTimeout), Log: filepath.Join(dir, "console.log")})
 	if err != nil {

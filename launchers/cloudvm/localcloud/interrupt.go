@@ -50,7 +50,12 @@ const deadCheck = time.Second
 // and the instances whose init has ended (a cloud notices a dead machine),
 // until ctx is done.
 func (c *Cloud) interrupter(ctx context.Context) {
+	beat := time.Now()
 	for {
+		if time.Since(beat) >= heartbeatEvery {
+			c.heartbeat()
+			beat = time.Now()
+		}
 		next := deadCheck
 		var due []*instance
 		now := time.Now()

@@ -69,13 +69,21 @@ func run(t *testing.T, c *gossh.Client, cmd string) string {
 // destroys it and checks that nothing of it is left.
 func openCloud(t *testing.T, cat *price.Catalog) *Cloud {
 	t.Helper()
+	return openCloudWith(t, Options{Catalog: cat, Ephemeral: true})
+}
+
+// openCloudWith opens a cloud with o in a directory of the test's, and
+// destroys it when the test ends.
+func openCloudWith(t *testing.T, o Options) *Cloud {
+	t.Helper()
 	if err := nsmachine.Check(true); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	if err := subreaper.Become(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(context.Background(), Options{Logger: zaptest.NewLogger(t), Dir: t.TempDir(), Catalog: cat})
+	o.Logger, o.Dir = zaptest.NewLogger(t), t.TempDir()
+	c, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -164,7 +172,7 @@ func TestInstances(t *testing.T) {
 // it again and finds and terminates the instance: instances outlive the
 // scavd that made them.
 func TestOutlivesTheProcess(t *testing.T) {
-	first := openCloud(t, nil)
+	first := openCloudWith(t, Options{}) // not ephemeral: closed, it is a stopped scavd's
 	ctx := context.Background()
 	k := newKeys(t)
 	insts, err := first.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a",

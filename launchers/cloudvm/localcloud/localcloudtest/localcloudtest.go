@@ -44,7 +44,7 @@ func (s *Shared) Get(t *testing.T) *localcloud.Cloud {
 		if s.dir, s.err = os.MkdirTemp("", "localcloud-test-"); s.err != nil {
 			return
 		}
-		s.cloud, s.err = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: s.dir, Catalog: s.Catalog})
+		s.cloud, s.err = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: s.dir, Catalog: s.Catalog, Ephemeral: true})
 	})
 	if s.err != nil {
 		t.Fatalf("local cloud: %v", s.err)
