@@ -72,6 +72,7 @@ func TestCloudScavdKilled(t *testing.T) {
 		}
 	}
 	d2.stop(t)
+	checkChargesAreTheRecord(t, d.state, id)
 	destroyCloud(t, cloudDir(d.state))
 }
 

@@ -134,6 +134,7 @@ func checkRechosen(t *testing.T, state, id, typ string, recs []localcloud.Record
 	if len(alive) > 0 {
 		t.Errorf("instances of the finished job still run: %v", alive)
 	}
+	checkChargesAreTheRecord(t, state, id)
 	t.Logf("job %s: %d attempts, %d instances, $%.6f billed; attempt %d on %s pre-empted, then %s",
 		id, len(j.Attempts), len(recs), j.Cost.USD, preempted, typ, workersText(next))
 }

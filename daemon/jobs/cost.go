@@ -61,12 +61,14 @@ func attemptCost(cs []plugins.Charge, from, to, now time.Time) api.Cost {
 
 // jobCosts sets the cost of every attempt of j and of j from cs at now;
 // final: the job has ended and its machines with it, so the last attempt
-// owns everything after the one before it.
+// owns everything after the one before it. The job's cost is every
+// machine's, those of the starts that failed included (a job whose only
+// start failed has no attempt, and its machines still cost).
 func jobCosts(j *api.Job, cs []plugins.Charge, now time.Time, final bool) {
 	if len(cs) == 0 {
 		return
 	}
-	total := api.Cost{}
+	total := attemptCost(cs, time.Time{}, time.Time{}, now)
 	for k := range j.Attempts {
 		a := &j.Attempts[k]
 		var from, to time.Time
@@ -78,7 +80,6 @@ func jobCosts(j *api.Job, cs []plugins.Charge, now time.Time, final bool) {
 		}
 		c := attemptCost(cs, from, to, now)
 		a.Cost = &c
-		total.Add(c)
 	}
 	j.Cost = &total
 }
