@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,3 +193,36 @@ func TestCloudJobRechoosesAfterASpotNotice(t *testing.T) {
 }
 
 func cloudDirSock(state string) string { return cloudDir(state) + "/admin.sock" }
+
+// TestCloudBudgetHolds runs a time-objective job with --budget $0.002 on
+// a loc.half on demand ($0.10/h: the budget buys 72 s): once its machine
+// has cost the budget, the job checkpoints and stops (exit 143), its
+// message naming the budget and the spend, and it is billed the budget and
+// the checkpoint's seconds, not several times the budget.
+func TestCloudBudgetHolds(t *testing.T) {
+	needCloud(t)
+	const budget = 0.002
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", "testdata/cloud-catalog.json")
+	cmd, _, errOut := startJob(t, d.state, "--launcher", "cloudvm", "--types", "loc.half", "--workers", "1", "--batch-size", "64",
+		"--policy", "adaptive", "--objective", "time", "--budget", strconv.FormatFloat(budget, 'f', -1, 64), "--target-steps", "1000000",
+		"--env", "OMP_NUM_THREADS=1", "--grace", "20s", "--", pythonBin, "examples/resumable_cnn.py", "--checkpoint-every", "50")
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("scavctl run: %v, want exit 143\n%s", err, errOut.String())
+	}
+	id := jobID(t, errOut.String())
+	j := jobRecord(t, d.state, id)
+	if j.State != api.StateStopped || !strings.Contains(j.Message, "the budget of $0.002 is spent ($0.00") || !strings.Contains(j.Message, "after checkpointing step") {
+		t.Errorf("job %s: %s: %q; want stopped at the budget after a checkpoint", id, j.State, j.Message)
+	}
+	// Billed: the minute's minimum at least ($0.00167), else the budget and
+	// what the checkpoint and the release took.
+	if j.Cost == nil || j.Cost.USD > budget*1.15 {
+		t.Errorf("job %s cost %+v: the budget was $%g", id, j.Cost, budget)
+	}
+	checkChargesAreTheRecord(t, d.state, id)
+	t.Logf("job %s: %s; billed $%.6f for a budget of $%g", id, j.Message, j.Cost.USD, budget)
+	d.stop(t)
+	destroyCloud(t, cloudDir(d.state))
+}

@@ -73,14 +73,21 @@ type Controller struct {
 	history []policy.Observation // a cloud job's, for a re-choice
 	// movedFrom is the attempt being left: its last steps do not count.
 	movedFrom int
+
+	opt     api.Optimize // the job's limits (limits.go)
+	created time.Time    // when the job was submitted
+	stopped bool         // a stop verdict was handed: once
 }
 
 // Verdict is a decision the controller hands the runner. When the decision
 // moves the job, Reply (buffered) says how the move went: nil once the
-// workers have checkpointed and exited.
+// workers have checkpointed and exited. A verdict with Stop set stops the
+// job instead (a limit is reached: limits.go): the workers checkpoint and
+// the job ends stopped, Stop saying why.
 type Verdict struct {
 	Decision api.Decision
 	Reply    chan error
+	Stop     string
 }
 
 // New builds the controller of job j, which follows the job through job and
@@ -107,7 +114,7 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	c := &Controller{
 		pol: pol, obs: newObserver(spec.M0, price, typ), job: job, cloud: cloud,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
-		log: log.With(zap.String("policy", pol.Name())),
+		log: log.With(zap.String("policy", pol.Name())), opt: j.Optimize, created: j.Created,
 	}
 	if cloud != nil {
 		c.obs.candidateOf = func(cfg plugins.Config) predict.Candidate { return c.cloud.cur.Candidate(cfg, typ) }
@@ -155,6 +162,14 @@ func (c *Controller) Run(ctx context.Context) {
 			attempt = now
 			c.attemptStarted(attempt, cfg, last.To)
 		}
+		if why := c.limit(); why != "" {
+			select {
+			case c.verdicts <- Verdict{Stop: why}:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
 		dec, ok := c.observe(rec, cfg)
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
@@ -178,6 +193,24 @@ func (c *Controller) Run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// limit is the reason to stop the job now that one of its limits is
+// reached, the first time it is; "" otherwise.
+func (c *Controller) limit() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ""
+	}
+	var spent float64
+	var known bool
+	if c.cloud != nil {
+		spent, known = c.cloud.spent(0)
+	}
+	why := limitReached(c.opt, spent, known, time.Since(c.created))
+	c.stopped = why != ""
+	return why
 }
 
 // left reports whether attempt is the one being left.

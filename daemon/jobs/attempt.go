@@ -55,6 +55,17 @@ type outcome struct {
 	// attempt's checkpoint; killed: a stop had to kill the workers (asked
 	// again, or the grace ran out) before they had checkpointed.
 	acked, killed bool
+	// limit: the controller stopped the job, a limit of it being reached
+	// (why); empty for a stop on request.
+	limit string
+}
+
+// stopCause says why the attempt was stopped.
+func (o outcome) stopCause() string {
+	if o.limit != "" {
+		return "because " + o.limit
+	}
+	return "on request"
 }
 
 // watch is one attempt's watch: the state the runner keeps while it waits
@@ -228,6 +239,14 @@ func (w *watch) move(m moveReq) error {
 // verdict records a decision of the job's controller and, when it names
 // another configuration, moves the job there.
 func (w *watch) verdict(v control.Verdict) {
+	if v.Stop != "" { // a limit is reached: checkpoint and stop
+		w.r.log.Info("stopping: a limit of the job is reached", zap.String("why", v.Stop))
+		if !w.out.stopped {
+			w.out.limit = v.Stop
+		}
+		w.stop(w.grace)
+		return
+	}
 	j, dec := &w.r.rec.job, v.Decision
 	addDecision(j, dec)
 	w.r.save(w.kill)
