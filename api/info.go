@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"github.com/scavenger-ml/scavenger/internal/jsonfile"
 )
 
 // Version is the build's version, set by the linker.
@@ -86,21 +84,6 @@ type IngestStats struct {
 // writes how to reach it (its Info), so that a scavctl started later finds
 // a standalone daemon on a random port.
 const DiscoveryFile = "scavd.json"
-
-// WriteDiscovery writes info as stateDir's discovery file, atomically.
-func WriteDiscovery(stateDir string, info Info) error {
-	if err := jsonfile.Write(filepath.Join(stateDir, DiscoveryFile), info, 0o600); err != nil {
-		return fmt.Errorf("write discovery file: %w", err)
-	}
-	return nil
-}
-
-// RemoveDiscovery removes stateDir's discovery file if process pid wrote it.
-func RemoveDiscovery(stateDir string, pid int) {
-	if info, err := ReadDiscovery(stateDir); err == nil && info.PID == pid {
-		_ = os.Remove(filepath.Join(stateDir, DiscoveryFile))
-	}
-}
 
 // ReadDiscovery reads the discovery file of the daemon that uses stateDir.
 // A file left by a process that no longer exists is reported as absent.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -30,6 +29,21 @@ const (
 func (s JobState) Done() bool {
 	return s == StateSucceeded || s == StateFailed || s == StateStopped
 }
+
+// Phase is where a job's policy is in its search, as its record and events
+// carry it (the optimizer's policy.Phase, by value).
+type Phase string
+
+// The phases of a job's policy.
+const (
+	// PhaseWarmup: waiting for a stable noise estimate before deciding.
+	PhaseWarmup Phase = "warm-up"
+	// PhaseProbing: measuring configurations to fit the model.
+	PhaseProbing Phase = "probing"
+	// PhaseOptimised: running at the configuration the policy chose (or
+	// staying where it is because searching does not pay).
+	PhaseOptimised Phase = "optimised"
+)
 
 // Job is a job's record, kept in the job bucket under its id.
 type Job struct {
@@ -70,9 +84,9 @@ type Job struct {
 	ExitCode *int       `json:"exit_code,omitempty"`
 	// Optimize is what the job asked of the optimizer; Phase is where its
 	// policy is (warm-up, probing, optimised) and Decisions what it decided.
-	Optimize  Optimize     `json:"optimize,omitempty"`
-	Phase     policy.Phase `json:"phase,omitempty"`
-	Decisions []Decision   `json:"decisions,omitempty"`
+	Optimize  Optimize   `json:"optimize,omitempty"`
+	Phase     Phase      `json:"phase,omitempty"`
+	Decisions []Decision `json:"decisions,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// MaxRestarts is how many crashed attempts the job restarts from its

@@ -1,18 +1,15 @@
 package api
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/optimizer/objective"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
-	"github.com/scavenger-ml/scavenger/optimizer/predict"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // Optimize is what a job asks of the optimizer (part of RunRequest).
 type Optimize struct {
-	// Policy names the search policy (policy.Names); empty or "fixed" never moves.
+	// Policy names the search policy (the optimizer's policy.Names); empty
+	// or "fixed" never moves.
 	Policy string `json:"policy,omitempty"`
 	// Objective is time, cost or knee; Deadline and BudgetUSD bound it.
 	Objective string   `json:"objective,omitempty"`
@@ -30,9 +27,10 @@ type Optimize struct {
 	MachineType     string  `json:"machine_type,omitempty"`
 	PriceUSDPerHour float64 `json:"price_usd_per_hour,omitempty"`
 	// Types, Spot and MaxPriceUSD are the cloud choices of a launcher that
-	// acquires machines (cloudvm; see CloudSpec): the machine types the job
-	// may run on, whether spot machines may be bought (on demand is the
-	// fallback), and the most one machine may cost an hour (0: no cap).
+	// acquires machines (cloudvm; see daemon/control.CloudSpec): the machine
+	// types the job may run on, whether spot machines may be bought (on
+	// demand is the fallback), and the most one machine may cost an hour
+	// (0: no cap).
 	Types       []string `json:"types,omitempty"`
 	Spot        bool     `json:"spot,omitempty"`
 	MaxPriceUSD float64  `json:"max_price_usd,omitempty"`
@@ -69,7 +67,7 @@ type Decision struct {
 	// decision that has them only. scavctl report draws their time–cost front.
 	Candidates []CandidatePrediction `json:"candidates,omitempty"`
 	// Phase is the policy's phase after the decision: warm-up, probing or optimised.
-	Phase policy.Phase `json:"phase"`
+	Phase Phase `json:"phase"`
 }
 
 // CandidatePrediction is the policy's forecast for one candidate
@@ -90,80 +88,4 @@ type CandidatePrediction struct {
 	Flags   []string `json:"flags,omitempty"`
 	// Chosen marks the candidate the decision chose.
 	Chosen bool `json:"chosen,omitempty"`
-}
-
-// Spec builds the policy's search space for a job that starts at start on
-// one node: its machine type with MinWorkers..MaxWorkers workers (at most
-// maxWorkers when positive) and power-of-two batches in the batch bounds. It
-// also returns the price per hour the cost objectives use.
-func (opt Optimize) Spec(start plugins.Config, maxWorkers int) (policy.Spec, float64, error) {
-	kind, err := objective.ParseKind(opt.Objective)
-	if opt.Objective == "" {
-		kind, err = objective.Time, nil
-	}
-	if err != nil {
-		return policy.Spec{}, 0, fmt.Errorf("objective: %w", err)
-	}
-	if start.GlobalBatch < 1 {
-		return policy.Spec{}, 0, fmt.Errorf("an optimized job needs a starting --batch-size")
-	}
-	minW, maxW := max(1, opt.MinWorkers), opt.MaxWorkers
-	if maxW == 0 {
-		maxW = start.Workers
-	}
-	if maxWorkers > 0 {
-		maxW = min(maxW, maxWorkers)
-	}
-	minB, maxB := opt.MinBatch, opt.MaxBatch
-	if minB == 0 {
-		minB = start.GlobalBatch
-	}
-	if maxB == 0 {
-		maxB = start.GlobalBatch
-	}
-	if minW > maxW || minB > maxB {
-		return policy.Spec{}, 0, fmt.Errorf("empty bounds: workers %d:%d, batch %d:%d", minW, maxW, minB, maxB)
-	}
-	var batches []int
-	for b := minB; b <= maxB; b *= 2 {
-		batches = append(batches, b)
-	}
-	if batches[len(batches)-1] != maxB {
-		batches = append(batches, maxB)
-	}
-	typ := opt.MachineType
-	if typ == "" {
-		typ = "local"
-	}
-	cands, err := predict.Enumerate([]predict.Shape{{Type: typ, GPUsPerNode: maxW, MaxNodes: 1}}, batches,
-		predict.Limits{MinWorkers: minW, MaxWorkers: maxW})
-	if err != nil {
-		return policy.Spec{}, 0, fmt.Errorf("enumerate candidates: %w", err)
-	}
-	var keep []predict.Candidate
-	for _, c := range cands {
-		if c.Batch%c.Workers == 0 {
-			keep = append(keep, c)
-		}
-	}
-	if len(keep) == 0 {
-		return policy.Spec{}, 0, fmt.Errorf("no configuration in workers %d:%d, batch %d:%d divides evenly", minW, maxW, minB, maxB)
-	}
-	m0 := float64(start.GlobalBatch)
-	target := float64(opt.TargetSamples) / m0
-	if target <= 0 {
-		return policy.Spec{}, 0, fmt.Errorf("an optimized job needs a target: --target-steps, --target-samples or --target-epochs")
-	}
-	price := opt.PriceUSDPerHour
-	if price == 0 {
-		price = 1
-	}
-	return policy.Spec{
-		Candidates: keep,
-		Prices:     map[string]float64{typ: price},
-		M0:         m0,
-		Target:     target,
-		Objective:  objective.Objective{Kind: kind, DeadlineS: opt.Deadline.D().Seconds(), BudgetUSD: opt.BudgetUSD},
-		RelaunchS:  3,
-	}, price, nil
 }

@@ -9,12 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
-	"github.com/scavenger-ml/scavenger/telemetry/progress"
 )
 
 // RunRequest asks the daemon to run a job (the body of scav.api.run).
@@ -40,7 +36,8 @@ type RunRequest struct {
 	// SCAV_CHECKPOINT_DIR and exit, so that they can be moved.
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 	// StepRegex reads the progress of a script without the python client off
-	// its output (named groups step, rate, total); empty: tqdm and "step N" lines.
+	// its output (named groups step, rate, total); empty: tqdm and "step N"
+	// lines. The daemon parses it (telemetry/progress).
 	StepRegex string `json:"step_regex,omitempty"`
 	// Optimize, when its policy moves, lets the daemon move the job to the
 	// configuration that best meets its objective.
@@ -61,8 +58,16 @@ const (
 	MaxMaxRestarts     = 100
 )
 
-// Validate collects every problem with the request.
-func (r *RunRequest) Validate() error {
+// Validate collects every problem with the request that the request shows
+// by itself. Whether its policy can be built and its step regex parsed
+// needs the optimizer and the progress parser: the daemon checks those too
+// (daemon/control.Check), through ValidateWith.
+func (r *RunRequest) Validate() error { return r.ValidateWith(nil) }
+
+// ValidateWith is Validate with the problems more finds (nil: none), which
+// take their place among Validate's, after the checks of the optimization
+// ranges and before those of the allocation.
+func (r *RunRequest) ValidateWith(more func(*RunRequest) []error) error {
 	var errs []error
 	if len(r.Command) == 0 || r.Command[0] == "" {
 		errs = append(errs, errors.New("no command: give it after --, e.g. scavctl run -- python train.py"))
@@ -99,17 +104,8 @@ func (r *RunRequest) Validate() error {
 	if o := r.Optimize; !o.Active() && (o.MinWorkers != o.MaxWorkers || o.MinBatch != o.MaxBatch || len(o.Types) > 1) {
 		errs = append(errs, fmt.Errorf("ranges of workers or batch, and several machine types, need a moving policy (scavenger, adaptive or full), not %q", cmp.Or(o.Policy, "fixed")))
 	}
-	if r.Optimize.Active() {
-		spec, _, err := r.Optimize.Spec(r.Config, 0)
-		if err == nil {
-			_, err = policy.New(r.Optimize.Policy, spec, nil)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if _, err := progress.New(r.StepRegex); err != nil {
-		errs = append(errs, err)
+	if more != nil {
+		errs = append(errs, more(r)...)
 	}
 	if r.Allocation != "" && !ValidAllocationKey(r.Allocation) {
 		errs = append(errs, fmt.Errorf("allocation %q: want <scheduler>.<id>, e.g. slurm.4711", r.Allocation))
@@ -212,16 +208,4 @@ func (r *RunRequest) selfLaunched() error {
 		cmd = filepath.Base(r.Command[0])
 	}
 	return fmt.Errorf("%s starts its own workers, so it must be told how many Scavenger chose: put {workers} in the command, e.g. %s --nproc_per_node={workers} ... (and {local_batch_size} for the batch)", cmd, cmd)
-}
-
-// ParseSignal reads a signal name, with or without its SIG prefix.
-func ParseSignal(name string) (unix.Signal, error) {
-	n := strings.ToUpper(name)
-	if !strings.HasPrefix(n, "SIG") {
-		n = "SIG" + n
-	}
-	if sig := unix.SignalNum(n); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q (use e.g. SIGUSR1)", name)
 }

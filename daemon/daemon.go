@@ -36,10 +36,9 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
-	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // Config is what a daemon needs to start. Zero values take defaults.
@@ -56,7 +55,7 @@ type Config struct {
 	// Node names this node (default the host name).
 	Node string
 	// Retention bounds the step and output history.
-	Retention telemetry.Retention
+	Retention history.Retention
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -72,11 +71,11 @@ type Config struct {
 	// MetricsListen, when set, is the address of the Prometheus /metrics
 	// endpoint ("127.0.0.1:9433"; port 0 picks one, see Daemon.MetricsAddr).
 	MetricsListen string
-	// Notify, when set, tells systemd (Type=notify) that Run is ready, its
-	// status and that it is stopping: sdnotify.FromEnv() for a service.
-	Notify *sdnotify.Notifier
+	// Notify tells systemd (Type=notify), through $NOTIFY_SOCKET, that Run
+	// is ready, its status and that it is stopping: set for a service.
+	Notify bool
 	// Watchdog, when positive, is how often Run pings systemd's watchdog
-	// through Notify (half of WatchdogSec=: sdnotify.WatchdogInterval()).
+	// through Notify (half of WatchdogSec=, from go-systemd's SdWatchdogEnabled).
 	Watchdog time.Duration
 	// ResumeJobs makes the jobs that this daemon stops when it stops resume
 	// from their checkpoints when the next daemon starts on the same state
@@ -110,7 +109,7 @@ type Daemon struct {
 	cancelRoot context.CancelFunc
 	ns         *server.Server
 	nc         *nats.Conn
-	store      *telemetry.Store
+	store      *history.Store
 	ingest     *ingest.Server
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
@@ -179,7 +178,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	d.startDiskWatch()
 	d.jobs.Recover(ctx)
-	if err := api.WriteDiscovery(cfg.StateDir, d.info()); err != nil {
+	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}
 	log.Info("scavd ready", zap.String("api", d.APISocket()), zap.String("nats", d.URL()), zap.String("socket", d.ingest.Path()),
@@ -249,11 +248,11 @@ const clusterWait = 2 * time.Minute
 
 // openStore makes the streams and buckets; in a cluster it tries again
 // while JetStream is still forming (no meta leader yet, too few peers).
-func openStore(ctx context.Context, js jetstream.JetStream, ret telemetry.Retention, clustered bool, log *zap.Logger) (*telemetry.Store, error) {
+func openStore(ctx context.Context, js jetstream.JetStream, ret history.Retention, clustered bool, log *zap.Logger) (*history.Store, error) {
 	deadline := time.Now().Add(clusterWait)
 	for {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		st, err := telemetry.OpenStore(octx, js, ret)
+		st, err := history.OpenStore(octx, js, ret)
 		cancel()
 		if err == nil || !clustered || time.Now().After(deadline) || ctx.Err() != nil {
 			return st, err
@@ -326,16 +325,14 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	<-notified
 	jobs := d.jobs.Active()
 	d.log.Info("scavd stopping", zap.Strings("jobs", jobs))
-	if err := d.cfg.Notify.Notify(sdnotify.Stopping, sdnotify.Status(fmt.Sprintf("stopping %d jobs", len(jobs)))); err != nil {
-		d.log.Warn("notify systemd", zap.Error(err))
-	}
+	d.notifyStopping(len(jobs))
 	return d.Close()
 }
 
 // SetRetention changes, live, how much history the streams keep.
-func (d *Daemon) SetRetention(ctx context.Context, r telemetry.Retention) error {
+func (d *Daemon) SetRetention(ctx context.Context, r history.Retention) error {
 	r.Replicas = d.cfg.Retention.Replicas
-	if _, err := telemetry.OpenStore(ctx, d.store.JS, r); err != nil {
+	if _, err := history.OpenStore(ctx, d.store.JS, r); err != nil {
 		return fmt.Errorf("set retention: %w", err)
 	}
 	return nil
@@ -393,7 +390,7 @@ func (d *Daemon) Close() error {
 func (d *Daemon) shutdown() error {
 	var errs []error
 	if d.lock != nil {
-		api.RemoveDiscovery(d.cfg.StateDir, os.Getpid())
+		removeDiscovery(d.cfg.StateDir, os.Getpid())
 	}
 	errs = append(errs, d.stopNode())
 	if d.stopDisk != nil {

@@ -21,21 +21,28 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // startDaemon runs a real daemon (embedded nats-server with JetStream on a
 // random port, state in a temporary directory) and a client connected to it.
 func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
+	return startDaemonWith(t, "scavd-test-", Config{Listen: "127.0.0.1:0"})
+}
+
+// startDaemonWith runs a daemon of cfg, its state in a temporary directory
+// named after prefix, and a client connected to it; both are closed and
+// the directory removed when t ends.
+func startDaemonWith(t *testing.T, prefix string, cfg Config) (*Daemon, *api.Client) {
+	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "scavd-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	cfg.StateDir = testdir.Short(t, prefix)
+	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
@@ -49,7 +56,6 @@ func startDaemon(t *testing.T) (*Daemon, *api.Client) {
 		if err := d.Close(); err != nil {
 			t.Errorf("close daemon: %v", err)
 		}
-		os.RemoveAll(dir)
 	})
 	return d, c
 }
@@ -79,7 +85,7 @@ func storedSteps(t *testing.T, d *Daemon, job string, fn func(telemetry.StepReco
 	if err != nil {
 		return err
 	}
-	return telemetry.Replay(context.Background(), js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
+	return history.Replay(context.Background(), js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
 		recs, _ := telemetry.DecodeBatch(m.Data())
 		for _, r := range recs {
 			fn(r)
@@ -205,11 +211,7 @@ func TestIngestManyWritersLoseNothing(t *testing.T) {
 func TestJoinsExternalNATS(t *testing.T) {
 	seed, pub := testnats.Key(t)
 	ns := testnats.Server(t, pub)
-	state, err := os.MkdirTemp("", "scavd-ext-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-ext-")
 	ctx := context.Background()
 	d, err := Start(ctx, Config{StateDir: state, NATSURL: ns.ClientURL(), NATSKey: seed}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // smallDisk mounts a tmpfs of size bytes for the test (root only) and
@@ -124,7 +125,7 @@ func TestStateDiskFullThenFreed(t *testing.T) {
 	ctx := context.Background()
 	state := filepath.Join(disk, "state")
 	d, err := Start(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
-		Retention: telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+		Retention: history.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}

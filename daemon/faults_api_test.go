@@ -15,6 +15,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // apiRead is one kind of read a user makes through the API (the scavctl
@@ -85,7 +86,7 @@ func readersTrial(t *testing.T, python string) trialResult {
 	const readers, every = 8, 40
 	total := int(run / (10 * time.Millisecond))
 	// Room for every step record of the 4 jobs (48,000 at 60 s).
-	d, c := faultDaemon(t, Config{StateDir: t.TempDir(), Retention: telemetry.Retention{StepMaxBytes: 64 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}})
+	d, c := faultDaemon(t, Config{StateDir: t.TempDir(), Retention: history.Retention{StepMaxBytes: 64 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}})
 	var js []api.Job
 	var ids []string
 	for range 4 {

@@ -20,8 +20,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // The fault suite (issue 13): each trial injects one fault into a real
@@ -273,8 +275,8 @@ func faultDaemon(t *testing.T, cfg Config) (*Daemon, *api.Client) {
 	t.Helper()
 	ctx := context.Background()
 	cfg.Listen, cfg.Node = "127.0.0.1:0", "n1"
-	if cfg.Retention == (telemetry.Retention{}) {
-		cfg.Retention = telemetry.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
+	if cfg.Retention == (history.Retention{}) {
+		cfg.Retention = history.Retention{StepMaxBytes: 8 << 20, LogMaxBytes: 8 << 20, NodeMaxBytes: 1 << 20}
 	}
 	d, err := Start(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
@@ -532,19 +534,11 @@ type scavdProc struct {
 	done chan struct{}
 }
 
-// startScavd starts bin on state and waits for its API.
 // scavdStateDir is a state directory for a scavd of the test's own, removed
 // when the test ends (outside t.TempDir: its sockets' paths must be short).
-func scavdStateDir(t *testing.T) string {
-	t.Helper()
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	return state
-}
+func scavdStateDir(t *testing.T) string { return testdir.Short(t, "scavf-") }
 
+// startScavd starts bin on state and waits for its API.
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
@@ -642,10 +636,8 @@ func stopDaemonTrial(t *testing.T, python string) trialResult {
 	bin, state := scavdBin(t), scavdStateDir(t)
 	p, c := startScavd(t, bin, state)
 	var js []api.Job
-	var sides []string
 	for k := 0; k < 4; k++ {
-		side := t.TempDir()
-		js, sides = append(js, submitWorkers(t, c, python, side, total, every, false)), append(sides, side)
+		js = append(js, submitWorkers(t, c, python, t.TempDir(), total, every, false))
 	}
 	// Stopped early (within a second of its first step record, most often
 	// before its first periodic checkpoint), each job must still
@@ -697,11 +689,7 @@ func floodTrial(t *testing.T, python string) trialResult {
 	if os.Getenv("SCAV_BENCH_FAULTS") != "" {
 		mb = 1000
 	}
-	state, err := os.MkdirTemp("", "scavf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
+	state := scavdStateDir(t)
 	p, c := startScavd(t, scavdBin(t), state)
 	ctx := context.Background()
 	run := func(cmd ...string) api.Job {

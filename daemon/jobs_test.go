@@ -150,23 +150,9 @@ func TestMoveUninstrumentedJobBySignal(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir, err := os.MkdirTemp("", "scavd-move-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
-			log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-			d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0",
-				Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2})}, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			cl, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			d, cl := startDaemonWith(t, "scavd-move-", Config{Listen: "127.0.0.1:0",
+				Launcher: local.New(local.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), MaxWorkers: 2})})
+			dir := d.cfg.StateDir
 			var moveErr error
 			j, lines, final := runAndWatch(t, cl, api.RunRequest{
 				Command: []string{"/bin/sh", "-c", movableScript}, Dir: dir,

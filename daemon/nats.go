@@ -127,16 +127,25 @@ func mutualTLS(cert, key, ca string) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load TLS certificate: %w", err)
 	}
-	pem, err := os.ReadFile(ca)
+	pool, err := certPool(ca, "CA")
 	if err != nil {
-		return nil, fmt.Errorf("read CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA %s holds no PEM certificate", ca)
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{c}, RootCAs: pool, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// certPool reads the PEM certificates of file (what names it in errors).
+func certPool(file, what string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s holds no PEM certificate", what, file)
+	}
+	return pool, nil
 }
 
 // startNATS runs the embedded nats-server with JetStream, its store under
@@ -222,13 +231,9 @@ func connect(url string, s *server.Server, name string, key natsKey, caFile stri
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrl())) }),
 	}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := certPool(caFile, "nats CA")
 		if err != nil {
-			return nil, fmt.Errorf("read nats CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("nats CA %s holds no PEM certificate", caFile)
+			return nil, err
 		}
 		opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	}

@@ -54,16 +54,7 @@ func (n *nodeSampler) start(ctx context.Context) {
 	n.cancel, n.done = cancel, make(chan struct{})
 	go func() {
 		defer close(n.done)
-		t := time.NewTicker(n.every)
-		defer t.Stop()
-		for {
-			n.sample(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		everyTick(ctx, n.every, n.sample)
 	}()
 }
 

@@ -44,29 +44,8 @@ finally:
 // serves /metrics on a free port.
 func startNodeDaemon(t *testing.T) (*Daemon, *api.Client) {
 	t.Helper()
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "scavd-node-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Start(ctx, Config{StateDir: dir, Listen: "127.0.0.1:0", Node: "node-test.example", NodeSampleEvery: 200 * time.Millisecond,
-		GPUSource: "none", MetricsListen: "127.0.0.1:0"}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatalf("start daemon: %v", err)
-	}
-	c, err := api.Dial(ctx, d.APISocket(), 5*time.Second)
-	if err != nil {
-		d.Close()
-		t.Fatalf("dial daemon: %v", err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		if err := d.Close(); err != nil {
-			t.Errorf("close daemon: %v", err)
-		}
-		os.RemoveAll(dir)
-	})
-	return d, c
+	return startDaemonWith(t, "scavd-node-", Config{Listen: "127.0.0.1:0", Node: "node-test.example", NodeSampleEvery: 200 * time.Millisecond,
+		GPUSource: "none", MetricsListen: "127.0.0.1:0"})
 }
 
 // scrape reads /metrics and returns the sample lines by metric name.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -73,9 +72,9 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 	}
 	decided := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	loss := 0.75
-	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", State: api.StateRunning, Launcher: "local", Attempt: 2, Phase: policy.PhaseOptimised,
+	st := jobs.Status{Job: api.Job{ID: "cnn-000001", Name: "cnn", State: api.StateRunning, Launcher: "local", Attempt: 2, Phase: api.PhaseOptimised,
 		Config: plugins.Config{Workers: 2, GlobalBatch: 64, MachineType: "g5.xlarge"}, Optimize: api.Optimize{Policy: "scavenger"},
-		Decisions: []api.Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: policy.PhaseOptimised}}},
+		Decisions: []api.Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: api.PhaseOptimised}}},
 		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5, Noise: 1234, Loss: &loss}}
 	c := &daemonCollector{node: "gpu01.cluster", running: func() []jobs.Status { return []jobs.Status{st} }, latest: n.latest,
 		ingest: func() api.IngestStats { return api.IngestStats{} }}

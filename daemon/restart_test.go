@@ -18,6 +18,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -53,11 +54,7 @@ func startAt(t *testing.T, state string, resume bool) (*Daemon, *api.Client) {
 // with the job's own environment.
 func TestRestartResumesStoppedJobs(t *testing.T) {
 	ctx := context.Background()
-	state, err := os.MkdirTemp("", "scavd-restart-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-restart-")
 	work := t.TempDir()
 
 	d1, c1 := startAt(t, state, true)
@@ -116,11 +113,7 @@ func TestRestartResumesStoppedJobs(t *testing.T) {
 // checkpoint.
 func TestRestartSettlesLostJobs(t *testing.T) {
 	ctx := context.Background()
-	state, err := os.MkdirTemp("", "scavd-lost-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-lost-")
 	work := t.TempDir()
 
 	// Workers that outlived their daemon: a process group of its own, with
@@ -229,11 +222,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 // TestRestartWithoutResumeLeavesJobsStopped: resume_jobs off keeps nothing.
 func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	ctx := context.Background()
-	state, err := os.MkdirTemp("", "scavd-noresume-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-noresume-")
 	d1, c1 := startAt(t, state, false)
 	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
 		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})

@@ -6,27 +6,40 @@ import (
 	"strings"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
-
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 )
 
 // statusEvery is how often the STATUS= line sent to systemd is refreshed.
 const statusEvery = 5 * time.Second
 
+// notify sends systemd one message (sd_notify(3)) of the given KEY=VALUE
+// assignments, through go-systemd to $NOTIFY_SOCKET; none goes without it.
+func notify(log *zap.Logger, assignments ...string) {
+	if len(assignments) == 0 {
+		return
+	}
+	if _, err := sd.SdNotify(false, strings.Join(assignments, "\n")); err != nil {
+		log.Warn("notify systemd", zap.Error(err))
+	}
+}
+
+// statusLine is the STATUS= assignment of a one-line description.
+func statusLine(s string) string {
+	return "STATUS=" + strings.ReplaceAll(s, "\n", " ")
+}
+
 // notifyService keeps the service manager informed while ctx lasts: READY=1
 // with a first STATUS= line now, then the STATUS= line whenever it changes
 // and, when a watchdog is asked for, WATCHDOG=1 at its interval as long as
 // the daemon is healthy. It returns once ctx is done; Run owns and joins it.
-func (d *Daemon) notifyService(ctx context.Context, sd *sdnotify.Notifier, watchdog time.Duration, log *zap.Logger) {
-	if !sd.Enabled() {
+func (d *Daemon) notifyService(ctx context.Context, enabled bool, watchdog time.Duration, log *zap.Logger) {
+	if !enabled {
 		<-ctx.Done()
 		return
 	}
 	status := d.status()
-	if err := sd.Notify(sdnotify.Ready, sdnotify.Status(status)); err != nil {
-		log.Warn("notify systemd", zap.Error(err))
-	}
+	notify(log, sd.SdNotifyReady, statusLine(status))
 	every := statusEvery
 	if watchdog > 0 && watchdog < every {
 		every = watchdog
@@ -43,20 +56,26 @@ func (d *Daemon) notifyService(ctx context.Context, sd *sdnotify.Notifier, watch
 		var msgs []string
 		if s := d.status(); s != status {
 			status = s
-			msgs = append(msgs, sdnotify.Status(s))
+			msgs = append(msgs, statusLine(s))
 		}
 		if watchdog > 0 && time.Since(lastPing) >= watchdog-every/2 {
 			if err := d.healthy(ctx, watchdog/2); err != nil {
 				// No ping: if this lasts, systemd restarts the daemon.
 				log.Warn("watchdog ping withheld", zap.Error(err))
 			} else {
-				msgs = append(msgs, sdnotify.Watchdog)
+				msgs = append(msgs, sd.SdNotifyWatchdog)
 				lastPing = time.Now()
 			}
 		}
-		if err := sd.Notify(msgs...); err != nil {
-			log.Warn("notify systemd", zap.Error(err))
-		}
+		notify(log, msgs...)
+	}
+}
+
+// notifyStopping tells systemd, with Config.Notify, that the daemon stops
+// with jobs running.
+func (d *Daemon) notifyStopping(jobs int) {
+	if d.cfg.Notify {
+		notify(d.log.Named("systemd"), sd.SdNotifyStopping, statusLine(fmt.Sprintf("stopping %d jobs", jobs)))
 	}
 }
 

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -22,11 +21,7 @@ import (
 // once the daemon serves, STATUS= lines that follow the running jobs,
 // WATCHDOG=1 pings, and STOPPING=1 when it shuts down.
 func TestRunNotifiesSystemd(t *testing.T) {
-	dir, err := os.MkdirTemp("", "scavd-notify-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testdir.Short(t, "scavd-notify-")
 	sock := filepath.Join(dir, "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -62,11 +57,12 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 
 	state := filepath.Join(dir, "state")
+	t.Setenv("NOTIFY_SOCKET", sock)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Notify: sdnotify.New(sock), Watchdog: 50 * time.Millisecond},
+		done <- Run(ctx, Config{StateDir: state, Listen: "127.0.0.1:0", Notify: true, Watchdog: 50 * time.Millisecond},
 			zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	}()
 
@@ -127,11 +123,7 @@ func TestDefaultStateDirIsSystemds(t *testing.T) {
 // TestRunWithoutServiceManager: no NOTIFY_SOCKET, nothing to tell; Run
 // serves and stops as before.
 func TestRunWithoutServiceManager(t *testing.T) {
-	state, err := os.MkdirTemp("", "scavd-plain-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-plain-")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -149,5 +141,35 @@ func TestRunWithoutServiceManager(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return")
+	}
+}
+
+// TestNotifySendsOneDatagram: the assignments of one notification reach
+// $NOTIFY_SOCKET (a path, or an abstract name after '@') as one datagram,
+// a status of several lines as one line.
+func TestNotifySendsOneDatagram(t *testing.T) {
+	for kind, name := range map[string]string{"path": filepath.Join(t.TempDir(), "notify.sock"), "abstract": "@scavd-notify-test-" + filepath.Base(t.TempDir())} {
+		t.Run(kind, func(t *testing.T) {
+			addr := name
+			if addr[0] == '@' {
+				addr = "\x00" + addr[1:]
+			}
+			conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			t.Setenv("NOTIFY_SOCKET", name)
+			notify(zaptest.NewLogger(t), "READY=1", statusLine("2 jobs running:\na, b"))
+			buf := make([]byte, 4096)
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := conn.Read(buf)
+			if err != nil {
+				t.Fatalf("read notification: %v", err)
+			}
+			if got, want := string(buf[:n]), "READY=1\nSTATUS=2 jobs running: a, b"; got != want {
+				t.Fatalf("datagram %q, want %q", got, want)
+			}
+		})
 	}
 }

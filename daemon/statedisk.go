@@ -113,11 +113,14 @@ func (w *diskWatch) noteLog(line string) {
 }
 
 // run looks at the state disk every diskEvery until ctx ends.
-func (w *diskWatch) run(ctx context.Context) {
-	t := time.NewTicker(diskEvery)
+func (w *diskWatch) run(ctx context.Context) { everyTick(ctx, diskEvery, w.look) }
+
+// everyTick calls fn now and then every d until ctx ends.
+func everyTick(ctx context.Context, d time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
-		w.look(ctx)
+		fn(ctx)
 		select {
 		case <-ctx.Done():
 			return

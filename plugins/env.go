@@ -48,15 +48,20 @@ var contractKeys = map[string]bool{
 // contract, owned by the launcher.
 func IsContractEnv(key string) bool { return contractKeys[key] }
 
+// serviceKeys are what systemd tells the daemon's own process (sd_notify(3),
+// sd_watchdog_enabled(3)): a worker must not talk to systemd for the daemon.
+var serviceKeys = map[string]bool{"NOTIFY_SOCKET": true, "WATCHDOG_USEC": true, "WATCHDOG_PID": true}
+
 // InheritEnv returns environ (KEY=VALUE pairs, typically os.Environ()) without
-// the contract variables, as the base a launcher puts WorkerEnv on top of.
-// It strips them so that a daemon started inside another distributed job
-// (or a shell that exported RANK) does not leak them into ModeSelf workers.
+// the contract variables and systemd's notification variables, as the base a
+// launcher puts WorkerEnv on top of. It strips them so that a daemon started
+// inside another distributed job (or a shell that exported RANK) does not
+// leak them into ModeSelf workers, nor its service manager's socket.
 func InheritEnv(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if !contractKeys[k] {
+		if !contractKeys[k] && !serviceKeys[k] {
 			out = append(out, kv)
 		}
 	}

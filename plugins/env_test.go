@@ -97,7 +97,7 @@ func TestWorkerEnv(t *testing.T) {
 }
 
 func TestInheritEnv(t *testing.T) {
-	got := InheritEnv([]string{"PATH=/bin", "RANK=5", "SCAV_SOCKET=/x", "HOME=/root", "MASTER_PORT=1"})
+	got := InheritEnv([]string{"PATH=/bin", "RANK=5", "SCAV_SOCKET=/x", "HOME=/root", "MASTER_PORT=1", "NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=30000000"})
 	want := []string{"PATH=/bin", "HOME=/root"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("InheritEnv = %q, want %q", got, want)

@@ -25,7 +25,7 @@ var (
 	// its process exited or was closed.
 	ErrPluginUnavailable = errors.New("launcher plugin unavailable")
 	// ErrPluginChecksum reports a plugin binary whose sha256 is not the one
-	// given to Load; the binary is not started.
+	// given to goplugin.Load; the binary is not started.
 	ErrPluginChecksum = errors.New("launcher plugin checksum mismatch")
 	// ErrUnknownLauncher reports a launcher name that no catalog entry has.
 	ErrUnknownLauncher = errors.New("unknown launcher")

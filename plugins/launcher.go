@@ -1,7 +1,10 @@
 // Package plugins holds the launcher contract that scavd and every launcher
 // share: the Launcher and Handle interfaces, the attempt specification, the
-// worker environment of DESIGN.md §3 and the errors a launcher returns. The
-// go-plugin/gRPC transport for external launchers is built on these types.
+// worker environment of DESIGN.md §3, the offers and charges of a launcher
+// that buys machines, and the errors a launcher returns. It needs the
+// standard library only, so that the API's wire types can carry its
+// configurations; the go-plugin/gRPC transport for external launchers is
+// built on these types in plugins/goplugin.
 package plugins
 
 import (

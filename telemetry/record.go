@@ -1,8 +1,11 @@
 // Package telemetry owns Scavenger's wire messages and where they travel: the
 // versioned step record that workers write to the node daemon's unix socket,
-// the NATS subjects built from job and node names, and the JetStream stream and
-// key-value bucket that hold their history. It knows messages and NATS, not
-// jobs' lifecycles.
+// the output lines, events, control messages and node samples the daemon
+// publishes, and the names of the NATS subjects, streams and buckets built
+// from job and node names. It needs the standard library only, so that a
+// client of the API decodes what it receives without NATS; the streams
+// themselves and the replay of their history are package telemetry/history's.
+// It knows messages, not jobs' lifecycles.
 package telemetry
 
 import (
@@ -211,4 +214,28 @@ func ValidJobID(s string) bool {
 		}
 	}
 	return true
+}
+
+// DecodeBatch splits a step message (one or more newline-separated records,
+// as the daemon publishes them) and decodes each record. Lines that do not
+// decode are skipped and counted in bad.
+func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
+	for len(payload) > 0 {
+		line := payload
+		if i := bytes.IndexByte(payload, '\n'); i >= 0 {
+			line, payload = payload[:i], payload[i+1:]
+		} else {
+			payload = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		r, err := DecodeStep(line)
+		if err != nil {
+			bad++
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, bad
 }

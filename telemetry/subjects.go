@@ -33,7 +33,7 @@ func StepSubject(job string) string { return "scav.job." + job + ".step" }
 func LogSubject(job string) string { return "scav.job." + job + ".log" }
 
 // LogTailSubject is where job id's output lines past its head are
-// published; the output stream keeps the newest OutputKeepPerSubject.
+// published; the output stream keeps the newest history.OutputKeepPerSubject.
 func LogTailSubject(job string) string { return "scav.job." + job + ".logtail" }
 
 // EventSubject is where job id's lifecycle events are published.

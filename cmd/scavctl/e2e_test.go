@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/report"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -59,14 +61,7 @@ func needTorch(t *testing.T) {
 }
 
 // stateDir is a short private state directory (unix socket paths are short).
-func stateDir(t *testing.T) string {
-	d, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func stateDir(t *testing.T) string { return testdir.Short(t, "scav-") }
 
 // scavctl runs the binary to completion and returns its output and exit code.
 func scavctl(t *testing.T, state string, args ...string) (stdout, stderr string, code int) {
@@ -274,15 +269,7 @@ func startLoop(t *testing.T, grace time.Duration, extra ...string) (*exec.Cmd, *
 	cmd.Dir = repoRoot
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, err0 := os.Stat(filepath.Join(pidDir, "rank0.pid"))
@@ -513,15 +500,7 @@ func startJob(t *testing.T, state string, args ...string) (*exec.Cmd, *bytes.Buf
 	cmd.Dir = repoRoot
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	return cmd, &out, &errOut
 }
 

@@ -31,11 +31,7 @@ printing until the job ends; with -o json it prints one JSON object per line
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := a.json()
-			if err != nil {
-				return err
-			}
-			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
+			return a.withJobOutput(cmd, args[0], func(ctx context.Context, c *api.Client, j api.Job, asJSON bool) error {
 				con := newConsole(a.stdout, a.stderr, 0)
 				enc := json.NewEncoder(a.stdout)
 				var last int64 // the number of the last line printed
@@ -83,11 +79,7 @@ split, the loss, and the gradient noise (γ, γ/K and the noise scale B_simple).
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := a.json()
-			if err != nil {
-				return err
-			}
-			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
+			return a.withJobOutput(cmd, args[0], func(ctx context.Context, c *api.Client, j api.Job, asJSON bool) error {
 				if summary {
 					var recs []telemetry.StepRecord
 					if err := c.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error { recs = append(recs, r); return nil }); err != nil {

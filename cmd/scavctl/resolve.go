@@ -98,6 +98,16 @@ func (a *app) withJob(cmd *cobra.Command, ref string, standalone bool, f func(co
 	})
 }
 
+// withJobOutput is withJob (standalone) for a command that prints what it
+// reads as -o says: f is told whether to print JSON.
+func (a *app) withJobOutput(cmd *cobra.Command, ref string, f func(context.Context, *api.Client, api.Job, bool) error) error {
+	asJSON, err := a.json()
+	if err != nil {
+		return err
+	}
+	return a.withJob(cmd, ref, true, func(ctx context.Context, c *api.Client, j api.Job) error { return f(ctx, c, j, asJSON) })
+}
+
 // completeJobs completes a job argument with the ids and names of the
 // caller's jobs, from a running daemon (none is started for it).
 func (a *app) completeJobs(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {

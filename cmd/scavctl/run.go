@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
 
 	"github.com/spf13/cobra"
@@ -254,7 +255,7 @@ func buildRunRequest(f runFlags, args []string) (api.RunRequest, error) {
 	if len(errs) > 0 { // the request's own checks would repeat these in its terms
 		return req, errors.Join(errs...)
 	}
-	return req, req.Validate()
+	return req, control.Check(req)
 }
 
 // workerEnv is this process's environment, less the variables Scavenger

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 )
 
@@ -83,14 +84,10 @@ func (u testUser) as(t *testing.T, dir string, env []string, argv ...string) (st
 // removed after the test.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "scavsec-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := testdir.Short(t, "scavsec-")
 	if err := os.Chmod(d, 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
 

@@ -41,6 +41,15 @@ func (f *simFlags) add(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("trace")
 }
 
+// read reads -o (whether to print JSON) and the flags' simulator options.
+func (f *simFlags) read(a *app) (asJSON bool, opts sim.Options, err error) {
+	if asJSON, err = a.json(); err != nil {
+		return false, opts, err
+	}
+	opts, err = f.options()
+	return asJSON, opts, err
+}
+
 // options turns the flags into simulator options, collecting every problem.
 func (f *simFlags) options() (sim.Options, error) {
 	var errs []error
@@ -83,11 +92,7 @@ trace) and the median fixed configuration, and how well the policy predicted.`,
   scavctl sim --trace traces/cifar10 --policy scavenger --plot front.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := a.json()
-			if err != nil {
-				return err
-			}
-			opts, err := f.options()
+			asJSON, opts, err := f.read(a)
 			if err != nil {
 				return err
 			}
@@ -168,11 +173,7 @@ more).`,
 		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10\n  scavctl plan --trace traces/cifar10 --objective cost --policy adaptive --top 20",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := a.json()
-			if err != nil {
-				return err
-			}
-			opts, err := f.options()
+			asJSON, opts, err := f.read(a)
 			if err != nil {
 				return err
 			}

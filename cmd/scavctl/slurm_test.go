@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 )
 
 // slurmEnv is the environment Slurm gives a prolog/epilog hook.
@@ -66,15 +68,7 @@ func TestSlurmHooksTieJobsToTheAllocation(t *testing.T) {
 	long.Env = append(os.Environ(), env...)
 	var longErr strings.Builder
 	long.Stderr = &longErr
-	if err := long.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if long.ProcessState == nil {
-			long.Process.Kill()
-			long.Wait()
-		}
-	}()
+	testproc.Start(t, long)
 	var alloc api.Allocation
 	for deadline := time.Now().Add(30 * time.Second); len(alloc.Jobs) < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -128,11 +122,7 @@ func allocation(t *testing.T, state, key string) api.Allocation {
 // BenchmarkSlurmPrologHook measures a prolog hook from exec to exit against a
 // running daemon: Slurm waits for it before every job starts (target < 100 ms).
 func BenchmarkSlurmPrologHook(b *testing.B) {
-	state, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(b, "scav-")
 	d, err := daemon.Start(context.Background(), daemon.Config{StateDir: state, Listen: "127.0.0.1:0"}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

@@ -134,6 +134,11 @@ func TestConfigFileErrors(t *testing.T) {
 		{"plugin and launcher", "plugin: /bin/true\nlauncher: ssh\nplugin_sha256: " + strings.Repeat("ab", 32) + "\n", `launcher: "ssh" and plugin`},
 		{"socket too long", "socket: /" + strings.Repeat("s", 120) + "\n", "longer than a unix socket allows"},
 		{"retention", "step_retention: -1h\n", "step_retention: -1h0m0s: must be positive"},
+		{"twice nested", "ssh:\n  user: a\n  user: b\n", `:3: ssh.user: mapping key "user" already defined at line 2`},
+		{"list element", "cloud:\n  types:\n    - a\n    - {b: c}\n", ":4: cloud.types: cannot unmarshal !!map into string"},
+		{"not a list", "ssh:\n  hosts: {a: b}\n", ":2: ssh.hosts: cannot unmarshal !!map into []string"},
+		{"not a group", "ssh: 5\n", ":1: ssh: cannot unmarshal !!int `5` into main.sshSettings"},
+		{"syntax without a line", "a: *b\n", ": unknown anchor 'b' referenced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadWith(t, "--config", writeConfig(t, tc.text))
@@ -272,7 +277,7 @@ func TestNestedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := map[string]int{}
-	errs := checkKeys("f.yaml", "", doc.Content[0], reflect.TypeOf(withGroup{}), lines)
+	errs := decodeKeys("f.yaml", "", doc.Content[0], reflect.ValueOf(&withGroup{}).Elem(), lines)
 	if len(errs) != 1 || errs[0].Error() != `f.yaml:4: unknown key "ssh.port"` {
 		t.Errorf("errors %v", errs)
 	}

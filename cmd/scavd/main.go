@@ -16,13 +16,13 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 func main() {
 	// Started by a launcher-plugin host (the handshake cookie is set): serve
 	// the built-in launcher named by SCAV_PLUGIN_LAUNCHER (default local).
-	if os.Getenv(plugins.Handshake.MagicCookieKey) == plugins.Handshake.MagicCookieValue {
+	if os.Getenv(goplugin.Handshake.MagicCookieKey) == goplugin.Handshake.MagicCookieValue {
 		if err := servePlugin(os.Getenv("SCAV_PLUGIN_LAUNCHER")); err != nil {
 			fmt.Fprintln(os.Stderr, "scavd:", err)
 			os.Exit(1)
@@ -92,13 +92,13 @@ func servePlugin(name string) error {
 	if name == "" {
 		name = "local"
 	}
-	log := plugins.NewPluginLogger(zapcore.InfoLevel)
+	log := goplugin.NewPluginLogger(zapcore.InfoLevel)
 	l, release, err := builtin.Open(context.Background(), name, builtin.Options{KillOnParentDeath: true}, log)
 	if err != nil {
 		return fmt.Errorf("serve launcher plugin: %w", err)
 	}
 	defer release()
-	plugins.Serve(l)
+	goplugin.Serve(l)
 	return nil
 }
 

@@ -25,7 +25,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/internal/subreaper"
+	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnet"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -80,15 +82,7 @@ func startScavd(t *testing.T, state string) (*exec.Cmd, *api.Client) {
 	cmd := exec.Command(scavdBinary(t), "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	testproc.Start(t, cmd)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -115,11 +109,7 @@ func TestRestartAfterCrashRecordsTheLostJob(t *testing.T) {
 	if err := subreaper.Become(); err != nil {
 		t.Fatal(err)
 	}
-	state, err := os.MkdirTemp("", "scav-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scav-")
 	pidFile := filepath.Join(state, "worker.pid")
 	first, c := startScavd(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -7,15 +7,15 @@ import (
 	"os"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
-	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // liveDaemon is what a reload changes in the running daemon.
 type liveDaemon interface {
-	SetRetention(ctx context.Context, r telemetry.Retention) error
+	SetRetention(ctx context.Context, r history.Retention) error
 }
 
 // reloader applies the config file again on SIGHUP: the keys in reloadable
@@ -26,7 +26,7 @@ type reloader struct {
 	current settings // what runs now
 	level   zap.AtomicLevel
 	daemon  liveDaemon
-	notify  *sdnotify.Notifier
+	notify  bool // tell systemd (go-systemd's SdNotify, to $NOTIFY_SOCKET)
 	log     *zap.Logger
 }
 
@@ -39,18 +39,25 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 		}
-		if err := r.notify.Notify(sdnotify.Reloading()...); err != nil {
-			r.log.Warn("notify systemd", zap.Error(err))
-		}
+		// systemd 253 and later ask RELOADING=1 for the monotonic time.
+		r.tell(sd.SdNotifyReloading + "\n" + sd.SdNotifyMonotonicUsec())
 		if err := r.reload(ctx); err != nil {
 			r.log.Error("config reload failed; the running config stays", zap.Error(err))
 		}
 		if ctx.Err() != nil {
 			return // stopping: READY=1 must not follow STOPPING=1
 		}
-		if err := r.notify.Notify(sdnotify.Ready); err != nil {
-			r.log.Warn("notify systemd", zap.Error(err))
-		}
+		r.tell(sd.SdNotifyReady)
+	}
+}
+
+// tell sends systemd a notification (sd_notify(3)) when r.notify is set.
+func (r *reloader) tell(state string) {
+	if !r.notify {
+		return
+	}
+	if _, err := sd.SdNotify(false, state); err != nil {
+		r.log.Warn("notify systemd", zap.Error(err))
 	}
 }
 
@@ -100,7 +107,7 @@ func (r *reloader) apply(ctx context.Context, key string, next settings) error {
 	case "step_retention":
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := r.daemon.SetRetention(ctx, telemetry.Retention{StepMaxAge: next.StepRetention}); err != nil {
+		if err := r.daemon.SetRetention(ctx, history.Retention{StepMaxAge: next.StepRetention}); err != nil {
 			return fmt.Errorf("step_retention: %w", err)
 		}
 		r.current.StepRetention = next.StepRetention

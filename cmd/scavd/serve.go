@@ -8,11 +8,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/daemon"
-	"github.com/scavenger-ml/scavenger/daemon/sdnotify"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -54,13 +55,9 @@ func serve(ctx context.Context, l loader) error {
 	}
 	defer release()
 	dcfg.Launcher = lc
-	dcfg.Notify = sdnotify.FromEnv()
-	if dcfg.Watchdog, err = sdnotify.WatchdogInterval(); err != nil {
+	dcfg.Notify = os.Getenv("NOTIFY_SOCKET") != ""
+	if dcfg.Watchdog, err = watchdogInterval(); err != nil {
 		log.Warn("systemd watchdog off", zap.Error(err))
-	}
-	// They are ours: plugins and other children must not talk to systemd for us.
-	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
-		_ = os.Unsetenv(k)
 	}
 	d, err := daemon.Start(ctx, dcfg, log)
 	if err != nil {
@@ -124,4 +121,19 @@ func invalidConfig(err error) error {
 		what = fmt.Sprintf("%d problems", len(lines))
 	}
 	return fmt.Errorf("invalid config, %s:\n  %s", what, strings.Join(lines, "\n  "))
+}
+
+// watchdogInterval is how often to ping systemd's watchdog: half the
+// timeout that $WATCHDOG_USEC asks of this process ($WATCHDOG_PID), as
+// sd_watchdog_enabled(3) advises, or 0 for none. It takes both variables out
+// of the environment: the watchdog is this process's, not its children's
+// ($NOTIFY_SOCKET stays, for go-systemd's SdNotify; plugins.InheritEnv keeps
+// it from the workers, and the unit's NotifyAccess=main has systemd heed
+// only scavd).
+func watchdogInterval() (time.Duration, error) {
+	timeout, err := sd.SdWatchdogEnabled(true)
+	if err != nil {
+		return 0, fmt.Errorf("systemd watchdog: %w", err)
+	}
+	return timeout / 2, nil
 }

@@ -25,8 +25,11 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testproc"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 var (
@@ -130,11 +133,11 @@ func TestReloadAppliesLogLevelAndNamesTheRest(t *testing.T) {
 
 // fakeDaemon records what a reload changes.
 type fakeDaemon struct {
-	retention telemetry.Retention
+	retention history.Retention
 	err       error
 }
 
-func (f *fakeDaemon) SetRetention(_ context.Context, r telemetry.Retention) error {
+func (f *fakeDaemon) SetRetention(_ context.Context, r history.Retention) error {
 	if f.err != nil {
 		return f.err
 	}
@@ -163,11 +166,7 @@ type notifySocket struct {
 
 func listenNotify(t *testing.T) *notifySocket {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sdn-") // short: sun_path is 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testdir.Short(t, "sdn-") // short: sun_path is 108 bytes
 	n := &notifySocket{path: filepath.Join(dir, "notify"), msgs: make(chan string, 1000)}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
 	if err != nil {
@@ -249,11 +248,7 @@ func (w *logWatcher) wait(t *testing.T, from int, want ...string) int {
 // STOPPING=1 and exit 0 on SIGTERM.
 func TestServiceLifecycle(t *testing.T) {
 	bin := scavdBinary(t)
-	state, err := os.MkdirTemp("", "scavd-svc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-svc-")
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_level: info\nlog_format: json\n", state))
 	notify := listenNotify(t)
 
@@ -263,18 +258,10 @@ func TestServiceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testproc.Start(t, cmd)
 	var logs logWatcher
 	copied := make(chan struct{})
 	go func() { defer close(copied); logs.read(stderr) }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
 
 	notify.expect(t, "READY=1")
 	notify.expect(t, "WATCHDOG=1")
@@ -318,7 +305,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	i = logs.wait(t, i, "config reload failed; the running config stays", "did not find expected node content")
+	logs.wait(t, i, "config reload failed; the running config stays", "did not find expected node content")
 	notify.expect(t, "READY=1")
 	notify.expect(t, "WATCHDOG=1")
 
@@ -398,11 +385,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 // and the new process resumes it from that checkpoint.
 func TestRestartResumesJobs(t *testing.T) {
 	bin := scavdBinary(t)
-	state, err := os.MkdirTemp("", "scavd-rs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
+	state := testdir.Short(t, "scavd-rs-")
 	work := t.TempDir()
 	config := writeConfig(t, fmt.Sprintf("state_dir: %s\nlisten: 127.0.0.1:0\nlog_format: json\n", state))
 	start := func() (*exec.Cmd, *api.Client) {

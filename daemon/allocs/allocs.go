@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -116,7 +116,7 @@ func (as *Store) update(ctx context.Context, key string, f func(*api.Allocation)
 		if err == nil {
 			return nil
 		}
-		if try == 4 || !(errors.Is(err, jetstream.ErrKeyExists) || telemetry.KVConflict(err)) {
+		if try == 4 || !(errors.Is(err, jetstream.ErrKeyExists) || history.KVConflict(err)) {
 			return fmt.Errorf("write allocation %s: %w", key, err)
 		}
 	}

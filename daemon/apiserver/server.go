@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/unixsock"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
@@ -82,6 +83,7 @@ type Server struct {
 	cancelBase context.CancelFunc
 	srvs       []*http.Server
 	addr       string // the TCP listener's address ("" without one)
+	socket     string // the unix socket this server made ("" before it has)
 	forwardSub *nats.Subscription
 	wg         sync.WaitGroup
 }
@@ -103,10 +105,11 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.serveForwarded(s.verbs()); err != nil {
 		return nil, err
 	}
-	ln, err := listenUnix(o.Socket, o.Shared)
+	ln, err := unixsock.Listen(o.Socket, "api socket", "choose a shorter --state-dir", o.Shared)
 	if err != nil {
 		return nil, err
 	}
+	s.socket = o.Socket
 	s.serve(ln, nil, func(ctx context.Context, c net.Conn) context.Context {
 		o, err := s.peerOwner(c)
 		return context.WithValue(ctx, callerKey{}, caller{owner: o, err: err})
@@ -117,31 +120,6 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 		}
 	}
 	return s, nil
-}
-
-// listenUnix creates the API socket, replacing a stale one.
-func listenUnix(path string, shared bool) (net.Listener, error) {
-	if len(path) > 107 {
-		return nil, fmt.Errorf("listen on api socket %s: path is %d bytes, unix sockets allow 107; choose a shorter --state-dir", path, len(path))
-	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("listen on api socket %s: another daemon is serving it", path)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on api socket %s: %w", path, err)
-	}
-	mode := os.FileMode(0o600)
-	if shared {
-		mode = 0o666 // who calls is the kernel's word, not the file's mode
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("set the mode of api socket %s: %w", path, err)
-	}
-	return ln, nil
 }
 
 // listenTCP serves the API on Options.Listen, with tokens, and TLS off loopback.
@@ -220,7 +198,8 @@ func (s *Server) tokenAuth(next http.Handler) http.Handler {
 func (s *Server) Addr() string { return s.addr }
 
 // Close ends every stream, stops the listeners and waits for them; the
-// unix socket is removed.
+// unix socket is removed (only when this server made it: not another
+// daemon's that it found serving).
 func (s *Server) Close(ctx context.Context) {
 	if s.forwardSub != nil {
 		_ = s.forwardSub.Unsubscribe()
@@ -234,7 +213,7 @@ func (s *Server) Close(ctx context.Context) {
 		cancel()
 	}
 	s.wg.Wait()
-	if s.o.Socket != "" {
-		_ = os.Remove(s.o.Socket)
+	if s.socket != "" {
+		_ = os.Remove(s.socket)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // frames writes a stream's frames, one JSON object a line, each flushed.
@@ -97,7 +98,7 @@ func (s *Server) opener(what, job string, q map[string][]string, after uint64, f
 	case api.StreamNodesLatest:
 		filter := s.nodeFilter(who)
 		return func(ctx context.Context, f *frames) error {
-			return telemetry.ReplayLast(ctx, js, telemetry.NodeStream, nodeSubjects("", ""), follow, func(m jetstream.Msg) error {
+			return history.ReplayLast(ctx, js, telemetry.NodeStream, nodeSubjects("", ""), follow, func(m jetstream.Msg) error {
 				return f.msg(m, filter(ctx, m.Data()))
 			})
 		}, nil
@@ -108,7 +109,7 @@ func (s *Server) opener(what, job string, q map[string][]string, after uint64, f
 		}
 		filter := s.nodeFilter(who)
 		return func(ctx context.Context, f *frames) error {
-			return telemetry.ReplaySince(ctx, js, telemetry.NodeStream, nodeSubjects("", get("kind")), time.Unix(0, ns), func(m jetstream.Msg) error {
+			return history.ReplaySince(ctx, js, telemetry.NodeStream, nodeSubjects("", get("kind")), time.Unix(0, ns), func(m jetstream.Msg) error {
 				return f.msg(m, filter(ctx, m.Data()))
 			})
 		}, nil
@@ -120,7 +121,7 @@ func (s *Server) opener(what, job string, q map[string][]string, after uint64, f
 // after; filter, when set, rewrites each message's data for the caller.
 func (s *Server) replay(stream string, subjects []string, after uint64, follow bool, filter func(context.Context, []byte) []byte) func(context.Context, *frames) error {
 	return func(ctx context.Context, f *frames) error {
-		return telemetry.ReplayAfter(ctx, s.o.JS, stream, subjects, after, follow, func(m jetstream.Msg) error {
+		return history.ReplayAfter(ctx, s.o.JS, stream, subjects, after, follow, func(m jetstream.Msg) error {
 			data := m.Data()
 			if filter != nil {
 				data = filter(ctx, data)
@@ -132,7 +133,7 @@ func (s *Server) replay(stream string, subjects []string, after uint64, follow b
 
 // lastStep serves the newest step message of job (none when it has none).
 func lastStep(ctx context.Context, js jetstream.JetStream, job string, f *frames) error {
-	m, err := telemetry.LastStepMsg(ctx, js, job)
+	m, err := history.LastStepMsg(ctx, js, job)
 	if m == nil || err != nil {
 		return err
 	}

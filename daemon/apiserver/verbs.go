@@ -23,9 +23,9 @@ type verb func(ctx context.Context, caller api.Owner, body []byte) (any, error)
 // verbs are the request/reply verbs by name.
 func (s *Server) verbs() map[string]verb {
 	return map[string]verb{
-		api.VerbPing: func(context.Context, api.Owner, []byte) (any, error) { return s.o.Info(), nil },
-		api.VerbStats: func(context.Context, api.Owner, []byte) (any, error) {
-			return api.Stats{Info: s.o.Info(), Ingest: s.o.Ingest()}, nil
+		api.VerbPing: func(ctx context.Context, who api.Owner, _ []byte) (any, error) { return s.info(ctx, who), nil },
+		api.VerbStats: func(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+			return api.Stats{Info: s.info(ctx, who), Ingest: s.o.Ingest()}, nil
 		},
 		api.VerbRun:         s.run,
 		api.VerbStop:        s.stop,
@@ -34,7 +34,7 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbResume:      s.resume,
 		api.VerbMove:        s.move,
 		api.VerbAllocation:  s.allocation,
-		api.VerbAllocations: func(ctx context.Context, _ api.Owner, _ []byte) (any, error) { return s.o.Allocations.List(ctx) },
+		api.VerbAllocations: s.allocations,
 	}
 }
 
@@ -55,7 +55,8 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// info describes the daemon to who: its running jobs are those who may read.
+// info describes the daemon to who: its running jobs are those who may
+// read (root: all), so that ping and stats name no other user's job.
 func (s *Server) info(ctx context.Context, who api.Owner) api.Info {
 	i := s.o.Info()
 	mine := []string{}
@@ -163,19 +164,28 @@ func ownerName(j api.Job) string {
 	return j.Owner.User
 }
 
-func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.StopRequest
-	if err := decode(api.VerbStop, body, &req); err != nil {
+// onJob serves a request that acts on one job: it decodes verb's request,
+// checks that who may act on the job it names (what names the act in a
+// refusal) and runs act on this node, or forwards the request to the daemon
+// of the job's node.
+func onJob[R any](ctx context.Context, s *Server, who api.Owner, verb, what string, body []byte, job func(R) string, act func(R) (api.Job, error)) (any, error) {
+	var req R
+	if err := decode(verb, body, &req); err != nil {
 		return nil, err
 	}
-	j, err := s.owned(ctx, who, req.Job, "stop")
+	j, err := s.owned(ctx, who, job(req), what)
 	if err != nil {
 		return nil, err
 	}
 	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbStop, who, body)
+		return s.forward(ctx, j.Node, verb, who, body)
 	}
-	return s.o.Jobs.Stop(req.Job, req.Grace.D())
+	return act(req)
+}
+
+func (s *Server) stop(ctx context.Context, who api.Owner, body []byte) (any, error) {
+	return onJob(ctx, s, who, api.VerbStop, "stop", body, func(r api.StopRequest) string { return r.Job },
+		func(r api.StopRequest) (api.Job, error) { return s.o.Jobs.Stop(r.Job, r.Grace.D()) })
 }
 
 func (s *Server) job(ctx context.Context, who api.Owner, body []byte) (any, error) {
@@ -219,36 +229,18 @@ func ownedBy(j api.Job, who api.Owner) bool {
 }
 
 func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.ResumeRequest
-	if err := decode(api.VerbResume, body, &req); err != nil {
-		return nil, err
-	}
-	j, err := s.owned(ctx, who, req.Job, "resume")
-	if err != nil {
-		return nil, err
-	}
-	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbResume, who, body)
-	}
-	return s.o.Jobs.Resume(ctx, req.Job, req.Env)
+	return onJob(ctx, s, who, api.VerbResume, "resume", body, func(r api.ResumeRequest) string { return r.Job },
+		func(r api.ResumeRequest) (api.Job, error) { return s.o.Jobs.Resume(ctx, r.Job, r.Env) })
 }
 
 func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.MoveRequest
-	if err := decode(api.VerbMove, body, &req); err != nil {
-		return nil, err
-	}
-	j, err := s.owned(ctx, who, req.Job, "move")
-	if err != nil {
-		return nil, err
-	}
-	if s.elsewhere(j) {
-		return s.forward(ctx, j.Node, api.VerbMove, who, body)
-	}
-	if req.Reason == "" {
-		req.Reason = "requested"
-	}
-	return s.o.Jobs.Move(ctx, req.Job, req.Config, req.Reason)
+	return onJob(ctx, s, who, api.VerbMove, "move", body, func(r api.MoveRequest) string { return r.Job },
+		func(r api.MoveRequest) (api.Job, error) {
+			if r.Reason == "" {
+				r.Reason = "requested"
+			}
+			return s.o.Jobs.Move(ctx, r.Job, r.Config, r.Reason)
+		})
 }
 
 // allocation records a scheduler hook's report: root's (slurmd runs the
@@ -265,4 +257,19 @@ func (s *Server) allocation(ctx context.Context, who api.Owner, body []byte) (an
 		return nil, fmt.Errorf("%w: allocation event %q: use %q or %q", api.ErrBadRequest, ev.Event, api.AllocationBegin, api.AllocationEnd)
 	}
 	return s.o.Allocations.Report(ctx, ev)
+}
+
+// allocations lists the scheduler allocations of the caller (root: all).
+func (s *Server) allocations(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+	all, err := s.o.Allocations.List(ctx)
+	if err != nil || who.Root() {
+		return all, err
+	}
+	mine := []api.Allocation{}
+	for _, a := range all {
+		if a.UID == int(who.UID) {
+			mine = append(mine, a)
+		}
+	}
+	return mine, nil
 }

@@ -20,7 +20,7 @@ import (
 // When the job's launcher offers machine types (plugins.Capabilities.Offers:
 // cloudvm), its controller searches type × K × B with the same policy code
 // as on one node and in the simulator: the search space is
-// api.Optimize.CloudSpec over the types the job allows, each priced in the
+// CloudSpec (space.go) over the types the job allows, each priced in the
 // market it would be bought in now (spot when allowed and offered), and a
 // decision names the type, its market and its machines. The cost the
 // policy sees spent is what the launcher bills (plugins.Biller): its runner
@@ -43,7 +43,7 @@ import (
 type cloudSpace struct {
 	opt     api.Optimize
 	start   plugins.Config
-	cur     api.Cloud
+	cur     Cloud
 	seen    []plugins.Offer // what cur was built from
 	offers  []plugins.Offer // the newest offers
 	charges []plugins.Charge
@@ -102,7 +102,7 @@ func (cs *cloudSpace) refresh(offers []plugins.Offer) (changed bool, err error) 
 	if cs.seen != nil && reflect.DeepEqual(offers, cs.seen) {
 		return false, nil
 	}
-	cl, err := cs.opt.CloudSpec(cs.start, offers)
+	cl, err := CloudSpec(cs.opt, cs.start, offers)
 	if err != nil {
 		return false, err
 	}

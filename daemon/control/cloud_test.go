@@ -51,7 +51,7 @@ func TestRechooseAfterTheMarketChanges(t *testing.T) {
 		t.Fatal("no re-choice after a's spot market went")
 	}
 	want := plugins.Config{Workers: 1, GlobalBatch: 32, MachineType: "b", Market: plugins.MarketSpot, Nodes: 1, LRScale: 1}
-	if dec.To != want || dec.Phase != policy.PhaseOptimised {
+	if dec.To != want || dec.Phase != api.PhaseOptimised {
 		t.Errorf("re-chose %+v (%s: %s), want %+v", dec.To, dec.Phase, dec.Reason, want)
 	}
 	if dec.PredictedUSD <= 0 || len(dec.Candidates) != 2 {

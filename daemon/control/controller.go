@@ -95,7 +95,7 @@ type Verdict struct {
 // now (plugins.Capabilities.Offers): when there are any, the search covers
 // them (cloud.go).
 func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, log *zap.Logger) (*Controller, error) {
-	spec, price, err := j.Optimize.Spec(j.Config, 0)
+	spec, price, err := Spec(j.Optimize, j.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 // into the job record's form.
 func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) api.Decision {
 	dec := api.Decision{
-		Time: at, Step: step, From: from, Reason: d.Reason, Phase: d.Phase,
+		Time: at, Step: step, From: from, Reason: d.Reason, Phase: api.Phase(d.Phase),
 		To:           plugins.Config{Workers: d.Config.Workers, GlobalBatch: d.Config.Batch, LRScale: from.LRScale},
 		Alternatives: len(d.Predictions),
 		Candidates:   recordCandidates(d.Predictions, d.Chosen),

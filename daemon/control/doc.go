@@ -13,5 +13,6 @@
 // space.go builds the policy's search space from a job's request: on one
 // node, its workers and batch bounds; on a launcher that offers machine
 // types (cloudvm), every allowed type priced in the market it would be
-// bought in now.
+// bought in now; Check tells the daemon and scavctl alike whether a
+// request's policy can be built.
 package control

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 )
 
@@ -103,11 +103,10 @@ func (in *Server) flushStep(subject string, data []byte, n int) error {
 }
 
 // publishHeld publishes the held batches, oldest first, trying each again
-// (every second at most) until the store takes it or the server closes.
+// (retryBackOff) until the store takes it or the server closes.
 func (in *Server) publishHeld() {
 	h := &in.held
 	defer close(h.done)
-	wait := 50 * time.Millisecond
 	for {
 		h.mu.Lock()
 		for !h.stop && len(h.q) == 0 {
@@ -129,14 +128,11 @@ func (in *Server) publishHeld() {
 		h.mu.Unlock()
 		if b.data == nil {
 			b.then()
-		} else if err := in.steps.Publish(b.subject, b.data); err != nil {
-			if !in.sleep(wait) {
-				continue
-			}
-			wait = min(2*wait, time.Second)
-			continue
+		} else if _, err := backoff.Retry(in.closing, func() (struct{}, error) {
+			return struct{}{}, in.steps.Publish(b.subject, b.data)
+		}, retryBackOff(), backoff.WithMaxElapsedTime(0)); err != nil {
+			continue // closing
 		}
-		wait = 50 * time.Millisecond
 		in.accepted.Add(int64(b.n))
 		h.mu.Lock()
 		h.q = h.q[1:]
@@ -146,18 +142,6 @@ func (in *Server) publishHeld() {
 		}
 		h.cond.Broadcast()
 		h.mu.Unlock()
-	}
-}
-
-// sleep waits d, or less when the server closes; false when it closes.
-func (in *Server) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-in.closing:
-		return false
 	}
 }
 

@@ -29,9 +29,7 @@ func (s *fullStore) Publish(_ string, data []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		s.steps = append(s.steps, l)
-	}
+	s.steps = append(s.steps, strings.Split(strings.TrimSpace(string(data)), "\n")...)
 	return nil
 }
 

@@ -2,9 +2,11 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,28 +27,35 @@ type StreamPublisher struct {
 
 // Publish implements Publisher.
 func (p StreamPublisher) Publish(subject string, data []byte) error {
-	deadline := time.Now().Add(p.Patience)
-	wait := 50 * time.Millisecond
-	for {
+	var last error // the last publish's error, for when the daemon stops
+	try := func() (struct{}, error) {
 		ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 		_, err := p.JS.Publish(ctx, subject, data)
 		cancel()
-		if err == nil {
-			return nil
+		if err != nil && p.Holding() {
+			return struct{}{}, backoff.Permanent(fmt.Errorf("publish to %s: %w (%v)", subject, ErrStoreFull, err))
 		}
-		if p.Holding() {
-			return fmt.Errorf("publish to %s: %w (%v)", subject, ErrStoreFull, err)
-		}
-		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("publish to %s, unacknowledged for %s: %w", subject, p.Patience, err)
-		}
-		select {
-		case <-p.Ctx.Done():
-			return fmt.Errorf("publish to %s: stopping: %w", subject, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
+		last = err
+		return struct{}{}, err
 	}
+	patience := backoff.WithMaxElapsedTime(p.Patience)
+	if p.Patience <= 0 {
+		patience = backoff.WithMaxTries(1) // no elapsed time is no limit to backoff
+	}
+	_, err := backoff.Retry(p.Ctx, try, retryBackOff(), patience)
+	switch {
+	case err == nil, errors.Is(err, ErrStoreFull):
+		return err
+	case p.Ctx.Err() != nil:
+		return fmt.Errorf("publish to %s: stopping: %w", subject, last)
+	}
+	return fmt.Errorf("publish to %s, unacknowledged for %s: %w", subject, p.Patience, err)
+}
+
+// retryBackOff is how long a publish the store did not take waits before
+// the next try: 50 ms, twice as long after each failure, up to a second.
+func retryBackOff() backoff.RetryOption {
+	return backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second})
 }
 
 // Holding says whether Hold says the store cannot write: the server then

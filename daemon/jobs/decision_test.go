@@ -4,19 +4,18 @@ import (
 	"testing"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 )
 
 func TestDecidedKeepsTheLatestCandidatesOnly(t *testing.T) {
 	var j api.Job
 	with := func(step int64) api.Decision {
-		return api.Decision{Step: step, Phase: policy.PhaseOptimised, Candidates: []api.CandidatePrediction{{Workers: 1, Batch: 32, Chosen: true}}}
+		return api.Decision{Step: step, Phase: api.PhaseOptimised, Candidates: []api.CandidatePrediction{{Workers: 1, Batch: 32, Chosen: true}}}
 	}
 	addDecision(&j, with(10))
-	addDecision(&j, api.Decision{Step: 20, Phase: policy.PhaseProbing})
+	addDecision(&j, api.Decision{Step: 20, Phase: api.PhaseProbing})
 	addDecision(&j, with(30))
-	addDecision(&j, api.Decision{Step: 40, Phase: policy.PhaseProbing})
-	if len(j.Decisions) != 4 || j.Phase != policy.PhaseProbing {
+	addDecision(&j, api.Decision{Step: 40, Phase: api.PhaseProbing})
+	if len(j.Decisions) != 4 || j.Phase != api.PhaseProbing {
 		t.Fatalf("decisions %+v", j.Decisions)
 	}
 	for _, d := range j.Decisions {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // The workers of a job whose daemon died still run (a local launcher's
@@ -127,7 +128,7 @@ func (g *Registry) checkpointLeftover(ctx context.Context, j api.Job) string {
 // seconds old: they ran while no daemon stored anything), plus a lead (0:
 // none stored, which asks at once).
 func (g *Registry) lastStoredStep(ctx context.Context, job string) int64 {
-	m, err := telemetry.LastStepMsg(ctx, g.js, job)
+	m, err := history.LastStepMsg(ctx, g.js, job)
 	if m == nil || err != nil {
 		return 0
 	}

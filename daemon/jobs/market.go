@@ -96,6 +96,7 @@ func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepReco
 	r.decided(rec.Attempt, dec)
 	return dec.To
 }
+
 // workersText says how many workers cfg has, and on what machines when it
 // names them: "2 workers", "2 workers on loc.full (spot)".
 func workersText(cfg plugins.Config) string {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // A job's output in the output stream is capped, so that one job that
@@ -16,7 +17,7 @@ import (
 //   - the head: the job's first HeadLines lines (at most HeadBytes) are kept
 //     whole, on the job's log subject;
 //   - the tail: every later line goes to the job's log-tail subject, of
-//     which the stream keeps the newest telemetry.OutputKeepPerSubject
+//     which the stream keeps the newest history.OutputKeepPerSubject
 //     messages; a tail line longer than TailLineBytes is cut;
 //   - the rate: tail lines are published at most Rate bytes a second (Burst
 //     at once); the others wait, up to PendingBytes, and the oldest waiting
@@ -93,7 +94,7 @@ func (c *outputCap) line(now time.Time, l telemetry.LogLine) []outLine {
 		note := l
 		note.N, note.Rank, note.Stream = 0, 0, streamDaemon
 		note.Line = fmt.Sprintf("scavd: this job's output passed %d lines or %d KiB: from here on, its history keeps the newest %d lines (longer ones cut to %d bytes)",
-			c.p.HeadLines, c.p.HeadBytes>>10, telemetry.OutputKeepPerSubject, c.p.TailLineBytes)
+			c.p.HeadLines, c.p.HeadBytes>>10, history.OutputKeepPerSubject, c.p.TailLineBytes)
 		c.pending = append(c.pending, note)
 		c.pBytes += size(note)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // ErrConflict is returned when a job record changed in the bucket since its
@@ -48,7 +49,7 @@ func (r *record) commit(ctx context.Context) ([]byte, error) {
 		rev, err = r.kv.Update(ctx, r.job.ID, b, r.rev)
 	}
 	switch {
-	case telemetry.KVConflict(err):
+	case history.KVConflict(err):
 		return b, fmt.Errorf("save job %s at revision %d: %w", r.job.ID, r.rev, ErrConflict)
 	case err != nil:
 		return b, fmt.Errorf("save job %s: %w", r.job.ID, err)

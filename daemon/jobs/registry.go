@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -91,7 +92,7 @@ func New(ctx context.Context, o Options) *Registry {
 // Submit validates req, records the job as owner's and starts its first
 // attempt, which runs as owner.
 func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error) {
-	if err := req.Validate(); err != nil {
+	if err := control.Check(req); err != nil {
 		return api.Job{}, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
 	if err := g.checkCapacity(ctx, req); err != nil {

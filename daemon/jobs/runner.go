@@ -12,7 +12,6 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -34,8 +33,8 @@ type runner struct {
 	view atomic.Pointer[[]byte]
 	cur  atomic.Pointer[current]
 
-	stops    chan time.Duration // a stop request with its grace; buffered 1
-	moves    chan moveReq       // taken while an attempt runs
+	stops    chan time.Duration   // a stop request with its grace; buffered 1
+	moves    chan moveReq         // taken while an attempt runs
 	verdicts chan control.Verdict // from the controller
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
@@ -113,7 +112,7 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 	}
 	r.out = newJobOutput(rec.job, r.publishLine)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {
-		r.rec.job.Phase = policy.PhaseWarmup
+		r.rec.job.Phase = api.PhaseWarmup
 	}
 	r.cur.Store(&current{attempt: rec.job.Attempt, cfg: rec.job.Config})
 	return r

@@ -20,17 +20,17 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon/control"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
-	"github.com/scavenger-ml/scavenger/optimizer/policy"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // store starts an embedded nats-server with JetStream on a random port and
 // opens Scavenger's streams and buckets on it.
-func store(t *testing.T) (*nats.Conn, *telemetry.Store) {
+func store(t *testing.T) (*nats.Conn, *history.Store) {
 	t.Helper()
 	nc, js := testnats.JetStream(t)
-	st, err := telemetry.OpenStore(context.Background(), js, telemetry.Retention{})
+	st, err := history.OpenStore(context.Background(), js, history.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func store(t *testing.T) (*nats.Conn, *telemetry.Store) {
 
 // registry is a registry over an embedded NATS and the local launcher,
 // closed at the end of the test.
-func registry(t *testing.T) (*Registry, *telemetry.Store, *nats.Conn) {
+func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 	t.Helper()
 	nc, st := store(t)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
@@ -107,7 +107,7 @@ func TestOneWriterUnderConcurrentRequests(t *testing.T) {
 				to = configs[0]
 			}
 			v := control.Verdict{Decision: api.Decision{Time: time.Now().UTC(), Step: int64(i + 1), From: cfg, To: to, Reason: fmt.Sprintf("verdict %d", i),
-				Phase: policy.PhaseOptimised}, Reply: make(chan error, 1)}
+				Phase: api.PhaseOptimised}, Reply: make(chan error, 1)}
 			select {
 			case r.verdicts <- v:
 			case <-r.done:

@@ -28,6 +28,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/launchers/ssh"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 // Options configure the built-in launchers; each launcher reads its own part.
@@ -99,8 +100,8 @@ func newSSH(o SSHOptions, log *zap.Logger) (plugins.Launcher, error) {
 // them on the hosts of opts.SSH (and fails, naming the flags, without
 // hosts); "slurm" runs them as srun steps of an allocation, or submits them
 // with sbatch.
-func Catalog(opts Options, reaper *local.Reaper) *plugins.Catalog {
-	c := plugins.NewCatalog()
+func Catalog(opts Options, reaper *local.Reaper) *Registry {
+	c := NewRegistry()
 	_ = c.Register("local", func(log *zap.Logger) (plugins.Launcher, error) {
 		return local.New(local.Options{Logger: log, KillOnParentDeath: opts.KillOnParentDeath, Reaper: reaper,
 			MaxWorkers: LocalSlots(opts.LocalSlots)}), nil
@@ -172,7 +173,7 @@ func OpenPlugin(ctx context.Context, path, sumHex string, log *zap.Logger) (plug
 	if err != nil || len(sum) != 32 {
 		return nil, nil, fmt.Errorf("launcher plugin %s: --plugin-sha256 %q is not a sha256 in hex (sha256sum prints it)", path, sumHex)
 	}
-	return plugins.Load(ctx, path, sum, log)
+	return goplugin.Load(ctx, path, sum, log)
 }
 
 // Standalone names the launcher of a daemon scavctl starts itself: inside a

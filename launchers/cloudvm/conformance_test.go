@@ -8,6 +8,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 // conformanceLauncher is a launcher for the suite, whose ranks share a
@@ -28,9 +29,9 @@ func TestConformance(t *testing.T) {
 // gRPC (go-plugin's in-process test connection).
 func TestConformanceOverGRPC(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) plugins.Launcher {
-		client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(conformanceLauncher(t), zap.NewNop()))
+		client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(conformanceLauncher(t), zap.NewNop()))
 		t.Cleanup(func() { _ = client.Close() })
-		raw, err := client.Dispense(plugins.PluginName)
+		raw, err := client.Dispense(goplugin.PluginName)
 		if err != nil {
 			t.Fatalf("Dispense: %v", err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testslurm"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 // lines collects output lines per rank as "stream: text".
@@ -92,9 +93,9 @@ func newLauncher(t *testing.T, c *testslurm.Cluster, jobID string, mod func(*Opt
 
 // overGRPC serves l over go-plugin's real gRPC transport and returns the client side.
 func overGRPC(t *testing.T, l plugins.Launcher) plugins.Launcher {
-	client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(l, zap.NewNop()))
+	client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(l, zap.NewNop()))
 	t.Cleanup(func() { _ = client.Close() })
-	raw, err := client.Dispense(plugins.PluginName)
+	raw, err := client.Dispense(goplugin.PluginName)
 	if err != nil {
 		t.Fatalf("Dispense: %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 // lines collects output lines.
@@ -80,9 +81,9 @@ func TestSSHD(t *testing.T) {
 	t.Run("ConformanceOverGRPC", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) plugins.Launcher {
 			// Closing the client also stops the server (go-plugin's controller Shutdown).
-			client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(s.newLauncher(t, s.hosts(3, 2), nil), zap.NewNop()))
+			client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(s.newLauncher(t, s.hosts(3, 2), nil), zap.NewNop()))
 			t.Cleanup(func() { _ = client.Close() })
-			raw, err := client.Dispense(plugins.PluginName)
+			raw, err := client.Dispense(goplugin.PluginName)
 			if err != nil {
 				t.Fatalf("Dispense: %v", err)
 			}

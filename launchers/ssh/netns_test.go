@@ -22,6 +22,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/internal/testnet"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 )
 
 // torchPython is the interpreter with torch (Debian's python3-torch).
@@ -202,9 +203,9 @@ print(a, "|", b, "|", repr(rest), "|", oct(stat.S_IMODE(os.stat(os.path.dirname(
 		sl := newLauncher(t, zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), obsCore)))
 		// Through real gRPC, as an external plugin is reached: the loss must
 		// arrive in the Result.
-		client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(sl, zap.NewNop()))
+		client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(sl, zap.NewNop()))
 		t.Cleanup(func() { _ = client.Close() })
-		raw, err := client.Dispense(plugins.PluginName)
+		raw, err := client.Dispense(goplugin.PluginName)
 		if err != nil {
 			t.Fatalf("Dispense: %v", err)
 		}

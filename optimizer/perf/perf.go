@@ -398,15 +398,6 @@ func (m Measured) StepTime(nodes, replicas int, local float64) float64 {
 	return math.Inf(1)
 }
 
-func onePoint(points []Point) Measured {
-	var sum float64
-	for _, p := range points {
-		sum += p.StepTime
-	}
-	p := points[0]
-	return Measured{Nodes: p.Nodes, Replicas: p.Replicas, LocalBatch: p.LocalBatch, Step: sum / float64(len(points))}
-}
-
 // Scavenger is the paper's linear form: compute α_c + β_c·m plus sync
 // α_s + β_s·K (zero sync for one replica is not assumed).
 type Scavenger struct {

@@ -70,11 +70,9 @@ func improvement(vstar, pt, lo, hi float64) (ei, pwin float64) {
 		d := x / sl
 		return math.Max(vstar*normCDF(d)-pt*math.Exp(sl*sl/2)*normCDF(d-sl), 0), normCDF(d)
 	}
-	low := vstar / 2
+	low := (vstar - pt) / 2
 	if sl > 0 {
 		low = vstar/2 - pt*math.Exp(sl*sl/2)*normCDF(-sl)
-	} else {
-		low = (vstar - pt) / 2
 	}
 	if sh == 0 {
 		return low + (vstar-pt)/2, 1

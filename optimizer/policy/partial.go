@@ -25,11 +25,10 @@ import (
 //  4. Revisit once, when the forecast is mature and the chosen
 //     configuration measured (oneShot), then stop.
 type partial struct {
-	t       *tracker
-	phase   phase
-	probed  int
-	once    oneShot
-	probing bool
+	t      *tracker
+	phase  phase
+	probed int
+	once   oneShot
 }
 
 // Name implements Policy.

@@ -429,16 +429,6 @@ func (t *tracker) reliable() bool {
 	return math.Sqrt(se2) <= stableTol
 }
 
-// gain is the scale-invariant progress of one step at scale (batch/M0):
-// the AdaScale gain under the noise estimate, or scale itself for a
-// throughput-only job (every sample fully useful).
-func (t *tracker) gain(scale float64) float64 {
-	if t.throughputOnly() {
-		return scale
-	}
-	return t.est.Gain(scale)
-}
-
 // label marks the decision of a throughput-only job (see
 // ThroughputOnlyReason); errors pass through.
 func (t *tracker) label(d Decision, err error) (Decision, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
+	"github.com/scavenger-ml/scavenger/plugins/goplugin"
 	pb "github.com/scavenger-ml/scavenger/plugins/proto"
 )
 
@@ -81,9 +82,9 @@ func TestLocalOverGRPC(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) plugins.Launcher {
 		// Closing the client also stops the server (go-plugin's controller
 		// Shutdown); stopping it here as well would race with that.
-		client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(newLocal(), zap.NewNop()))
+		client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(newLocal(), zap.NewNop()))
 		t.Cleanup(func() { _ = client.Close() })
-		raw, err := client.Dispense(plugins.PluginName)
+		raw, err := client.Dispense(goplugin.PluginName)
 		if err != nil {
 			t.Fatalf("Dispense: %v", err)
 		}
@@ -98,7 +99,7 @@ var (
 	buildErr  error
 )
 
-// pluginBinary builds plugins/internal/localplugin once and returns its
+// pluginBinary builds launchers/builtin/internal/localplugin once and returns its
 // path and sha256.
 func pluginBinary(t *testing.T) (string, []byte) {
 	t.Helper()
@@ -108,7 +109,7 @@ func pluginBinary(t *testing.T) (string, []byte) {
 			return
 		}
 		binary = filepath.Join(dir, "localplugin")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/scavenger-ml/scavenger/plugins/internal/localplugin").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/scavenger-ml/scavenger/launchers/builtin/internal/localplugin").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
@@ -133,7 +134,7 @@ func load(t *testing.T, log *zap.Logger) plugins.Launcher {
 	path, sum := pluginBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, closeFn, err := plugins.Load(ctx, path, sum, log)
+	l, closeFn, err := goplugin.Load(ctx, path, sum, log)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -193,7 +194,7 @@ func TestLoadWrongChecksum(t *testing.T) {
 		{"short", sum[:8], "want a sha256 checksum of 32 bytes"},
 		{"none", nil, "got 0 bytes"},
 	} {
-		l, closeFn, err := plugins.Load(ctx, path, c.sum, zap.NewNop())
+		l, closeFn, err := goplugin.Load(ctx, path, c.sum, zap.NewNop())
 		if err == nil {
 			closeFn()
 			t.Fatalf("%s checksum: Load succeeded with launcher %q", c.name, l.Name())
@@ -208,12 +209,12 @@ func TestLoadWrongChecksum(t *testing.T) {
 // does not reach: a launcher that cannot reattach answers Recover with
 // ErrUnsupported, and an unknown handle is NotFound.
 func TestServerHandles(t *testing.T) {
-	client, _ := plugin.TestPluginGRPCConn(t, false, plugins.PluginSet(newLocal(), zap.NewNop()))
+	client, _ := plugin.TestPluginGRPCConn(t, false, goplugin.PluginSet(newLocal(), zap.NewNop()))
 	t.Cleanup(func() { _ = client.Close() })
 	c := pb.NewLauncherClient(client.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	raw, err := client.Dispense(plugins.PluginName)
+	raw, err := client.Dispense(goplugin.PluginName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,13 +32,14 @@ const JobEnv = "SCAV_JOB_ID"
 type Jobs map[string][]int
 
 // Collector samples the host. It keeps the previous sample's counters to
-// turn CPU times into rates; Sample is not safe for concurrent use.
+// turn CPU times into rates; Sample is not safe for concurrent use. The
+// host's busy-CPU ratio is gopsutil's cpu.Percent since its previous call,
+// which is process-wide: a daemon has one Collector.
 type Collector struct {
 	// ByEnv finds jobs' roots by JobEnv in processes' environments (default
 	// on; only processes this user may read are looked at).
 	ByEnv bool
 
-	prevCPU  *cpu.TimesStat
 	prevProc map[procKey]float64 // CPU seconds by process
 	prevAt   time.Time
 	envSeen  map[procKey]string // job named by a process's environment ("" for none), read once
@@ -67,11 +68,13 @@ func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, 
 	} else {
 		errs = append(errs, fmt.Errorf("count cpus: %w", err))
 	}
-	if ts, err := cpu.TimesWithContext(ctx, false); err == nil && len(ts) == 1 {
-		if c.prevCPU != nil {
-			h.CPUUtilization = busyRatio(*c.prevCPU, ts[0])
+	// cpu.Percent with no interval measures since its previous call (the
+	// process's start for the first): a collector's first sample has none.
+	if pct, err := cpu.PercentWithContext(ctx, 0, false); err == nil && len(pct) == 1 {
+		if !c.prevAt.IsZero() {
+			r := min(max(pct[0]/100, 0), 1)
+			h.CPUUtilization = &r
 		}
-		c.prevCPU = &ts[0]
 	} else if err != nil {
 		errs = append(errs, fmt.Errorf("read cpu times: %w", err))
 	}
@@ -102,18 +105,6 @@ func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, 
 	h.Jobs = usage
 	c.prevAt = now
 	return h, owners, errors.Join(errs...)
-}
-
-// busyRatio is the fraction of CPU time spent busy between two readings.
-func busyRatio(a, b cpu.TimesStat) *float64 {
-	total := func(t cpu.TimesStat) float64 { return t.Total() - t.Guest - t.GuestNice }
-	dt := total(b) - total(a)
-	if dt <= 0 {
-		return nil
-	}
-	busy := (total(b) - b.Idle - b.Iowait) - (total(a) - a.Idle - a.Iowait)
-	r := min(max(busy/dt, 0), 1)
-	return &r
 }
 
 // proc is what the process table holds of one process.

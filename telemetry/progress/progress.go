@@ -330,19 +330,14 @@ func readBuiltin(seg string) (reading, bool) {
 	if m := tqdmCount.FindStringSubmatch(seg); m != nil && stepUnits[m[2]] {
 		return tqdmReading(m[1], "", m[3])
 	}
-	if m := keras.FindStringSubmatch(seg); m != nil {
-		r := reading{}
-		r.step, r.hasStep = parseCount(m[1])
-		r.total, _ = parseCount(m[2])
-		r.rate = rateIn(seg)
-		return r, r.hasStep
-	}
-	if m := stepWord.FindStringSubmatch(seg); m != nil {
-		r := reading{}
-		r.step, r.hasStep = parseCount(m[1])
-		r.total, _ = parseCount(m[2])
-		r.rate = rateIn(seg)
-		return r, r.hasStep
+	for _, re := range []*regexp.Regexp{keras, stepWord} { // step (and total) first
+		if m := re.FindStringSubmatch(seg); m != nil {
+			r := reading{}
+			r.step, r.hasStep = parseCount(m[1])
+			r.total, _ = parseCount(m[2])
+			r.rate = rateIn(seg)
+			return r, r.hasStep
+		}
 	}
 	return reading{}, false
 }

@@ -1,0 +1,124 @@
+package ingest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// confirm tells p's worker, when its hello asked (Confirm), that the daemon
+// is done with every line it read so far: at once, or, while step batches
+// are held for a full store, once those before it are stored. A batch the
+// store did not take makes it false: the connection is then ended, so that
+// the worker sends what was not confirmed again on its next connection.
+func (in *Server) confirm(p *peer, b *batch) bool {
+	failed := b.failed
+	b.failed = false
+	if !p.confirm || p.conn == nil {
+		return true
+	}
+	if failed {
+		return false
+	}
+	if p.lines == p.told {
+		return true
+	}
+	p.told = p.lines
+	msg := telemetry.Control{Kind: telemetry.ControlStored, Lines: p.lines}.Encode()
+	// Confirmations are cumulative: one a worker does not take at once
+	// (it has not read for thousands of them) is made good by the next,
+	// and never holds up the held batches' publisher.
+	if !in.held.after(func() { in.write(p, msg, confirmPatience) }) {
+		in.write(p, msg, confirmPatience)
+	}
+	return true
+}
+
+// Patience with a worker that does not read: a control message waits a
+// second for room on its connection, a confirmation hardly at all.
+const (
+	controlPatience = time.Second
+	confirmPatience = 10 * time.Millisecond
+)
+
+// write writes a line to p's worker, giving up after patience (a worker
+// that does not read is skipped: the daemon never stalls on one); it
+// reports whether the line was written.
+func (in *Server) write(p *peer, line []byte, patience time.Duration) bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = p.conn.SetWriteDeadline(time.Now().Add(patience))
+	n, err := p.conn.Write(line)
+	if err != nil {
+		in.log.Debug("write to a worker", zap.String("job", p.job), zap.Error(err))
+		if n > 0 {
+			// Part of a line went out: what follows would not parse. The
+			// worker reconnects and sends again what was not confirmed.
+			p.conn.Close()
+		}
+		return false
+	}
+	return true
+}
+
+// unregister forgets p's job; in.mu must be held.
+func (in *Server) unregister(p *peer) {
+	if set := in.peers[p.job]; set != nil {
+		delete(set, p)
+		if len(set) == 0 {
+			delete(in.peers, p.job)
+		}
+	}
+}
+
+// Connected returns how many connections a hello bound to job.
+func (in *Server) Connected(job string) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.peers[job])
+}
+
+// Send writes a control message to every connected worker of its job and
+// returns how many it reached. A worker that does not take the line within a
+// second is skipped (and counted out): control never stalls the daemon.
+func (in *Server) Send(c telemetry.Control) int {
+	in.mu.Lock()
+	peers := make([]*peer, 0, len(in.peers[c.Job]))
+	for p := range in.peers[c.Job] {
+		peers = append(peers, p)
+	}
+	in.mu.Unlock()
+	line := c.Encode()
+	n := 0
+	for _, p := range peers {
+		if !in.write(p, line, controlPatience) {
+			in.log.Warn("send control: the worker did not take it", zap.String("job", c.Job), zap.String("kind", c.Kind))
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// Relay forwards the control messages of every job (telemetry.AllControl)
+// from nc to the workers of that job connected here; the subscription ends
+// with the connection or when unsubscribed.
+func (in *Server) Relay(nc *nats.Conn) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(telemetry.AllControl, func(m *nats.Msg) {
+		c, err := telemetry.DecodeControl(m.Data)
+		if err != nil {
+			in.log.Warn("control message", zap.String("subject", m.Subject), zap.Error(err))
+			return
+		}
+		n := in.Send(c)
+		in.log.Debug("control sent", zap.String("job", c.Job), zap.String("kind", c.Kind), zap.Int("workers", n))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", telemetry.AllControl, err)
+	}
+	return sub, nil
+}
