@@ -74,6 +74,8 @@ type cloudSettings struct {
 	Zones            []string      `yaml:"zones"`
 	Market           string        `yaml:"market"`
 	Region           string        `yaml:"region"`
+	Project          string        `yaml:"project"`
+	PublicIP         bool          `yaml:"public_ip"`
 	Subnets          []string      `yaml:"subnets"`
 	Image            string        `yaml:"image"`
 	Key              string        `yaml:"key"`

@@ -157,8 +157,11 @@ func (s settings) validateExposure() []fieldError {
 // validateCloud checks the cloud: group.
 func (s settings) validateCloud(bad func(key, format string, args ...any)) {
 	c := s.Cloud
-	if !slices.Contains([]string{"local", "aws"}, c.Provider) {
-		bad("cloud.provider", "%q: use local or aws", c.Provider)
+	if !slices.Contains([]string{"local", "aws", "gce"}, c.Provider) {
+		bad("cloud.provider", "%q: use local, aws or gce", c.Provider)
+	}
+	if c.Provider == "gce" && c.Project == "" {
+		bad("cloud.project", "provider gce needs the Google Cloud project")
 	}
 	if c.Market != "on-demand" && c.Market != "spot" {
 		bad("cloud.market", "%q: use on-demand or spot", c.Market)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/awscloud"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/gcecloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
@@ -22,8 +23,8 @@ import (
 // CloudOptions configure the "cloudvm" launcher (scavd's cloud: group;
 // deploy/scavd.yaml says what each does).
 type CloudOptions struct {
-	// Provider is "aws", or "local": the local test and development cloud
-	// (namespace machines on this host).
+	// Provider is "aws", "gce", or "local": the local test and development
+	// cloud (namespace machines on this host).
 	Provider string
 	// StateDir keeps the pools' keys and charges and, for the local
 	// provider, the local cloud (default: <the daemon's state dir>/cloud).
@@ -38,8 +39,11 @@ type CloudOptions struct {
 	Zones  []string
 	Market string
 	// Region, Subnets ("zone=subnet-id"), Image, Key, InstanceProfile,
-	// SecurityGroups, Endpoint and Metadata are the aws provider's.
+	// SecurityGroups, Endpoint and Metadata are the aws provider's; Project,
+	// PublicIP, Image, Endpoint and Metadata the gce provider's.
 	Region          string
+	Project         string
+	PublicIP        bool
 	Subnets         []string
 	Image           string
 	Key             string
@@ -113,6 +117,17 @@ func openProvider(ctx context.Context, o CloudOptions, log *zap.Logger) (provide
 			return nil, nil, err
 		}
 		return c, c.Close, nil
+	case "gce":
+		cat, err := price.WithOverride(o.Catalog)
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := gcecloud.New(ctx, gcecloud.Options{Logger: log, Project: o.Project, Zones: o.Zones, Types: o.Types, Catalog: cat, Image: o.Image,
+			PublicIP: o.PublicIP, Endpoint: o.Endpoint, Metadata: o.Metadata})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, func() {}, nil
 	case "aws":
 		cat, err := price.WithOverride(o.Catalog)
 		if err != nil {
@@ -133,7 +148,7 @@ func openProvider(ctx context.Context, o CloudOptions, log *zap.Logger) (provide
 		}
 		return p, func() {}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown provider %q: use local or aws", o.Provider)
+	return nil, nil, fmt.Errorf("unknown provider %q: use local, aws or gce", o.Provider)
 }
 
 // CleanupCloud destroys the local clouds of this host that no scavd has

@@ -177,7 +177,12 @@ func (l *Launcher) connect(ctx context.Context, p *pool, m *member) error {
 
 // watch waits for a notice of m and acts on it.
 func (l *Launcher) watch(ctx context.Context, p *pool, m *member) {
-	w := notice.New(notice.Options{Endpoint: l.o.Provider.Metadata(), Dial: m.conn.DialContext, Interval: l.o.NoticeInterval, Rebalance: l.o.Rebalance})
+	flavor := notice.FlavorAWS
+	if f, ok := l.o.Provider.(provider.MetadataFlavored); ok {
+		flavor = f.MetadataFlavor()
+	}
+	w := notice.New(notice.Options{Endpoint: l.o.Provider.Metadata(), Dial: m.conn.DialContext, Interval: l.o.NoticeInterval, Rebalance: l.o.Rebalance,
+		Flavor: flavor})
 	defer w.Close()
 	n, err := w.Wait(ctx, func(err error) { p.log.Debug("notice poll", zap.String("instance", m.inst.ID), zap.Error(err)) })
 	if err != nil {

@@ -87,11 +87,10 @@ type Options struct {
 
 // Provider is the aws provider. It implements provider.Provider.
 type Provider struct {
-	o     Options
-	log   *zap.Logger
-	ec2   *ec2.Client
-	types map[string]provider.InstanceType
-	od    map[string]float64
+	provider.Catalogued
+	o   Options
+	log *zap.Logger
+	ec2 *ec2.Client
 }
 
 var (
@@ -127,30 +126,15 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if cfg.Region == "" {
 		return nil, fmt.Errorf("new aws provider: %w: no region (set cloud.region, or AWS_REGION)", provider.ErrUnavailable)
 	}
-	p := &Provider{o: o, log: o.Logger.Named("aws"), types: map[string]provider.InstanceType{}, od: map[string]float64{}}
+	p := &Provider{o: o, log: o.Logger.Named("aws")}
 	p.ec2 = ec2.NewFromConfig(cfg, func(eo *ec2.Options) {
 		if o.Endpoint != "" {
 			eo.BaseEndpoint = aws.String(o.Endpoint)
 		}
 		eo.Retryer = aws.NopRetryer{} // cloudvm retries, with the same token
 	})
-	var errs []error
-	for _, name := range o.Types {
-		m, err := o.Catalog.Lookup(name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		od, err := m.Hourly(false)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		p.od[name] = od
-		p.types[name] = provider.InstanceType{Name: name, Slots: m.WorkerSlots(), CPUs: m.VCPUs, MemoryMiB: int(m.MemoryGiB * 1024),
-			Zones: slices.Clone(o.Zones), Spot: true}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("new aws provider: the price catalog (cloud.catalog) must hold every type with its on-demand price: %w", err)
+	if p.Catalogued, err = provider.NewCatalogued(o.Catalog, o.Types, cfg.Region, o.Zones, true); err != nil {
+		return nil, fmt.Errorf("new aws provider: the price catalog (cloud.catalog) must hold every type with its on-demand price in %s: %w", cfg.Region, err)
 	}
 	return p, nil
 }
@@ -167,15 +151,6 @@ func (p *Provider) Billing() provider.Billing {
 	return provider.CatalogBilling(p.o.Catalog, "aws", provider.Billing{Granularity: time.Second, Minimum: time.Minute})
 }
 
-// Types lists the configured types.
-func (p *Provider) Types(context.Context) ([]provider.InstanceType, error) {
-	var out []provider.InstanceType
-	for _, name := range p.o.Types {
-		out = append(out, p.types[name])
-	}
-	return out, nil
-}
-
 // Prices returns the catalog's on-demand prices and the latest spot price
 // of each type in each zone (DescribeSpotPriceHistory, Linux/UNIX).
 func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price, error) {
@@ -183,7 +158,7 @@ func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price
 	now := time.Now().UTC()
 	var its []types.InstanceType
 	for _, n := range names {
-		out = append(out, provider.Price{Type: n, Market: provider.OnDemand, USDPerHour: p.od[n], At: now})
+		out = append(out, provider.Price{Type: n, Market: provider.OnDemand, USDPerHour: p.OnDemandUSD[n], At: now})
 		its = append(its, types.InstanceType(n))
 	}
 	latest := map[[2]string]provider.Price{}
@@ -276,26 +251,9 @@ func classify(err error) error {
 	return err
 }
 
-// watchdogPath is where the user data installs the orphan watchdog.
-const watchdogPath = "/usr/local/sbin/scavenger-watchdog"
-
-// userData is the cloud-init document that installs the pool's keys and,
-// with a positive orphanTimeout, starts the orphan watchdog
-// (provider.WatchdogScript), which halts the instance: RunInstances asks
-// for termination on an instance-initiated shutdown.
+// userData is the instances' user data: provider.CloudConfig, whose
+// watchdog halts the instance; RunInstances asks for termination on an
+// instance-initiated shutdown.
 func userData(b provider.Boot, orphanTimeout time.Duration) string {
-	var s strings.Builder
-	s.WriteString("#cloud-config\nssh_authorized_keys:\n  - " + b.AuthorizedKey + "\nssh_keys:\n  ed25519_private: |\n")
-	for line := range strings.Lines(strings.TrimSpace(string(b.HostKey))) {
-		s.WriteString("    " + line)
-	}
-	s.WriteString("\n  ed25519_public: " + b.HostKeyPublic + "\nssh_deletekeys: true\nssh_genkeytypes: []\n")
-	if orphanTimeout > 0 {
-		s.WriteString("write_files:\n  - path: " + watchdogPath + "\n    permissions: '0755'\n    content: |\n      #!/bin/sh\n")
-		for line := range strings.Lines(provider.WatchdogScript(orphanTimeout, "shutdown -h now")) {
-			s.WriteString("      " + strings.TrimRight(line, "\n") + "\n")
-		}
-		s.WriteString("runcmd:\n  - [sh, -c, 'nohup " + watchdogPath + " >>/var/log/scavenger-watchdog.log 2>&1 &']\n")
-	}
-	return base64.StdEncoding.EncodeToString([]byte(s.String()))
+	return base64.StdEncoding.EncodeToString([]byte(provider.CloudConfig(b, orphanTimeout)))
 }

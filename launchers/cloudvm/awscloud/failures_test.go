@@ -12,35 +12,13 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/cloudvmtest"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
 
 // The failure modes of EC2 that cost a real user money, each shown
 // against the emulation, which fails as EC2 documents.
-
-// launcherOn is a cloudvm launcher over the emulated region e, with an
-// owner of its own; its cleanup closes it and checks that no instance of
-// it is left.
-func launcherOn(t *testing.T, e emulated, types ...string) *cloudvm.Launcher {
-	t.Helper()
-	owner := "t-" + rand.Text()[:5]
-	l, err := cloudvm.New(context.Background(), cloudvm.Options{Logger: zaptest.NewLogger(t), Provider: e.prov, StateDir: t.TempDir(), Owner: owner,
-		Types: types, NoTelemetryForward: true, NoticeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, Grace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Error(err)
-		}
-		if left, _ := e.prov.List(context.Background(), map[string]string{provider.TagOwner: owner}); len(left) > 0 {
-			t.Errorf("left: %v", left)
-		}
-	})
-	return l
-}
 
 // TestTerminateBatchWithAnUnknownID: EC2 refuses a whole
 // TerminateInstances batch when one id is unknown; the live instance of
@@ -49,7 +27,7 @@ func TestTerminateBatchWithAnUnknownID(t *testing.T) {
 	e := emulate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + rand.Text()[:6], Boot: boot(t),
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + rand.Text()[:6], Boot: cloudvmtest.Boot(t),
 		Tags: map[string]string{provider.TagOwner: "o-" + rand.Text()[:5]}}
 	insts, err := e.prov.Provision(ctx, req)
 	if err != nil {
@@ -67,7 +45,7 @@ func TestTerminateBatchWithAnUnknownID(t *testing.T) {
 // running waiter must not fail the start.
 func TestStartRidesOutAThrottledWait(t *testing.T) {
 	e := emulate(t)
-	l := launcherOn(t, e, "c6i.large")
+	l := cloudvmtest.Launcher(t, e.prov, zaptest.NewLogger(t), "c6i.large")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e.emu.SetFaults(ec2emu.Faults{ThrottleWait: 1})
@@ -88,7 +66,7 @@ func TestStartRidesOutAThrottledWait(t *testing.T) {
 // offered).
 func TestQuotaErrorsFailOver(t *testing.T) {
 	e := emulate(t)
-	l := launcherOn(t, e, "c6i.large", "c6i.xlarge")
+	l := cloudvmtest.Launcher(t, e.prov, zaptest.NewLogger(t), "c6i.large", "c6i.xlarge")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, code := range []string{"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"} {
@@ -133,7 +111,7 @@ func TestQuotaErrorsFailOver(t *testing.T) {
 // price in effect each second of its life, not at its launch price.
 func TestSpotBilledAtItsPriceHistory(t *testing.T) {
 	e := emulate(t)
-	l := launcherOn(t, e, "c6i.large")
+	l := cloudvmtest.Launcher(t, e.prov, zaptest.NewLogger(t), "c6i.large")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spec := conformance.ShellSpec(t, 1, `true`, nil)

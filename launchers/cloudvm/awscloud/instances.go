@@ -20,7 +20,7 @@ import (
 
 // Provision launches req with RunInstances (MinCount = MaxCount = Count).
 func (p *Provider) Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error) {
-	if _, ok := p.types[req.Type]; !ok {
+	if !p.Has(req.Type) {
 		return nil, fmt.Errorf("provision: type %q is not among %v", req.Type, p.o.Types)
 	}
 	if p.o.Image == "" {

@@ -36,14 +36,7 @@ func TestCleanup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a", Token: "c", Boot: k.Boot})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.WaitReady(ctx, []string{insts[0].ID}); err != nil {
-			t.Fatal(err)
-		}
-		return c, insts[0].ID
+		return c, k.up(t, ctx, c, provider.ProvisionRequest{Type: "loc.half", Market: provider.OnDemand, Zone: "loc-a", Token: "c"}).ID
 	}
 	gone := func(c *Cloud) bool {
 		return !c.st.Bridge.Exists() && !nsmachine.CgroupExists(c.cgroupParent()) && len(c.Leftovers()) == 0 && !netnsWithPrefix("scavenger-"+c.st.ID+"-")

@@ -20,8 +20,9 @@
 // process on the directory lists and terminates them. One process at a
 // time owns the directory (a lock).
 //
-// The cloud serves the instance metadata paths of AWS's IMDSv2 to its
-// instances on the bridge (Metadata): instance-id, instance-type,
+// The cloud serves the instance metadata paths of AWS's IMDSv2, and those
+// of GCE's metadata server that cloudvm reads (instance/preempted and
+// maintenance-event), to its instances on the bridge (Metadata): instance-id, instance-type,
 // placement/availability-zone, instance-life-cycle, and the spot notices
 // spot/instance-action and events/recommendations/rebalance, which appear
 // when an instance is interrupted (Interrupt; or through the admin socket,

@@ -32,6 +32,22 @@ func newKeys(t *testing.T) keys {
 	return keys{k}
 }
 
+// up provisions the one instance of req (its Boot the keys') and waits
+// for it to run.
+func (k keys) up(t *testing.T, ctx context.Context, c *Cloud, req provider.ProvisionRequest) provider.Instance {
+	t.Helper()
+	req.Count, req.Boot = 1, k.Boot
+	insts, err := c.Provision(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.WaitReady(ctx, []string{insts[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ready[0]
+}
+
 // dial connects to inst over SSH, checking its host key.
 func (k keys) dial(t *testing.T, inst provider.Instance) *gossh.Client {
 	t.Helper()
@@ -267,18 +283,10 @@ func TestWatchdogEndsAnOrphan(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	k := newKeys(t)
-	insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a", Token: "wd", Boot: k.Boot,
-		OrphanTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready, err := c.WaitReady(ctx, []string{insts[0].ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := k.dial(t, ready[0])
+	in := k.up(t, ctx, c, provider.ProvisionRequest{Type: "loc.half", Market: provider.OnDemand, Zone: "loc-a", Token: "wd", OrphanTimeout: timeout})
+	sc := k.dial(t, in)
 	time.Sleep(2*timeout + 2*time.Second)
-	if !c.Ended(insts[0].ID).IsZero() {
+	if !c.Ended(in.ID).IsZero() {
 		t.Fatal("the instance ended while its owner was connected")
 	}
 	if got := run(t, sc, "cat /proc/1/comm"); got != "sshd" {
@@ -286,7 +294,7 @@ func TestWatchdogEndsAnOrphan(t *testing.T) {
 	}
 	_ = sc.Close()
 	closed := time.Now()
-	for c.Ended(insts[0].ID).IsZero() {
+	for c.Ended(in.ID).IsZero() {
 		if time.Since(closed) > timeout+15*time.Second {
 			t.Fatalf("the instance still runs %v after its last connection closed (orphan timeout %v)", time.Since(closed), timeout)
 		}
@@ -295,5 +303,41 @@ func TestWatchdogEndsAnOrphan(t *testing.T) {
 	t.Logf("ended %v after its last connection closed (orphan timeout %v)", time.Since(closed).Round(100*time.Millisecond), timeout)
 	if left := c.Leftovers(); len(left) > 0 {
 		t.Errorf("left: %v", left)
+	}
+}
+
+// TestGCEMetadata: the metadata service answers GCE's paths to an
+// instance (the Metadata-Flavor header required, as GCE does), and the
+// notice watcher in GCE's flavor sees a spot instance's preemption through
+// instance/preempted.
+func TestGCEMetadata(t *testing.T) {
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	in := k.up(t, ctx, c, provider.ProvisionRequest{Type: "loc.half", Market: provider.Spot, Zone: "loc-b", Token: "gce"})
+	sc := k.dial(t, in)
+	defer sc.Close()
+	base := strings.TrimPrefix(c.Metadata(), "http://")
+	if got := run(t, sc, "curl -s -o /dev/null -w '%{http_code}' http://"+base+"/computeMetadata/v1/instance/preempted"); got != "403" {
+		t.Errorf("without Metadata-Flavor: HTTP %s, want 403", got)
+	}
+	if got := run(t, sc, "curl -s -H 'Metadata-Flavor: Google' http://"+base+"/computeMetadata/v1/instance/zone"); got != "projects/local/zones/loc-b" {
+		t.Errorf("instance/zone %q", got)
+	}
+	w := notice.New(notice.Options{Endpoint: c.Metadata(), Dial: sc.DialContext, Interval: 50 * time.Millisecond, Flavor: notice.FlavorGCE})
+	defer w.Close()
+	if n, ok, err := w.Poll(ctx); err != nil || ok {
+		t.Fatalf("Poll before the preemption = %+v, %v, %v", n, ok, err)
+	}
+	if err := c.Interrupt(in.ID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n, err := w.Wait(ctx, nil)
+	if err != nil || n.Kind != notice.KindInterruption || time.Until(n.Time) > notice.GCEPreemptNotice {
+		t.Fatalf("notice %+v, %v; want a preemption within 30 s", n, err)
+	}
+	if err := c.Terminate(ctx, []string{in.ID}); err != nil {
+		t.Fatal(err)
 	}
 }

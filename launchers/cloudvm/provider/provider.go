@@ -5,7 +5,8 @@
 // retry (ErrThrottled, ErrInternal), to fail over to another zone or
 // market (ErrCapacity), or to give up.
 //
-// Providers: launchers/cloudvm/awscloud (EC2) and launchers/cloudvm/localcloud
+// Providers: launchers/cloudvm/awscloud (EC2), launchers/cloudvm/gcecloud
+// (Compute Engine) and launchers/cloudvm/localcloud
 // (the local test and development cloud: namespace machines on this host).
 // Their types, prices and billing rules come from the one machine catalog
 // (optimizer/price; CatalogBilling). NewKeys makes the keys instances boot
@@ -202,4 +203,11 @@ type PriceHistorian interface {
 	// from from to to, oldest first, the first one in effect at from (its
 	// At may be earlier).
 	SpotPriceHistory(ctx context.Context, typ, zone string, from, to time.Time) ([]Price, error)
+}
+
+// MetadataFlavored is a Provider whose instances' metadata service is not
+// AWS's IMDSv2 (the default): cloudvm polls its notices in its flavor
+// (notice.FlavorGCE).
+type MetadataFlavored interface {
+	MetadataFlavor() string
 }

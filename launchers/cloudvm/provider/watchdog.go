@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -31,4 +32,30 @@ while sleep %d; do
     exit 0
   fi
 done`, int(timeout.Seconds()), int(every.Seconds()), halt)
+}
+
+// WatchdogPath is where CloudConfig installs the orphan watchdog.
+const WatchdogPath = "/usr/local/sbin/scavenger-watchdog"
+
+// CloudConfig is the cloud-init #cloud-config document an instance of a
+// cloud boots with (EC2's user data, GCE's user-data metadata): b's
+// authorized key and host key, and, with a positive orphanTimeout, the
+// orphan watchdog (WatchdogScript) written to WatchdogPath and started at
+// boot; its halt is a shutdown, which the provider turns into the
+// instance's end.
+func CloudConfig(b Boot, orphanTimeout time.Duration) string {
+	var s strings.Builder
+	s.WriteString("#cloud-config\nssh_authorized_keys:\n  - " + b.AuthorizedKey + "\nssh_keys:\n  ed25519_private: |\n")
+	for line := range strings.Lines(strings.TrimSpace(string(b.HostKey))) {
+		s.WriteString("    " + line)
+	}
+	s.WriteString("\n  ed25519_public: " + b.HostKeyPublic + "\nssh_deletekeys: true\nssh_genkeytypes: []\n")
+	if orphanTimeout > 0 {
+		s.WriteString("write_files:\n  - path: " + WatchdogPath + "\n    permissions: '0755'\n    content: |\n      #!/bin/sh\n")
+		for line := range strings.Lines(WatchdogScript(orphanTimeout, "shutdown -h now")) {
+			s.WriteString("      " + strings.TrimRight(line, "\n") + "\n")
+		}
+		s.WriteString("runcmd:\n  - [sh, -c, 'nohup " + WatchdogPath + " >>/var/log/scavenger-watchdog.log 2>&1 &']\n")
+	}
+	return s.String()
 }
