@@ -194,6 +194,7 @@ func (l *Launcher) Release(ctx context.Context, job string) error {
 	}
 	l.mu.Unlock()
 	_ = os.Remove(p.keyFile())
+	_ = os.Remove(p.hostKeyFile())
 	_ = os.Remove(p.knownHosts())
 	if err != nil {
 		return fmt.Errorf("release the instances of job %s: %w", job, err)

@@ -53,8 +53,12 @@
 // plugins.Biller). A pool idle for Options.IdleRelease is released too (a
 // daemon that reaches the launcher over gRPC does not call Release). A
 // reaper lists the owner's instances every Options.ReapInterval and
-// terminates those of jobs without a pool here; after a daemon crash, the
-// next daemon terminates the instances of the jobs it finds lost
+// terminates those of jobs without a pool here. After a daemon crash the
+// next daemon reattaches to its jobs' attempts (Recover, recover.go): the
+// instances and the workers outlived it — the ranks run detached from
+// their SSH sessions (launchers/ssh Options.Detach) — so the pool is
+// rebuilt from the state directory and the job goes on where it was; it
+// terminates the instances of the jobs it cannot reattach to
 // (StopOrphaned), and the reaper the rest.
 //
 // # Billing

@@ -35,8 +35,9 @@ func newLauncher(t *testing.T, o Options) *Launcher {
 	if o.Logger == nil {
 		o.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
-	o.StateDir = t.TempDir()
-	o.Owner = "test-" + rand.Text()[:6]
+	if o.StateDir == "" { // a launcher after a restart shares its predecessor's
+		o.StateDir, o.Owner = t.TempDir(), "test-"+rand.Text()[:6]
+	}
 	if o.Grace == 0 {
 		o.Grace = 500 * time.Millisecond
 	}

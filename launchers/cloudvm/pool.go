@@ -57,8 +57,10 @@ func (m *member) held() held {
 	return held{ID: m.inst.ID, Type: m.inst.Type, Market: m.inst.Market, Launched: m.inst.Launched, Doomed: m.doomed.Load()}
 }
 
-// pool returns job's pool, making it (with its keys) the first time.
-func (l *Launcher) pool(job string) (*pool, error) {
+// pool returns job's pool, making it (with its keys) the first time; a
+// pool recovered after a restart reads the keys it had back (its
+// instances boot with them), and without them it cannot be.
+func (l *Launcher) pool(job string, recovered bool) (*pool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.pools[job]; p != nil {
@@ -66,7 +68,11 @@ func (l *Launcher) pool(job string) (*pool, error) {
 	}
 	p := &pool{job: job, dir: filepath.Join(l.o.StateDir, "pools", job), members: map[string]*member{}, idleSince: time.Now(),
 		log: l.log.With(zap.String("job", job))}
-	if err := p.makeKeys(); err != nil {
+	keys := p.makeKeys
+	if recovered {
+		keys = p.loadKeys
+	}
+	if err := keys(); err != nil {
 		return nil, fmt.Errorf("pool of job %s: %w", job, err)
 	}
 	p.charges, _ = readCharges(p.dir) // a job resumed after a restart goes on adding
@@ -87,12 +93,34 @@ func (p *pool) makeKeys() error {
 	if err := os.WriteFile(p.keyFile(), k.ClientKey, 0o600); err != nil {
 		return fmt.Errorf("write pool key: %w", err)
 	}
+	if err := os.WriteFile(p.hostKeyFile(), k.Boot.HostKey, 0o600); err != nil {
+		return fmt.Errorf("write pool host key: %w", err)
+	}
 	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
 	return nil
 }
 
-func (p *pool) keyFile() string    { return filepath.Join(p.dir, "id_ed25519") }
-func (p *pool) knownHosts() string { return filepath.Join(p.dir, "known_hosts") }
+// loadKeys reads the pool's keys back (a recovered pool).
+func (p *pool) loadKeys() error {
+	ck, err := os.ReadFile(p.keyFile())
+	if err != nil {
+		return fmt.Errorf("%w: its keys are gone: %w", plugins.ErrUnknownHandle, err)
+	}
+	hk, err := os.ReadFile(p.hostKeyFile())
+	if err != nil {
+		return fmt.Errorf("%w: its host key is gone: %w", plugins.ErrUnknownHandle, err)
+	}
+	k, err := provider.ParseKeys(ck, hk)
+	if err != nil {
+		return err
+	}
+	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
+	return nil
+}
+
+func (p *pool) keyFile() string     { return filepath.Join(p.dir, "id_ed25519") }
+func (p *pool) hostKeyFile() string { return filepath.Join(p.dir, "host_ed25519") }
+func (p *pool) knownHosts() string  { return filepath.Join(p.dir, "known_hosts") }
 
 // writeKnownHosts lists the instances' addresses with the pool's host key.
 func (p *pool) writeKnownHosts(ms []*member) error {
