@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,6 +225,49 @@ func TestCloudBudgetHolds(t *testing.T) {
 	}
 	checkChargesAreTheRecord(t, d.state, id)
 	t.Logf("job %s: %s; billed $%.6f for a budget of $%g", id, j.Message, j.Cost.USD, budget)
+	d.stop(t)
+	destroyCloud(t, cloudDir(d.state))
+}
+
+// TestCloudPlanAndPricesAskTheDaemon: scavctl plan --launcher cloudvm is a
+// dry run over the running scavd's offers — the candidates a job with
+// these bounds would choose among and what each would pay, before any
+// instance exists — and prices --live --provider local shows that scavd's
+// catalog, not the built-in one.
+func TestCloudPlanAndPricesAskTheDaemon(t *testing.T) {
+	needCloud(t)
+	b, err := os.ReadFile("testdata/cloud-catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := filepath.Join(t.TempDir(), "catalog.json") // loc.half's spot at $0.05, not the built-in $0.04
+	if err := os.WriteFile(cat, []byte(strings.Replace(string(b), `"usd_per_hour": 0.04,`, `"usd_per_hour": 0.05,`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", cat)
+	out, errOut, code := scavctl(t, d.state, "plan", "--launcher", "cloudvm", "--types", "loc.half,loc.full", "--spot", "--workers", "1:2", "--batch-size", "32:64", "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s", code, errOut)
+	}
+	var plan struct {
+		Candidates []cloudPlanRow `json:"candidates"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, out)
+	}
+	if n := len(plan.Candidates); n != 8 {
+		t.Errorf("%d candidates, want 8 (2 types x 1:2 workers x batches 32, 64)", n)
+	}
+	if c := plan.Candidates[0]; c.Type != "loc.half" || c.Market != "spot" || c.Machines != 1 || math.Abs(c.USDHour-0.05) > 1e-9 || math.Abs(c.MinBill-0.05/60) > 1e-9 {
+		t.Errorf("cheapest candidate %+v, want 1 loc.half on spot at the daemon's $0.05/h, a minute's minimum", c)
+	}
+	if rs, _ := localcloud.ReadRecords(cloudDir(d.state)); len(rs) != 0 {
+		t.Errorf("the dry run bought instances: %+v", rs)
+	}
+	out, errOut, code = scavctl(t, d.state, "prices", "--live", "--provider", "local")
+	if code != 0 || !strings.Contains(out, "loc.half") || !strings.Contains(out, "0.0500") {
+		t.Errorf("prices --live --provider local: exit %d\n%s%s\nwant the daemon's loc.half spot price, 0.0500", code, out, errOut)
+	}
 	d.stop(t)
 	destroyCloud(t, cloudDir(d.state))
 }
