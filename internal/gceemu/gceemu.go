@@ -158,8 +158,14 @@ func (e *Emulator) Instances() []cloudemu.Instance {
 	return out
 }
 
-// ServeHTTP answers one request of the compute/v1 REST API.
+// ServeHTTP answers one request of the compute/v1 REST API, or of the
+// OAuth 2.0 token endpoint (POST /token) a service account key made by
+// ServiceAccountKey names.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/token" {
+		token(w, r)
+		return
+	}
 	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/compute/v1/"), "/"), "/")
 	// projects/P/zones/Z/(instances[/NAME]|operations/OP[/wait])
 	if len(parts) < 5 || parts[0] != "projects" || parts[2] != "zones" {

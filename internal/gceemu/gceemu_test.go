@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +135,33 @@ func code(err error) string {
 		return fmt.Sprintf("%d %s", ge.Code, ge.Errors[0].Reason)
 	}
 	return fmt.Sprint(err)
+}
+
+// TestApplicationDefaultCredentials: a client that authenticates as in
+// production, with a service account key file (GOOGLE_APPLICATION_CREDENTIALS),
+// works against the emulation, whose key names its token endpoint.
+func TestApplicationDefaultCredentials(t *testing.T) {
+	e, err := New(Options{Backend: &fakeBackend{ended: map[string]time.Time{}}, Project: "p", Types: map[string]string{"e2-standard-2": "small"},
+		Zones: []string{"us-central1-a"}, BackendZones: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	key, err := ServiceAccountKey(srv.URL, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
+	svc, err := compute.NewService(context.Background(), option.WithEndpoint(srv.URL+"/compute/v1/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Instances.List("p", "us-central1-a").Do(); err != nil {
+		t.Fatalf("list with application default credentials: %v", err)
+	}
 }
