@@ -4,6 +4,7 @@
 // on this host (internal/nsmachine), so that the whole cloud path — pools,
 // failover, spot notices, billing, recovery — runs for real without an
 // account. Nothing it sells is paid for.
+//
 // Each instance has its own address on the cloud's bridge, its own
 // hostname, PID, mount and IPC namespaces, a private tmpfs as its local
 // disk (/mnt) and sshd as its init; a cgroup CPU quota and memory limit
@@ -29,7 +30,21 @@
 // admin.sock in the directory, for another process). An interrupted
 // instance is terminated when its notice runs out.
 //
-// It needs root; Open says so, wrapping provider.ErrUnavailable, without it.
+// An instance provisioned with an orphan timeout runs the watchdog
+// (provider.WatchdogScript) beside sshd: it ends the instance once no SSH
+// connection to it has been open for that long. The cloud notices an
+// instance whose init ended (its watchdog, a crash) within a second and
+// terminates what is left of it; WaitReady fails at once for one that died
+// as it booted, naming its console's last lines.
+//
+// Every cloud registers itself in /run/scavenger/localclouds while it
+// exists (cleanup.go): Cleanup, which Open runs and scavd --cloud-cleanup
+// calls, destroys those no process has open any more — a killed test's at
+// once, a stopped scavd's once it is stale.
+//
+// It needs root and what Check lists (nsmachine.Check: the tools, sshd's
+// privilege separation directory, the cgroup controllers); Open names
+// everything missing in one message, wrapping provider.ErrUnavailable.
 package localcloud
 
 import (
