@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 
 	"go.uber.org/zap"
 
@@ -49,8 +48,8 @@ func (b *bench) providers(ctx context.Context) error {
 	}
 	defer gce.close()
 	var rows []providerRow
-	for i, s := range []site{local, aws, gce} {
-		row, err := b.providerRow(ctx, s, filepath.Join(b.state, "site-"+strconv.Itoa(i)))
+	for _, s := range []site{local, aws, gce} {
+		row, err := b.providerRow(ctx, s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -74,15 +73,15 @@ func (b *bench) providers(ctx context.Context) error {
 	return nil
 }
 
-// providerRow measures one site, with a scavd of its own on state.
-func (b *bench) providerRow(ctx context.Context, s site, state string) (providerRow, error) {
+// providerRow measures one site, with a scavd of its own.
+func (b *bench) providerRow(ctx context.Context, s site) (providerRow, error) {
 	row := providerRow{name: s.name}
 	types, _ := s.prov.Types(ctx)
 	var err error
 	if row.up, err = provisionToSSH(ctx, s.prov, s.types[0], types[0].Zones[0], 5); err != nil {
 		return row, fmt.Errorf("provision → sshd: %w", err)
 	}
-	d, err := b.startScavdOn(ctx, state, s.args, s.env)
+	d, err := b.startScavdOn(ctx, s.state, s.args, s.env)
 	if err != nil {
 		return row, err
 	}

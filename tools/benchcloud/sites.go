@@ -29,6 +29,7 @@ import (
 // and interrupted there.
 type site struct {
 	name      string
+	state     string // its scavd's state directory
 	args, env []string
 	types     [2]string
 	prov      provider.Provider
@@ -43,7 +44,7 @@ type site struct {
 // bench's catalog; prov is a local cloud of the bench's own.
 func (b *bench) localSite(ctx context.Context, state string, back *localcloud.Cloud) site {
 	sock := filepath.Join(state, "cloud", "localcloud", "admin.sock")
-	return site{name: "local", args: []string{"--cloud-catalog", b.catalog}, types: [2]string{"loc.half", "loc.full"}, prov: back,
+	return site{name: "local", state: state, args: []string{"--cloud-catalog", b.catalog}, types: [2]string{"loc.half", "loc.full"}, prov: back,
 		records: func(ctx context.Context, job string) ([]localcloud.Record, error) {
 			rs, err := localcloud.RecordsVia(ctx, sock)
 			return slices.DeleteFunc(rs, func(r localcloud.Record) bool { return r.Tags[provider.TagJob] != job }), err
@@ -98,7 +99,7 @@ func (b *bench) awsSite(ctx context.Context, back *localcloud.Cloud) (site, erro
 		return site{}, err
 	}
 	nowhere := filepath.Join(b.state, "no-aws-config")
-	return site{name: "aws (EC2 emulation)", types: [2]string{"c6i.large", "c6i.xlarge"}, prov: prov,
+	return site{name: "aws (EC2 emulation)", state: filepath.Join(b.state, "site-aws"), types: [2]string{"c6i.large", "c6i.xlarge"}, prov: prov,
 		args: []string{"--cloud-provider", "aws", "--cloud-region", "us-east-1", "--cloud-zones", "us-east-1a,us-east-1b,us-east-1c",
 			"--cloud-types", "c6i.large,c6i.xlarge", "--cloud-image", "ami-0emulated", "--cloud-endpoint", srv.URL, "--cloud-metadata", back.Metadata(),
 			"--cloud-catalog", catFile},
@@ -137,7 +138,7 @@ func (b *bench) gceSite(ctx context.Context, back *localcloud.Cloud) (site, erro
 		srv.Close()
 		return site{}, err
 	}
-	return site{name: "gce (Compute Engine emulation)", types: [2]string{"e2-standard-2", "e2-standard-4"}, prov: prov,
+	return site{name: "gce (Compute Engine emulation)", state: filepath.Join(b.state, "site-gce"), types: [2]string{"e2-standard-2", "e2-standard-4"}, prov: prov,
 		args: []string{"--cloud-provider", "gce", "--cloud-project", "scav-bench", "--cloud-zones", "us-central1-a,us-central1-b,us-central1-c",
 			"--cloud-types", "e2-standard-2,e2-standard-4", "--cloud-image", "projects/debian-cloud/global/images/family/debian-12",
 			"--cloud-endpoint", srv.URL + "/compute/v1/", "--cloud-metadata", back.Metadata(), "--cloud-catalog", catFile},
