@@ -154,6 +154,7 @@ type Daemon struct {
 	// launcher is its name.
 	releaseLauncher func()
 	launcher        string
+	launcherImpl    plugins.Launcher
 	lock            *os.File
 	// node samples the node's GPUs and host; metrics serves /metrics.
 	node      *nodeSampler
@@ -211,7 +212,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
 		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
-		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
+		Info: d.info, Ingest: d.ingest.Stats, Offers: d.offers, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
 		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits,
 	}); err != nil {
 		return nil, err
@@ -256,7 +257,7 @@ func (d *Daemon) startJobs() error {
 			return err
 		}
 	}
-	d.launcher = launcher.Name()
+	d.launcher, d.launcherImpl = launcher.Name(), launcher
 	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
@@ -272,6 +273,15 @@ func (d *Daemon) startJobs() error {
 	registry.Store(d.jobs)
 	d.health.unreadable = d.jobs.Unreadable
 	return nil
+}
+
+// offers is what the daemon's launcher offers now (the API's offers verb).
+func (d *Daemon) offers(ctx context.Context) (api.Offers, error) {
+	caps, err := d.launcherImpl.Capabilities(ctx)
+	if err != nil {
+		return api.Offers{}, err
+	}
+	return api.Offers{Launcher: d.launcher, MaxWorkers: caps.MaxWorkers, Offers: caps.Offers}, nil
 }
 
 // Run starts a daemon and serves until ctx is done, then stops it.

@@ -48,6 +48,63 @@ type Charge struct {
 	// Granularity and Minimum are the provider's billing rules (0: none).
 	Granularity time.Duration `json:"granularity,omitempty"`
 	Minimum     time.Duration `json:"minimum,omitempty"`
+	// Prices are the changes of its price after Start, oldest first: a
+	// spot machine is billed at the spot price in effect each second.
+	Prices []PriceChange `json:"prices,omitempty"`
+}
+
+// PriceChange is a machine's price from At on.
+type PriceChange struct {
+	At         time.Time `json:"at"`
+	USDPerHour float64   `json:"usd_per_hour"`
+}
+
+// PriceAt is the machine's $/hour at t.
+func (c Charge) PriceAt(t time.Time) float64 {
+	p := c.USDPerHour
+	for _, ch := range c.Prices {
+		if ch.At.After(t) {
+			break
+		}
+		p = ch.USDPerHour
+	}
+	return p
+}
+
+// USDBetween is what running the machine from lo to hi costs at the
+// prices in effect then (no rounding, no minimum).
+func (c Charge) USDBetween(lo, hi time.Time) float64 {
+	usd, at, p := 0.0, lo, c.PriceAt(lo)
+	for _, ch := range c.Prices {
+		if !ch.At.After(at) {
+			continue
+		}
+		if !ch.At.Before(hi) {
+			break
+		}
+		usd += ch.At.Sub(at).Seconds() / 3600 * p
+		at, p = ch.At, ch.USDPerHour
+	}
+	if hi.After(at) {
+		usd += hi.Sub(at).Seconds() / 3600 * p
+	}
+	return usd
+}
+
+// CostUSD is what the machine has cost by now: its life at the prices in
+// effect, and, once it has ended, the rounding and minimum of its billing
+// at its last price.
+func (c Charge) CostUSD(now time.Time) float64 {
+	end := now
+	if c.End != nil {
+		end = *c.End
+	}
+	usd := c.USDBetween(c.Start, end)
+	if c.End != nil {
+		life := c.Seconds(now)
+		usd += (c.Billed(life) - life) / 3600 * c.PriceAt(end)
+	}
+	return usd
 }
 
 // Seconds is how long the machine has run by now (until End when it has ended).

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
+	"github.com/scavenger-ml/scavenger/plugins"
 	"go.uber.org/zap"
 )
 
@@ -155,6 +158,42 @@ func billed(t *testing.T, rs []localcloud.Record, price func(localcloud.Record) 
 		tol += 1.0 / 3600 * p
 	}
 	return usd, tol
+}
+
+// checkChargesAreTheRecord checks that the ended job's record bills what
+// the launcher's charges of it (charges.json) do: every instance it caused,
+// failed starts included, each ended, at the prices in effect.
+func checkChargesAreTheRecord(t *testing.T, state, job string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "cloud", "launcher", "pools", job, "charges.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []plugins.Charge
+	if err := json.Unmarshal(b, &cs); err != nil {
+		t.Fatal(err)
+	}
+	j := jobRecord(t, state, job)
+	var usd float64
+	var charged, recorded []string
+	for _, c := range cs {
+		if c.End == nil {
+			t.Errorf("charge of %s has not ended after the job did", c.Instance)
+		}
+		usd += c.CostUSD(time.Now())
+		charged = append(charged, c.Instance)
+	}
+	if j.Cost == nil {
+		t.Fatalf("job %s records no cost; its charges bill $%.6f", job, usd)
+	}
+	for _, in := range j.Cost.Instances {
+		recorded = append(recorded, in.ID)
+	}
+	slices.Sort(charged)
+	slices.Sort(recorded)
+	if recorded = slices.Compact(recorded); !slices.Equal(charged, recorded) || math.Abs(j.Cost.USD-usd) > 1e-9 {
+		t.Errorf("job %s records $%.9f for %v; charges.json bills $%.9f for %v", job, j.Cost.USD, recorded, usd, charged)
+	}
 }
 
 // catalogPrice prices an instance of a local cloud at its catalog's prices.

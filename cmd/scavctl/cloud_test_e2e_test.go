@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,6 +138,7 @@ func checkRechosen(t *testing.T, state, id, typ string, recs []localcloud.Record
 	if len(alive) > 0 {
 		t.Errorf("instances of the finished job still run: %v", alive)
 	}
+	checkChargesAreTheRecord(t, state, id)
 	t.Logf("job %s: %d attempts, %d instances, $%.6f billed; attempt %d on %s pre-empted, then %s",
 		id, len(j.Attempts), len(recs), j.Cost.USD, preempted, typ, workersText(next))
 }
@@ -190,3 +195,79 @@ func TestCloudJobRechoosesAfterASpotNotice(t *testing.T) {
 }
 
 func cloudDirSock(state string) string { return cloudDir(state) + "/admin.sock" }
+
+// TestCloudBudgetHolds runs a time-objective job with --budget $0.002 on
+// a loc.half on demand ($0.10/h: the budget buys 72 s): once its machine
+// has cost the budget, the job checkpoints and stops (exit 143), its
+// message naming the budget and the spend, and it is billed the budget and
+// the checkpoint's seconds, not several times the budget.
+func TestCloudBudgetHolds(t *testing.T) {
+	needCloud(t)
+	const budget = 0.002
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", "testdata/cloud-catalog.json")
+	cmd, _, errOut := startJob(t, d.state, "--launcher", "cloudvm", "--types", "loc.half", "--workers", "1", "--batch-size", "64",
+		"--policy", "adaptive", "--objective", "time", "--budget", strconv.FormatFloat(budget, 'f', -1, 64), "--target-steps", "1000000",
+		"--env", "OMP_NUM_THREADS=1", "--grace", "20s", "--", pythonBin, "examples/resumable_cnn.py", "--checkpoint-every", "50")
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("scavctl run: %v, want exit 143\n%s", err, errOut.String())
+	}
+	id := jobID(t, errOut.String())
+	j := jobRecord(t, d.state, id)
+	if j.State != api.StateStopped || !strings.Contains(j.Message, "the budget of $0.002 is spent ($0.00") || !strings.Contains(j.Message, "after checkpointing step") {
+		t.Errorf("job %s: %s: %q; want stopped at the budget after a checkpoint", id, j.State, j.Message)
+	}
+	// Billed: the minute's minimum at least ($0.00167), else the budget and
+	// what the checkpoint and the release took.
+	if j.Cost == nil || j.Cost.USD > budget*1.15 {
+		t.Errorf("job %s cost %+v: the budget was $%g", id, j.Cost, budget)
+	}
+	checkChargesAreTheRecord(t, d.state, id)
+	t.Logf("job %s: %s; billed $%.6f for a budget of $%g", id, j.Message, j.Cost.USD, budget)
+	d.stop(t)
+	destroyCloud(t, cloudDir(d.state))
+}
+
+// TestCloudPlanAndPricesAskTheDaemon: scavctl plan --launcher cloudvm is a
+// dry run over the running scavd's offers — the candidates a job with
+// these bounds would choose among and what each would pay, before any
+// instance exists — and prices --live --provider local shows that scavd's
+// catalog, not the built-in one.
+func TestCloudPlanAndPricesAskTheDaemon(t *testing.T) {
+	needCloud(t)
+	b, err := os.ReadFile("testdata/cloud-catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := filepath.Join(t.TempDir(), "catalog.json") // loc.half's spot at $0.05, not the built-in $0.04
+	if err := os.WriteFile(cat, []byte(strings.Replace(string(b), `"usd_per_hour": 0.04,`, `"usd_per_hour": 0.05,`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startCloudScavd(t, "", nil, "--cloud-catalog", cat)
+	out, errOut, code := scavctl(t, d.state, "plan", "--launcher", "cloudvm", "--types", "loc.half,loc.full", "--spot", "--workers", "1:2", "--batch-size", "32:64", "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s", code, errOut)
+	}
+	var plan struct {
+		Candidates []cloudPlanRow `json:"candidates"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, out)
+	}
+	if n := len(plan.Candidates); n != 8 {
+		t.Errorf("%d candidates, want 8 (2 types x 1:2 workers x batches 32, 64)", n)
+	}
+	if c := plan.Candidates[0]; c.Type != "loc.half" || c.Market != "spot" || c.Machines != 1 || math.Abs(c.USDHour-0.05) > 1e-9 || math.Abs(c.MinBill-0.05/60) > 1e-9 {
+		t.Errorf("cheapest candidate %+v, want 1 loc.half on spot at the daemon's $0.05/h, a minute's minimum", c)
+	}
+	if rs, _ := localcloud.ReadRecords(cloudDir(d.state)); len(rs) != 0 {
+		t.Errorf("the dry run bought instances: %+v", rs)
+	}
+	out, errOut, code = scavctl(t, d.state, "prices", "--live", "--provider", "local")
+	if code != 0 || !strings.Contains(out, "loc.half") || !strings.Contains(out, "0.0500") {
+		t.Errorf("prices --live --provider local: exit %d\n%s%s\nwant the daemon's loc.half spot price, 0.0500", code, out, errOut)
+	}
+	d.stop(t)
+	destroyCloud(t, cloudDir(d.state))
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/awscloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/optimizer/price"
@@ -33,7 +34,7 @@ func (f *liveFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.endpoint, "endpoint", "", "with --live, aws: the EC2 endpoint URL (default: the region's)")
 	fl.StringSliceVar(&f.zones, "zones", nil, "with --live: the zones (aws: required)")
 	fl.StringSliceVar(&f.types, "types", nil, "with --live: the instance types (aws: required; each in the catalog)")
-	fl.StringVar(&f.catalog, "catalog", "", "with --live, local: a local cloud catalog (default: the embedded one)")
+	fl.StringVar(&f.catalog, "catalog", "", "with --live, local: a local cloud catalog file (default: what the running scavd's cloudvm launcher offers now)")
 }
 
 // liveRow is one type and zone: the catalog's prices and the live spot price.
@@ -49,22 +50,7 @@ type liveRow struct {
 // livePrices reads the provider's prices now.
 func (f *liveFlags) livePrices(ctx context.Context, a *app, cat *price.Catalog) ([]liveRow, error) {
 	if f.provider == "local" {
-		lc := localcloud.DefaultCatalog()
-		if f.catalog != "" {
-			var err error
-			if lc, err = localcloud.LoadCatalog(f.catalog); err != nil {
-				return nil, err
-			}
-		}
-		var rows []liveRow
-		for _, t := range lc.Types {
-			od, _ := t.HourlyIn(localcloud.Region, false)
-			sp, _ := t.HourlyIn(localcloud.Region, true)
-			for _, z := range lc.Zones(localcloud.Provider, localcloud.Region) {
-				rows = append(rows, liveRow{Type: t.Name, Zone: z, OnDemandUSD: od, CatalogSpot: sp, SpotUSD: sp})
-			}
-		}
-		return rows, nil
+		return f.localPrices(ctx, a)
 	}
 	if f.provider != "aws" {
 		return nil, fmt.Errorf("--provider %q: use aws or local", f.provider)
@@ -91,6 +77,42 @@ func (f *liveFlags) livePrices(ctx context.Context, a *app, cat *price.Catalog) 
 			}
 			rows = append(rows, r)
 		}
+	}
+	return rows, nil
+}
+
+// localPrices are a local cloud's prices: a catalog file's (--catalog),
+// else what the running scavd's launcher offers now (its local cloud's
+// catalog, less what is blocklisted).
+func (f *liveFlags) localPrices(ctx context.Context, a *app) ([]liveRow, error) {
+	var rows []liveRow
+	if f.catalog != "" {
+		lc, err := localcloud.LoadCatalog(f.catalog)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range lc.Types {
+			od, _ := t.HourlyIn(localcloud.Region, false)
+			sp, _ := t.HourlyIn(localcloud.Region, true)
+			for _, z := range lc.Zones(localcloud.Provider, localcloud.Region) {
+				rows = append(rows, liveRow{Type: t.Name, Zone: z, OnDemandUSD: od, CatalogSpot: sp, SpotUSD: sp})
+			}
+		}
+		return rows, nil
+	}
+	var offers api.Offers
+	if err := a.withClient(ctx, func(ctx context.Context, c *api.Client) (err error) {
+		offers, err = c.Offers(ctx)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if len(offers.Offers) == 0 {
+		return nil, fmt.Errorf("the scavd runs launcher %s, which offers no machines: --provider local shows a cloudvm scavd's local cloud (scavd --launcher cloudvm), or --catalog FILE's", offers.Launcher)
+	}
+	now := time.Now().UTC()
+	for _, o := range offers.Offers {
+		rows = append(rows, liveRow{Type: o.Type, Zone: "(cheapest)", OnDemandUSD: o.OnDemandUSD, SpotUSD: o.SpotUSD, At: now})
 	}
 	return rows, nil
 }

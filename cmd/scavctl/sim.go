@@ -40,7 +40,6 @@ func (f *simFlags) add(cmd *cobra.Command) {
 	fl.Float64Var(&f.budget, "budget", 0, "with --objective time: the job must cost at most this many USD")
 	fl.StringVar(&f.prices, "prices", "", "a price file that overrides or extends the embedded catalog (see scavctl prices)")
 	fl.DurationVar(&f.penalty, "relaunch-penalty", 30*time.Second, "time one configuration change costs (billed, no progress)")
-	_ = cmd.MarkFlagRequired("trace")
 }
 
 // read reads -o (whether to print JSON) and the flags' simulator options.
@@ -55,6 +54,9 @@ func (f *simFlags) read(a *app) (asJSON bool, opts sim.Options, err error) {
 // options turns the flags into simulator options, collecting every problem.
 func (f *simFlags) options() (sim.Options, error) {
 	var errs []error
+	if f.trace == "" {
+		errs = append(errs, errors.New(`required flag(s) "trace" not set`))
+	}
 	kind, err := objective.ParseKind(f.objective)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--objective: %w", err))
@@ -194,10 +196,11 @@ func printSim(w io.Writer, r *sim.Report) error {
 
 func newPlanCmd(a *app) *cobra.Command {
 	var f simFlags
+	var cf cloudPlanFlags
 	var top int
 	var pol, stat string
 	cmd := &cobra.Command{
-		Use:   "plan --trace DIR [flags]",
+		Use:   "plan (--trace DIR | --launcher cloudvm) [flags]",
 		Short: "Show every candidate configuration with its predicted step time, time and cost",
 		Long: `plan lists the candidates of an application's traces — machine type, nodes,
 workers, global batch — with the step time, the time to finish the whole job
@@ -209,10 +212,22 @@ step time with its 90 % interval beside the measured one, and the flags that
 say not to read it as a fact — low-confidence (the interval spans more than
 ±25 %: the model was not validated there) and non-monotone (against its
 neighbours, the step time falls as the local batch grows, or a sample costs
-more).`,
-		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10\n  scavctl plan --trace traces/cifar10 --objective cost --policy adaptive --top 20",
-		Args:    cobra.NoArgs,
+more).
+
+With --launcher cloudvm, plan is a dry run of a cloud job: it asks the scavd
+that runs launcher cloudvm (or one it starts) for the machine types offered
+now and lists the candidates a job with these bounds (--types, --spot,
+--max-price, --workers, --batch-size) would choose among, each with the
+market it would be bought in, its machines, what it would pay an hour and
+its minimum bill, cheapest first, before any instance exists.`,
+		Example: "  scavctl plan --trace traces/cifar10 --objective cost --top 10\n  scavctl plan --trace traces/cifar10 --objective cost --policy adaptive --top 20\n" +
+			"  scavctl plan --launcher cloudvm --types loc.half,loc.full --spot --workers 1:4 --batch-size 32:128",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.launcher = cf.launcher; a.launcher == "cloudvm" {
+				cf.types, cf.typesWereGiven, cf.objectiveOfPlan = f.types, cmd.Flags().Changed("types"), f.objective
+				return a.planCloud(cmd.Context(), cf, top)
+			}
 			asJSON, opts, err := f.read(a)
 			if err != nil {
 				return err
@@ -237,6 +252,7 @@ more).`,
 		},
 	}
 	f.add(cmd)
+	cf.add(cmd)
 	cmd.Flags().IntVar(&top, "top", 0, "show only the best N (0: all)")
 	cmd.Flags().StringVar(&pol, "policy", "", "show what this policy predicted at the end of a simulated run, with intervals and flags, instead of the traces' figures")
 	cmd.Flags().StringVar(&stat, "stat-model", "", "with --policy: its statistical model (adaptdl or paper)")
@@ -258,7 +274,8 @@ over the embedded one; the same file is accepted by sim and plan as --prices.
 --live shows a cloud provider's spot prices now, per type and zone, next to
 the catalog's on-demand and spot prices: aws asks EC2
 (DescribeSpotPriceHistory, with the SDK's credentials and region); local
-shows a local cloud catalog's (launcher cloudvm).`,
+shows what the running cloudvm scavd's local cloud offers now (or --catalog
+FILE's).`,
 		Example: `  scavctl prices
   scavctl prices --live --provider aws --region us-east-1 --zones us-east-1a,us-east-1b --types g4dn.12xlarge
   scavctl prices --live --provider local`,

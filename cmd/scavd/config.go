@@ -96,6 +96,8 @@ type cloudSettings struct {
 	Zones            []string      `yaml:"zones"`
 	Market           string        `yaml:"market"`
 	Region           string        `yaml:"region"`
+	Project          string        `yaml:"project"`
+	PublicIP         bool          `yaml:"public_ip"`
 	Subnets          []string      `yaml:"subnets"`
 	Image            string        `yaml:"image"`
 	Key              string        `yaml:"key"`
@@ -110,6 +112,7 @@ type cloudSettings struct {
 	IdleRelease      time.Duration `yaml:"idle_release"`
 	Blocklist        time.Duration `yaml:"blocklist"`
 	NoticeInterval   time.Duration `yaml:"notice_interval"`
+	OrphanTimeout    time.Duration `yaml:"orphan_timeout"`
 	Rebalance        bool          `yaml:"rebalance"`
 	ForwardTelemetry bool          `yaml:"forward_telemetry"`
 }

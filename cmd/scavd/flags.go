@@ -13,6 +13,7 @@ import (
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
 	"github.com/scavenger-ml/scavenger/launchers/slurm"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
@@ -114,20 +115,22 @@ func bindTelemetryFlags(f *pflag.FlagSet, t *telemetrySettings) {
 
 // bindCloudFlags registers the flags of the cloud: group.
 func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
-	f.StringVar(&c.Provider, "cloud-provider", "local", "launcher cloudvm: where instances come from: local (namespace machines on this host; root) or aws (EC2)")
+	f.StringVar(&c.Provider, "cloud-provider", "local", "launcher cloudvm: where instances come from: local (the local test and development cloud: namespace machines on this host; root), aws (EC2) or gce (Compute Engine)")
 	f.StringVar(&c.StateDir, "cloud-state-dir", "", "launcher cloudvm: the pools' keys and charges, and the local cloud (default <state-dir>/cloud)")
 	f.StringVar(&c.Catalog, "cloud-catalog", "", "launcher cloudvm: provider local: a local cloud catalog (types, prices) instead of the embedded one; aws: a price catalog extending the embedded one (on-demand prices)")
-	f.StringSliceVar(&c.Types, "cloud-types", []string{}, "launcher cloudvm: the instance types jobs may use, the first the default (default: every type of a local cloud; required for aws)")
-	f.StringSliceVar(&c.Zones, "cloud-zones", []string{}, "launcher cloudvm: the zones to use, in failover order (default: the provider's; required for aws)")
+	f.StringSliceVar(&c.Types, "cloud-types", []string{}, "launcher cloudvm: the instance types jobs may use, the first the default (default: every type of a local cloud; required for aws and gce)")
+	f.StringSliceVar(&c.Zones, "cloud-zones", []string{}, "launcher cloudvm: the zones to use, in failover order (default: the provider's; required for aws and gce)")
 	f.StringVar(&c.Market, "cloud-market", "on-demand", "launcher cloudvm: the market of a job that names none: on-demand or spot")
 	f.StringVar(&c.Region, "cloud-region", "", "launcher cloudvm, aws: the region (default: the SDK's, from AWS_REGION or the shared config)")
+	f.StringVar(&c.Project, "cloud-project", "", "launcher cloudvm, gce: the Google Cloud project; required for gce")
+	f.BoolVar(&c.PublicIP, "cloud-public-ip", false, "launcher cloudvm, gce: give each instance an external address and reach it there (this scavd outside the instances' network)")
 	f.StringArrayVar(&c.Subnets, "cloud-subnets", []string{}, "launcher cloudvm, aws: the subnet of a zone, zone=subnet-id (repeatable as --cloud-subnet; default: the zone's default subnet)")
-	f.StringVar(&c.Image, "cloud-image", "", "launcher cloudvm, aws: the AMI the instances boot (sshd, python and the training stack on it); required for aws")
+	f.StringVar(&c.Image, "cloud-image", "", "launcher cloudvm, aws and gce: the image the instances boot (an AMI; a GCE source image), with cloud-init, sshd, python and the training stack; required for aws and gce")
 	f.StringVar(&c.Key, "cloud-key", "", "launcher cloudvm, aws: an EC2 key pair to add to the instances (the launcher logs in with its own key)")
 	f.StringVar(&c.InstanceProfile, "cloud-instance-profile", "", "launcher cloudvm, aws: the IAM instance profile of the instances")
 	f.StringArrayVar(&c.SecurityGroups, "cloud-security-groups", []string{}, "launcher cloudvm, aws: a security group id of the instances; it must let this node reach their SSH port (repeatable as --cloud-security-group)")
-	f.StringVar(&c.Endpoint, "cloud-endpoint", "", "launcher cloudvm, aws: the EC2 endpoint URL (default: the region's)")
-	f.StringVar(&c.Metadata, "cloud-metadata", "", "launcher cloudvm, aws: the metadata service as the instances reach it (default http://169.254.169.254)")
+	f.StringVar(&c.Endpoint, "cloud-endpoint", "", "launcher cloudvm, aws and gce: the API's endpoint URL (default: the region's EC2 endpoint; compute.googleapis.com)")
+	f.StringVar(&c.Metadata, "cloud-metadata", "", "launcher cloudvm, aws and gce: the metadata service as the instances reach it (default http://169.254.169.254; http://metadata.google.internal)")
 	f.StringVar(&c.User, "cloud-user", "root", "launcher cloudvm: the login user on the instances (an AMI's default user, e.g. ubuntu, on aws)")
 	f.StringVar(&c.Owner, "cloud-owner", "", "launcher cloudvm: this scavd's name in the instances' owner tag; its instances of no running job are terminated (default: the host name and the state directory's name)")
 	f.IntVar(&c.MaxInstances, "cloud-max-instances", cloudvm.DefaultMaxInstances, "launcher cloudvm: the most instances one attempt may have")
@@ -135,6 +138,7 @@ func bindCloudFlags(f *pflag.FlagSet, c *cloudSettings) {
 	f.DurationVar(&c.IdleRelease, "cloud-idle-release", cloudvm.DefaultIdleRelease, "launcher cloudvm: a job's instances no attempt used for this long are terminated")
 	f.DurationVar(&c.Blocklist, "cloud-blocklist", cloudvm.DefaultBlocklist, "launcher cloudvm: how long a type, zone and market that had no capacity or was reclaimed is avoided")
 	f.DurationVar(&c.NoticeInterval, "cloud-notice-interval", notice.DefaultInterval, "launcher cloudvm: how often each spot instance's interruption notices are polled")
+	f.DurationVar(&c.OrphanTimeout, "cloud-orphan-timeout", provider.DefaultOrphanTimeout, "launcher cloudvm: an instance ends itself once no SSH connection of this scavd has been open for this long (its watchdog: the instances of a scavd gone for good do not run on)")
 	f.BoolVar(&c.Rebalance, "cloud-rebalance", false, "launcher cloudvm: also act on a spot instance's rebalance recommendation (an earlier warning than the interruption notice)")
 	f.BoolVar(&c.ForwardTelemetry, "cloud-forward-telemetry", true, "launcher cloudvm: forward the telemetry socket to each instance over SSH; =false when the instances share this node's filesystem")
 }

@@ -40,7 +40,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var flags settings
 	var config string
-	var checkConfig, checkStore bool
+	var checkConfig, checkStore, cloudCleanup bool
 	cmd := &cobra.Command{
 		Use:   "scavd",
 		Short: "Scavenger's node daemon",
@@ -63,7 +63,7 @@ SIGINT or SIGTERM stop it: running jobs get SIGTERM and their grace period
 (they checkpoint when they can); with --resume-jobs (the default) the next
 scavd on the same state directory resumes them from their checkpoints.
 Run under systemd (Type=notify) it reports readiness, status and watchdog pings.`,
-		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --check-store\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
+		Example:       "  scavd\n  scavd --config /etc/scavenger/scavd.yaml --check-config\n  scavd --check-store\n  scavd --state-dir /var/lib/scavenger --cloud-cleanup\n  scavd --listen 127.0.0.1:4233 --state-dir /var/lib/scavenger\n  scavd --nats nats://10.0.0.5:4222",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -76,6 +76,9 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 			if checkStore {
 				return checkStateStore(cmd.OutOrStdout(), l)
 			}
+			if cloudCleanup {
+				return cleanupCloud(cmd.Context(), cmd.OutOrStdout(), l)
+			}
 			return serve(cmd.Context(), l)
 		},
 	}
@@ -83,6 +86,7 @@ Run under systemd (Type=notify) it reports readiness, status and watchdog pings.
 	f.StringVar(&config, "config", "", "config file (default "+DefaultConfigFile+" when it exists; \"\" for none)")
 	f.BoolVar(&checkConfig, "check-config", false, "validate the settings, print the effective ones and exit: 0 valid, 1 not")
 	f.BoolVar(&checkStore, "check-store", false, "read every record of the store under the state directory, say what is damaged and what scavd would repair or restore at its start, and exit (changes nothing): 0 well, 1 not")
+	f.BoolVar(&cloudCleanup, "cloud-cleanup", false, "destroy the local clouds of this host that no scavd has open (this state directory's, and those left by a scavd or a test that stopped), with their instances, bridges, namespaces and cgroups, and exit")
 	bindFlags(f, &flags)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)

@@ -68,9 +68,9 @@ func (s settings) cloudOptions() builtin.CloudOptions {
 		dir = filepath.Join(s.StateDir, "cloud")
 	}
 	return builtin.CloudOptions{Provider: c.Provider, StateDir: dir, Catalog: c.Catalog, Types: c.Types, Zones: c.Zones, Market: c.Market,
-		Region: c.Region, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
+		Region: c.Region, Project: c.Project, PublicIP: c.PublicIP, Subnets: c.Subnets, Image: c.Image, Key: c.Key, InstanceProfile: c.InstanceProfile, SecurityGroups: c.SecurityGroups,
 		Endpoint: c.Endpoint, Metadata: c.Metadata, User: c.User, Owner: c.Owner, MaxInstances: c.MaxInstances, PoolLimit: c.PoolLimit, IdleRelease: c.IdleRelease,
-		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
+		Blocklist: c.Blocklist, NoticeInterval: c.NoticeInterval, OrphanTimeout: c.OrphanTimeout, Rebalance: c.Rebalance, NoTelemetryForward: !c.ForwardTelemetry}
 }
 
 // bound is a setting in units of 1<<shift bytes, in bytes (0: no bound,

@@ -118,6 +118,27 @@ func checkStateStore(w io.Writer, l loader) error {
 	return nil
 }
 
+// cleanupCloud destroys the local clouds no scavd has open (--cloud-cleanup)
+// and prints what it destroyed, one a line.
+func cleanupCloud(ctx context.Context, w io.Writer, l loader) error {
+	cfg, err := l.load()
+	if err != nil {
+		return invalidConfig(err)
+	}
+	log, _, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	done, err := builtin.CleanupCloud(ctx, cfg.cloudOptions(), log)
+	for _, d := range done {
+		fmt.Fprintln(w, "destroyed local cloud", d)
+	}
+	if len(done) == 0 && err == nil {
+		fmt.Fprintln(w, "no local cloud to destroy")
+	}
+	return err
+}
+
 // invalidConfig lists every problem, one a line.
 func invalidConfig(err error) error {
 	lines := strings.Split(err.Error(), "\n")

@@ -201,8 +201,11 @@ func (s settings) validateExposure() []fieldError {
 // validateCloud checks the cloud: group.
 func (s settings) validateCloud(bad func(key, format string, args ...any)) {
 	c := s.Cloud
-	if !slices.Contains([]string{"local", "aws"}, c.Provider) {
-		bad("cloud.provider", "%q: use local or aws", c.Provider)
+	if !slices.Contains([]string{"local", "aws", "gce"}, c.Provider) {
+		bad("cloud.provider", "%q: use local, aws or gce", c.Provider)
+	}
+	if c.Provider == "gce" && c.Project == "" {
+		bad("cloud.project", "provider gce needs the Google Cloud project")
 	}
 	if c.Market != "on-demand" && c.Market != "spot" {
 		bad("cloud.market", "%q: use on-demand or spot", c.Market)
@@ -213,7 +216,8 @@ func (s settings) validateCloud(bad func(key, format string, args ...any)) {
 	if c.PoolLimit < 0 || c.PoolLimit > 0 && c.PoolLimit < c.MaxInstances {
 		bad("cloud.pool_limit", "%d: 0, or at least max_instances (%d)", c.PoolLimit, c.MaxInstances)
 	}
-	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval} {
+	for key, d := range map[string]time.Duration{"cloud.idle_release": c.IdleRelease, "cloud.blocklist": c.Blocklist, "cloud.notice_interval": c.NoticeInterval,
+		"cloud.orphan_timeout": c.OrphanTimeout} {
 		if d <= 0 {
 			bad(key, "%s: must be positive", d)
 		}

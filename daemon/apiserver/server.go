@@ -56,9 +56,11 @@ type Options struct {
 	// Node names this daemon's node: requests about jobs of other nodes
 	// are forwarded to theirs.
 	Node string
-	// Info and Ingest describe the daemon (ping, stats).
+	// Info and Ingest describe the daemon (ping, stats); Offers is what its
+	// launcher offers now (nil: nothing).
 	Info   func() api.Info
 	Ingest func() api.IngestStats
+	Offers func(ctx context.Context) (api.Offers, error)
 	// Socket is the unix socket's path; Shared makes it writable by every
 	// local user (a root daemon, whose users are told apart by the kernel),
 	// else only the daemon's user can connect.

@@ -36,7 +36,21 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbAllocations: s.allocations,
 		api.VerbModels:      s.models,
 		api.VerbForgetModel: s.forgetModel,
+		api.VerbOffers:      s.offers,
 	}
+}
+
+// offers is what the daemon's launcher offers now: any identified caller
+// may read it (it is the same for all, and names no job).
+func (s *Server) offers(ctx context.Context, _ api.Owner, _ []byte) (any, error) {
+	if s.o.Offers == nil {
+		return api.Offers{}, nil
+	}
+	o, err := s.o.Offers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the launcher's offers: %w", err)
+	}
+	return o, nil
 }
 
 // routes is the API's handler.

@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -225,5 +227,33 @@ func TestVerbsHaveTheirTimeout(t *testing.T) {
 		if d <= tc.min || d > tc.max {
 			t.Errorf("%s: the registry had %s left, want (%s, %s]", tc.verb, d, tc.min, tc.max)
 		}
+	}
+}
+
+// TestOffers: any identified caller reads what the launcher offers now; a
+// launcher that fails says so; a daemon without offers answers none.
+func TestOffers(t *testing.T) {
+	offers := api.Offers{Launcher: "cloudvm", MaxWorkers: 8, Offers: []plugins.Offer{{Type: "loc.half", Slots: 1, OnDemandUSD: 0.1, SpotUSD: 0.04, MinimumBillS: 60}}}
+	fail := false
+	f := newFixture(t, func(o *Options) {
+		o.Offers = func(context.Context) (api.Offers, error) {
+			if fail {
+				return api.Offers{}, errors.New("provider down")
+			}
+			return offers, nil
+		}
+	})
+	for _, who := range []api.Owner{alice, root} {
+		got, err := f.as(t, who).Offers(t.Context())
+		if err != nil || got.Launcher != "cloudvm" || len(got.Offers) != 1 || got.Offers[0] != offers.Offers[0] {
+			t.Errorf("%s: offers %+v, %v", who.User, got, err)
+		}
+	}
+	fail = true
+	if _, err := f.as(t, alice).Offers(t.Context()); err == nil || !strings.Contains(err.Error(), "provider down") {
+		t.Errorf("a failing launcher: %v", err)
+	}
+	if got, err := newFixture(t, nil).as(t, bob).Offers(t.Context()); err != nil || len(got.Offers) != 0 {
+		t.Errorf("no offers: %+v, %v", got, err)
 	}
 }

@@ -68,12 +68,7 @@ func (cs *cloudSpace) spent(float64) (float64, bool) {
 	}
 	now, usd := cs.now(), 0.0
 	for _, c := range cs.charges {
-		life := c.Seconds(now)
-		billed := life
-		if c.End != nil {
-			billed = c.Billed(life) // the rounding and the minimum of an ended machine
-		}
-		usd += c.USD(billed)
+		usd += c.CostUSD(now) // with the rounding and the minimum of an ended machine
 	}
 	return usd, true
 }

@@ -83,14 +83,21 @@ type Controller struct {
 	// configuration the job was asked to start at.
 	store jobStore
 	start plugins.Config
+
+	opt     api.Optimize // the job's limits (limits.go)
+	created time.Time    // when the job was submitted
+	stopped bool         // a stop verdict was handed: once
 }
 
 // Verdict is a decision the controller hands the runner. When the decision
 // moves the job, Reply (buffered) says how the move went: nil once the
-// workers have checkpointed and exited.
+// workers have checkpointed and exited. A verdict with Stop set stops the
+// job instead (a limit is reached: limits.go): the workers checkpoint and
+// the job ends stopped, Stop saying why.
 type Verdict struct {
 	Decision api.Decision
 	Reply    chan error
+	Stop     string
 }
 
 // New builds the controller of job j, which follows the job through job and
@@ -127,7 +134,7 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	c := &Controller{
 		job: job, cloud: cloud, store: store, start: j.Config,
 		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
-		log: log.With(zap.String("policy", pol.Name())),
+		log: log.With(zap.String("policy", pol.Name())), opt: j.Optimize, created: j.Created,
 		candidateOf: func(cfg plugins.Config) predict.Candidate {
 			return predict.Candidate{Type: typ, Nodes: 1, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
 		},
@@ -181,6 +188,14 @@ func (c *Controller) Run(ctx context.Context) {
 			attempt = now
 			rechosen = c.attemptStarted(attempt, cfg, last.To)
 		}
+		if why := c.limit(); why != "" {
+			select {
+			case c.verdicts <- Verdict{Stop: why}:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
 		dec, ok := c.observe(rec, cfg)
 		if rechosen.Reason != "" {
 			dec, ok = rechosen, true // the first step of an attempt is no report's
@@ -207,6 +222,24 @@ func (c *Controller) Run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// limit is the reason to stop the job now that one of its limits is
+// reached, the first time it is; "" otherwise.
+func (c *Controller) limit() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ""
+	}
+	var spent float64
+	var known bool
+	if c.cloud != nil {
+		spent, known = c.cloud.spent(0)
+	}
+	why := limitReached(c.opt, spent, known, time.Since(c.created))
+	c.stopped = why != ""
+	return why
 }
 
 // left reports whether attempt is the one being left.

@@ -60,6 +60,17 @@ type outcome struct {
 	// that turned NaN (--on-nan stop). See health.go.
 	stalled time.Duration
 	nanStop bool
+	// limit: the controller stopped the job, a limit of it being reached
+	// (why); empty for a stop on request.
+	limit string
+}
+
+// stopCause says why the attempt was stopped.
+func (o outcome) stopCause() string {
+	if o.limit != "" {
+		return "because " + o.limit
+	}
+	return "on request"
 }
 
 // watch is one attempt's watch: the state the runner keeps while it waits
@@ -237,6 +248,14 @@ func (w *watch) move(m moveReq) error {
 // verdict records a decision of the job's controller and, when it names
 // another configuration, moves the job there.
 func (w *watch) verdict(v control.Verdict) {
+	if v.Stop != "" { // a limit is reached: checkpoint and stop
+		w.r.log.Info("stopping: a limit of the job is reached", zap.String("why", v.Stop))
+		if !w.out.stopped {
+			w.out.limit = v.Stop
+		}
+		w.stop(w.grace)
+		return
+	}
 	j, dec := &w.r.rec.job, v.Decision
 	addDecision(j, dec)
 	w.r.save(w.kill)

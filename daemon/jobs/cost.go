@@ -40,16 +40,17 @@ func attemptCost(cs []plugins.Charge, from, to, now time.Time) api.Cost {
 			hi = to
 		}
 		s := math.Max(hi.Sub(lo).Seconds(), 0)
-		billed := s
+		billed, usd := s, c.USDBetween(lo, hi) // at the prices in effect (a spot price moves)
 		if c.End != nil && (from.IsZero() || c.End.After(from)) && (to.IsZero() || !c.End.After(to)) {
 			life := c.Seconds(now)
-			billed += c.Billed(life) - life // the rounding and the minimum
+			billed += c.Billed(life) - life // the rounding and the minimum, at the last price
+			usd += (c.Billed(life) - life) / 3600 * c.PriceAt(*c.End)
 		}
 		if billed <= 0 {
 			continue
 		}
 		ic := api.InstanceCost{ID: c.Instance, Type: c.Type, Zone: c.Zone, Market: c.Market, USDPerHour: c.USDPerHour,
-			Seconds: s, BilledSeconds: billed, USD: c.USD(billed)}
+			Seconds: s, BilledSeconds: billed, USD: usd}
 		out.Instances = append(out.Instances, ic)
 		out.InstanceSeconds += s
 		out.BilledSeconds += billed
@@ -60,12 +61,14 @@ func attemptCost(cs []plugins.Charge, from, to, now time.Time) api.Cost {
 
 // jobCosts sets the cost of every attempt of j and of j from cs at now;
 // final: the job has ended and its machines with it, so the last attempt
-// owns everything after the one before it.
+// owns everything after the one before it. The job's cost is every
+// machine's, those of the starts that failed included (a job whose only
+// start failed has no attempt, and its machines still cost).
 func jobCosts(j *api.Job, cs []plugins.Charge, now time.Time, final bool) {
 	if len(cs) == 0 {
 		return
 	}
-	total := api.Cost{}
+	total := attemptCost(cs, time.Time{}, time.Time{}, now)
 	for k := range j.Attempts {
 		a := &j.Attempts[k]
 		var from, to time.Time
@@ -77,7 +80,6 @@ func jobCosts(j *api.Job, cs []plugins.Charge, now time.Time, final bool) {
 		}
 		c := attemptCost(cs, from, to, now)
 		a.Cost = &c
-		total.Add(c)
 	}
 	j.Cost = &total
 }

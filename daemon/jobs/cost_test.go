@@ -58,3 +58,29 @@ func TestJobCosts(t *testing.T) {
 		t.Errorf("last attempt: %g s billed, want %g", got, w)
 	}
 }
+
+// TestJobCostsCountEveryMachine: a start that failed — its instance came
+// up dead and was released — leaves a job with no attempt, or with
+// machines after its last attempt; their charges are still the job's cost,
+// and the record names their instances (before, a job without attempts
+// showed $0 and no instance while charges.json billed them).
+func TestJobCostsCountEveryMachine(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0).UTC()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	end := func(s float64) *time.Time { e := at(s); return &e }
+	failed := plugins.Charge{Instance: "i-dead", USDPerHour: 3.6, Granularity: time.Second, Minimum: time.Minute, Start: at(0), End: end(300)}
+	var j api.Job
+	jobCosts(&j, []plugins.Charge{failed}, at(400), true)
+	if j.Cost == nil || math.Abs(j.Cost.USD-0.3) > 1e-9 || len(j.Cost.Instances) != 1 || j.Cost.Instances[0].ID != "i-dead" {
+		t.Fatalf("a job whose only start failed: cost %+v, want $0.30 for i-dead's 300 s", j.Cost)
+	}
+	// An attempt ran and ended at 100; a relaunch's instance died at once
+	// (110 to 115, billed 60 s) while the job still runs.
+	j = api.Job{Attempts: []api.Attempt{{Attempt: 1, Ended: end(100)}}}
+	first := plugins.Charge{Instance: "i-1", USDPerHour: 3.6, Granularity: time.Second, Minimum: time.Minute, Start: at(0), End: end(100)}
+	relaunch := plugins.Charge{Instance: "i-2", USDPerHour: 3.6, Granularity: time.Second, Minimum: time.Minute, Start: at(110), End: end(115)}
+	jobCosts(&j, []plugins.Charge{first, relaunch}, at(120), false)
+	if math.Abs(j.Cost.BilledSeconds-160) > 1e-6 || len(j.Cost.Instances) != 2 {
+		t.Fatalf("job cost %+v: want both instances, 100 + 60 s billed", j.Cost)
+	}
+}

@@ -213,14 +213,14 @@ func (r *runner) concludeExit(out outcome) ending {
 	switch {
 	case stopped && out.acked && !out.killed:
 		e.state, e.code = api.StateStopped, exitStopped
-		e.msg = fmt.Sprintf("stopped on request after checkpointing step %d", out.lastStep)
+		e.msg = fmt.Sprintf("stopped %s after checkpointing step %d", out.stopCause(), out.lastStep)
 		e.resume = &api.ResumePoint{Checkpoint: out.restore, Step: out.lastStep}
 	case stopped:
 		e.state, e.code = api.StateStopped, exitStopped
-		e.msg = fmt.Sprintf("stopped on request at step %d", r.prog.now().LastStep)
+		e.msg = fmt.Sprintf("stopped %s at step %d", out.stopCause(), r.prog.now().LastStep)
 		if out.killed {
 			e.code = exitKilled
-			e.msg = fmt.Sprintf("killed on request at step %d, before it had checkpointed", r.prog.now().LastStep)
+			e.msg = fmt.Sprintf("killed %s at step %d, before it had checkpointed", out.stopCause(), r.prog.now().LastStep)
 		}
 		if out.restore != "" {
 			e.msg += fmt.Sprintf("; its last complete checkpoint is of step %d", out.lastStep)

@@ -86,7 +86,15 @@ func (e *Emulator) runInstances(ctx context.Context, f url.Values) (any, *apiErr
 		return runInstancesResponse{Xmlns: xmlns, RequestID: newID("req-"), reservationXML: resp}, nil
 	}
 	full := slices.Contains(e.faults.NoCapacity, zone)
+	refused := e.faults.Refuse[market]
 	e.mu.Unlock()
+	if refused != "" {
+		msg, ok := quotaMessages[refused]
+		if !ok {
+			msg = "refused (emulated)"
+		}
+		return nil, &apiError{http.StatusBadRequest, refused, msg}
+	}
 	if full {
 		return nil, &apiError{http.StatusInternalServerError, "InsufficientInstanceCapacity",
 			fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s). (emulated)", typ, zone)}
@@ -255,13 +263,20 @@ func (e *Emulator) sortedLocked() []*instance {
 func (e *Emulator) terminateInstances(ctx context.Context, f url.Values) (any, *apiError) {
 	ids := list(f, "InstanceId")
 	e.mu.Lock()
+	var unknown []string
 	for _, id := range ids {
 		if e.insts[id] == nil {
-			e.mu.Unlock()
-			return nil, &apiError{http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id)}
+			unknown = append(unknown, id)
 		}
 	}
 	e.mu.Unlock()
+	switch len(unknown) { // the whole batch is refused, as EC2 does
+	case 0:
+	case 1:
+		return nil, &apiError{http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", unknown[0])}
+	default:
+		return nil, &apiError{http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance IDs '%s' do not exist", strings.Join(unknown, ", "))}
+	}
 	if err := e.o.Backend.Terminate(ctx, ids); err != nil {
 		return nil, &apiError{http.StatusInternalServerError, "InternalError", err.Error()}
 	}
@@ -278,6 +293,9 @@ func (e *Emulator) terminateInstances(ctx context.Context, f url.Values) (any, *
 	return resp, nil
 }
 
+// describeSpotPriceHistory answers the prices in effect between StartTime
+// and EndTime (default: now), each from when it was set, newest first, as
+// EC2 does: the price in effect at StartTime comes with the changes after it.
 func (e *Emulator) describeSpotPriceHistory(f url.Values) (any, *apiError) {
 	types := list(f, "InstanceType")
 	if len(types) == 0 {
@@ -286,17 +304,41 @@ func (e *Emulator) describeSpotPriceHistory(f url.Values) (any, *apiError) {
 		}
 		slices.Sort(types)
 	}
+	now := time.Now().UTC()
+	from, to := now, now
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"StartTime", &from}, {"EndTime", &to}} {
+		if v := f.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return nil, &apiError{http.StatusBadRequest, "InvalidParameterValue", fmt.Sprintf("%s %q is not an ISO 8601 time.", p.name, v)}
+			}
+			*p.t = t
+		}
+	}
 	zone := f.Get("AvailabilityZone")
 	resp := describeSpotPriceHistoryResponse{Xmlns: xmlns, RequestID: newID("req-")}
-	now := isoTime(time.Now())
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, t := range types {
 		for _, z := range e.o.Zones {
-			p, ok := e.o.SpotPrices[t][z]
-			if !ok || zone != "" && z != zone {
+			pts := e.spot[[2]string{t, z}]
+			if len(pts) == 0 || zone != "" && z != zone {
 				continue
 			}
-			resp.Prices = append(resp.Prices, spotPriceXML{InstanceType: t, ProductDescription: "Linux/UNIX",
-				SpotPrice: strconv.FormatFloat(p, 'f', 6, 64), Timestamp: now, AvailabilityZone: z})
+			for i := len(pts) - 1; i >= 0; i-- {
+				p := pts[i]
+				if p.at.After(to) {
+					continue
+				}
+				resp.Prices = append(resp.Prices, spotPriceXML{InstanceType: t, ProductDescription: "Linux/UNIX",
+					SpotPrice: strconv.FormatFloat(p.usd, 'f', 6, 64), Timestamp: isoTime(p.at), AvailabilityZone: z})
+				if !p.at.After(from) {
+					break // the price in effect at StartTime
+				}
+			}
 		}
 	}
 	return resp, nil

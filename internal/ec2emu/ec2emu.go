@@ -19,9 +19,14 @@
 // workers. An instance is pending until its sshd answers, then running.
 //
 // Faults can be injected (Faults): InsufficientInstanceCapacity in chosen
-// zones, RequestLimitExceeded for the next n requests, and
-// InvalidInstanceID.NotFound for instances described right after their
-// launch, as EC2's eventual consistency does.
+// zones, RequestLimitExceeded for the next n requests (or the next n
+// DescribeInstances by id, the running waiter's), the quota errors a new
+// account meets (VcpuLimitExceeded, InstanceLimitExceeded,
+// MaxSpotInstanceCountExceeded) per market, and InvalidInstanceID.NotFound
+// for instances described right after their launch, as EC2's eventual
+// consistency does. TerminateInstances refuses a whole batch that names an
+// unknown instance, as EC2 does. Spot prices have a history (SetSpotPrice),
+// which DescribeSpotPriceHistory answers over its StartTime and EndTime.
 package ec2emu
 
 import (
@@ -47,7 +52,8 @@ type Options struct {
 	// backend's zones are used in the same order (zone i is backend zone i).
 	Zones, BackendZones []string
 	// SpotPrices are $/hour by instance type and zone, as
-	// DescribeSpotPriceHistory reports them.
+	// DescribeSpotPriceHistory reports them, from New on (SetSpotPrice
+	// changes them).
 	SpotPrices map[string]map[string]float64
 }
 
@@ -59,9 +65,29 @@ type Faults struct {
 	// Throttle fails the next Throttle requests, of any action, with
 	// RequestLimitExceeded.
 	Throttle int
+	// ThrottleWait fails the next ThrottleWait DescribeInstances that name
+	// instance ids (the running waiter's) with RequestLimitExceeded.
+	ThrottleWait int
+	// Refuse maps a market ("spot", "on-demand") to the error code every
+	// RunInstances in it fails with: a quota error such as
+	// VcpuLimitExceeded, InstanceLimitExceeded or MaxSpotInstanceCountExceeded.
+	Refuse map[string]string
 	// NotFoundFor answers InvalidInstanceID.NotFound when an instance is
 	// described by id within this long of its launch.
 	NotFoundFor time.Duration
+}
+
+// quotaMessages are EC2's messages of the quota errors Refuse can inject.
+var quotaMessages = map[string]string{
+	"VcpuLimitExceeded":            "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance bucket that the specified instance type belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit. (emulated)",
+	"InstanceLimitExceeded":        "You have requested more instances (1) than your current instance limit of 0 allows for the specified instance type. (emulated)",
+	"MaxSpotInstanceCountExceeded": "Max spot instance count exceeded (emulated)",
+}
+
+// spotPoint is a spot price from a time on.
+type spotPoint struct {
+	at  time.Time
+	usd float64
 }
 
 // Emulator is the emulated EC2 endpoint.
@@ -70,9 +96,10 @@ type Emulator struct {
 
 	mu     sync.Mutex
 	faults Faults
-	insts  map[string]*instance // by instance id
-	tokens map[string][]string  // client token -> instance ids
-	calls  map[string]int       // requests by action
+	insts  map[string]*instance      // by instance id
+	tokens map[string][]string       // client token -> instance ids
+	calls  map[string]int            // requests by action
+	spot   map[[2]string][]spotPoint // by type and zone, oldest first
 }
 
 // instance is an emulated instance.
@@ -89,7 +116,22 @@ func New(o Options) (*Emulator, error) {
 	if o.Backend == nil || len(o.Types) == 0 || len(o.Zones) == 0 || len(o.Zones) != len(o.BackendZones) {
 		return nil, fmt.Errorf("new EC2 emulator: want a backend, types, and as many zones as backend zones: %+v", o)
 	}
-	return &Emulator{o: o, insts: map[string]*instance{}, tokens: map[string][]string{}, calls: map[string]int{}}, nil
+	e := &Emulator{o: o, insts: map[string]*instance{}, tokens: map[string][]string{}, calls: map[string]int{}, spot: map[[2]string][]spotPoint{}}
+	start := time.Now().Add(-time.Hour) // the prices were in effect before the emulation began
+	for typ, zones := range o.SpotPrices {
+		for zone, usd := range zones {
+			e.spot[[2]string{typ, zone}] = []spotPoint{{start, usd}}
+		}
+	}
+	return e, nil
+}
+
+// SetSpotPrice changes the spot price of typ in zone from now on.
+func (e *Emulator) SetSpotPrice(typ, zone string, usd float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := [2]string{typ, zone}
+	e.spot[k] = append(e.spot[k], spotPoint{time.Now().UTC(), usd})
 }
 
 // SetFaults sets the faults to inject from now on.
@@ -130,6 +172,10 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	throttled := e.faults.Throttle > 0
 	if throttled {
 		e.faults.Throttle--
+	}
+	if !throttled && action == "DescribeInstances" && len(list(r.Form, "InstanceId")) > 0 && e.faults.ThrottleWait > 0 {
+		throttled = true
+		e.faults.ThrottleWait--
 	}
 	e.mu.Unlock()
 	if throttled {

@@ -5,7 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +57,37 @@ func (f *fakeBackend) Ended(id string) time.Time {
 	return f.ended[id]
 }
 
+// serve serves an emulation of c6i.large (the fake backend's "small") in
+// the zones of spot (z-a, z-b: the backend's a, b) at those spot prices,
+// and returns it, its backend and an SDK client pointed at it.
+func serve(t *testing.T, spot map[string]float64) (*Emulator, *fakeBackend, *ec2.Client) {
+	t.Helper()
+	back := &fakeBackend{ended: map[string]time.Time{}}
+	zones := slices.Sorted(maps.Keys(spot))
+	var backZones []string
+	for _, z := range zones {
+		backZones = append(backZones, strings.TrimPrefix(z, "z-"))
+	}
+	e, err := New(Options{Backend: back, Types: map[string]string{"c6i.large": "small"}, Zones: zones, BackendZones: backZones,
+		SpotPrices: map[string]map[string]float64{"c6i.large": spot}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return e, back, ec2.New(ec2.Options{BaseEndpoint: aws.String(srv.URL), Region: "us-east-1", Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "secret", "")})
+}
+
+// apiCode is the EC2 error code of err, or err as text.
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return fmt.Sprint(err)
+}
+
 const userData = "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAAA client\nssh_keys:\n  ed25519_private: |\n    -----BEGIN OPENSSH PRIVATE KEY-----\n    abc\n    -----END OPENSSH PRIVATE KEY-----\n  ed25519_public: ssh-ed25519 BBBB host\n"
 
 // TestWithTheSDK drives the emulation with the real AWS SDK: a spot
@@ -61,16 +95,7 @@ const userData = "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAAA clie
 // instances), the emulated faults, tag and state filters, termination and
 // spot prices — the SDK's deserialisers accept every answer.
 func TestWithTheSDK(t *testing.T) {
-	back := &fakeBackend{ended: map[string]time.Time{}}
-	e, err := New(Options{Backend: back, Types: map[string]string{"c6i.large": "small"}, Zones: []string{"z-a", "z-b"}, BackendZones: []string{"a", "b"},
-		SpotPrices: map[string]map[string]float64{"c6i.large": {"z-a": 0.03, "z-b": 0.04}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	c := ec2.New(ec2.Options{BaseEndpoint: aws.String(srv.URL), Region: "us-east-1", Retryer: aws.NopRetryer{},
-		Credentials: credentials.NewStaticCredentialsProvider("AKID", "secret", "")})
+	e, back, c := serve(t, map[string]float64{"z-a": 0.03, "z-b": 0.04})
 	ctx := context.Background()
 	in := &ec2.RunInstancesInput{ImageId: aws.String("ami-1"), InstanceType: "c6i.large", MinCount: aws.Int32(2), MaxCount: aws.Int32(2),
 		ClientToken: aws.String("tok"), Placement: &types.Placement{AvailabilityZone: aws.String("z-b")},
@@ -87,13 +112,6 @@ func TestWithTheSDK(t *testing.T) {
 	}
 	if r := back.reqs[0]; r.Zone != "b" || r.Market != cloudemu.Spot || r.Tags["job"] != "j" || r.Keys.HostKeyPublic != "ssh-ed25519 BBBB host" {
 		t.Errorf("backend request %+v", r)
-	}
-	apiCode := func(err error) string {
-		var ae smithy.APIError
-		if errors.As(err, &ae) {
-			return ae.ErrorCode()
-		}
-		return fmt.Sprint(err)
 	}
 	e.SetFaults(Faults{NoCapacity: []string{"z-a"}, Throttle: 1, NotFoundFor: time.Hour})
 	if _, err := c.DescribeSpotPriceHistory(ctx, &ec2.DescribeSpotPriceHistoryInput{}); apiCode(err) != "RequestLimitExceeded" {
@@ -126,5 +144,63 @@ func TestWithTheSDK(t *testing.T) {
 	}
 	if _, err := c.RebootInstances(ctx, &ec2.RebootInstancesInput{InstanceIds: ids}); apiCode(err) != "InvalidAction" {
 		t.Errorf("an action the emulation does not answer: %v", err)
+	}
+}
+
+// TestQuotasBatchesAndHistory checks the faults a new account meets (a
+// quota error per market), the running waiter's throttling, a
+// TerminateInstances batch with unknown ids refused whole with EC2's
+// message, and the spot price history over a window.
+func TestQuotasBatchesAndHistory(t *testing.T) {
+	e, back, c := serve(t, map[string]float64{"z-a": 0.03})
+	ctx := context.Background()
+	apiMsg := func(err error) string { // the code and the message
+		var ae smithy.APIError
+		if errors.As(err, &ae) {
+			return ae.ErrorCode() + ": " + ae.ErrorMessage()
+		}
+		return fmt.Sprint(err)
+	}
+	run := func(market types.MarketType) (*ec2.RunInstancesOutput, error) {
+		in := &ec2.RunInstancesInput{ImageId: aws.String("ami-1"), InstanceType: "c6i.large", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
+			Placement: &types.Placement{AvailabilityZone: aws.String("z-a")}, UserData: aws.String(base64.StdEncoding.EncodeToString([]byte(userData)))}
+		if market == types.MarketTypeSpot {
+			in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: market}
+		}
+		return c.RunInstances(ctx, in)
+	}
+	e.SetFaults(Faults{Refuse: map[string]string{"spot": "MaxSpotInstanceCountExceeded"}})
+	if _, err := run(types.MarketTypeSpot); !strings.HasPrefix(apiMsg(err), "MaxSpotInstanceCountExceeded: ") {
+		t.Errorf("spot refused: %v", apiMsg(err))
+	}
+	out, err := run("")
+	if err != nil {
+		t.Fatalf("on demand is not refused: %v", err)
+	}
+	id := aws.ToString(out.Instances[0].InstanceId)
+	e.SetFaults(Faults{ThrottleWait: 1})
+	if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{}); err != nil {
+		t.Errorf("a describe by filter is not the waiter's: %v", err)
+	}
+	if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}}); !strings.HasPrefix(apiMsg(err), "RequestLimitExceeded") {
+		t.Errorf("the waiter's describe: %v", apiMsg(err))
+	}
+	_, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id, "i-0000000000000dead", "i-0000000000000beef"}})
+	if got := apiMsg(err); got != "InvalidInstanceID.NotFound: The instance IDs 'i-0000000000000dead, i-0000000000000beef' do not exist" {
+		t.Errorf("a batch with unknown ids: %s", got)
+	}
+	if !back.Ended(id).IsZero() {
+		t.Error("a refused batch terminated its known instance")
+	}
+	before := time.Now().UTC()
+	time.Sleep(5 * time.Millisecond)
+	e.SetSpotPrice("c6i.large", "z-a", 0.05)
+	sp, err := c.DescribeSpotPriceHistory(ctx, &ec2.DescribeSpotPriceHistoryInput{InstanceTypes: []types.InstanceType{"c6i.large"}, StartTime: aws.Time(before)})
+	var got []string
+	for _, p := range sp.SpotPriceHistory {
+		got = append(got, aws.ToString(p.SpotPrice))
+	}
+	if err != nil || strings.Join(got, " ") != "0.050000 0.030000" {
+		t.Errorf("history since before the change: %v, %v; want the new price and the one in effect at the start", got, err)
 	}
 }

@@ -24,26 +24,39 @@ var geteuid = os.Geteuid
 // sshdPath is the sshd binary machines run as their init.
 const sshdPath = "/usr/sbin/sshd"
 
-// Check reports, wrapping ErrUnavailable, why this machine cannot make
-// namespace machines; nil when it can (as far as can be told without making one).
+// sshdPrivsep is sshd's privilege separation directory: sshd exits at
+// once without it (systemd's ssh.service makes it; a host that runs no
+// sshd service may not have it).
+var sshdPrivsep = "/run/sshd"
+
+// Check reports, wrapping ErrUnavailable, everything that keeps this
+// machine from making namespace machines, in one message with the fix of
+// each; nil when it can (as far as can be told without making one).
 func Check(isolated bool) error {
+	var missing []string
 	if uid := geteuid(); uid != 0 {
-		return fmt.Errorf("%w: it needs root (uid %d): network namespaces, veths and cgroups are root's", ErrUnavailable, uid)
+		missing = append(missing, fmt.Sprintf("it needs root (uid %d): network namespaces, veths and cgroups are root's", uid))
 	}
-	for _, p := range []string{"ip", "unshare"} {
-		if _, err := exec.LookPath(p); err != nil {
-			return fmt.Errorf("%w: %s is missing (apt-get install -y iproute2 util-linux): %v", ErrUnavailable, p, err)
+	for _, p := range []struct{ tool, pkg string }{{"ip", "iproute2"}, {"unshare", "util-linux"}, {"mount", "mount"}, {"hostname", "hostname"}} {
+		if _, err := exec.LookPath(p.tool); err != nil {
+			missing = append(missing, fmt.Sprintf("%s is missing (apt-get install -y %s)", p.tool, p.pkg))
 		}
 	}
 	if _, err := os.Stat(sshdPath); err != nil {
-		return fmt.Errorf("%w: %s is missing (apt-get install -y openssh-server): %v", ErrUnavailable, sshdPath, err)
+		missing = append(missing, fmt.Sprintf("%s is missing (apt-get install -y openssh-server)", sshdPath))
+	}
+	if st, err := os.Stat(sshdPrivsep); err != nil || !st.IsDir() {
+		missing = append(missing, fmt.Sprintf("%s is missing (mkdir -p -m 0755 %s): sshd, the machines' init, exits at once without its privilege separation directory", sshdPrivsep, sshdPrivsep))
 	}
 	if isolated {
 		for _, c := range controllers {
 			if _, err := os.Stat(cgroupRoot + "/" + c + "/cgroup.procs"); err != nil {
-				return fmt.Errorf("%w: cgroup v1 controller %s is not mounted at %s/%s: %v", ErrUnavailable, c, cgroupRoot, c, err)
+				missing = append(missing, fmt.Sprintf("cgroup v1 controller %s is not mounted at %s/%s", c, cgroupRoot, c))
 			}
 		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(missing, "; "))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroupRoot is where the cgroup-v1 hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the cgroup-v1 hierarchies are mounted (a variable
+// for the tests).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // controllers are the cgroup-v1 controllers an isolated machine is put in:
 // cpu for its quota, memory for its limit, cpuacct for the CPU time it
@@ -133,4 +135,36 @@ func CgroupExists(rel string) bool {
 		}
 	}
 	return false
+}
+
+// RemoveCgroupTree kills every process in cgroup rel and the cgroups
+// under it, in every controller, and removes them all: what is left of
+// machines whose records are lost.
+func RemoveCgroupTree(rel string) error {
+	if rel == "" || strings.Contains(rel, "..") {
+		return fmt.Errorf("cgroup %q: want a relative path", rel)
+	}
+	var subs []string
+	_ = filepath.WalkDir(cgroupDir("freezer", rel), func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			sub, _ := filepath.Rel(cgroupDir("freezer", ""), path)
+			subs = append(subs, sub)
+		}
+		return nil
+	})
+	for _, c := range controllers { // the other controllers may hold cgroups the freezer lost
+		_ = filepath.WalkDir(cgroupDir(c, rel), func(path string, d os.DirEntry, err error) error {
+			if sub, _ := filepath.Rel(cgroupDir(c, ""), path); err == nil && d.IsDir() && !slices.Contains(subs, sub) {
+				subs = append(subs, sub)
+			}
+			return nil
+		})
+	}
+	slices.SortStableFunc(subs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") }) // the deepest first
+	var errs []error
+	for _, sub := range subs {
+		killCgroup(sub)
+		errs = append(errs, removeCgroups(sub, 2*time.Second))
+	}
+	return errors.Join(errs...)
 }

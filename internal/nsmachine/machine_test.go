@@ -141,3 +141,28 @@ func TestWithoutRoot(t *testing.T) {
 		t.Fatalf("Check as uid 1000 = %v", err)
 	}
 }
+
+// TestCheckNamesAllThatIsMissing: Check names every missing piece in one
+// message, with the fix of each: root, the tools, sshd's privilege
+// separation directory (sshd exits at once without it) and the cgroup
+// controllers.
+func TestCheckNamesAllThatIsMissing(t *testing.T) {
+	defer func(f func() int, p, r string) { geteuid, sshdPrivsep, cgroupRoot = f, p, r }(geteuid, sshdPrivsep, cgroupRoot)
+	geteuid = func() int { return 1000 }
+	sshdPrivsep = filepath.Join(t.TempDir(), "run", "sshd")
+	cgroupRoot = t.TempDir()
+	t.Setenv("PATH", t.TempDir())
+	err := Check(true)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Check = %v, want ErrUnavailable", err)
+	}
+	for _, want := range []string{"needs root (uid 1000)", "ip is missing", "unshare is missing", sshdPrivsep + " is missing (mkdir -p -m 0755 " + sshdPrivsep,
+		"cgroup v1 controller cpu is not mounted", "cgroup v1 controller freezer is not mounted"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v\nwant it to name %q", err, want)
+		}
+	}
+	if strings.Count(err.Error(), ErrUnavailable.Error()) != 1 {
+		t.Errorf("one message, not one per problem: %v", err)
+	}
+}

@@ -4,7 +4,8 @@
 // plugin binary by path and checksum, or, for a daemon scavctl starts
 // itself, the one its environment calls for.
 //
-// The cloudvm launcher opens one provider (cloud.go): aws (EC2), or local,
+// The cloudvm launcher opens one provider (cloud.go): aws (EC2), gce
+// (Compute Engine), or local,
 // the local test and development cloud (launchers/cloudvm/localcloud:
 // namespace machines on this host, root only; nothing is paid). The local
 // cloud is linked in as one provider among others, so that a laptop or CI

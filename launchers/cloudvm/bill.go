@@ -45,14 +45,112 @@ func (p *pool) saveChargesLocked() {
 	}
 }
 
-// endCharge ends the open charge of instance id in cs at t.
-func endCharge(cs []plugins.Charge, id string, t time.Time) {
+// endCharge ends the open charge of instance id in cs at t, with the
+// prices it was billed at when settled knows them.
+func endCharge(cs []plugins.Charge, id string, t time.Time, settled map[string]plugins.Charge) {
 	for i := range cs {
 		if cs[i].Instance == id && cs[i].End == nil {
 			cs[i].End = &t
+			if s, ok := settled[id]; ok {
+				cs[i].USDPerHour, cs[i].Prices = s.USDPerHour, s.Prices
+			}
 			return
 		}
 	}
+}
+
+// openCharges are the charges of cs still running for the instances ids.
+func openCharges(cs []plugins.Charge, ids []string) []plugins.Charge {
+	var out []plugins.Charge
+	for _, c := range cs {
+		if c.End == nil && slices.Contains(ids, c.Instance) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// settlePrices returns, by instance, the spot charges of cs ending at end
+// with the prices in effect over their lives, from the provider's spot
+// price history (where it keeps one; without it, or when it cannot be
+// read, a charge keeps the prices the launcher saw while it ran).
+func (l *Launcher) settlePrices(ctx context.Context, cs []plugins.Charge, end time.Time) map[string]plugins.Charge {
+	ph, ok := l.o.Provider.(provider.PriceHistorian)
+	if !ok {
+		return nil
+	}
+	out := map[string]plugins.Charge{}
+	for _, c := range cs {
+		if c.Market != provider.Spot {
+			continue
+		}
+		hist, err := retry(ctx, l, "spot price history", func() ([]provider.Price, error) { return ph.SpotPriceHistory(ctx, c.Type, c.Zone, c.Start, end) })
+		if err != nil || len(hist) == 0 {
+			l.log.Warn("spot price history: billing at the prices seen", zap.String("instance", c.Instance), zap.Error(err))
+			continue
+		}
+		c.USDPerHour, c.Prices = pricesOver(hist, c.Start)
+		out[c.Instance] = c
+	}
+	return out
+}
+
+// pricesOver is the price in effect at start among hist (oldest first; the
+// first one when none is that old) and its changes after start.
+func pricesOver(hist []provider.Price, start time.Time) (float64, []plugins.PriceChange) {
+	at := hist[0].USDPerHour
+	var changes []plugins.PriceChange
+	for _, h := range hist {
+		switch {
+		case !h.At.After(start):
+			at = h.USDPerHour
+		case len(changes) == 0 && h.USDPerHour == at, len(changes) > 0 && h.USDPerHour == changes[len(changes)-1].USDPerHour:
+		default:
+			changes = append(changes, plugins.PriceChange{At: h.At, USDPerHour: h.USDPerHour})
+		}
+	}
+	return at, changes
+}
+
+// notePrices adds to the running spot charges of the pool the changes of
+// their offering's price among prices (fetched now): the charge goes on at
+// the new price from when it was set (at the latest, now).
+func (p *pool) notePrices(prices []provider.Price, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := false
+	for i := range p.charges {
+		c := &p.charges[i]
+		if c.End != nil || c.Market != provider.Spot {
+			continue
+		}
+		usd := priceOf(prices, offering{c.Type, c.Zone, c.Market})
+		if usd <= 0 || usd == c.PriceAt(now) {
+			continue
+		}
+		at := now
+		for _, pr := range prices {
+			if pr.Type == c.Type && pr.Zone == c.Zone && pr.Market == c.Market && !pr.At.IsZero() && pr.At.Before(now) {
+				at = pr.At
+			}
+		}
+		last := c.Start
+		if n := len(c.Prices); n > 0 {
+			last = c.Prices[n-1].At
+		}
+		c.Prices = append(c.Prices, plugins.PriceChange{At: maxTime(at, last), USDPerHour: usd})
+		changed = true
+	}
+	if changed {
+		p.saveChargesLocked()
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Charges lists the instances acquired for job and what they cost (see
@@ -96,6 +194,7 @@ func (l *Launcher) Release(ctx context.Context, job string) error {
 	}
 	l.mu.Unlock()
 	_ = os.Remove(p.keyFile())
+	_ = os.Remove(p.hostKeyFile())
 	_ = os.Remove(p.knownHosts())
 	if err != nil {
 		return fmt.Errorf("release the instances of job %s: %w", job, err)
@@ -144,11 +243,44 @@ func (l *Launcher) terminateUnowned(ctx context.Context, tags map[string]string)
 		l.log.Warn("terminated instances of a job that has no pool here", zap.String("job", job), zap.Strings("instances", ids))
 		dir := filepath.Join(l.o.StateDir, "pools", job)
 		if cs, err := readCharges(dir); err == nil {
+			settled := l.settlePrices(ctx, openCharges(cs, ids), now)
 			for _, id := range ids {
-				endCharge(cs, id, now)
+				endCharge(cs, id, now, settled)
 			}
 			_ = writeCharges(dir, cs)
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// EndCharges ends the open charges kept in the launcher state directory
+// stateDir (a cloudvm Options.StateDir) of the instances ended reports
+// ended (and when): their instances were destroyed while no launcher ran
+// (scavd --cloud-cleanup), so that no job's cost goes on growing.
+func EndCharges(stateDir string, ended func(instance string) (time.Time, bool)) error {
+	dirs, err := os.ReadDir(filepath.Join(stateDir, "pools"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("end charges: %w", err)
+	}
+	var errs []error
+	for _, d := range dirs {
+		dir := filepath.Join(stateDir, "pools", d.Name())
+		cs, err := readCharges(dir)
+		if err != nil {
+			continue // a pool that never charged
+		}
+		changed := false
+		for i := range cs {
+			if at, ok := ended(cs[i].Instance); ok && cs[i].End == nil {
+				cs[i].End, changed = &at, true
+			}
+		}
+		if changed {
+			errs = append(errs, writeCharges(dir, cs))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -44,12 +44,21 @@
 //
 // # No instance outlives its job
 //
+// Every instance carries a watchdog (provider.WatchdogScript) that ends it
+// once no SSH connection of its scavd has been open for
+// Options.OrphanTimeout: the launcher keeps one open to each instance, so
+// the instances of a scavd gone for good end themselves.
+//
 // The daemon releases a job's instances when the job ends (Release, of
 // plugins.Biller). A pool idle for Options.IdleRelease is released too (a
 // daemon that reaches the launcher over gRPC does not call Release). A
 // reaper lists the owner's instances every Options.ReapInterval and
-// terminates those of jobs without a pool here; after a daemon crash, the
-// next daemon terminates the instances of the jobs it finds lost
+// terminates those of jobs without a pool here. After a daemon crash the
+// next daemon reattaches to its jobs' attempts (Recover, recover.go): the
+// instances and the workers outlived it — the ranks run detached from
+// their SSH sessions (launchers/ssh Options.Detach) — so the pool is
+// rebuilt from the state directory and the job goes on where it was; it
+// terminates the instances of the jobs it cannot reattach to
 // (StopOrphaned), and the reaper the rest.
 //
 // # Billing
@@ -146,6 +155,11 @@ type Options struct {
 	Rebalance      bool
 	// PreemptSignal is the workers' pre-emption signal (default USR1).
 	PreemptSignal string
+	// OrphanTimeout is how long an instance outlives the last SSH
+	// connection of this launcher (default provider.DefaultOrphanTimeout;
+	// see provider.WatchdogScript): the launcher keeps one open to each
+	// instance of its pools.
+	OrphanTimeout time.Duration
 	// Retries and RetryBase bound the retries of a throttled or failed
 	// provider call (exponential back-off from RetryBase).
 	Retries   int
@@ -246,6 +260,7 @@ func (l *Launcher) defaults() error {
 	setDefault(&o.AdoptGrace, DefaultAdoptGrace)
 	setDefault(&o.ReadyTimeout, DefaultReadyTimeout)
 	setDefault(&o.RetryBase, DefaultRetryBase)
+	setDefault(&o.OrphanTimeout, provider.DefaultOrphanTimeout)
 	if o.PreemptSignal == "" {
 		o.PreemptSignal = DefaultPreemptSignal
 	}

@@ -38,3 +38,18 @@ func TestConformanceOverGRPC(t *testing.T) {
 		return raw.(plugins.Launcher)
 	})
 }
+
+// TestConformanceRecover runs the suite's recovery check: an attempt the
+// first launcher started is reattached by a second on the same state
+// directory and owner, as after a daemon restart (ranks detached, output
+// followed from then on, the result read again once it has ended).
+func TestConformanceRecover(t *testing.T) {
+	var first *Launcher
+	conformance.RunRecover(t, func(t *testing.T) plugins.Launcher {
+		if first == nil {
+			first = conformanceLauncher(t)
+			return first
+		}
+		return newLauncher(t, Options{Logger: zap.NewNop(), Types: []string{"loc.wide"}, NoTelemetryForward: true, StateDir: first.o.StateDir, Owner: first.o.Owner})
+	})
+}

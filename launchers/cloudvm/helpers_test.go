@@ -13,26 +13,12 @@ import (
 
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/localcloud/localcloudtest"
-	"github.com/scavenger-ml/scavenger/optimizer/price"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
 
 // shared is the local cloud the tests of this package share (one bridge);
 // TestMain destroys it and checks that nothing of it is left.
-var shared = localcloudtest.Shared{Catalog: testCatalog()}
-
-// testCatalog is the default catalog (zones loc-a and loc-b), plus
-// loc.wide, which takes 4 workers on one instance (the conformance suite's
-// ranks share a host).
-func testCatalog() *price.Catalog {
-	cat := localcloud.DefaultCatalog()
-	wide := cat.Types[1] // loc.full's shape and provenance
-	wide.Name, wide.MemoryGiB, wide.DiskMiB, wide.Slots = "loc.wide", 2, 64, 4
-	wide.OnDemand = &price.Price{USDPerHour: 0.4, AsOf: wide.OnDemand.AsOf, Source: wide.OnDemand.Source}
-	wide.Spot = &price.Price{USDPerHour: 0.1, AsOf: wide.Spot.AsOf, Source: wide.Spot.Source}
-	cat.Types = append(cat.Types, wide)
-	return cat
-}
+var shared = localcloudtest.Shared{Catalog: localcloudtest.WideCatalog()}
 
 // testCloud is the shared local cloud.
 func testCloud(t *testing.T) *localcloud.Cloud { return shared.Get(t) }
@@ -49,8 +35,9 @@ func newLauncher(t *testing.T, o Options) *Launcher {
 	if o.Logger == nil {
 		o.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
-	o.StateDir = t.TempDir()
-	o.Owner = "test-" + rand.Text()[:6]
+	if o.StateDir == "" { // a launcher after a restart shares its predecessor's
+		o.StateDir, o.Owner = t.TempDir(), "test-"+rand.Text()[:6]
+	}
 	if o.Grace == 0 {
 		o.Grace = 500 * time.Millisecond
 	}

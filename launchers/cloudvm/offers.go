@@ -2,6 +2,8 @@ package cloudvm
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,9 +35,14 @@ func (l *Launcher) currentPrices(ctx context.Context) ([]provider.Price, error) 
 		}
 		return nil, err
 	}
+	now := time.Now()
 	l.mu.Lock()
-	l.prices = priceCache{at: time.Now(), prices: prices}
+	l.prices = priceCache{at: now, prices: prices}
+	pools := slices.Collect(maps.Values(l.pools))
 	l.mu.Unlock()
+	for _, p := range pools {
+		p.notePrices(prices, now.UTC())
+	}
 	return prices, nil
 }
 

@@ -94,3 +94,27 @@ func TestBadPreemptSignalIsRefusedAtNew(t *testing.T) {
 		t.Fatalf("New with PreemptSignal HUP: %v; want an error naming it", err)
 	}
 }
+
+// TestPricesOver checks how a spot price history becomes a charge's
+// prices: the one in effect at the launch, then its changes.
+func TestPricesOver(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	p := func(s, usd float64) provider.Price {
+		return provider.Price{At: t0.Add(time.Duration(s * float64(time.Second))), USDPerHour: usd}
+	}
+	for _, tc := range []struct {
+		name    string
+		hist    []provider.Price
+		at      float64
+		changes int
+	}{
+		{"older price in effect", []provider.Price{p(-100, 1), p(-50, 2), p(10, 3)}, 2, 1},
+		{"only newer: the first", []provider.Price{p(5, 4), p(10, 5)}, 4, 1},
+		{"a repeat is no change", []provider.Price{p(-1, 1), p(5, 1), p(6, 2), p(7, 2)}, 1, 1},
+	} {
+		at, ch := pricesOver(tc.hist, t0)
+		if at != tc.at || len(ch) != tc.changes {
+			t.Errorf("%s: %g, %+v; want %g and %d changes", tc.name, at, ch, tc.at, tc.changes)
+		}
+	}
+}

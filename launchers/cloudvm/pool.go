@@ -57,8 +57,10 @@ func (m *member) held() held {
 	return held{ID: m.inst.ID, Type: m.inst.Type, Market: m.inst.Market, Launched: m.inst.Launched, Doomed: m.doomed.Load()}
 }
 
-// pool returns job's pool, making it (with its keys) the first time.
-func (l *Launcher) pool(job string) (*pool, error) {
+// pool returns job's pool, making it (with its keys) the first time; a
+// pool recovered after a restart reads the keys it had back (its
+// instances boot with them), and without them it cannot be.
+func (l *Launcher) pool(job string, recovered bool) (*pool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.pools[job]; p != nil {
@@ -66,7 +68,11 @@ func (l *Launcher) pool(job string) (*pool, error) {
 	}
 	p := &pool{job: job, dir: filepath.Join(l.o.StateDir, "pools", job), members: map[string]*member{}, idleSince: time.Now(),
 		log: l.log.With(zap.String("job", job))}
-	if err := p.makeKeys(); err != nil {
+	keys := p.makeKeys
+	if recovered {
+		keys = p.loadKeys
+	}
+	if err := keys(); err != nil {
 		return nil, fmt.Errorf("pool of job %s: %w", job, err)
 	}
 	p.charges, _ = readCharges(p.dir) // a job resumed after a restart goes on adding
@@ -87,12 +93,34 @@ func (p *pool) makeKeys() error {
 	if err := os.WriteFile(p.keyFile(), k.ClientKey, 0o600); err != nil {
 		return fmt.Errorf("write pool key: %w", err)
 	}
+	if err := os.WriteFile(p.hostKeyFile(), k.Boot.HostKey, 0o600); err != nil {
+		return fmt.Errorf("write pool host key: %w", err)
+	}
 	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
 	return nil
 }
 
-func (p *pool) keyFile() string    { return filepath.Join(p.dir, "id_ed25519") }
-func (p *pool) knownHosts() string { return filepath.Join(p.dir, "known_hosts") }
+// loadKeys reads the pool's keys back (a recovered pool).
+func (p *pool) loadKeys() error {
+	ck, err := os.ReadFile(p.keyFile())
+	if err != nil {
+		return fmt.Errorf("%w: its keys are gone: %w", plugins.ErrUnknownHandle, err)
+	}
+	hk, err := os.ReadFile(p.hostKeyFile())
+	if err != nil {
+		return fmt.Errorf("%w: its host key is gone: %w", plugins.ErrUnknownHandle, err)
+	}
+	k, err := provider.ParseKeys(ck, hk)
+	if err != nil {
+		return err
+	}
+	p.boot, p.signer, p.hostKey = k.Boot, k.Signer, k.HostKey
+	return nil
+}
+
+func (p *pool) keyFile() string     { return filepath.Join(p.dir, "id_ed25519") }
+func (p *pool) hostKeyFile() string { return filepath.Join(p.dir, "host_ed25519") }
+func (p *pool) knownHosts() string  { return filepath.Join(p.dir, "known_hosts") }
 
 // writeKnownHosts lists the instances' addresses with the pool's host key.
 func (p *pool) writeKnownHosts(ms []*member) error {
@@ -221,8 +249,12 @@ func (l *Launcher) release(ctx context.Context, p *pool, ids []string) error {
 	now := time.Now().UTC()
 	err := l.terminate(ctx, ids)
 	p.mu.Lock()
+	open := openCharges(p.charges, ids)
+	p.mu.Unlock()
+	settled := l.settlePrices(ctx, open, now)
+	p.mu.Lock()
 	for _, id := range ids {
-		endCharge(p.charges, id, now)
+		endCharge(p.charges, id, now, settled)
 	}
 	p.saveChargesLocked()
 	p.mu.Unlock()
@@ -247,10 +279,15 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 	round := p.rounds
 	var got []provider.Instance
 	var errs []error
-	tries := failover(typ, market, l.zones(l.types[typ]), !l.o.NoFallback, l.blockSnapshot(), time.Now())
+	zones := l.zones(l.types[typ])
+	tries := failover(typ, market, zones, !l.o.NoFallback, l.blockSnapshot(), time.Now())
 	for _, o := range tries {
+		if l.blockSnapshot().blocked(o, time.Now()) {
+			continue // a quota error of the region, met in another zone
+		}
 		insts, err := l.provision(ctx, provider.ProvisionRequest{Type: typ, Count: n - len(got), Market: o.Market, Zone: o.Zone,
-			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot})
+			Tags: l.tags(p.job, attempt), Token: l.token(p, attempt, round, o, n-len(got)), MaxPriceUSD: maxPrice, Boot: p.boot,
+			OrphanTimeout: l.o.OrphanTimeout})
 		for _, in := range insts {
 			if !in.Alive() {
 				return got, fmt.Errorf("provision answered with instance %s, %s: a token was reused", in.ID, in.State)
@@ -264,10 +301,16 @@ func (l *Launcher) acquire(ctx context.Context, p *pool, attempt int, typ, marke
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, provider.ErrCapacity) {
+		switch {
+		case errors.Is(err, provider.ErrQuota): // the region's: no zone will do in this market
+			for _, z := range zones {
+				l.blockOffering(offering{typ, z, o.Market}, err.Error())
+			}
+		case errors.Is(err, provider.ErrCapacity):
+			l.blockOffering(o, err.Error())
+		default:
 			return got, err
 		}
-		l.blockOffering(o, err.Error())
 		errs = append(errs, err)
 	}
 	if len(tries) == 0 {
@@ -291,9 +334,13 @@ func (l *Launcher) terminate(ctx context.Context, ids []string) error {
 	return err
 }
 
+// retryJitter spreads the retries' waits over ±50 %, so that the launchers
+// throttled at once do not retry at once.
+const retryJitter = 0.5
+
 // retry calls f until it succeeds, fails for good, or Options.Retries
-// retries of a retryable error are spent, waiting RetryBase, then twice as
-// long each time, at most 30 s.
+// retries of a retryable error are spent, waiting about RetryBase (±
+// retryJitter), then twice as long each time, at most 30 s.
 func retry[T any](ctx context.Context, l *Launcher, what string, f func() (T, error)) (T, error) {
 	var last error
 	try := 0
@@ -304,7 +351,7 @@ func retry[T any](ctx context.Context, l *Launcher, what string, f func() (T, er
 		}
 		last = err
 		return v, err
-	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: l.o.RetryBase, Multiplier: 2, MaxInterval: 30 * time.Second}),
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: l.o.RetryBase, RandomizationFactor: retryJitter, Multiplier: 2, MaxInterval: 30 * time.Second}),
 		backoff.WithMaxTries(uint(l.o.Retries)+1), backoff.WithMaxElapsedTime(0),
 		backoff.WithNotify(func(err error, d time.Duration) {
 			try++

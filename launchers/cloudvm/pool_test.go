@@ -284,3 +284,34 @@ func TestNothingOutlivesACrash(t *testing.T) {
 		}
 	}
 }
+
+// brokenBoot is a provider whose instances cannot load their host key:
+// their sshd exits as they boot.
+type brokenBoot struct{ provider.Provider }
+
+func (b brokenBoot) Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error) {
+	req.Boot.HostKey = []byte("not a key\n")
+	return b.Provider.Provision(ctx, req)
+}
+
+// TestDeadInstanceFailsTheStartFast: an instance whose init died fails the
+// start within seconds (not at the ready timeout), and its charge ends:
+// the failed start's instance is released and billed until then.
+func TestDeadInstanceFailsTheStartFast(t *testing.T) {
+	l := newLauncher(t, Options{Provider: brokenBoot{testCloud(t)}, Types: []string{"loc.half"}, NoTelemetryForward: true, ReadyTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := conformance.ShellSpec(t, 1, `true`, nil)
+	start := time.Now()
+	_, err := l.Start(ctx, spec)
+	if took := time.Since(start); err == nil || took > 10*time.Second {
+		t.Fatalf("Start = %v after %v; want an error within 10 s", err, took)
+	}
+	cs, _ := l.Charges(ctx, spec.JobID)
+	if len(cs) != 1 || cs[0].End == nil {
+		t.Fatalf("charges %+v: want the dead instance's, ended", cs)
+	}
+	if insts := instances(t, l, spec.JobID); len(insts) != 0 {
+		t.Errorf("instances left: %v", insts)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -34,7 +36,7 @@ func (l *Launcher) Start(ctx context.Context, spec plugins.AttemptSpec) (plugins
 	if err != nil {
 		return fail(err)
 	}
-	p, err := l.pool(spec.JobID)
+	p, err := l.pool(spec.JobID, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -102,7 +104,8 @@ func (l *Launcher) want(spec plugins.AttemptSpec) (want, error) {
 
 // ready waits for the instances ids to run and answer SSH with the pool's
 // host key, starts the notice watchers of the spot ones, and returns them
-// in ids' order.
+// in ids' order. New instances that do not come up (an init that died, the
+// ready timeout) are released.
 func (l *Launcher) ready(ctx context.Context, p *pool, ids []string) ([]*member, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.o.ReadyTimeout)
 	defer cancel()
@@ -113,9 +116,11 @@ func (l *Launcher) ready(ctx context.Context, p *pool, ids []string) ([]*member,
 		}
 	}
 	if len(fresh) > 0 {
-		insts, err := l.o.Provider.WaitReady(ctx, fresh)
-		if err != nil {
-			return nil, fmt.Errorf("wait for instances %v: %w", fresh, err)
+		insts, err := retry(ctx, l, "wait for instances", func() ([]provider.Instance, error) { return l.o.Provider.WaitReady(ctx, fresh) })
+		if err != nil { // of no use, and billed while they run: released
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer rcancel()
+			return nil, errors.Join(fmt.Errorf("wait for instances %v: %w", fresh, err), l.release(rctx, p, fresh))
 		}
 		p.mu.Lock()
 		for _, in := range insts {
@@ -174,7 +179,12 @@ func (l *Launcher) connect(ctx context.Context, p *pool, m *member) error {
 
 // watch waits for a notice of m and acts on it.
 func (l *Launcher) watch(ctx context.Context, p *pool, m *member) {
-	w := notice.New(notice.Options{Endpoint: l.o.Provider.Metadata(), Dial: m.conn.DialContext, Interval: l.o.NoticeInterval, Rebalance: l.o.Rebalance})
+	flavor := notice.FlavorAWS
+	if f, ok := l.o.Provider.(provider.MetadataFlavored); ok {
+		flavor = f.MetadataFlavor()
+	}
+	w := notice.New(notice.Options{Endpoint: l.o.Provider.Metadata(), Dial: m.conn.DialContext, Interval: l.o.NoticeInterval, Rebalance: l.o.Rebalance,
+		Flavor: flavor})
 	defer w.Close()
 	n, err := w.Wait(ctx, func(err error) { p.log.Debug("notice poll", zap.String("instance", m.inst.ID), zap.Error(err)) })
 	if err != nil {
@@ -225,17 +235,18 @@ func (l *Launcher) startOn(ctx context.Context, p *pool, spec plugins.AttemptSpe
 	if err := p.writeKnownHosts(hosts); err != nil {
 		return nil, err
 	}
-	var inv []ssh.Host
 	var ids []string
 	for _, m := range hosts {
-		inv = append(inv, ssh.Host{Addr: m.inst.Addr, Port: 22, User: l.o.User, Slots: max(l.types[m.inst.Type].Slots, 1)})
 		ids = append(ids, m.inst.ID)
 	}
-	sl, err := ssh.New(ssh.Options{Logger: l.o.Logger, Hosts: inv, KeyFiles: []string{p.keyFile()}, KnownHosts: []string{p.knownHosts()},
-		Grace: l.o.Grace, NoTelemetryForward: l.o.NoTelemetryForward, PreemptSignal: l.o.PreemptSignal,
-		DialTimeout: sshDialTimeout}) // the instances answered a moment ago: a slow handshake is load, not loss
+	sl, err := l.sshOver(p, hosts)
 	if err != nil {
 		return nil, err
+	}
+	// Recover reads which socket the workers' telemetry goes to.
+	if err := os.WriteFile(filepath.Join(p.dir, socketFile), []byte(spec.Socket), 0o600); err != nil {
+		_ = sl.Close()
+		return nil, fmt.Errorf("keep the attempt's socket: %w", err)
 	}
 	spec.Config.Nodes = 0 // the pool's instances are the nodes; the ranks fill their slots
 	h, err := sl.Start(ctx, spec)
@@ -243,13 +254,36 @@ func (l *Launcher) startOn(ctx context.Context, p *pool, spec plugins.AttemptSpe
 		_ = sl.Close()
 		return nil, err
 	}
+	a := l.running(p, h, sl, ids)
+	p.log.Info("attempt started", zap.Int("attempt", spec.Attempt), zap.Strings("instances", ids))
+	return a, nil
+}
+
+// socketFile keeps, in a pool's directory, the daemon socket its attempt's
+// telemetry goes to.
+const socketFile = "socket"
+
+// sshOver is the ssh launcher over hosts, members of p: with the pool's
+// keys, its ranks detached (they outlive the daemon: Recover).
+func (l *Launcher) sshOver(p *pool, hosts []*member) (*ssh.Launcher, error) {
+	var inv []ssh.Host
+	for _, m := range hosts {
+		inv = append(inv, ssh.Host{Addr: m.inst.Addr, Port: 22, User: l.o.User, Slots: max(l.types[m.inst.Type].Slots, 1)})
+	}
+	return ssh.New(ssh.Options{Logger: l.o.Logger, Hosts: inv, KeyFiles: []string{p.keyFile()}, KnownHosts: []string{p.knownHosts()},
+		Grace: l.o.Grace, NoTelemetryForward: l.o.NoTelemetryForward, PreemptSignal: l.o.PreemptSignal, Detach: true,
+		DialTimeout: sshDialTimeout}) // the instances answered a moment ago: a slow handshake is load, not loss
+}
+
+// running makes h, on the instances ids of p, the pool's attempt, and
+// follows it to its end.
+func (l *Launcher) running(p *pool, h plugins.Handle, sl *ssh.Launcher, ids []string) *attempt {
 	a := &attempt{Handle: h, ssh: sl, hosts: ids, ended: make(chan struct{})}
 	p.mu.Lock()
 	p.cur = a
 	p.mu.Unlock()
-	p.log.Info("attempt started", zap.Int("attempt", spec.Attempt), zap.Strings("instances", ids))
 	l.wg.Go(func() { l.follow(p, a) })
-	return a, nil
+	return a
 }
 
 // follow waits for the attempt to end, then marks the pool idle and

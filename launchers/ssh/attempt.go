@@ -118,50 +118,10 @@ func newAttempt(l *Launcher, spec plugins.AttemptSpec, places []placement) *atte
 // start connects to the hosts and starts every rank. On failure it kills
 // what it started and closes the connections.
 func (a *attempt) start(ctx context.Context) error {
-	// Connect to every host used, in parallel.
-	var hostIdx []int
-	for _, p := range a.places {
-		if !slices.Contains(hostIdx, p.host) {
-			hostIdx = append(hostIdx, p.host)
-		}
-	}
-	clients := make([]*gossh.Client, len(hostIdx))
-	errs := make([]error, len(hostIdx))
-	var wg sync.WaitGroup
-	for i, hi := range hostIdx {
-		wg.Go(func() { clients[i], errs[i] = a.l.dial(ctx, a.l.opts.Hosts[hi]) })
-	}
-	wg.Wait()
 	kaLog := a.logger // a.logger is replaced below; the loops keep this one
-	for i, hi := range hostIdx {
-		if clients[i] != nil {
-			c := &conn{idx: hi, host: a.l.opts.Hosts[hi], client: clients[i], done: make(chan struct{})}
-			a.conns[hi] = c
-			a.kaWG.Go(func() { a.keepalive(c, kaLog) })
-		}
-		if errors.Is(errs[i], ErrHostUnreachable) && ctx.Err() == nil {
-			a.l.markLost(hi, errs[i], nil, nil) // Start returns the error
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		a.abort()
+	if err := a.connect(ctx, kaLog); err != nil {
 		return err
 	}
-	if !a.l.opts.NoTelemetryForward && a.spec.Socket != "" {
-		errs := make([]error, len(hostIdx))
-		for i, hi := range hostIdx {
-			c := a.conns[hi]
-			wg.Go(func() {
-				c.fwd, errs[i] = startForwarder(c.client, a.l.names[hi], a.spec.Socket, a.spec.JobID, a.spec.Attempt, kaLog)
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			a.abort()
-			return err
-		}
-	}
-
 	first := a.conns[a.places[0].host]
 	a.port = a.l.opts.MasterPort
 	if a.port == 0 {
@@ -184,7 +144,11 @@ func (a *attempt) start(ctx context.Context) error {
 		if sig := a.l.opts.PreemptSignal; sig != "" {
 			env = append(env, plugins.EnvPreemptSignal+"="+sig)
 		}
-		rp, err := a.startRank(ctx, r, a.conns[p.host], remoteCommand(a.spec.Dir, env, argv))
+		cmd := remoteCommand(a.spec.Dir, env, argv)
+		if a.l.opts.Detach {
+			cmd = detachedCommand(a.spec.Dir, env, argv, attemptDir(a.spec.JobID, a.spec.Attempt), r)
+		}
+		rp, err := a.startRank(ctx, r, a.conns[p.host], cmd)
 		if rp != nil {
 			a.ranks = append(a.ranks, rp)
 		}
@@ -198,6 +162,64 @@ func (a *attempt) start(ctx context.Context) error {
 	a.logger.Info("attempt started", zap.Int("processes", len(a.places)), zap.Strings("command", argv),
 		zap.String("master_addr", first.host.Addr), zap.Int("master_port", a.port))
 	return nil
+}
+
+// connect connects to every host the attempt uses, in parallel, with a
+// keepalive loop each, and starts the telemetry forwards. On failure it
+// closes what it opened.
+func (a *attempt) connect(ctx context.Context, kaLog *zap.Logger) error {
+	var hostIdx []int
+	for _, p := range a.places {
+		if !slices.Contains(hostIdx, p.host) {
+			hostIdx = append(hostIdx, p.host)
+		}
+	}
+	clients := make([]*gossh.Client, len(hostIdx))
+	errs := make([]error, len(hostIdx))
+	var wg sync.WaitGroup
+	for i, hi := range hostIdx {
+		wg.Go(func() { clients[i], errs[i] = a.l.dial(ctx, a.l.opts.Hosts[hi]) })
+	}
+	wg.Wait()
+	for i, hi := range hostIdx {
+		if clients[i] != nil {
+			c := &conn{idx: hi, host: a.l.opts.Hosts[hi], client: clients[i], done: make(chan struct{})}
+			a.conns[hi] = c
+			a.kaWG.Go(func() { a.keepalive(c, kaLog) })
+		}
+		if errors.Is(errs[i], ErrHostUnreachable) && ctx.Err() == nil {
+			a.l.markLost(hi, errs[i], nil, nil) // Start returns the error
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		a.abort()
+		return err
+	}
+	if !a.l.opts.NoTelemetryForward && a.spec.Socket != "" {
+		errs := make([]error, len(hostIdx))
+		for i, hi := range hostIdx {
+			c := a.conns[hi]
+			wg.Go(func() {
+				c.fwd, errs[i] = a.forwarder(c, hi, kaLog)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			a.abort()
+			return err
+		}
+	}
+
+	return nil
+}
+
+// forwarder starts the telemetry forward of the attempt to host hi over c:
+// in a directory known in advance for a detached attempt.
+func (a *attempt) forwarder(c *conn, hi int, log *zap.Logger) (*forwarder, error) {
+	if a.l.opts.Detach {
+		return detachedForwarder(c.client, a.l.names[hi], a.spec.Socket, a.spec.JobID, a.spec.Attempt, log)
+	}
+	return startForwarder(c.client, a.l.names[hi], a.spec.Socket, a.spec.JobID, a.spec.Attempt, log)
 }
 
 // startRank opens a session, starts cmd and reads the pgid line. It
@@ -474,6 +496,11 @@ func (a *attempt) waitRank(rank int) supervisor.Exit {
 		} else {
 			ex.Result = plugins.RankResult{ExitCode: lostExitCode, Signal: name}
 		}
+		ex.Result.PID = rp.pgid
+	case errors.As(err, &ee) && a.l.opts.Detach && ee.ExitStatus() > 128 && ee.ExitStatus() < 128+65:
+		// A detached rank's status comes from its wrapper, as a shell
+		// reports a worker killed by a signal: 128 + the signal.
+		ex.Result = supervisor.Signaled(syscall.Signal(ee.ExitStatus() - 128))
 		ex.Result.PID = rp.pgid
 	case errors.As(err, &ee):
 		ex.Result.ExitCode = ee.ExitStatus()

@@ -50,13 +50,29 @@ var safeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // 0700, so that only the login user can reach the socket in it), asks sshd
 // to listen on a socket there and starts accepting.
 func startForwarder(c *gossh.Client, host, local, job string, attempt int, logger *zap.Logger) (*forwarder, error) {
-	tag := safeName.ReplaceAllString(job, "_")
-	if len(tag) > 24 {
-		tag = tag[:24]
-	}
 	// In the host's $TMPDIR (a cloud instance's own disk), else /tmp.
-	tmpl := fmt.Sprintf("scav-%s-a%d-XXXXXXXX", tag, attempt)
-	out, err := output(c, `umask 077 && mktemp -d -p "${TMPDIR:-/tmp}" `+Quote(tmpl))
+	tmpl := fmt.Sprintf("scav-%s-a%d-XXXXXXXX", jobTag(job), attempt)
+	return listenForwarder(c, host, local, `umask 077 && mktemp -d -p "${TMPDIR:-/tmp}" `+Quote(tmpl), logger)
+}
+
+// jobTag is job as a harmless part of a file name.
+func jobTag(job string) string {
+	tag := safeName.ReplaceAllString(job, "_")
+	return tag[:min(len(tag), 24)]
+}
+
+// detachedForwarder is the forwarder of a detached attempt: its directory
+// is known in advance (attemptDir + "-fwd"), so that a daemon that
+// reattaches listens on the socket path its workers were given.
+func detachedForwarder(c *gossh.Client, host, local, job string, attempt int, logger *zap.Logger) (*forwarder, error) {
+	d := attemptDir(job, attempt) + "-fwd"
+	return listenForwarder(c, host, local, `umask 077 && mkdir -p `+d+` && rm -f `+d+"/"+forwardSocketName+` && cd `+d+` && pwd -P`, logger)
+}
+
+// listenForwarder makes the forward directory with mkdir (a command that
+// prints its path), asks sshd to listen on a socket there and starts accepting.
+func listenForwarder(c *gossh.Client, host, local, mkdir string, logger *zap.Logger) (*forwarder, error) {
+	out, err := output(c, mkdir)
 	if err != nil {
 		return nil, fmt.Errorf("forward telemetry: make a directory on %s: %w", host, err)
 	}

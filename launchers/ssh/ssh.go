@@ -22,6 +22,13 @@
 // because sshd ignores SSH signal requests for root and closing a session
 // without a PTY leaves its command running.
 //
+// With Options.Detach (cloudvm's instances) each rank runs apart from its
+// session instead (detachedCommand): a wrapper made a session of its own
+// by setsid runs the worker with its output in files on the host and
+// writes its exit status there; the session follows the files and exits
+// with that status. The worker outlives the session and the daemon, and a
+// daemon that restarts follows it again (Reattach).
+//
 // # Attempt lifecycle
 //
 //	Start ──► running ──┬─ every rank exits 0 ───────────────────────────────┐
@@ -151,6 +158,12 @@ type Options struct {
 	// launcher that hears of pre-emptions and delivers them with Signal
 	// (launchers/cloudvm).
 	PreemptSignal string
+	// Detach runs each rank apart from its SSH session (see
+	// detachedCommand): it outlives the session and the daemon, its output
+	// in files on its host that the session follows, so that a daemon that
+	// restarts reattaches to it (Reattach). It needs setsid and GNU tail on
+	// the hosts (launchers/cloudvm's instances).
+	Detach bool
 }
 
 // Launcher starts attempts over SSH. It implements plugins.Launcher.

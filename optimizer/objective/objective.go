@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/scavenger-ml/scavenger/optimizer/predict"
 )
@@ -92,22 +94,22 @@ func Choose(preds []predict.Prediction, o Objective) (Choice, error) {
 			return Choice{i, fmt.Sprintf("no candidate meets the deadline of %.0f s (and budget); fastest is %s at %.0f s", o.DeadlineS, preds[i].Candidate, preds[i].TotalS)}, nil
 		}
 		i := argmin(preds, in, byCost)
-		return Choice{i, fmt.Sprintf("no candidate meets the budget of $%.2f; cheapest is %s at $%.2f", o.BudgetUSD, preds[i].Candidate, preds[i].TotalUSD)}, nil
+		return Choice{i, fmt.Sprintf("no candidate meets the budget of %s; cheapest is %s at %s", USD(o.BudgetUSD), preds[i].Candidate, USD(preds[i].TotalUSD))}, nil
 	}
 	limit := ""
 	if o.DeadlineS > 0 {
 		limit += fmt.Sprintf(" within %.0f s", o.DeadlineS)
 	}
 	if o.BudgetUSD > 0 {
-		limit += fmt.Sprintf(" within $%.2f", o.BudgetUSD)
+		limit += " within " + USD(o.BudgetUSD)
 	}
 	switch o.Kind {
 	case Time:
 		i := argmin(preds, feasible, byTime)
-		return Choice{i, fmt.Sprintf("least time%s: %s, %.0f s, $%.2f", limit, preds[i].Candidate, preds[i].TotalS, preds[i].TotalUSD)}, nil
+		return Choice{i, fmt.Sprintf("least time%s: %s, %.0f s, %s", limit, preds[i].Candidate, preds[i].TotalS, USD(preds[i].TotalUSD))}, nil
 	case Cost:
 		i := argmin(preds, feasible, byCost)
-		return Choice{i, fmt.Sprintf("least cost%s: %s, %.0f s, $%.2f", limit, preds[i].Candidate, preds[i].TotalS, preds[i].TotalUSD)}, nil
+		return Choice{i, fmt.Sprintf("least cost%s: %s, %.0f s, %s", limit, preds[i].Candidate, preds[i].TotalS, USD(preds[i].TotalUSD))}, nil
 	default:
 		xs := make([]float64, len(feasible))
 		ys := make([]float64, len(feasible))
@@ -116,7 +118,7 @@ func Choose(preds []predict.Prediction, o Objective) (Choice, error) {
 		}
 		k := KneeIndex(xs, ys)
 		i := feasible[k]
-		return Choice{i, fmt.Sprintf("knee of the time-cost front%s: %s, %.0f s, $%.2f", limit, preds[i].Candidate, preds[i].TotalS, preds[i].TotalUSD)}, nil
+		return Choice{i, fmt.Sprintf("knee of the time-cost front%s: %s, %.0f s, %s", limit, preds[i].Candidate, preds[i].TotalS, USD(preds[i].TotalUSD))}, nil
 	}
 }
 
@@ -234,4 +236,19 @@ func Rank(preds []predict.Prediction, kind Kind) ([]int, error) {
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return key[idx[a]] < key[idx[b]] })
 	return idx, nil
+}
+
+// USD formats a dollar amount with the digits it needs: cents from $0.10
+// up, three significant digits below ($0.00834, $0.002), so that a small
+// budget, cost or spend is never shown as $0.00.
+func USD(v float64) string {
+	switch {
+	case v == 0:
+		return "$0"
+	case math.Abs(v) >= 0.1:
+		return fmt.Sprintf("$%.2f", v)
+	}
+	digits := 2 - int(math.Floor(math.Log10(math.Abs(v))))
+	s := strconv.FormatFloat(v, 'f', digits, 64)
+	return "$" + strings.TrimRight(strings.TrimRight(s, "0"), ".")
 }

@@ -132,3 +132,17 @@ func TestRank(t *testing.T) {
 		t.Errorf("unknown kind: %v", err)
 	}
 }
+
+// TestSmallAmountsKeepTheirDigits: a budget of $0.002 is not shown as $0.00.
+func TestSmallAmountsKeepTheirDigits(t *testing.T) {
+	for v, want := range map[float64]string{0: "$0", 0.002: "$0.002", 0.00834: "$0.00834", 0.0021345: "$0.00213", 0.5: "$0.50", 12.5: "$12.50", 1234.567: "$1234.57"} {
+		if got := USD(v); got != want {
+			t.Errorf("USD(%g) = %q, want %q", v, got, want)
+		}
+	}
+	preds := []predict.Prediction{{Candidate: predict.Candidate{Type: "a", Workers: 1, Batch: 32}, TotalS: 100, TotalUSD: 0.009}}
+	c, err := Choose(preds, Objective{Kind: Time, BudgetUSD: 0.002})
+	if err != nil || !strings.Contains(c.Reason, "budget of $0.002") || !strings.Contains(c.Reason, "$0.009") {
+		t.Errorf("reason %q, %v: want the budget and the cost with their digits", c.Reason, err)
+	}
+}

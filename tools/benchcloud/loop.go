@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/report"
@@ -14,6 +17,7 @@ import (
 // outcome is one job of the loop comparison: its configuration and what it took.
 type outcome struct {
 	name      string
+	args      []string // the flags that fix its configuration
 	timeS     float64
 	usd       float64
 	attempts  int
@@ -21,10 +25,26 @@ type outcome struct {
 	costError *report.CostCheck
 }
 
-// loopJob runs a job with the loop's work and reads its time, bill and
-// the cost check of its last decision that predicted one.
-func (b *bench) loopJob(ctx context.Context, name string, args ...string) (outcome, error) {
-	work := strconv.Itoa(b.target * 32)
+// val is the outcome's figure for objective obj.
+func (o outcome) val(obj string) float64 {
+	if obj == "time" {
+		return o.timeS
+	}
+	return o.usd
+}
+
+// unit writes a figure of objective obj.
+func unit(obj string, v float64) string {
+	if obj == "time" {
+		return fmt.Sprintf("%.1f s", v)
+	}
+	return fmt.Sprintf("$%.5f", v)
+}
+
+// loopJob runs a job with target steps' work at batch 32 and reads its
+// time, bill and the cost check of its last decision that predicted one.
+func (b *bench) loopJob(ctx context.Context, name string, target int, args ...string) (outcome, error) {
+	work := strconv.Itoa(target * 32)
 	all := append([]string{"--spot", "--target-samples", work, "--grace", "30s"}, args...)
 	all = append(all, "--", b.python, "examples/resumable_cnn.py")
 	id, err := b.runJob(ctx, all...)
@@ -38,7 +58,7 @@ func (b *bench) loopJob(ctx context.Context, name string, args ...string) (outco
 	if j.State != api.StateSucceeded || j.Started == nil || j.Ended == nil || j.Cost == nil {
 		return outcome{}, fmt.Errorf("job %s: %s (%s)", id, j.State, j.Message)
 	}
-	r := outcome{name: name, timeS: j.Ended.Sub(*j.Started).Seconds(), usd: j.Cost.USD, attempts: len(j.Attempts)}
+	r := outcome{name: name, args: args, timeS: j.Ended.Sub(*j.Started).Seconds(), usd: j.Cost.USD, attempts: len(j.Attempts)}
 	c := j.Attempts[len(j.Attempts)-1].Config
 	r.last = fmt.Sprintf("%d × %s, batch %d", c.Workers, c.MachineType, c.GlobalBatch)
 	if bl := report.BilledOf(j); bl != nil && len(bl.Checks) > 0 {
@@ -47,14 +67,23 @@ func (b *bench) loopJob(ctx context.Context, name string, args ...string) (outco
 	return r, nil
 }
 
-// loop runs every fixed candidate and the live loop for time and for cost.
+// liveArgs are the live loop's flags for objective obj.
+func (b *bench) liveArgs(obj string) []string {
+	return []string{"--types", strings.Join(b.types, ","), "--workers", "1:2", "--batch-size", "32:128", "--policy", "adaptive", "--objective", obj}
+}
+
+// loop ranks every fixed candidate on a short job (b.target), then, for
+// the time and the cost objective, compares the live loop with the best
+// fixed candidate on a job that takes b.longS at that candidate — at least
+// 3 minutes — running the two alternately, b.repeats times each, and
+// reporting the medians.
 func (b *bench) loop(ctx context.Context) error {
 	var fixed []outcome
 	for _, typ := range b.types {
 		for _, k := range b.workers {
 			for _, bs := range b.batches {
 				name := fmt.Sprintf("%d × %s, batch %d", k, typ, bs)
-				r, err := b.loopJob(ctx, name, "--types", typ, "--workers", strconv.Itoa(k), "--batch-size", strconv.Itoa(bs))
+				r, err := b.loopJob(ctx, name, b.target, "--types", typ, "--workers", strconv.Itoa(k), "--batch-size", strconv.Itoa(bs))
 				if err != nil {
 					return err
 				}
@@ -62,60 +91,59 @@ func (b *bench) loop(ctx context.Context) error {
 			}
 		}
 	}
-	live := map[string]outcome{}
-	for _, obj := range []string{"time", "cost"} {
-		r, err := b.loopJob(ctx, "live, "+obj, "--types", "loc.half,loc.full", "--workers", "1:2", "--batch-size", "32:128",
-			"--policy", "adaptive", "--objective", obj)
-		if err != nil {
-			return err
-		}
-		live[obj] = r
-	}
-	b.printLoop(fixed, live)
-	return nil
-}
-
-// printLoop writes the loop tables.
-func (b *bench) printLoop(fixed []outcome, live map[string]outcome) {
-	fmt.Printf("## The live loop against every fixed candidate (%d steps' work at batch 32, spot, adaptive policy)\n\n", b.target)
+	fmt.Printf("## Every fixed candidate on a short job (%d steps' work at batch 32, spot): the ranking\n\n", b.target)
 	fmt.Println("| configuration | time to finish s | billed $ |\n|---|---|---|")
 	for _, r := range fixed {
 		fmt.Printf("| %s | %.1f | %.5f |\n", r.name, r.timeS, r.usd)
 	}
-	for _, obj := range []string{"time", "cost"} {
-		r := live[obj]
-		fmt.Printf("| **live, objective %s** (%d attempts, ended on %s) | %.1f | %.5f |\n", obj, r.attempts, r.last, r.timeS, r.usd)
-	}
 	fmt.Println()
-	fmt.Println("| objective | live | best fixed | overhead vs the best fixed (goal ≤ 10 %) | median fixed | live / median |\n|---|---|---|---|---|---|")
+	type comparison struct {
+		obj         string
+		best        outcome
+		target      int
+		fixed, live []outcome
+	}
+	var cmps []comparison
 	for _, obj := range []string{"time", "cost"} {
-		val := func(r outcome) float64 {
-			if obj == "time" {
-				return r.timeS
+		best := slices.MinFunc(fixed, func(x, y outcome) int { return cmp.Compare(x.val(obj), y.val(obj)) })
+		c := comparison{obj: obj, best: best, target: int(math.Ceil(float64(b.target) * max(b.longS, 180) / best.timeS))}
+		for range b.repeats {
+			f, err := b.loopJob(ctx, best.name, c.target, best.args...)
+			if err != nil {
+				return err
 			}
-			return r.usd
-		}
-		s := append([]outcome(nil), fixed...)
-		sort.Slice(s, func(i, j int) bool { return val(s[i]) < val(s[j]) })
-		var vals []float64
-		for _, r := range s {
-			vals = append(vals, val(r))
-		}
-		l, best, med := val(live[obj]), s[0], stepstats.Median(vals)
-		unit := func(v float64) string {
-			if obj == "time" {
-				return fmt.Sprintf("%.1f s", v)
+			l, err := b.loopJob(ctx, "live, "+obj, c.target, b.liveArgs(obj)...)
+			if err != nil {
+				return err
 			}
-			return fmt.Sprintf("$%.5f", v)
+			c.fixed, c.live = append(c.fixed, f), append(c.live, l)
 		}
-		fmt.Printf("| %s | %s | %s (%s) | **%+.1f %%** | %s | %.2f |\n", obj, unit(l), unit(val(best)), best.name, 100*(l-val(best))/val(best), unit(med), l/med)
+		cmps = append(cmps, c)
+	}
+	fmt.Printf("## The live loop against the best fixed (type, K, B), a job of ≥ 3 minutes at it (runs interleaved, %d each, medians)\n\n", b.repeats)
+	fmt.Println("| objective | job (steps at batch 32) | best fixed | fixed: each | live: each (last configuration) | median fixed | median live | overhead (goal ≤ 10 %) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, c := range cmps {
+		var fv, lv []float64
+		var fs, ls []string
+		for i := range c.fixed {
+			fv, lv = append(fv, c.fixed[i].val(c.obj)), append(lv, c.live[i].val(c.obj))
+			fs = append(fs, unit(c.obj, c.fixed[i].val(c.obj)))
+			ls = append(ls, fmt.Sprintf("%s (%d attempts, %s)", unit(c.obj, c.live[i].val(c.obj)), c.live[i].attempts, c.live[i].last))
+		}
+		mf, ml := stepstats.Median(fv), stepstats.Median(lv)
+		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | **%+.1f %%** |\n", c.obj, c.target, c.best.name, strings.Join(fs, ", "), strings.Join(ls, "; "),
+			unit(c.obj, mf), unit(c.obj, ml), 100*(ml-mf)/mf)
 	}
 	fmt.Println()
-	fmt.Println("## Live cost error: recorded vs predicted at the committed decision\n\n| run | decision at step | predicted total | recorded (billed) | error |\n|---|---|---|---|---|")
-	for _, obj := range []string{"time", "cost"} {
-		if c := live[obj].costError; c != nil {
-			fmt.Printf("| live, %s | %d | $%.5f | $%.5f | %+.1f %% |\n", obj, c.Step, c.PredictedUSD, c.ActualUSD, c.ErrorPct)
+	fmt.Println("## Live cost error: recorded vs predicted at the committed decision (the comparison's live runs)\n\n| run | decision at step | predicted total | recorded (billed) | error |\n|---|---|---|---|---|")
+	for _, c := range cmps {
+		for i, l := range c.live {
+			if e := l.costError; e != nil {
+				fmt.Printf("| live, %s, run %d | %d | $%.5f | $%.5f | %+.1f %% |\n", c.obj, i+1, e.Step, e.PredictedUSD, e.ActualUSD, e.ErrorPct)
+			}
 		}
 	}
 	fmt.Println()
+	return nil
 }

@@ -37,13 +37,16 @@ func main() {
 
 // bench is the running bench: its binaries and the scavd it drives.
 type bench struct {
-	scavd, scavctl, python string
-	catalog, state         string
-	target                 int
-	notices                int
-	types                  []string
-	workers, batches       []int
-	skipLoop               bool
+	scavd, scavctl, python  string
+	catalog, state          string
+	home                    string // the state directory of the scavd the jobs go to
+	target, providerTarget  int
+	notices                 int
+	types                   []string
+	workers, batches        []int
+	skipLoop, skipProviders bool
+	longS                   float64
+	repeats                 int
 }
 
 func run(ctx context.Context) error {
@@ -53,8 +56,12 @@ func run(ctx context.Context) error {
 	flag.StringVar(&b.python, "python", "/usr/bin/python3", "python with torch")
 	flag.StringVar(&b.catalog, "catalog", "tools/benchcloud/catalog.json", "local cloud catalog")
 	flag.IntVar(&b.target, "target", 8000, "work of each loop run: steps at batch 32")
+	flag.IntVar(&b.providerTarget, "provider-target", 3000, "work of each provider's live cost job: steps at batch 32")
 	flag.IntVar(&b.notices, "notices", 5, "spot notices to time")
 	flag.BoolVar(&b.skipLoop, "skip-loop", false, "leave out the live loop against the fixed candidates")
+	flag.BoolVar(&b.skipProviders, "skip-providers", false, "leave out the providers' table")
+	flag.Float64Var(&b.longS, "long-s", 200, "the live loop's comparison job takes this long at the best fixed configuration, seconds (at least 180)")
+	flag.IntVar(&b.repeats, "repeats", 3, "runs of the best fixed and of the live loop, interleaved, for each objective")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return errors.New("the local cloud needs root (network namespaces, veths, cgroups)")
@@ -85,21 +92,40 @@ func run(ctx context.Context) error {
 	if err := b.terminations(ctx); err != nil {
 		return fmt.Errorf("terminations: %w", err)
 	}
+	if err := b.localParts(ctx); err != nil {
+		return err
+	}
+	if b.skipProviders {
+		fmt.Println("(providers left out: --skip-providers)")
+	} else if err := b.providers(ctx); err != nil {
+		return fmt.Errorf("providers: %w", err)
+	}
+	if b.skipLoop {
+		return nil
+	}
 	d, err := b.startScavd(ctx)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	if err := b.firstSteps(ctx); err != nil {
+	return b.loop(ctx)
+}
+
+// localParts are the local cloud's figures through a scavd: provision to
+// first step, and spot notices.
+func (b *bench) localParts(ctx context.Context) error {
+	d, err := b.startScavd(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	if err := b.firstSteps(ctx, b.localSite(ctx, b.state, nil)); err != nil {
 		return fmt.Errorf("provision to first step: %w", err)
 	}
-	if err := b.noticeToRunning(ctx); err != nil {
+	if err := b.noticeToRunning(ctx, b.localSite(ctx, b.state, nil)); err != nil {
 		return fmt.Errorf("spot notices: %w", err)
 	}
-	if b.skipLoop {
-		return nil
-	}
-	return b.loop(ctx)
+	return nil
 }
 
 // minMax is the least and the greatest of v (0, 0 when it is empty).

@@ -73,7 +73,7 @@ func (b *bench) terminations(ctx context.Context) error {
 // firstSteps times, per type, a one-worker job from the instance's
 // provisioning (its launch time) to the workers' first step: boot, SSH,
 // python and torch import, process group, first step (3 jobs each).
-func (b *bench) firstSteps(ctx context.Context) error {
+func (b *bench) firstSteps(ctx context.Context, s site) error {
 	fmt.Println("## Provision → first step of the workers (scavd, 1 worker, 3 jobs each)")
 	fmt.Println()
 	fmt.Println("| type | provision → first step, median (min–max) | of which provision → attempt started |")
@@ -85,7 +85,7 @@ func (b *bench) firstSteps(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			recs, err := b.records(ctx, id)
+			recs, err := s.records(ctx, id)
 			if err != nil || len(recs) == 0 {
 				return fmt.Errorf("instances of %s: %v, %w", id, recs, err)
 			}
@@ -108,28 +108,13 @@ func (b *bench) firstSteps(ctx context.Context) error {
 	return nil
 }
 
-// noticeToRunning interrupts the spot instance of a running job again and
-// again and times each notice to the first step of the job's next attempt,
-// on another instance (the next zone, or on demand).
-func (b *bench) noticeToRunning(ctx context.Context) error {
-	cmd, errOut, err := b.startJob(ctx, "--types", "loc.half", "--spot", "--workers", "1", "--batch-size", "32", "--grace", "60s",
-		"--", b.python, "examples/resumable_cnn.py", "--steps", "10000000")
+// noticeToRunning times 5 spot notices of a job on the local cloud (see
+// noticeTimes) and prints them.
+func (b *bench) noticeToRunning(ctx context.Context, s site) error {
+	times, where, err := b.noticeTimes(ctx, s, b.notices)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var times []float64
-	var where []string
-	for range b.notices {
-		d, to, err := b.oneNotice(ctx, errOut)
-		if err != nil {
-			return err
-		}
-		times, where = append(times, d), append(where, to)
-	}
-	id, _ := jobID(errOut)
-	_ = exec.Command(b.scavctl, "--state-dir", b.state, "stop", id).Run()
-	_ = cmd.Wait()
 	lo, hi := minMax(times)
 	fmt.Printf("## Spot notice → workers running again elsewhere (%d notices, 60 s each)\n\n", len(times))
 	fmt.Println("| measure | value |\n|---|---|")
@@ -139,9 +124,34 @@ func (b *bench) noticeToRunning(ctx context.Context) error {
 	return nil
 }
 
+// noticeTimes interrupts the spot instance of a running job on s again and
+// again (n times) and times each notice to the first step of the job's
+// next attempt, on another instance (the next zone, or on demand).
+func (b *bench) noticeTimes(ctx context.Context, s site, n int) ([]float64, []string, error) {
+	cmd, errOut, err := b.startJob(ctx, "--types", s.types[0], "--spot", "--workers", "1", "--batch-size", "32", "--grace", "60s",
+		"--", b.python, "examples/resumable_cnn.py", "--steps", "10000000")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var times []float64
+	var where []string
+	for range n {
+		d, to, err := b.oneNotice(ctx, s, errOut)
+		if err != nil {
+			return nil, nil, err
+		}
+		times, where = append(times, d), append(where, to)
+	}
+	id, _ := jobID(errOut)
+	_ = exec.Command(b.scavctl, "--state-dir", b.home, "stop", id).Run()
+	_ = cmd.Wait()
+	return times, where, nil
+}
+
 // oneNotice waits for the job's attempt to run, interrupts its instance and
 // returns the time to the next attempt's first step and where it runs.
-func (b *bench) oneNotice(ctx context.Context, errOut *syncbuf.Buffer) (float64, string, error) {
+func (b *bench) oneNotice(ctx context.Context, s site, errOut *syncbuf.Buffer) (float64, string, error) {
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return 0, "", fmt.Errorf("the job does not run:\n%s", errOut.String())
@@ -159,7 +169,7 @@ func (b *bench) oneNotice(ctx context.Context, errOut *syncbuf.Buffer) (float64,
 		if err != nil || firstStep(steps, k).IsZero() {
 			continue
 		}
-		recs, err := b.records(ctx, id)
+		recs, err := s.records(ctx, id)
 		if err != nil {
 			return 0, "", err
 		}
@@ -173,15 +183,15 @@ func (b *bench) oneNotice(ctx context.Context, errOut *syncbuf.Buffer) (float64,
 			return 0, "", fmt.Errorf("no spot instance to interrupt: %+v", recs)
 		}
 		t0 := time.Now()
-		if err := localcloud.InterruptVia(ctx, filepath.Join(b.state, "cloud", "localcloud", "admin.sock"), victim, 60*time.Second); err != nil {
+		if err := s.interrupt(ctx, victim, 60*time.Second); err != nil {
 			return 0, "", err
 		}
-		return b.nextAttempt(ctx, id, k, t0)
+		return b.nextAttempt(ctx, s, id, k, t0)
 	}
 }
 
 // nextAttempt waits for the first step of the attempt after k.
-func (b *bench) nextAttempt(ctx context.Context, id string, k int, t0 time.Time) (float64, string, error) {
+func (b *bench) nextAttempt(ctx context.Context, s site, id string, k int, t0 time.Time) (float64, string, error) {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		steps, err := b.steps(id)
 		if err != nil {
@@ -190,7 +200,7 @@ func (b *bench) nextAttempt(ctx context.Context, id string, k int, t0 time.Time)
 		if t := firstStep(steps, k+1); !t.IsZero() {
 			j, _ := b.job(id)
 			c := j.Attempts[len(j.Attempts)-1].Config
-			recs, _ := b.records(ctx, id)
+			recs, _ := s.records(ctx, id)
 			zone := "?"
 			for _, r := range recs {
 				if r.Alive() {

@@ -32,15 +32,24 @@ type daemon struct {
 // the bench's catalog (six zones: each notice blocklists one, and the next
 // spot instance comes from the next) and waits until it serves.
 func (b *bench) startScavd(ctx context.Context) (*daemon, error) {
-	d := &daemon{state: b.state, log: &syncbuf.Buffer{}}
-	d.cmd = exec.Command(b.scavd, "--state-dir", b.state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0",
-		"--launcher", "cloudvm", "--cloud-catalog", b.catalog, "--cloud-notice-interval", "500ms")
+	return b.startScavdOn(ctx, b.state, []string{"--cloud-catalog", b.catalog}, nil)
+}
+
+// startScavdOn starts scavd with the cloudvm launcher on state with the
+// cloud flags args and the environment env added, makes it the scavd the
+// bench's jobs go to, and waits until it serves.
+func (b *bench) startScavdOn(ctx context.Context, state string, args, env []string) (*daemon, error) {
+	b.home = state
+	d := &daemon{state: state, log: &syncbuf.Buffer{}}
+	d.cmd = exec.Command(b.scavd, append([]string{"--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--node-sample-every", "0",
+		"--launcher", "cloudvm", "--cloud-notice-interval", "500ms"}, args...)...)
+	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := api.ReadDiscovery(b.state); err == nil {
+		if _, err := api.ReadDiscovery(state); err == nil {
 			return d, nil
 		}
 		if time.Now().After(deadline) {
@@ -55,6 +64,9 @@ func (d *daemon) stop() {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	_ = d.cmd.Wait()
 	dir := filepath.Join(d.state, "cloud", "localcloud")
+	if _, err := os.Stat(filepath.Join(dir, "cloud.json")); err != nil {
+		return // a scavd of another provider: no local cloud of its own
+	}
 	if c, err := localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: dir}); err == nil {
 		if err := c.Destroy(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "benchcloud: destroy the local cloud:", err)
@@ -66,7 +78,7 @@ var jobRe = regexp.MustCompile(`scavctl: job ([A-Za-z0-9_-]+):`)
 
 // startJob starts scavctl run with args and returns it and its stderr.
 func (b *bench) startJob(ctx context.Context, args ...string) (*exec.Cmd, *syncbuf.Buffer, error) {
-	all := append([]string{"--state-dir", b.state, "run", "--launcher", "cloudvm", "--env", "OMP_NUM_THREADS=1"}, args...)
+	all := append([]string{"--state-dir", b.home, "run", "--launcher", "cloudvm", "--env", "OMP_NUM_THREADS=1"}, args...)
 	cmd := exec.CommandContext(ctx, b.scavctl, all...)
 	errOut := &syncbuf.Buffer{}
 	cmd.Stderr = errOut
@@ -102,7 +114,7 @@ func jobID(errOut *syncbuf.Buffer) (string, error) {
 
 // job reads a job's record.
 func (b *bench) job(id string) (api.Job, error) {
-	out, err := exec.Command(b.scavctl, "--state-dir", b.state, "status", id, "-o", "json").Output()
+	out, err := exec.Command(b.scavctl, "--state-dir", b.home, "status", id, "-o", "json").Output()
 	if err != nil {
 		return api.Job{}, fmt.Errorf("status %s: %w", id, err)
 	}
@@ -114,7 +126,7 @@ func (b *bench) job(id string) (api.Job, error) {
 
 // steps reads a job's step records.
 func (b *bench) steps(id string) ([]telemetry.StepRecord, error) {
-	out, err := exec.Command(b.scavctl, "--state-dir", b.state, "steps", id, "-o", "json").Output()
+	out, err := exec.Command(b.scavctl, "--state-dir", b.home, "steps", id, "-o", "json").Output()
 	if err != nil {
 		return nil, fmt.Errorf("steps %s: %w", id, err)
 	}
@@ -140,19 +152,4 @@ func firstStep(recs []telemetry.StepRecord, attempt int) time.Time {
 		}
 	}
 	return first
-}
-
-// records lists the local cloud's instances of job.
-func (b *bench) records(ctx context.Context, job string) ([]localcloud.Record, error) {
-	rs, err := localcloud.RecordsVia(ctx, filepath.Join(b.state, "cloud", "localcloud", "admin.sock"))
-	if err != nil {
-		return nil, err
-	}
-	var out []localcloud.Record
-	for _, r := range rs {
-		if r.Tags["scavenger:job"] == job {
-			out = append(out, r)
-		}
-	}
-	return out, nil
 }

@@ -12,8 +12,12 @@
 // Options names a region.
 //
 // The SDK's retries are off: cloudvm retries throttling and internal
-// errors itself, with the same token, and fails over on capacity errors,
-// which this package tells apart (classify).
+// errors itself, with the same token and with jitter, and fails over on
+// capacity and quota errors, which this package tells apart (classify).
+// TerminateInstances refuses a whole batch that names an unknown instance:
+// Terminate then leaves out the ids EC2 names and terminates the rest. A
+// spot instance is billed at the spot price history over its life
+// (SpotPriceHistory).
 //
 // It was tested here only against an emulation of the EC2 Query API
 // (internal/ec2emu) whose instances are local namespace machines; see the
@@ -83,14 +87,16 @@ type Options struct {
 
 // Provider is the aws provider. It implements provider.Provider.
 type Provider struct {
-	o     Options
-	log   *zap.Logger
-	ec2   *ec2.Client
-	types map[string]provider.InstanceType
-	od    map[string]float64
+	provider.Catalogued
+	o   Options
+	log *zap.Logger
+	ec2 *ec2.Client
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider       = (*Provider)(nil)
+	_ provider.PriceHistorian = (*Provider)(nil)
+)
 
 // New loads the SDK's configuration and checks the types against the catalog.
 func New(ctx context.Context, o Options) (*Provider, error) {
@@ -120,30 +126,15 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if cfg.Region == "" {
 		return nil, fmt.Errorf("new aws provider: %w: no region (set cloud.region, or AWS_REGION)", provider.ErrUnavailable)
 	}
-	p := &Provider{o: o, log: o.Logger.Named("aws"), types: map[string]provider.InstanceType{}, od: map[string]float64{}}
+	p := &Provider{o: o, log: o.Logger.Named("aws")}
 	p.ec2 = ec2.NewFromConfig(cfg, func(eo *ec2.Options) {
 		if o.Endpoint != "" {
 			eo.BaseEndpoint = aws.String(o.Endpoint)
 		}
 		eo.Retryer = aws.NopRetryer{} // cloudvm retries, with the same token
 	})
-	var errs []error
-	for _, name := range o.Types {
-		m, err := o.Catalog.Lookup(name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		od, err := m.Hourly(false)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		p.od[name] = od
-		p.types[name] = provider.InstanceType{Name: name, Slots: m.WorkerSlots(), CPUs: m.VCPUs, MemoryMiB: int(m.MemoryGiB * 1024),
-			Zones: slices.Clone(o.Zones), Spot: true}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("new aws provider: the price catalog (cloud.catalog) must hold every type with its on-demand price: %w", err)
+	if p.Catalogued, err = provider.NewCatalogued(o.Catalog, o.Types, cfg.Region, o.Zones, true); err != nil {
+		return nil, fmt.Errorf("new aws provider: the price catalog (cloud.catalog) must hold every type with its on-demand price in %s: %w", cfg.Region, err)
 	}
 	return p, nil
 }
@@ -160,15 +151,6 @@ func (p *Provider) Billing() provider.Billing {
 	return provider.CatalogBilling(p.o.Catalog, "aws", provider.Billing{Granularity: time.Second, Minimum: time.Minute})
 }
 
-// Types lists the configured types.
-func (p *Provider) Types(context.Context) ([]provider.InstanceType, error) {
-	var out []provider.InstanceType
-	for _, name := range p.o.Types {
-		out = append(out, p.types[name])
-	}
-	return out, nil
-}
-
 // Prices returns the catalog's on-demand prices and the latest spot price
 // of each type in each zone (DescribeSpotPriceHistory, Linux/UNIX).
 func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price, error) {
@@ -176,7 +158,7 @@ func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price
 	now := time.Now().UTC()
 	var its []types.InstanceType
 	for _, n := range names {
-		out = append(out, provider.Price{Type: n, Market: provider.OnDemand, USDPerHour: p.od[n], At: now})
+		out = append(out, provider.Price{Type: n, Market: provider.OnDemand, USDPerHour: p.OnDemandUSD[n], At: now})
 		its = append(its, types.InstanceType(n))
 	}
 	latest := map[[2]string]provider.Price{}
@@ -215,6 +197,30 @@ func (p *Provider) Prices(ctx context.Context, names []string) ([]provider.Price
 	return out, nil
 }
 
+// SpotPriceHistory returns the spot prices of typ in zone in effect from
+// from to to (DescribeSpotPriceHistory, Linux/UNIX), oldest first.
+func (p *Provider) SpotPriceHistory(ctx context.Context, typ, zone string, from, to time.Time) ([]provider.Price, error) {
+	var out []provider.Price
+	pg := ec2.NewDescribeSpotPriceHistoryPaginator(p.ec2, &ec2.DescribeSpotPriceHistoryInput{InstanceTypes: []types.InstanceType{types.InstanceType(typ)},
+		AvailabilityZone: aws.String(zone), ProductDescriptions: []string{"Linux/UNIX"}, StartTime: aws.Time(from), EndTime: aws.Time(to)})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("spot price history of %s in %s: %w", typ, zone, classify(err))
+		}
+		for _, sp := range page.SpotPriceHistory {
+			if v, err := strconv.ParseFloat(aws.ToString(sp.SpotPrice), 64); err == nil && aws.ToString(sp.AvailabilityZone) == zone {
+				out = append(out, provider.Price{Type: typ, Zone: zone, Market: provider.Spot, USDPerHour: v, At: aws.ToTime(sp.Timestamp)})
+			}
+		}
+		if len(page.SpotPriceHistory) == 0 {
+			break
+		}
+	}
+	slices.SortStableFunc(out, func(a, b provider.Price) int { return a.At.Compare(b.At) })
+	return out, nil
+}
+
 // classify wraps an SDK error in the provider's error class.
 func classify(err error) error {
 	if err == nil {
@@ -231,7 +237,9 @@ func classify(err error) error {
 	switch {
 	case code == "InvalidInstanceID.NotFound":
 		return fmt.Errorf("%w: %w", provider.ErrNotFound, err)
-	case strings.HasPrefix(code, "Insufficient") || code == "SpotMaxPriceTooLow" || code == "MaxSpotInstanceCountExceeded" || code == "Unsupported":
+	case code == "VcpuLimitExceeded" || code == "InstanceLimitExceeded" || code == "MaxSpotInstanceCountExceeded":
+		return fmt.Errorf("%w: %w", provider.ErrQuota, err)
+	case strings.HasPrefix(code, "Insufficient") || code == "SpotMaxPriceTooLow" || code == "Unsupported":
 		return fmt.Errorf("%w: %w", provider.ErrCapacity, err)
 	case code == "RequestLimitExceeded" || strings.HasPrefix(code, "Throttling"):
 		return fmt.Errorf("%w: %w", provider.ErrThrottled, err)
@@ -243,13 +251,9 @@ func classify(err error) error {
 	return err
 }
 
-// userData is the cloud-init document that installs the pool's keys.
-func userData(b provider.Boot) string {
-	var s strings.Builder
-	s.WriteString("#cloud-config\nssh_authorized_keys:\n  - " + b.AuthorizedKey + "\nssh_keys:\n  ed25519_private: |\n")
-	for line := range strings.Lines(strings.TrimSpace(string(b.HostKey))) {
-		s.WriteString("    " + line)
-	}
-	s.WriteString("\n  ed25519_public: " + b.HostKeyPublic + "\nssh_deletekeys: true\nssh_genkeytypes: []\n")
-	return base64.StdEncoding.EncodeToString([]byte(s.String()))
+// userData is the instances' user data: provider.CloudConfig, whose
+// watchdog halts the instance; RunInstances asks for termination on an
+// instance-initiated shutdown.
+func userData(b provider.Boot, orphanTimeout time.Duration) string {
+	return base64.StdEncoding.EncodeToString([]byte(provider.CloudConfig(b, orphanTimeout)))
 }

@@ -3,24 +3,22 @@ package awscloud
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
-)
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"go.uber.org/zap/zaptest"
+	"go.yaml.in/yaml/v3"
 
-func boot(t *testing.T) provider.Boot {
-	t.Helper()
-	k, err := provider.NewKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k.Boot
-}
+	"github.com/scavenger-ml/scavenger/internal/ec2emu"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/cloudvmtest"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
+	"github.com/scavenger-ml/scavenger/optimizer/price"
+)
 
 // TestPrices checks the on-demand prices from the catalog and the spot
 // prices from DescribeSpotPriceHistory.
@@ -53,7 +51,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	defer cancel()
 	e.emu.SetFaults(ec2emu.Faults{NotFoundFor: 300 * time.Millisecond})
 	tags := map[string]string{provider.TagOwner: "o-" + rand.Text()[:4], provider.TagJob: "j"}
-	req := provider.ProvisionRequest{Type: "c6i.large", Count: 2, Market: provider.Spot, Zone: "us-east-1b", Tags: tags, Token: "tok-" + rand.Text()[:6], Boot: boot(t)}
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 2, Market: provider.Spot, Zone: "us-east-1b", Tags: tags, Token: "tok-" + rand.Text()[:6], Boot: cloudvmtest.Boot(t)}
 	insts, err := e.prov.Provision(ctx, req)
 	if err != nil || len(insts) != 2 || insts[0].Market != provider.Spot || insts[0].Zone != "us-east-1b" || insts[0].Tags[provider.TagJob] != "j" {
 		t.Fatalf("Provision = %+v, %v", insts, err)
@@ -91,7 +89,7 @@ func TestInstanceLifecycle(t *testing.T) {
 func TestErrorClasses(t *testing.T) {
 	e := emulate(t)
 	ctx := context.Background()
-	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + rand.Text()[:6], Boot: boot(t)}
+	req := provider.ProvisionRequest{Type: "c6i.large", Count: 1, Market: provider.OnDemand, Zone: "us-east-1a", Token: "t-" + rand.Text()[:6], Boot: cloudvmtest.Boot(t)}
 	e.emu.SetFaults(ec2emu.Faults{NoCapacity: []string{"us-east-1a"}})
 	if _, err := e.prov.Provision(ctx, req); !errors.Is(err, provider.ErrCapacity) || !strings.Contains(err.Error(), "InsufficientInstanceCapacity") {
 		t.Errorf("no capacity: %v, want ErrCapacity", err)
@@ -117,5 +115,61 @@ func TestErrorClasses(t *testing.T) {
 	}
 	if err != nil || !slices.Equal(names, []string{"c6i.large", "c6i.xlarge"}) {
 		t.Errorf("Types = %v, %v; want the configured c6i.large and c6i.xlarge from the catalog", names, err)
+	}
+}
+
+// TestUserDataWatchdog checks the cloud-init document: the keys, and with
+// an orphan timeout the watchdog written to its path and started at boot;
+// its halt is a shutdown, which RunInstances turns into a termination.
+func TestUserDataWatchdog(t *testing.T) {
+	b := cloudvmtest.Boot(t)
+	var doc struct {
+		Keys       []string          `yaml:"ssh_authorized_keys"`
+		SSHKeys    map[string]string `yaml:"ssh_keys"`
+		WriteFiles []struct {
+			Path, Permissions, Content string
+		} `yaml:"write_files"`
+		RunCmd [][]string `yaml:"runcmd"`
+	}
+	raw, err := base64.StdEncoding.DecodeString(userData(b, 90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("user data is not YAML: %v\n%s", err, raw)
+	}
+	if len(doc.Keys) != 1 || doc.Keys[0] != b.AuthorizedKey || doc.SSHKeys["ed25519_public"] != b.HostKeyPublic {
+		t.Errorf("keys: %+v", doc)
+	}
+	if len(doc.WriteFiles) != 1 || doc.WriteFiles[0].Path != provider.WatchdogPath || !strings.Contains(doc.WriteFiles[0].Content, "t=90;") ||
+		!strings.Contains(doc.WriteFiles[0].Content, "shutdown -h now") || len(doc.RunCmd) != 1 || !strings.Contains(strings.Join(doc.RunCmd[0], " "), provider.WatchdogPath) {
+		t.Errorf("watchdog: %+v", doc)
+	}
+	if raw, _ := base64.StdEncoding.DecodeString(userData(b, 0)); strings.Contains(string(raw), "watchdog") {
+		t.Errorf("no orphan timeout, no watchdog:\n%s", raw)
+	}
+}
+
+// TestRegionalPrices: the on-demand prices are the catalog's in the
+// provider's region; a region the catalog does not price is refused,
+// naming those it does.
+func TestRegionalPrices(t *testing.T) {
+	cat, err := price.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := credentials.NewStaticCredentialsProvider("AKID", "secret", "")
+	p, err := New(context.Background(), Options{Logger: zaptest.NewLogger(t), Region: "us-west-2", Zones: []string{"us-west-2a"}, Types: []string{"g4dn.12xlarge"},
+		Catalog: cat, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OnDemandUSD["g4dn.12xlarge"] != 3.912 {
+		t.Errorf("on demand in us-west-2: %g", p.OnDemandUSD["g4dn.12xlarge"])
+	}
+	_, err = New(context.Background(), Options{Logger: zaptest.NewLogger(t), Region: "eu-north-1", Zones: []string{"eu-north-1a"}, Types: []string{"g4dn.12xlarge"},
+		Catalog: cat, Credentials: creds})
+	if err == nil || !strings.Contains(err.Error(), "us-east-1, us-west-2") {
+		t.Errorf("a region without prices: %v", err)
 	}
 }

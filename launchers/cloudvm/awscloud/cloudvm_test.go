@@ -2,11 +2,6 @@ package awscloud
 
 import (
 	"context"
-	"crypto/rand"
-	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,28 +9,10 @@ import (
 
 	"github.com/scavenger-ml/scavenger/internal/cloudemu"
 	"github.com/scavenger-ml/scavenger/internal/ec2emu"
-	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
+	"github.com/scavenger-ml/scavenger/launchers/cloudvm/cloudvmtest"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/provider"
-	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
-
-type lines struct {
-	mu sync.Mutex
-	l  []string
-}
-
-func (o *lines) add(rank int, _ plugins.Stream, s string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.l = append(o.l, fmt.Sprintf("%d: %s", rank, s))
-}
-
-func (o *lines) has(s string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Contains(o.l, s)
-}
 
 // TestWorkersOnEmulatedEC2 runs cloudvm over this provider over the EC2
 // emulation: with no capacity in us-east-1a and the first requests
@@ -46,25 +23,12 @@ func (o *lines) has(s string) bool {
 // instances reach.
 func TestWorkersOnEmulatedEC2(t *testing.T) {
 	e := emulate(t)
+	l := cloudvmtest.Launcher(t, e.prov, zaptest.NewLogger(t), "c6i.large")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	owner := "t-" + rand.Text()[:5]
-	l, err := cloudvm.New(ctx, cloudvm.Options{Logger: zaptest.NewLogger(t), Provider: e.prov, StateDir: t.TempDir(), Owner: owner,
-		Types: []string{"c6i.large"}, NoTelemetryForward: true, NoticeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, Grace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := l.Close(); err != nil {
-			t.Error(err)
-		}
-		if left, _ := e.prov.List(context.Background(), map[string]string{provider.TagOwner: owner}); len(left) > 0 {
-			t.Errorf("left: %v", left)
-		}
-	}()
 	e.emu.SetFaults(ec2emu.Faults{NoCapacity: []string{"us-east-1a"}, Throttle: 2, NotFoundFor: 200 * time.Millisecond})
-	var out lines
-	spec := conformance.ShellSpec(t, 2, `trap 'echo "pre-empted on $(hostname)"; exit 0' USR1; echo "up on $(hostname)"; while :; do sleep 0.05; done`, out.add)
+	var out cloudvmtest.Lines
+	spec := conformance.ShellSpec(t, 2, `trap 'echo "pre-empted on $(hostname)"; exit 0' USR1; echo "up on $(hostname)"; while :; do sleep 0.05; done`, out.Add)
 	spec.Config.Market = provider.Spot
 	h, err := l.Start(ctx, spec)
 	if err != nil {
@@ -79,29 +43,9 @@ func TestWorkersOnEmulatedEC2(t *testing.T) {
 	if len(insts) != 2 || insts[0].Zone != "us-east-1b" || insts[1].Zone != "us-east-1b" || insts[0].Market != provider.Spot {
 		t.Fatalf("emulated instances %+v: want 2 spot in us-east-1b", insts)
 	}
-	for !out.has("0: up on "+insts[0].ID) && !out.has("0: up on "+insts[1].ID) {
+	for !out.Has("0: up on "+insts[0].ID) && !out.Has("0: up on "+insts[1].ID) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := e.back.Interrupt(insts[0].ID, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	res, err := h.Wait(ctx)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("Wait = %+v, %v", res, err)
-	}
-	var pre int
-	for _, s := range out.l {
-		if strings.Contains(s, "pre-empted on") {
-			pre++
-		}
-	}
-	if pre != 2 {
-		t.Errorf("%d workers got the pre-emption signal, want 2: %q", pre, out.l)
-	}
-	// us-east-1a had no capacity and us-east-1b reclaimed the instance:
-	// spot is blocklisted in both, on demand is what is offered.
-	caps, err := l.Capabilities(ctx)
-	if err != nil || len(caps.Offers) != 1 || caps.Offers[0].SpotUSD != 0 || caps.Offers[0].OnDemandUSD != 0.085 {
-		t.Errorf("offers %+v, %v: want c6i.large on demand only", caps.Offers, err)
-	}
+	// us-east-1a had no capacity and us-east-1b reclaimed the instance.
+	cloudvmtest.Preempted(t, ctx, l, h, &out, 2, 0.085, func() error { return e.back.Interrupt(insts[0].ID, 5*time.Second) })
 }

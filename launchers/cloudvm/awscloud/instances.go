@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,7 +20,7 @@ import (
 
 // Provision launches req with RunInstances (MinCount = MaxCount = Count).
 func (p *Provider) Provision(ctx context.Context, req provider.ProvisionRequest) ([]provider.Instance, error) {
-	if _, ok := p.types[req.Type]; !ok {
+	if !p.Has(req.Type) {
 		return nil, fmt.Errorf("provision: type %q is not among %v", req.Type, p.o.Types)
 	}
 	if p.o.Image == "" {
@@ -28,10 +29,11 @@ func (p *Provider) Provision(ctx context.Context, req provider.ProvisionRequest)
 	in := &ec2.RunInstancesInput{
 		ImageId: aws.String(p.o.Image), InstanceType: types.InstanceType(req.Type),
 		MinCount: aws.Int32(int32(req.Count)), MaxCount: aws.Int32(int32(req.Count)),
-		ClientToken: aws.String(req.Token), UserData: aws.String(userData(req.Boot)),
-		Placement:         &types.Placement{AvailabilityZone: aws.String(req.Zone)},
-		MetadataOptions:   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired, HttpEndpoint: types.InstanceMetadataEndpointStateEnabled},
-		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(req.Tags)}},
+		ClientToken: aws.String(req.Token), UserData: aws.String(userData(req.Boot, req.OrphanTimeout)),
+		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate, // the orphan watchdog's halt ends it
+		Placement:                         &types.Placement{AvailabilityZone: aws.String(req.Zone)},
+		MetadataOptions:                   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired, HttpEndpoint: types.InstanceMetadataEndpointStateEnabled},
+		TagSpecifications:                 []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(req.Tags)}},
 	}
 	if s := p.o.Subnets[req.Zone]; s != "" {
 		in.SubnetId = aws.String(s)
@@ -137,14 +139,32 @@ func (p *Provider) List(ctx context.Context, tags map[string]string) ([]provider
 	return out, nil
 }
 
-// Terminate ends the instances; an unknown id is no error.
+// Terminate ends the instances; an unknown id is no error. EC2 refuses a
+// whole batch that names an unknown id (InvalidInstanceID.NotFound, naming
+// them): the others are terminated in a second request. (An id EC2 does not
+// know yet, launched a moment ago, is left to cloudvm's reaper.)
 func (p *Provider) Terminate(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := p.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
-	if err = classify(err); err != nil && !errors.Is(err, provider.ErrNotFound) {
-		return fmt.Errorf("terminate %v: %w", ids, err)
+	for len(ids) > 0 {
+		_, err := p.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
+		if err = classify(err); err == nil {
+			return nil
+		}
+		if !errors.Is(err, provider.ErrNotFound) {
+			return fmt.Errorf("terminate %v: %w", ids, err)
+		}
+		if len(ids) == 1 {
+			return nil // gone
+		}
+		rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return strings.Contains(err.Error(), id) })
+		if len(rest) == len(ids) { // it names none of them: one at a time
+			var errs []error
+			for _, id := range ids {
+				errs = append(errs, p.Terminate(ctx, []string{id}))
+			}
+			return errors.Join(errs...)
+		}
+		p.log.Info("terminate: EC2 does not know some of the instances; terminating the others", zap.Strings("unknown", slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(rest, id) })))
+		ids = rest
 	}
 	return nil
 }

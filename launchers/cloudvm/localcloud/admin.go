@@ -47,6 +47,15 @@ type Record struct {
 	provider.Instance
 	Interrupt *time.Time `json:"interrupt,omitempty"`
 	Ended     *time.Time `json:"ended,omitempty"`
+	// Up says whether its machine's init runs now: false once it has
+	// ended, and for one that ended itself (its watchdog) while no cloud
+	// was open to notice.
+	Up bool `json:"up"`
+}
+
+// record is in's Record.
+func (in *instance) record() Record {
+	return Record{Instance: in.Instance, Interrupt: in.Interrupt, Ended: in.Ended, Up: in.Machine != nil && in.Machine.Alive()}
 }
 
 // Records lists every instance the cloud has launched, terminated ones
@@ -56,7 +65,7 @@ func (c *Cloud) Records() []Record {
 	defer c.mu.Unlock()
 	out := make([]Record, 0, len(c.insts))
 	for _, in := range c.insts {
-		out = append(out, Record{Instance: in.Instance, Interrupt: in.Interrupt, Ended: in.Ended})
+		out = append(out, in.record())
 	}
 	sortRecords(out)
 	return out
@@ -108,7 +117,7 @@ func ReadRecords(dir string) ([]Record, error) {
 		if err := json.Unmarshal(b, &in); err != nil {
 			return nil, fmt.Errorf("read instance record %s: %w", e.Name(), err)
 		}
-		out = append(out, Record{Instance: in.Instance, Interrupt: in.Interrupt, Ended: in.Ended})
+		out = append(out, in.record())
 	}
 	sortRecords(out)
 	return out, nil

@@ -4,6 +4,7 @@
 // on this host (internal/nsmachine), so that the whole cloud path — pools,
 // failover, spot notices, billing, recovery — runs for real without an
 // account. Nothing it sells is paid for.
+//
 // Each instance has its own address on the cloud's bridge, its own
 // hostname, PID, mount and IPC namespaces, a private tmpfs as its local
 // disk (/mnt) and sshd as its init; a cgroup CPU quota and memory limit
@@ -20,15 +21,30 @@
 // process on the directory lists and terminates them. One process at a
 // time owns the directory (a lock).
 //
-// The cloud serves the instance metadata paths of AWS's IMDSv2 to its
-// instances on the bridge (Metadata): instance-id, instance-type,
+// The cloud serves the instance metadata paths of AWS's IMDSv2, and those
+// of GCE's metadata server that cloudvm reads (instance/preempted and
+// maintenance-event), to its instances on the bridge (Metadata): instance-id, instance-type,
 // placement/availability-zone, instance-life-cycle, and the spot notices
 // spot/instance-action and events/recommendations/rebalance, which appear
 // when an instance is interrupted (Interrupt; or through the admin socket,
 // admin.sock in the directory, for another process). An interrupted
 // instance is terminated when its notice runs out.
 //
-// It needs root; Open says so, wrapping provider.ErrUnavailable, without it.
+// An instance provisioned with an orphan timeout runs the watchdog
+// (provider.WatchdogScript) beside sshd: it ends the instance once no SSH
+// connection to it has been open for that long. The cloud notices an
+// instance whose init ended (its watchdog, a crash) within a second and
+// terminates what is left of it; WaitReady fails at once for one that died
+// as it booted, naming its console's last lines.
+//
+// Every cloud registers itself in /run/scavenger/localclouds while it
+// exists (cleanup.go): Cleanup, which Open runs and scavd --cloud-cleanup
+// calls, destroys those no process has open any more — a killed test's at
+// once, a stopped scavd's once it is stale.
+//
+// It needs root and what Check lists (nsmachine.Check: the tools, sshd's
+// privilege separation directory, the cgroup controllers); Open names
+// everything missing in one message, wrapping provider.ErrUnavailable.
 package localcloud
 
 import (
@@ -62,6 +78,13 @@ type Options struct {
 	Dir string
 	// Catalog is what it sells (default DefaultCatalog(); see CheckCatalog).
 	Catalog *price.Catalog
+	// Ephemeral marks a cloud that is destroyed before its process ends
+	// (a test's): Cleanup destroys it as soon as no process has it open.
+	Ephemeral bool
+	// StaleAfter: Open destroys the clouds of this host no process has
+	// open that were last heard of more than StaleAfter ago, and the
+	// ephemeral ones (default provider.DefaultOrphanTimeout; see Cleanup).
+	StaleAfter time.Duration
 }
 
 // state is the cloud's own record, in Dir/cloud.json.
@@ -105,6 +128,9 @@ func Open(ctx context.Context, opts Options) (*Cloud, error) {
 	if opts.Catalog == nil {
 		opts.Catalog = DefaultCatalog()
 	}
+	if opts.StaleAfter <= 0 {
+		opts.StaleAfter = provider.DefaultOrphanTimeout
+	}
 	if err := CheckCatalog(opts.Catalog, "Options.Catalog"); err != nil {
 		return nil, fmt.Errorf("open local cloud: %w", err)
 	}
@@ -129,6 +155,12 @@ func (c *Cloud) open(ctx context.Context) error {
 	}
 	if err := c.loadState(ctx); err != nil {
 		return err
+	}
+	if err := c.register(); err != nil {
+		return err
+	}
+	if _, err := Cleanup(ctx, c.log, c.o.StaleAfter); err != nil {
+		c.log.Warn("clean up other local clouds", zap.Error(err))
 	}
 	if err := c.loadInstances(); err != nil {
 		return err
@@ -271,6 +303,9 @@ func (c *Cloud) Destroy(ctx context.Context) error {
 	if cerr := nsmachine.RemoveCgroup(c.cgroupParent()); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
+	if err == nil {
+		_ = os.Remove(registryEntry(c.st.ID))
+	}
 	if err != nil {
 		return fmt.Errorf("destroy local cloud %s: %w", c.o.Dir, err)
 	}
@@ -278,7 +313,7 @@ func (c *Cloud) Destroy(ctx context.Context) error {
 }
 
 // cgroupParent is the cgroup the instances' cgroups are made in.
-func (c *Cloud) cgroupParent() string { return "scavenger-" + c.st.ID }
+func (c *Cloud) cgroupParent() string { return cgroupParentOf(c.st.ID) }
 
 // Leftovers lists what is left of the cloud's instances that should be
 // gone (terminated ones whose namespace, link, cgroup or init remain),

@@ -76,27 +76,87 @@ func (c *Cloud) imdsHandler() http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		body, ok := c.metadata(host, strings.TrimSuffix(r.PathValue("path"), "/"))
-		if !ok {
-			http.NotFound(w, r)
+		answer(w, r, c.metadata)
+	})
+	// GCE's metadata server: the header is required both ways.
+	mux.HandleFunc("GET "+gcePath+"{path...}", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Metadata-Flavor") != "Google" {
+			http.Error(w, "Missing Metadata-Flavor:Google header.", http.StatusForbidden)
 			return
 		}
-		_, _ = w.Write([]byte(body))
+		w.Header().Set("Metadata-Flavor", "Google")
+		answer(w, r, c.gceMetadata)
 	})
 	return mux
+}
+
+// answer answers r's path for the instance that asks (by its address) with
+// lookup; 404 for a path it does not know.
+func answer(w http.ResponseWriter, r *http.Request, lookup func(addr, path string) (string, bool)) {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	body, ok := lookup(host, strings.TrimSuffix(r.PathValue("path"), "/"))
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write([]byte(body))
+}
+
+// gcePath is the root of GCE's metadata paths.
+const gcePath = "/computeMetadata/v1/"
+
+// gceMetadata answers GCE's path for the live instance at addr:
+// instance/preempted is TRUE once a spot instance is interrupted, and its
+// instance/maintenance-event NONE throughout (a preemption is not host
+// maintenance).
+func (c *Cloud) gceMetadata(addr, path string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in := c.liveAt(addr)
+	if in == nil {
+		return "", false
+	}
+	i := in.Instance
+	switch path {
+	case "instance/id", "instance/name", "instance/hostname":
+		return i.ID, true
+	case "instance/zone":
+		return "projects/local/zones/" + i.Zone, true
+	case "instance/machine-type":
+		return "projects/local/machineTypes/" + i.Type, true
+	case "instance/network-interfaces/0/ip":
+		return i.Addr, true
+	case "instance/scheduling/provisioning-model":
+		if i.Market == provider.Spot {
+			return "SPOT", true
+		}
+		return "STANDARD", true
+	case "instance/maintenance-event":
+		return "NONE", true
+	case "instance/preempted":
+		if in.Interrupt != nil && i.Market == provider.Spot {
+			return "TRUE", true
+		}
+		return "FALSE", true
+	}
+	return "", false
+}
+
+// liveAt is the live instance at addr (c.mu held).
+func (c *Cloud) liveAt(addr string) *instance {
+	for _, x := range c.insts {
+		if x.Instance.Addr == addr && x.Instance.Alive() {
+			return x
+		}
+	}
+	return nil
 }
 
 // metadata answers path for the live instance at addr.
 func (c *Cloud) metadata(addr, path string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var in *instance
-	for _, x := range c.insts {
-		if x.Instance.Addr == addr && x.Instance.Alive() {
-			in = x
-		}
-	}
+	in := c.liveAt(addr)
 	if in == nil {
 		return "", false
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -200,9 +201,9 @@ func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.Pr
 	if err := c.save(in); err != nil { // recorded before it exists: a crash now leaves nothing unknown
 		return nil, err
 	}
-	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: "scavenger-" + c.st.ID + "-" + id, Veth: "scvc" + c.st.ID + strconv.FormatInt(int64(c.st.Next), 36),
+	m, err := nsmachine.Start(ctx, nsmachine.Spec{Name: id, NetNS: netnsPrefix(c.st.ID) + id, Veth: linkPrefix(c.st.ID) + strconv.FormatInt(int64(c.st.Next), 36),
 		Bridge: c.st.Bridge, Addr: addr, Isolate: true, CPUs: t.VCPUs, MemoryBytes: int64(memoryMiB(t)) << 20, DiskBytes: int64(t.DiskMiB) << 20,
-		Cgroup: c.cgroupParent() + "/" + id, Init: nsmachine.SSHDInit(filepath.Join(dir, "sshd_config")), Log: filepath.Join(dir, "console.log")})
+		Cgroup: c.cgroupParent() + "/" + id, Init: initCommand(filepath.Join(dir, "sshd_config"), req.OrphanTimeout), Log: filepath.Join(dir, "console.log")})
 	if err != nil {
 		now := time.Now().UTC()
 		in.Instance.State, in.Ended = provider.Terminated, &now
@@ -218,6 +219,22 @@ func (c *Cloud) launch(ctx context.Context, t price.MachineType, req provider.Pr
 	c.log.Info("instance launched", zap.String("instance", id), zap.String("type", t.Name), zap.String("zone", req.Zone),
 		zap.String("market", req.Market), zap.String("addr", addr))
 	return in, nil
+}
+
+// initCommand is an instance's init: sshd, with, for a positive
+// orphanTimeout, the watchdog beside it (provider.WatchdogScript), which
+// ends the instance by signalling its init (sshd ends on SIGTERM, and the
+// instance's PID namespace with it).
+func initCommand(sshdConfig string, orphanTimeout time.Duration) []string {
+	sshd := nsmachine.SSHDInit(sshdConfig)
+	if orphanTimeout <= 0 {
+		return sshd
+	}
+	var q []string
+	for _, a := range sshd {
+		q = append(q, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	return []string{"/bin/sh", "-c", "(\n" + provider.WatchdogScript(orphanTimeout, "kill -TERM 1") + "\n) &\nexec " + strings.Join(q, " ")}
 }
 
 // freeAddr is the lowest bridge address no live instance has (c.mu held).
@@ -252,21 +269,29 @@ func sortByID(in []provider.Instance) []provider.Instance {
 	return in
 }
 
-// WaitReady waits until each instance's sshd answers, and marks it running.
+// WaitReady waits until each instance's sshd answers, and marks it
+// running. An instance whose init (sshd) died meanwhile is terminated and
+// named with the last lines of its console, at once, not at ctx's end.
 func (c *Cloud) WaitReady(ctx context.Context, ids []string) ([]provider.Instance, error) {
 	var out []provider.Instance
 	for _, id := range ids {
 		c.mu.Lock()
 		in, ok := c.insts[id]
 		var addr string
+		var m *nsmachine.Machine
 		if ok {
-			addr = in.Instance.Addr
+			addr, m = in.Instance.Addr, in.Machine
 		}
 		c.mu.Unlock()
 		if !ok {
 			return nil, fmt.Errorf("wait for %s: %w", id, provider.ErrNotFound)
 		}
-		if err := waitListen(ctx, net.JoinHostPort(addr, "22")); err != nil {
+		if err := waitListen(ctx, net.JoinHostPort(addr, "22"), m); errors.Is(err, errInitDied) {
+			c.mu.Lock()
+			terr := c.terminateLocked(context.WithoutCancel(ctx), in)
+			c.mu.Unlock()
+			return nil, errors.Join(fmt.Errorf("wait for %s: %w; its console: %s", id, err, consoleTail(filepath.Join(c.instanceDir(id), "console.log"), 3)), terr)
+		} else if err != nil {
 			return nil, fmt.Errorf("wait for %s: %w", id, err)
 		}
 		c.mu.Lock()
@@ -284,12 +309,19 @@ func (c *Cloud) WaitReady(ctx context.Context, ids []string) ([]provider.Instanc
 	return out, nil
 }
 
-func waitListen(ctx context.Context, addr string) error {
+// errInitDied: the instance's init is gone before its sshd answered.
+var errInitDied = errors.New("the instance died as it booted: its init (sshd) exited")
+
+// waitListen waits for addr to accept a connection while m's init runs.
+func waitListen(ctx context.Context, addr string, m *nsmachine.Machine) error {
 	var d net.Dialer
 	for {
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			return conn.Close()
+		}
+		if m != nil && !m.Alive() {
+			return errInitDied
 		}
 		select {
 		case <-ctx.Done():
@@ -297,6 +329,16 @@ func waitListen(ctx context.Context, addr string) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// consoleTail is the last n lines of an instance's console log, on one line.
+func consoleTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
 }
 
 // List returns the live instances with every tag of tags.

@@ -42,15 +42,30 @@ func (c *Cloud) Interrupt(id string, notice time.Duration) error {
 	return nil
 }
 
+// deadCheck is how often the cloud looks for instances whose init ended
+// (their watchdog ended them, or they crashed).
+const deadCheck = time.Second
+
 // interrupter terminates interrupted instances when their notice runs out,
+// and the instances whose init has ended (a cloud notices a dead machine),
 // until ctx is done.
 func (c *Cloud) interrupter(ctx context.Context) {
+	beat := time.Now()
 	for {
-		next := time.Hour
+		if time.Since(beat) >= heartbeatEvery {
+			c.heartbeat()
+			beat = time.Now()
+		}
+		next := deadCheck
 		var due []*instance
 		now := time.Now()
 		c.mu.Lock()
 		for _, in := range c.insts {
+			if in.Instance.State == provider.Running && in.Machine != nil && !in.Machine.Alive() {
+				c.log.Warn("instance ended on its own (its watchdog, or its init died)", zap.String("instance", in.Instance.ID))
+				due = append(due, in)
+				continue
+			}
 			if in.Interrupt == nil || !in.Instance.Alive() {
 				continue
 			}

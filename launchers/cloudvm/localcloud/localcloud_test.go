@@ -32,6 +32,22 @@ func newKeys(t *testing.T) keys {
 	return keys{k}
 }
 
+// up provisions the one instance of req (its Boot the keys') and waits
+// for it to run.
+func (k keys) up(t *testing.T, ctx context.Context, c *Cloud, req provider.ProvisionRequest) provider.Instance {
+	t.Helper()
+	req.Count, req.Boot = 1, k.Boot
+	insts, err := c.Provision(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.WaitReady(ctx, []string{insts[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ready[0]
+}
+
 // dial connects to inst over SSH, checking its host key.
 func (k keys) dial(t *testing.T, inst provider.Instance) *gossh.Client {
 	t.Helper()
@@ -69,13 +85,21 @@ func run(t *testing.T, c *gossh.Client, cmd string) string {
 // destroys it and checks that nothing of it is left.
 func openCloud(t *testing.T, cat *price.Catalog) *Cloud {
 	t.Helper()
+	return openCloudWith(t, Options{Catalog: cat, Ephemeral: true})
+}
+
+// openCloudWith opens a cloud with o in a directory of the test's, and
+// destroys it when the test ends.
+func openCloudWith(t *testing.T, o Options) *Cloud {
+	t.Helper()
 	if err := nsmachine.Check(true); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	if err := subreaper.Become(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(context.Background(), Options{Logger: zaptest.NewLogger(t), Dir: t.TempDir(), Catalog: cat})
+	o.Logger, o.Dir = zaptest.NewLogger(t), t.TempDir()
+	c, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -164,7 +188,7 @@ func TestInstances(t *testing.T) {
 // it again and finds and terminates the instance: instances outlive the
 // scavd that made them.
 func TestOutlivesTheProcess(t *testing.T) {
-	first := openCloud(t, nil)
+	first := openCloudWith(t, Options{}) // not ephemeral: closed, it is a stopped scavd's
 	ctx := context.Background()
 	k := newKeys(t)
 	insts, err := first.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a",
@@ -218,5 +242,102 @@ func TestCapacity(t *testing.T) {
 func TestOpenSaysWhatItNeeds(t *testing.T) {
 	if _, err := Open(context.Background(), Options{}); err == nil || !strings.Contains(err.Error(), "required") {
 		t.Errorf("Open without options = %v", err)
+	}
+}
+
+// TestDeadInitFailsFast: an instance whose init (sshd) dies at once — here
+// a host key sshd cannot read — fails WaitReady within seconds, not at the
+// ready timeout, with what the instance's console said, and is terminated
+// (its billing ends).
+func TestDeadInitFailsFast(t *testing.T) {
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	k.Boot.HostKey = []byte("not a key\n")
+	insts, err := c.Provision(ctx, provider.ProvisionRequest{Type: "loc.half", Count: 1, Market: provider.OnDemand, Zone: "loc-a", Token: "dead", Boot: k.Boot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.WaitReady(ctx, []string{insts[0].ID})
+	if took := time.Since(start); err == nil || took > 10*time.Second || !strings.Contains(err.Error(), "died") || !strings.Contains(err.Error(), "sshd") {
+		t.Fatalf("WaitReady = %v after %v; want a dead init named within 10 s", err, took.Round(time.Millisecond))
+	}
+	t.Logf("WaitReady: %v", err)
+	if c.Ended(insts[0].ID).IsZero() {
+		t.Error("the dead instance was not terminated")
+	}
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
+// TestWatchdogEndsAnOrphan: an instance provisioned with an orphan timeout
+// stays up while an SSH connection to it is open, and ends itself (its
+// watchdog signals its init) once none has been for the timeout; the
+// cloud notices and terminates what is left of it.
+func TestWatchdogEndsAnOrphan(t *testing.T) {
+	const timeout = 2 * time.Second
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	in := k.up(t, ctx, c, provider.ProvisionRequest{Type: "loc.half", Market: provider.OnDemand, Zone: "loc-a", Token: "wd", OrphanTimeout: timeout})
+	sc := k.dial(t, in)
+	time.Sleep(2*timeout + 2*time.Second)
+	if !c.Ended(in.ID).IsZero() {
+		t.Fatal("the instance ended while its owner was connected")
+	}
+	if got := run(t, sc, "cat /proc/1/comm"); got != "sshd" {
+		t.Errorf("init %q, want sshd", got)
+	}
+	_ = sc.Close()
+	closed := time.Now()
+	for c.Ended(in.ID).IsZero() {
+		if time.Since(closed) > timeout+15*time.Second {
+			t.Fatalf("the instance still runs %v after its last connection closed (orphan timeout %v)", time.Since(closed), timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("ended %v after its last connection closed (orphan timeout %v)", time.Since(closed).Round(100*time.Millisecond), timeout)
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
+// TestGCEMetadata: the metadata service answers GCE's paths to an
+// instance (the Metadata-Flavor header required, as GCE does), and the
+// notice watcher in GCE's flavor sees a spot instance's preemption through
+// instance/preempted.
+func TestGCEMetadata(t *testing.T) {
+	c := openCloud(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := newKeys(t)
+	in := k.up(t, ctx, c, provider.ProvisionRequest{Type: "loc.half", Market: provider.Spot, Zone: "loc-b", Token: "gce"})
+	sc := k.dial(t, in)
+	defer sc.Close()
+	base := strings.TrimPrefix(c.Metadata(), "http://")
+	if got := run(t, sc, "curl -s -o /dev/null -w '%{http_code}' http://"+base+"/computeMetadata/v1/instance/preempted"); got != "403" {
+		t.Errorf("without Metadata-Flavor: HTTP %s, want 403", got)
+	}
+	if got := run(t, sc, "curl -s -H 'Metadata-Flavor: Google' http://"+base+"/computeMetadata/v1/instance/zone"); got != "projects/local/zones/loc-b" {
+		t.Errorf("instance/zone %q", got)
+	}
+	w := notice.New(notice.Options{Endpoint: c.Metadata(), Dial: sc.DialContext, Interval: 50 * time.Millisecond, Flavor: notice.FlavorGCE})
+	defer w.Close()
+	if n, ok, err := w.Poll(ctx); err != nil || ok {
+		t.Fatalf("Poll before the preemption = %+v, %v, %v", n, ok, err)
+	}
+	if err := c.Interrupt(in.ID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n, err := w.Wait(ctx, nil)
+	if err != nil || n.Kind != notice.KindInterruption || time.Until(n.Time) > notice.GCEPreemptNotice {
+		t.Fatalf("notice %+v, %v; want a preemption within 30 s", n, err)
+	}
+	if err := c.Terminate(ctx, []string{in.ID}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,8 +2,13 @@
 // polls the instance metadata service (AWS IMDSv2, with the AWS SDK's own
 // imds client and its session tokens) for spot/instance-action, the
 // two-minute termination notice, and events/recommendations/rebalance, the
-// earlier warning, the way AWS advises (every few seconds). The local
-// provider's metadata service answers the same paths.
+// earlier warning, the way AWS advises (every few seconds). On GCE
+// (Options.Flavor) it polls the metadata server's instance/preempted
+// (TRUE once the spot VM is being preempted: 30 s before it stops) and
+// instance/maintenance-event (TERMINATE_ON_HOST_MAINTENANCE ends a spot
+// VM; MIGRATE_ON_HOST_MAINTENANCE is the rebalance-like warning), with the
+// Metadata-Flavor: Google header. The local provider's metadata service
+// answers both flavors' paths.
 //
 // The metadata service is reachable only from the instance itself, so
 // cloudvm hands the watcher a dialer that opens connections from the
@@ -20,6 +25,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,7 +67,19 @@ type Options struct {
 	// Rebalance also reports rebalance recommendations, not only
 	// interruptions.
 	Rebalance bool
+	// Flavor is the metadata service's: FlavorAWS (the default) or FlavorGCE.
+	Flavor string
 }
+
+// Flavors of metadata service.
+const (
+	FlavorAWS = "aws"
+	FlavorGCE = "gce"
+)
+
+// GCEPreemptNotice is how long a GCE spot VM runs on once it is told it is
+// preempted (ACPI soft-off, then a hard stop).
+const GCEPreemptNotice = 30 * time.Second
 
 // DefaultInterval is the polling interval unless Options names one.
 const DefaultInterval = 5 * time.Second
@@ -123,6 +141,9 @@ func (w *Watcher) Wait(ctx context.Context, errs func(error)) (Notice, error) {
 // Poll reads the notices once: the interruption first, then (with
 // Options.Rebalance) the recommendation.
 func (w *Watcher) Poll(ctx context.Context) (Notice, bool, error) {
+	if w.o.Flavor == FlavorGCE {
+		return w.pollGCE(ctx)
+	}
 	body, ok, err := w.get(ctx, "spot/instance-action")
 	if err != nil {
 		return Notice{}, false, err
@@ -169,4 +190,45 @@ func (w *Watcher) get(ctx context.Context, path string) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("read metadata %s: %w", path, err)
 	}
 	return b, true, nil
+}
+
+// pollGCE reads GCE's preempted and maintenance-event once.
+func (w *Watcher) pollGCE(ctx context.Context) (Notice, bool, error) {
+	pre, err := w.getGCE(ctx, "instance/preempted")
+	if err != nil {
+		return Notice{}, false, err
+	}
+	now := time.Now().UTC()
+	if strings.EqualFold(pre, "TRUE") {
+		return Notice{Kind: KindInterruption, Action: "terminate", Time: now.Add(GCEPreemptNotice)}, true, nil
+	}
+	ev, err := w.getGCE(ctx, "instance/maintenance-event")
+	switch {
+	case err != nil:
+		return Notice{}, false, err
+	case ev == "TERMINATE_ON_HOST_MAINTENANCE":
+		return Notice{Kind: KindInterruption, Action: "terminate", Time: now.Add(time.Minute)}, true, nil // GCE: about 60 s ahead
+	case ev != "" && ev != "NONE" && w.o.Rebalance:
+		return Notice{Kind: KindRebalance, Action: strings.ToLower(ev), Time: now}, true, nil
+	}
+	return Notice{}, false, nil
+}
+
+// getGCE reads one path of the GCE metadata server.
+func (w *Watcher) getGCE(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(w.o.Endpoint, "/")+"/computeMetadata/v1/"+path, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Metadata-Flavor", "Google")
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read metadata %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("read metadata %s: %s %q %v", path, resp.Status, b, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -37,3 +37,18 @@ func NewKeys() (Keys, error) {
 	return Keys{Boot: Boot{AuthorizedKey: sshkey.AuthorizedKey(cpub), HostKey: hpriv, HostKeyPublic: sshkey.AuthorizedKey(hpub)},
 		ClientKey: cpriv, Signer: signer, HostKey: hpub}, nil
 }
+
+// ParseKeys makes Keys of a client key and a host key kept as private
+// keys (OpenSSH PEM): a pool's keys, read back after a restart.
+func ParseKeys(clientKey, hostKey []byte) (Keys, error) {
+	signer, err := gossh.ParsePrivateKey(clientKey)
+	if err != nil {
+		return Keys{}, fmt.Errorf("client key: %w", err)
+	}
+	host, err := gossh.ParsePrivateKey(hostKey)
+	if err != nil {
+		return Keys{}, fmt.Errorf("host key: %w", err)
+	}
+	return Keys{Boot: Boot{AuthorizedKey: sshkey.AuthorizedKey(signer.PublicKey()), HostKey: hostKey, HostKeyPublic: sshkey.AuthorizedKey(host.PublicKey())},
+		ClientKey: clientKey, Signer: signer, HostKey: host.PublicKey()}, nil
+}

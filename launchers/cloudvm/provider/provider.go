@@ -5,7 +5,8 @@
 // retry (ErrThrottled, ErrInternal), to fail over to another zone or
 // market (ErrCapacity), or to give up.
 //
-// Providers: launchers/cloudvm/awscloud (EC2) and launchers/cloudvm/localcloud
+// Providers: launchers/cloudvm/awscloud (EC2), launchers/cloudvm/gcecloud
+// (Compute Engine) and launchers/cloudvm/localcloud
 // (the local test and development cloud: namespace machines on this host).
 // Their types, prices and billing rules come from the one machine catalog
 // (optimizer/price; CatalogBilling). NewKeys makes the keys instances boot
@@ -55,6 +56,12 @@ var (
 	ErrThrottled = errors.New("throttled")
 	// ErrInternal: the provider failed on its side (5xx). Retry.
 	ErrInternal = errors.New("provider internal error")
+	// ErrQuota: the account's quota for the type in the market is used up
+	// in the region (EC2 VcpuLimitExceeded, InstanceLimitExceeded,
+	// MaxSpotInstanceCountExceeded; GCE QUOTA_EXCEEDED), the errors a new
+	// account meets first. No zone of the region will do: try the other
+	// market, or another type.
+	ErrQuota = errors.New("quota exceeded")
 	// ErrNotFound: no such instance (EC2 InvalidInstanceID.NotFound, which
 	// also answers for an instance launched a moment ago).
 	ErrNotFound = errors.New("no such instance")
@@ -136,6 +143,10 @@ type ProvisionRequest struct {
 	// MaxPriceUSD caps a spot request's price (0: the on-demand price).
 	MaxPriceUSD float64 `json:"max_price_usd,omitempty"`
 	Boot        Boot    `json:"boot"`
+	// OrphanTimeout, when positive, gives every instance a watchdog
+	// (WatchdogScript) that ends it once no SSH connection to it has been
+	// open for this long.
+	OrphanTimeout time.Duration `json:"orphan_timeout,omitempty"`
 }
 
 // Instance is one instance as a provider describes it.
@@ -182,4 +193,21 @@ type Provider interface {
 	// interruption notices appear: cloudvm polls it from each instance,
 	// through the instance's SSH connection.
 	Metadata() string
+}
+
+// PriceHistorian is a Provider whose spot prices move and which can say
+// how: cloudvm bills a spot instance at the price in effect each second of
+// its life.
+type PriceHistorian interface {
+	// SpotPriceHistory returns the spot prices of typ in zone in effect
+	// from from to to, oldest first, the first one in effect at from (its
+	// At may be earlier).
+	SpotPriceHistory(ctx context.Context, typ, zone string, from, to time.Time) ([]Price, error)
+}
+
+// MetadataFlavored is a Provider whose instances' metadata service is not
+// AWS's IMDSv2 (the default): cloudvm polls its notices in its flavor
+// (notice.FlavorGCE).
+type MetadataFlavored interface {
+	MetadataFlavor() string
 }

@@ -44,7 +44,7 @@ func (s *Shared) Get(t *testing.T) *localcloud.Cloud {
 		if s.dir, s.err = os.MkdirTemp("", "localcloud-test-"); s.err != nil {
 			return
 		}
-		s.cloud, s.err = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: s.dir, Catalog: s.Catalog})
+		s.cloud, s.err = localcloud.Open(context.Background(), localcloud.Options{Logger: zap.NewNop(), Dir: s.dir, Catalog: s.Catalog, Ephemeral: true})
 	})
 	if s.err != nil {
 		t.Fatalf("local cloud: %v", s.err)
@@ -72,4 +72,17 @@ func (s *Shared) Main(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// WideCatalog is the local cloud's default catalog (zones loc-a and loc-b)
+// and loc.wide, which takes 4 workers on one instance: the launcher
+// conformance suite's ranks share a host.
+func WideCatalog() *price.Catalog {
+	cat := localcloud.DefaultCatalog()
+	wide := cat.Types[1] // loc.full's shape and provenance
+	wide.Name, wide.MemoryGiB, wide.DiskMiB, wide.Slots = "loc.wide", 2, 64, 4
+	wide.OnDemand = &price.Price{USDPerHour: 0.4, AsOf: wide.OnDemand.AsOf, Source: wide.OnDemand.Source}
+	wide.Spot = &price.Price{USDPerHour: 0.1, AsOf: wide.Spot.AsOf, Source: wide.Spot.Source}
+	cat.Types = append(cat.Types, wide)
+	return cat
 }
