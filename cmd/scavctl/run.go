@@ -81,9 +81,10 @@ on only from a job that finished:
   143      the job was stopped before it finished (scavctl stop)
   137      it had to be killed (past its grace)
   130      you stopped it with Ctrl-C (143 with SIGTERM to scavctl)
-  75       scavctl let go of the job, which goes on: its scavd was gone for
-           15s, or is restarting and hands the job to the next one (follow it
-           with scavctl attach JOB)
+  75       scavctl let go of the job, which may go on: its scavd was gone
+           for 15s (a scavd that restarts hands its jobs to the next one, and
+           run follows them there when it is back within that time; else
+           follow the job with scavctl attach JOB)
   1        scavctl itself failed (bad flags, no daemon, ...)`,
 		Example: `  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
   scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py

@@ -320,7 +320,7 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	handover := e.state == api.StateStopped && g.o.ResumeJobs && g.o.RestartDir != "" && g.shuttingDown()
 	switch {
 	case handover:
-		e.msg += "; scavd is restarting: the next scavd on this node resumes it (scavctl attach " + r.rec.job.ID + " follows it)"
+		e.msg += handoverNote + ": the next scavd on this node resumes it (scavctl attach " + r.rec.job.ID + " follows it)"
 	case e.resume != nil:
 		e.msg += "; continue with: scavctl run --resume " + r.rec.job.ID
 	}
