@@ -107,7 +107,7 @@ func (c JobCost) Label() string {
 	case CostPriced:
 		return USDText(c.USD) + " at " + USDText(c.PriceUSDPerHour) + "/h"
 	}
-	return "no cost: no price set (scavctl run --price $/h, or --machine-type from the price catalog)"
+	return "no cost: no price set (scavctl run --price USD-per-hour, or --machine-type from the price catalog)"
 }
 
 // USDText writes dollars as every view does: three significant digits

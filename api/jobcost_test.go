@@ -20,10 +20,10 @@ func TestJobCost(t *testing.T) {
 	}{
 		{"no price, no bill: nothing, not even a decision's placeholder cost",
 			Job{State: StateRunning, Started: &t0, Decisions: []Decision{decided}},
-			JobCost{Basis: CostNone}, "no cost: no price set (scavctl run --price $/h, or --machine-type from the price catalog)"},
+			JobCost{Basis: CostNone}, "no cost: no price set (scavctl run --price USD-per-hour, or --machine-type from the price catalog)"},
 		{"priced, running: the time at the price, and the finish the latest decision predicted",
 			Job{State: StateRunning, Started: &t0, Optimize: Optimize{PriceUSDPerHour: 2}, Decisions: []Decision{decided}},
-			JobCost{Basis: CostPriced, USD: 2, PriceUSDPerHour: 2, FinishUSD: 2 + 0.5*(3000-3000)/3000, Predicted: true}, "$2 at $2/h"},
+			JobCost{Basis: CostPriced, USD: 2, PriceUSDPerHour: 2, FinishUSD: 2, Predicted: true} /* the decision predicted 50 min from minute 10: none left */, "$2 at $2/h"},
 		{"priced, ended: its time, no prediction",
 			Job{State: StateSucceeded, Started: &t0, Ended: &ended, Optimize: Optimize{PriceUSDPerHour: 0.5}, Decisions: []Decision{decided}},
 			JobCost{Basis: CostPriced, USD: 0.25, PriceUSDPerHour: 0.5}, "$0.25 at $0.5/h"},

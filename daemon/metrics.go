@@ -141,6 +141,7 @@ var (
 	descRemaining = prometheus.NewDesc("scavenger_job_predicted_remaining_seconds", "Time to finish the job, as its policy last predicted it, less the time since.", jobLabels, nil)
 	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
 	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
+	descJobCost   = prometheus.NewDesc("scavenger_job_cost_dollars", "What the job cost so far, in US dollars, as every view of it says (basis: billed, the bill of the machines its launcher bought; priced, its time at the price set); jobs without either have no series.", append(jobLabels, "basis"), nil)
 	descCostLeft  = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars", "Cost still to pay to finish the job, in US dollars: its policy's last prediction, less the share of the predicted time gone since.", jobLabels, nil)
 	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
@@ -194,7 +195,7 @@ type daemonCollector struct {
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
-		descLoss, descRemaining, descFinish, descCost, descCostLeft, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descLoss, descRemaining, descFinish, descCost, descJobCost, descCostLeft, descJobCPU, descJobCores, descJobRSS, descJobProcs,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
 		descCPUs, descCPUUtil, descLoad1, descMemTotal, descMemUsed, descMemAvail, descNetRx, descNetTx, descSampleAt,
@@ -270,23 +271,29 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 			m.gauge(descNoise, p.Noise, l...)
 		}
 		m.opt(descLoss, p.Loss, l...)
-		m.predicted(j.Decisions, l)
+		m.predicted(j, l)
 	}
 	return names
 }
 
-// predicted writes what the newest decision with a prediction said of the
-// time and cost to finish, less what has gone since.
-func (m metricSink) predicted(decisions []api.Decision, l []string) {
-	for i := len(decisions) - 1; i >= 0; i-- {
-		dec := decisions[i]
+// predicted writes what the job cost so far and what the newest decision
+// with a prediction said of the time and cost to finish, less what has gone
+// since; costs only for a job with a cost (api.Job.CostAt), so that a
+// placeholder price is never shown.
+func (m metricSink) predicted(j api.Job, l []string) {
+	cost := j.CostAt(time.Now())
+	if cost.Basis != api.CostNone {
+		m.gauge(descJobCost, cost.USD, append(l, string(cost.Basis))...)
+	}
+	for i := len(j.Decisions) - 1; i >= 0; i-- {
+		dec := j.Decisions[i]
 		if dec.PredictedS <= 0 {
 			continue
 		}
 		left := max(dec.PredictedS-time.Since(dec.Time).Seconds(), 0)
 		m.gauge(descRemaining, left, l...)
 		m.gauge(descFinish, float64(dec.Time.UnixNano())/1e9+dec.PredictedS, l...)
-		if dec.PredictedUSD > 0 {
+		if dec.PredictedUSD > 0 && cost.Basis != api.CostNone {
 			m.gauge(descCost, dec.PredictedUSD, l...)
 			m.gauge(descCostLeft, dec.PredictedUSD*left/dec.PredictedS, l...)
 		}

@@ -96,7 +96,9 @@ type TopRow struct {
 	StepS          float64
 	Noise          float64
 	// LeftS and CostUSD are the predicted time left and cost at the finish
-	// (Predicted); for a finished job CostUSD is what it cost.
+	// (Predicted); for a finished job CostUSD is what it cost. The cost is
+	// every view's (api.Job.CostAt): the bill, else the time at the price
+	// set, else none.
 	LeftS     float64
 	CostUSD   float64
 	Predicted bool
@@ -133,28 +135,19 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		if u, ok := usage[j.ID]; ok && row.Active {
 			row.CPUCores, row.RSSBytes = u.CPUCores, u.RSSBytes
 		}
-		price := j.Optimize.PriceUSDPerHour // 0: none set, no cost shown
-		var spentS float64
-		if j.Started != nil {
-			end := now
-			if j.Ended != nil {
-				end = *j.Ended
-			}
-			spentS = max(0, end.Sub(*j.Started).Seconds())
-		}
-		row.CostUSD = spentS / 3600 * price
+		cost := j.CostAt(now) // the bill, else the time at the price set, else none (api.Job.CostAt)
+		row.CostUSD = cost.USD
 		if row.Active {
 			for i := len(j.Decisions) - 1; i >= 0; i-- {
 				d := j.Decisions[i]
 				if d.PredictedS <= 0 {
 					continue
 				}
-				left := max(0, d.PredictedS-now.Sub(d.Time).Seconds())
-				row.LeftS, row.Predicted = left, true
-				if price > 0 {
-					row.CostUSD += d.PredictedUSD * left / d.PredictedS
-				}
+				row.LeftS, row.Predicted = max(0, d.PredictedS-now.Sub(d.Time).Seconds()), true
 				break
+			}
+			if cost.Predicted {
+				row.CostUSD = cost.FinishUSD
 			}
 		}
 		f.Jobs = append(f.Jobs, row)

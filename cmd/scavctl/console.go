@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -159,7 +161,7 @@ func (s *stepStatus) line() string {
 	if r := s.rate.PerSecond(); r > 0 {
 		parts = append(parts, fmt.Sprintf("%.0f samples/s", r))
 	}
-	parts = append(parts, fmt.Sprintf("%d workers", s.world))
+	parts = append(parts, words.Count(s.world, "worker"))
 	if s.batch > 0 {
 		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
 	}
@@ -172,7 +174,7 @@ func (s *stepStatus) line() string {
 		left := time.Duration(s.predictedS*float64(time.Second)) - time.Since(s.plannedAt)
 		eta := fmt.Sprintf("~%s left", max(left, 0).Round(time.Second))
 		if s.priced {
-			eta += fmt.Sprintf(", ~$%.2f to finish", s.predictedUSD)
+			eta += ", ~" + api.USDText(s.predictedUSD) + " to finish"
 		}
 		parts = append(parts, eta)
 	}
@@ -182,7 +184,7 @@ func (s *stepStatus) line() string {
 func (s *stepStatus) summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("%d steps, %d step records, %s", s.step, s.records, time.Since(s.start).Truncate(100*time.Millisecond))
+	return fmt.Sprintf("%s, %s, %s", words.Count(s.step, "step"), words.Count(s.records, "step record"), time.Since(s.start).Truncate(100*time.Millisecond))
 }
 
 // write prints p (whole lines from elsewhere: the in-process daemon's log)

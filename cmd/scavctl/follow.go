@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -32,8 +33,8 @@ func (a *app) watchJob(ctx context.Context, c *api.Client, job api.Job, first in
 	if a.logOut != nil {
 		defer a.logOut.through(con)()
 	}
-	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
-	st := newStepStatus(job.Config, job.Optimize.PriceUSDPerHour > 0)
+	con.notef("job %s: %s, checkpoints in %s", job.ID, words.Config(job.Config), job.CheckpointDir)
+	st := newStepStatus(job.Config, job.ShowsCost())
 	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
 		st.observe(r)
 		con.setStatus(st.line())

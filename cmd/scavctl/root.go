@@ -79,6 +79,11 @@ state directory (--state-dir), then the system daemon's (` + api.SystemStateDir 
 A daemon's socket that is there but does not answer (its scavd died or
 hangs) stops scavctl with that said, rather than a quiet daemon of its own:
 --standalone runs one inside the command anyway.
+A configuration is written in one notation everywhere (top, report, sim,
+plan, status): K workers x global batch B, "2x128", after the machine type
+when the job has one, "loc.half 2x128" ("2x-": the script's own batch; "(2
+nodes)" when it spans several). Decision lines say it in words, "2 workers ×
+batch 128".
 Commands that take a JOB take its id, a prefix of its id that no other job
 of yours shares, or its name (the newest job of that name).
 

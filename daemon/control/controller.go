@@ -2,7 +2,9 @@ package control
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -73,7 +75,14 @@ type Controller struct {
 	history []policy.Observation // a cloud job's, for a re-choice
 	// movedFrom is the attempt being left: its last steps do not count.
 	movedFrom int
+	// pinned holds the job where it runs (Pin).
+	pinned atomic.Bool
 }
+
+// Pin holds the job at its configuration (scavctl move --pin), or with
+// false releases it: the controller goes on observing and deciding, but
+// hands its runner no verdict that moves a pinned job.
+func (c *Controller) Pin(pinned bool) { c.pinned.Store(pinned) }
 
 // Verdict is a decision the controller hands the runner. When the decision
 // moves the job, Reply (buffered) says how the move went: nil once the
@@ -158,6 +167,9 @@ func (c *Controller) Run(ctx context.Context) {
 		dec, ok := c.observe(rec, cfg)
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
+		}
+		if dec.To != cfg && c.pinned.Load() {
+			continue // pinned where it runs: no move
 		}
 		last = dec
 		v := Verdict{Decision: dec, Reply: make(chan error, 1)}
@@ -247,5 +259,12 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 		}
 	}
 	dec.Provisional = d.Provisional
+	dec.ThroughputOnly = strings.HasPrefix(d.Reason, policy.ThroughputOnlyReason)
+	if d.Phase == policy.PhaseProbing {
+		dec.Probe = &api.ProbeValue{Steps: d.WaitSteps}
+		if p := d.Probe; p != nil {
+			dec.Probe.Gain, dec.Probe.Cost, dec.Probe.Chance, dec.Probe.GainUnit, dec.Probe.Design = p.Gain, p.Cost, p.Chance, p.Units, p.Design
+		}
+	}
 	return dec
 }

@@ -25,7 +25,11 @@ func (r *runner) newController(ctx context.Context) (*control.Controller, error)
 	if err != nil {
 		return nil, err
 	}
-	return control.New(r.rec.job, offers, r, r.verdicts, r.log)
+	ctl, err := control.New(r.rec.job, offers, r, r.verdicts, r.log)
+	if err == nil {
+		ctl.Pin(r.rec.job.Pinned)
+	}
+	return ctl, err
 }
 
 // offers returns the machine types the launcher offers now (nil: none).
@@ -82,30 +86,20 @@ func (r *runner) observeMarket(ctx context.Context) {
 // notice goes: its controller's re-choice over the offers now (the
 // decision is recorded), or cfg, where it runs, as before.
 func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepRecord, cfg plugins.Config) plugins.Config {
-	if r.ctl == nil {
+	if r.ctl == nil || r.rec.job.Pinned {
 		return cfg
 	}
 	r.observeOffers(ctx)
-	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID))
+	why := fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID)
+	dec, ok := r.ctl.Rechoose(why)
 	if !ok {
 		return cfg
 	}
 	r.ctl.Leaving(rec.Attempt)
-	addDecision(&r.rec.job, dec)
+	dec = addDecision(&r.rec.job, dec)
+	dec.Words = why + "; " + dec.Words
+	r.rec.job.Decisions[len(r.rec.job.Decisions)-1].Words = dec.Words
 	r.save(ctx)
 	r.decided(rec.Attempt, dec)
 	return dec.To
-}
-
-// workersText says how many workers cfg has, and on what machines when it
-// names them: "2 workers", "2 workers on loc.full (spot)".
-func workersText(cfg plugins.Config) string {
-	s := fmt.Sprintf("%d workers", cfg.Workers)
-	if cfg.MachineType != "" {
-		s += " on " + cfg.MachineType
-		if cfg.Market != "" {
-			s += " (" + cfg.Market + ")"
-		}
-	}
-	return s
 }

@@ -62,7 +62,7 @@ func (p *partial) observe(o Observation) (Decision, error) {
 		if opt, ok := t.nextProbe(preds); ok {
 			p.probed++
 			p.phase = phaseProbe
-			return t.probe(opt.c, t.probeReason(fmt.Sprintf("scavenger search, probe %d", p.probed), opt)), nil
+			return t.probeOf(fmt.Sprintf("scavenger search, probe %d", p.probed), opt), nil
 		}
 		p.phase = phaseChosen
 		return p.once.decide(t, o, func() (typeModels, error) { return ms, nil }, fmt.Sprintf("scavenger search over %d probes", p.probed))
