@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/scavenger-ml/scavenger/api"
 
@@ -83,6 +84,9 @@ type TopFrame struct {
 	Jobs  []TopRow
 	// Note is a line at the bottom (an error fetching, say); empty: the key help.
 	Note string
+	// Gone is when the daemon stopped answering (zero: it answers): the
+	// frame says so under its title, and counts no job as active.
+	Gone time.Time
 }
 
 // TopRow is one job's line.
@@ -173,6 +177,46 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 	return f
 }
 
+// shortIDs are the rows' ids as a column of width w shows them: whole
+// when they fit; else cut to w-1 characters and "+" when that prefix is
+// still unique among them (a prefix that scavctl takes for the job), or to
+// the w characters of their unique prefix; else, when even that is longer,
+// their head and their tail (the random suffix) either side of a "+".
+func shortIDs(rows []TopRow, w int) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		id := r.ID
+		unique := 1 // the length of its shortest prefix that no other id shares
+		for k, o := range rows {
+			if k != i {
+				unique = max(unique, commonPrefix(id, o.ID)+1)
+			}
+		}
+		switch {
+		case utf8.RuneCountInString(id) <= w:
+			out[i] = id
+		case unique <= w-1:
+			out[i] = clip(id, w)
+		case unique <= w:
+			out[i] = string([]rune(id)[:w])
+		default:
+			rs, tail := []rune(id), min(7, w/2)
+			out[i] = string(rs[:w-tail-1]) + "+" + string(rs[len(rs)-tail:])
+		}
+	}
+	return out
+}
+
+// commonPrefix is the length in runes of the prefix a and b share.
+func commonPrefix(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	n := 0
+	for n < len(ra) && n < len(rb) && ra[n] == rb[n] {
+		n++
+	}
+	return n
+}
+
 // RenderTop lays frame f out as at most height lines of at most width
 // characters: a title; the nodes and their GPUs (nodeSection), in the lines
 // the jobs leave, though at least a few; a header and one row per job (the
@@ -201,6 +245,9 @@ func RenderTop(f TopFrame, width, height int) []string {
 		}
 	}
 	title := fmt.Sprintf("scavenger top - %d job(s), %d active", len(f.Jobs), active)
+	if !f.Gone.IsZero() {
+		title = fmt.Sprintf("scavenger top - %d job(s), none known to be active", len(f.Jobs))
+	}
 	if len(f.Nodes) > 0 {
 		title += fmt.Sprintf(", %d node(s)", len(f.Nodes))
 	}
@@ -211,12 +258,19 @@ func RenderTop(f TopFrame, width, height int) []string {
 		title += " - " + f.Now.Format(time.TimeOnly)
 	}
 	lines := []string{title}
+	if !f.Gone.IsZero() {
+		gone := fmt.Sprintf("!! scavd is gone since %s", f.Gone.Format(time.TimeOnly))
+		if !f.Now.IsZero() {
+			gone += fmt.Sprintf(" (%s ago)", durText(f.Now.Sub(f.Gone).Seconds()))
+		}
+		lines = append(lines, gone+": jobs and nodes as it last said")
+	}
 	nodeRoom := -1
 	if height > 0 {
 		// The jobs first: the nodes get what the jobs leave, but at least
 		// their collapsed lines up to a third of the screen, unless that
 		// leaves the jobs fewer than 3 lines.
-		body := height - 2
+		body := height - len(lines) - 1
 		jobsWant := 1 + max(1, len(f.Jobs))
 		reserve := min(collapsedSize(f.Nodes), max(2, body/3))
 		if body-reserve < 3 {
@@ -238,6 +292,7 @@ func RenderTop(f TopFrame, width, height int) []string {
 	if height > 0 {
 		room = height - len(lines) - 1
 	}
+	ids := shortIDs(f.Jobs, idW)
 	for i, r := range f.Jobs {
 		if i >= room {
 			break
@@ -246,7 +301,7 @@ func RenderTop(f TopFrame, width, height int) []string {
 			lines = append(lines, fmt.Sprintf("... %d more job(s)", len(f.Jobs)-i))
 			break
 		}
-		cells := []string{r.ID, r.State, configText(r.Workers, r.Batch), stepText(r.Step),
+		cells := []string{ids[i], r.State, configText(r.Workers, r.Batch), stepText(r.Step),
 			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r), costText(r)}
 		if extra > 0 {
 			rss := "-"
