@@ -177,8 +177,10 @@ func awaitFile(t *testing.T, path string, d time.Duration, want ...string) strin
 	}
 }
 
-// TestSlurmReadmeBatchScript installs deploy/slurm into a private Slurm
-// cluster by README.md's lines and submits README.md's batch script, as its
+// TestSlurmReadmeBatchScript starts a one-node Slurm as `make slurm-dev`
+// does (deploy/slurm/dev-cluster.sh, with a directory and ports of the
+// test's), installs deploy/slurm into it by README.md's lines and submits
+// README.md's batch script, as its
 // text stands but for the python (SCAV_TEST_PYTHON, /usr/bin/python3 by
 // default), from the repository root with the installed scavctl first on
 // PATH: the script's `scavctl run` starts its own scavd, moves the job within
@@ -187,7 +189,7 @@ func awaitFile(t *testing.T, path string, d time.Duration, want ...string) strin
 func TestSlurmReadmeBatchScript(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	c := testslurm.Start(t, testslurm.Options{CPUs: 8})
+	c := testslurm.StartScript(t, filepath.Join(repoRoot, "deploy", "slurm", "dev-cluster.sh"))
 	c.Setenv(t)
 	h := installHooksAsReadme(t, c)
 
