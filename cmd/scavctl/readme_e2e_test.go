@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scavenger-ml/scavenger/api"
 )
 
 // readmeBlock is a fenced code block of README.md.
@@ -121,17 +125,34 @@ type readmeShell struct {
 	bg         []*exec.Cmd       // commands put in the background with "&"
 }
 
-func newReadmeShell(t *testing.T) *readmeShell {
+// freshCheckout copies the repository's working tree — every file git
+// tracks or would (git ls-files -co --exclude-standard) — into a new
+// directory, as a clone has it, with the test's scavd and scavctl in its
+// bin/ as `make build` leaves them.
+func freshCheckout(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Dir(scavdBinary(t))
-	cwd, state := t.TempDir(), stateDir(t)
-	for _, d := range []string{"examples", "traces", "python"} {
-		if err := os.Symlink(filepath.Join(repoRoot, d), filepath.Join(cwd, d)); err != nil {
-			t.Fatal(err)
+	dir := t.TempDir()
+	out, err := exec.Command("git", "-C", repoRoot, "ls-files", "-co", "--exclude-standard", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if st, err := os.Lstat(filepath.Join(repoRoot, f)); err == nil && st.Mode().IsRegular() {
+			copyFile(t, filepath.Join(repoRoot, f), filepath.Join(dir, f), nil)
 		}
 	}
-	s := &readmeShell{t: t, cwd: cwd, state: state, ids: map[string]string{}, env: append(os.Environ(),
-		"PATH="+bin+":"+os.Getenv("PATH"), "SCAV_STATE_DIR="+state, "STATE_DIRECTORY="+state, "SCAV_API=", "OMP_NUM_THREADS=1")}
+	copyFile(t, scavdBinary(t), filepath.Join(dir, "bin", "scavd"), nil)
+	copyFile(t, scavctlBin, filepath.Join(dir, "bin", "scavctl"), nil)
+	return dir
+}
+
+// newReadmeShell is a shell in checkout, with its bin/ first on PATH (as
+// README's `export PATH=$PWD/bin:$PATH`) and a state directory of its own.
+func newReadmeShell(t *testing.T, checkout string) *readmeShell {
+	t.Helper()
+	state := stateDir(t)
+	s := &readmeShell{t: t, cwd: checkout, state: state, ids: map[string]string{}, env: append(os.Environ(),
+		"PATH="+filepath.Join(checkout, "bin")+":"+os.Getenv("PATH"), "SCAV_STATE_DIR="+state, "STATE_DIRECTORY="+state, "SCAV_API=", "OMP_NUM_THREADS=1")}
 	t.Cleanup(s.stopBackground)
 	return s
 }
@@ -211,27 +232,116 @@ func (s *readmeShell) stopBackground() {
 	}
 }
 
-// TestReadmeRunsAsWritten runs README.md's console sessions and the
-// commands of its optimizer and "moving" sections, each in order and as
-// written (but for the python, this run's job ids and a scavd on free
-// ports), from a directory like a clone's: every command must exit 0. The
-// Slurm section's blocks run in TestSlurmReadmeBatchScript.
+// finalLossRe finds the loss an example's summary line ends with.
+var finalLossRe = regexp.MustCompile(`"(?:final_loss|last_loss)": (-?[0-9.eE+-]+|NaN|-?Infinity)`)
+
+// checkLosses is checkFiniteLosses of the shell's state directory.
+func (s *readmeShell) checkLosses() int { return checkFiniteLosses(s.t, s.state) }
+
+// checkFiniteLosses checks that every job of state succeeded, with a final
+// loss (its last summary line's) that is a finite number; it returns how
+// many jobs it saw.
+func checkFiniteLosses(t *testing.T, state string) int {
+	t.Helper()
+	js := jsonLines[[]api.Job](t, state, "jobs", "-o", "json")
+	if len(js) != 1 {
+		t.Fatalf("scavctl jobs -o json: %v", js)
+	}
+	for _, j := range js[0] {
+		if j.State != api.StateSucceeded {
+			t.Errorf("job %s ended %s: %s", j.ID, j.State, j.Message)
+			continue
+		}
+		var last string
+		for _, l := range logLines(t, state, j.ID) {
+			if strings.Contains(l.Line, `"event": "summary"`) {
+				last = l.Line
+			}
+		}
+		m := finalLossRe.FindStringSubmatch(last)
+		if m == nil {
+			t.Errorf("job %s (%s): no summary with a final loss in its output (last: %q)", j.ID, strings.Join(j.Command, " "), last)
+			continue
+		}
+		if v, err := strconv.ParseFloat(m[1], 64); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Errorf("job %s (%s) trained to a final loss of %s: want a finite number\n%s", j.ID, strings.Join(j.Command, " "), m[1], last)
+		}
+	}
+	return len(js[0])
+}
+
+// runPython runs a python block of README.md with python in the shell's
+// directory, and fails the test unless it exits 0.
+func (s *readmeShell) runPython(python, code string) {
+	t := s.t
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-c", strings.ReplaceAll(code, "/usr/bin/python3", pythonBin))
+	cmd.Dir, cmd.Env = s.cwd, s.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("README's python:\n%s\n(with %s): %v\n%s", code, python, err, out)
+	}
+	t.Logf(">>> %s\n%s", code, out)
+}
+
+// TestReadmeRunsAsWritten runs README.md's blocks on a fresh checkout (a
+// copy of the working tree, with the test's binaries in bin/), each in
+// order and as written but for the python (SCAV_TEST_PYTHON), this run's job
+// ids and a scavd on free ports: the python client's install (a venv that
+// the python API then runs in), the console sessions (the first job, the
+// jobs in the background), the python API with a scavd in the background as
+// that section starts one, and the commands of the optimizer and "moving"
+// sections. Every command must exit 0, and every job they ran must end well
+// with a finite final loss. The Slurm section's blocks run, through `make
+// slurm-dev`'s script, in TestSlurmReadmeBatchScript.
 func TestReadmeRunsAsWritten(t *testing.T) {
 	needTorch(t)
+	checkout := freshCheckout(t)
+	var pip, python []readmeBlock
 	var blocks []readmeBlock
 	for _, b := range readmeBlocks(t) {
-		if b.lang == "console" || b.lang == "sh" && (b.section == "The optimizer, on measured GPU traces" || b.section == "Letting Scavenger move the job") {
+		switch {
+		case b.lang == "sh" && strings.Contains(b.text, "pip install ./python"):
+			pip = append(pip, b)
+		case b.lang == "python" && strings.Contains(b.text, "scavenger.run("):
+			python = append(python, b)
+		case b.lang == "console" || b.lang == "sh" && (b.section == "The optimizer, on measured GPU traces" || b.section == "Letting Scavenger move the job"):
 			blocks = append(blocks, b)
 		}
 	}
-	if len(blocks) < 4 {
-		t.Fatalf("README.md: %d runnable blocks, want the session, the background jobs, the optimizer and the move", len(blocks))
+	if len(pip) != 1 || len(python) != 1 || len(blocks) < 4 {
+		t.Fatalf("README.md: %d install blocks, %d python API blocks, %d runnable blocks; want 1, 1 and the session, the background jobs, the optimizer and the move", len(pip), len(python), len(blocks))
 	}
-	for _, b := range blocks {
-		s := newReadmeShell(t)
-		for _, c := range b.commands() {
+	t.Run("pip", func(t *testing.T) {
+		s := newReadmeShell(t, checkout)
+		for _, c := range pip[0].commands() {
 			s.run(c)
 		}
-		s.stopBackground()
+	})
+	venvPython := filepath.Join(checkout, ".venv", "bin", "python")
+	for _, b := range blocks {
+		t.Run(strings.ReplaceAll(b.section, " ", "_"), func(t *testing.T) {
+			s := newReadmeShell(t, checkout)
+			for _, c := range b.commands() {
+				s.run(c)
+			}
+			s.stopBackground()
+			if b.section != "The optimizer, on measured GPU traces" && s.checkLosses() == 0 {
+				t.Errorf("README's %q session ran no job", b.section)
+			}
+		})
 	}
+	t.Run("python_API", func(t *testing.T) {
+		if _, err := os.Stat(venvPython); err != nil {
+			t.Skipf("no venv from the install block: %v", err)
+		}
+		s := newReadmeShell(t, checkout)
+		s.run(readmeCommand{line: "nohup scavd >scavd.log 2>&1 &"}) // as "Jobs in the background" starts it
+		s.runPython(venvPython, python[0].text)
+		s.stopBackground()
+		if s.checkLosses() != 1 {
+			t.Errorf("the python API block ran no job")
+		}
+	})
 }

@@ -185,7 +185,8 @@ func awaitFile(t *testing.T, path string, d time.Duration, want ...string) strin
 // default), from the repository root with the installed scavctl first on
 // PATH: the script's `scavctl run` starts its own scavd, moves the job within
 // its ranges as the scavenger policy decides, runs every attempt as a step of
-// the allocation and meets its target; the hooks log the allocation.
+// the allocation and meets its target with a finite final loss; the hooks
+// log the allocation.
 func TestSlurmReadmeBatchScript(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
@@ -234,6 +235,7 @@ func TestSlurmReadmeBatchScript(t *testing.T) {
 	if target := int64(300 * 32); samples < target || samples >= target+256 {
 		t.Errorf("%d samples in %d steps, want the README's target, 300 steps of 32 (within one batch)", samples, last)
 	}
+	checkFiniteLosses(t, state)
 	log := awaitFile(t, filepath.Join(h.logDir, "slurm-hooks.log"), 20*time.Second,
 		"slurm prolog job "+alloc+":", "slurm epilog job "+alloc+":")
 	if st, reason := nodeState(t, c); st != "IDLE" {
