@@ -22,10 +22,10 @@ func readmeSlurmBlock(t *testing.T, marker string) string {
 	blocks := readmeSectionBlocks(t, "Running on Slurm")
 	var all []string
 	for _, b := range blocks {
-		if strings.Contains(b.text, marker) {
-			return b.text
+		if strings.Contains(b.Text, marker) {
+			return b.Text
 		}
-		all = append(all, b.text)
+		all = append(all, b.Text)
 	}
 	t.Fatalf("README.md: no block of the Slurm section contains %q:\n%s", marker, strings.Join(all, "\n"))
 	return ""
