@@ -72,9 +72,9 @@ func (b Block) Commands() []Command {
 		line = strings.TrimSpace(line)
 		switch {
 		case cont:
-			cmds[len(cmds)-1].Line += " " + strings.TrimSuffix(line, "\\")
+			cmds[len(cmds)-1].Line += " " + strings.TrimSpace(strings.TrimSuffix(line, "\\"))
 		case line != "":
-			cmds = append(cmds, Command{Line: strings.TrimSuffix(line, "\\")})
+			cmds = append(cmds, Command{Line: strings.TrimSpace(strings.TrimSuffix(line, "\\"))})
 		}
 		cont = strings.HasSuffix(line, "\\")
 	}
