@@ -62,7 +62,8 @@ func newRunCmd(a *app) *cobra.Command {
 		Long: `run launches CMD as a data-parallel job: one process per worker with the
 torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) and Scavenger's (SCAV_JOB_ID, SCAV_SOCKET,
-SCAV_GLOBAL_BATCH, SCAV_LOCAL_BATCH, SCAV_CHECKPOINT_DIR, ...). The python
+SCAV_GLOBAL_BATCH and SCAV_LOCAL_BATCH with a --batch-size (without one they
+are unset, never 0, and the script uses its own), SCAV_CHECKPOINT_DIR, ...). The python
 package "scavenger" is on the workers' PYTHONPATH; scripts that use it report
 every step, and scripts that do not run unchanged.
 
