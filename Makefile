@@ -7,7 +7,7 @@ BIN       := $(CURDIR)/bin
 # The measured GPU traces the simulator and the trace replay read.
 TRACES    ?= $(CURDIR)/../shared/traces
 DEMO_DIR  ?= $(CURDIR)/.cache/demo
-APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
+APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge systemd-container debootstrap
 GOFLAGS_TEST ?= -timeout 25m
 # The version every binary reports (scavctl --version, scavd's log and API):
 # the commit, and -dirty with uncommitted changes.
@@ -16,7 +16,7 @@ LDFLAGS   := -X github.com/scavenger-ml/scavenger/api.Version=$(VERSION)
 # go-nvml's header marks APIs deprecated; the warnings say nothing about this code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all setup build demo test test-go test-race test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-loop-trace bench-ops bench-security bench-cloud bench-faults bench-restart report-example clean
+.PHONY: all setup build demo slurm-dev slurm-dev-stop walkthrough test test-go test-race test-python vet fuzz bench-telemetry bench-ingest bench-sim bench-loop bench-loop-trace bench-ops bench-security bench-cloud bench-faults bench-restart report-example clean
 
 all: build
 
@@ -79,6 +79,18 @@ fuzz:
 	$(GO) test ./daemon/ingest -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
 	for f in FuzzReadPlacements FuzzReadScalability FuzzReadValidation; do \
 	  $(GO) test ./optimizer/trace -run '^$$' -fuzz $$f -fuzztime $(FUZZTIME) || exit 1; done
+
+## walkthrough: walk through README.md as a new user, on a fresh checkout: every command, its time, its outcome; writes docs/walkthrough.md
+walkthrough: build
+	OMP_NUM_THREADS=1 $(GO) run ./tools/walkthrough --python $(PYTHON)
+
+## slurm-dev: a one-node Slurm on this host (root): munge, slurmctld and slurmd in /etc/slurm/slurm.conf (deploy/slurm/dev-cluster.sh); README's batch script then runs with sbatch
+slurm-dev: setup build
+	sh deploy/slurm/dev-cluster.sh start
+
+## slurm-dev-stop: shut that Slurm down and remove what slurm-dev wrote
+slurm-dev-stop:
+	sh deploy/slurm/dev-cluster.sh stop
 
 ## bench-telemetry: median step time of the instrumented vs the uninstrumented CNN
 bench-telemetry: setup build

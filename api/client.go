@@ -44,6 +44,13 @@ func (c *Client) Move(ctx context.Context, id string, cfg plugins.Config, reason
 	return j, c.call(ctx, VerbMove, MoveRequest{Job: id, Config: cfg, Reason: reason}, &j)
 }
 
+// Pin moves a running job to cfg (none: where it runs) and pins it there,
+// or with pin false releases it: its policy moves a pinned job no more.
+func (c *Client) Pin(ctx context.Context, id string, cfg plugins.Config, reason string, pin bool) (Job, error) {
+	var j Job
+	return j, c.call(ctx, VerbMove, MoveRequest{Job: id, Config: cfg, Reason: reason, Pin: &pin}, &j)
+}
+
 // Resume continues a stopped job from its last checkpoint.
 func (c *Client) Resume(ctx context.Context, id string, env []string) (Job, error) {
 	var j Job

@@ -87,6 +87,9 @@ type Job struct {
 	Optimize  Optimize   `json:"optimize,omitempty"`
 	Phase     Phase      `json:"phase,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
+	// Pinned holds the job at its configuration (scavctl move --pin): its
+	// policy goes on deciding, but moves it no more until unpinned.
+	Pinned bool `json:"pinned,omitempty"`
 	// Attempts lists the job's launches, the latest last.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// MaxRestarts is how many crashed attempts the job restarts from its

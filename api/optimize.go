@@ -100,6 +100,31 @@ type Decision struct {
 	Candidates []CandidatePrediction `json:"candidates,omitempty"`
 	// Phase is the policy's phase after the decision: warm-up, probing or optimised.
 	Phase Phase `json:"phase"`
+	// Probe is, for a decision that measures a configuration, how long and
+	// what it is expected to gain (nil for others).
+	Probe *ProbeValue `json:"probe,omitempty"`
+	// ThroughputOnly marks a decision taken without gradient statistics:
+	// by throughput (per dollar) alone.
+	ThroughputOnly bool `json:"throughput_only,omitempty"`
+	// Words says the decision in plain English, what and why, as decision
+	// lines and reports show it; Reason is the policy's own account.
+	Words string `json:"words,omitempty"`
+}
+
+// ProbeValue is what a decision that measures a configuration expects:
+// Steps of it; and, when the policy valued the probe against the
+// incumbent, Gain (the expected improvement of the best candidate it
+// informs, whose chance to beat the incumbent is Chance) and Cost (what
+// the probe costs beyond its progress), in the objective's GainUnit ("s",
+// "$", or "s·$" for the knee's time × cost); Design marks a probe of a
+// machine type's identifiability design (the points its model needs).
+type ProbeValue struct {
+	Steps    float64 `json:"steps,omitempty"`
+	Gain     float64 `json:"gain,omitempty"`
+	Cost     float64 `json:"cost,omitempty"`
+	Chance   float64 `json:"chance,omitempty"`
+	GainUnit string  `json:"gain_unit,omitempty"`
+	Design   bool    `json:"design,omitempty"`
 }
 
 // CandidatePrediction is the policy's forecast for one candidate

@@ -162,6 +162,10 @@ type MoveRequest struct {
 	Job    string         `json:"job"`
 	Config plugins.Config `json:"config"`
 	Reason string         `json:"reason,omitempty"`
+	// Pin, when set, pins the job at Config (true: its policy moves it no
+	// more) or releases it (false); a Config the job already runs at is then
+	// no move.
+	Pin *bool `json:"pin,omitempty"`
 }
 
 // StopRequest asks the daemon to stop a job (the body of scav.api.stop).

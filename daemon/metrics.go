@@ -164,6 +164,7 @@ var (
 	descCostBound = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars_bound", "The 90 % interval of scavenger_job_predicted_remaining_cost_dollars: its low and high end (bound).", append(jobLabels[:len(jobLabels):len(jobLabels)], "bound"), nil)
 	descFinish    = prometheus.NewDesc("scavenger_job_predicted_finish_timestamp_seconds", "When the job's policy last predicted it to finish, in Unix seconds.", jobLabels, nil)
 	descCost      = prometheus.NewDesc("scavenger_job_predicted_cost_dollars", "Cost to finish the job, in US dollars, as its policy last predicted it.", jobLabels, nil)
+	descJobCost   = prometheus.NewDesc("scavenger_job_cost_dollars", "What the job cost so far, in US dollars, as every view of it says (basis: billed, the bill of the machines its launcher bought; priced, its time at the price set); jobs without either have no series.", append(jobLabels, "basis"), nil)
 	descCostLeft  = prometheus.NewDesc("scavenger_job_predicted_remaining_cost_dollars", "Cost still to pay to finish the job, in US dollars: its policy's last prediction, less the share of the predicted time gone since.", jobLabels, nil)
 	descJobCPU    = prometheus.NewDesc("scavenger_job_cpu_seconds", "CPU time (user+system) of the job's live processes on this node (it drops when a process ends).", jobLabels, nil)
 	descJobCores  = prometheus.NewDesc("scavenger_job_cpu_cores", "CPUs the job's processes kept busy over the last node sample.", jobLabels, nil)
@@ -228,14 +229,14 @@ type daemonCollector struct {
 	// perJob writes the series that name jobs (job ids, names, loss,
 	// steps): off on a daemon that serves every user (MetricsPerJob).
 	perJob bool
-	store   func() (lost []storeGauge, restored, unreadable, orphans float64)
+	store  func() (lost []storeGauge, restored, unreadable, orphans float64)
 }
 
 // Describe implements prometheus.Collector.
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descJobInfo, descSteps, descStepRate, descStepTime, descSamples, descWorkers, descBatch, descAttempt, descNoise,
-		descLoss, descRemaining, descLeftBound, descFinish, descCost, descCostLeft, descCostBound, descJobCPU, descJobCores, descJobRSS, descJobProcs,
+		descLoss, descRemaining, descLeftBound, descFinish, descCost, descJobCost, descCostLeft, descCostBound, descJobCPU, descJobCores, descJobRSS, descJobProcs,
 		descStalled, descSinceStep, descBadLoss,
 		descGPUs, descGPUUtil, descGPUJob, descGPUMemUtil, descGPUMemUsed, descGPUMemTot, descGPUJobMem, descGPUPower, descGPULimit,
 		descGPUTemp, descGPUClock, descGPUECC, descGPUXID,
@@ -351,17 +352,22 @@ func (m metricSink) jobs(running []jobs.Status) map[string]string {
 			m.gauge(descNoise, p.Noise, l...)
 		}
 		m.opt(descLoss, p.Loss, l...)
-		m.predicted(j.Decisions, p, l)
+		m.predicted(j, p, l)
 	}
 	return names
 }
 
-// predicted writes what is left of the job by the newest decision that
-// predicted its finish (api.Forecast): the time and cost, with their 90 %
-// intervals.
-func (m metricSink) predicted(decisions []api.Decision, p jobs.Progress, l []string) {
+// predicted writes what the job cost so far (api.Job.CostAt) and what is
+// left of it by the newest decision that predicted its finish
+// (api.Forecast): the time and, for a job with a cost, the money, with
+// their 90 % intervals; a placeholder price is never shown.
+func (m metricSink) predicted(j api.Job, p jobs.Progress, l []string) {
 	now := time.Now()
-	left, ok := api.Forecast(decisions, p.LastStep, p.StepTime, now)
+	cost := j.CostAt(now)
+	if cost.Basis != api.CostNone {
+		m.gauge(descJobCost, cost.USD, append(l, string(cost.Basis))...)
+	}
+	left, ok := api.Forecast(j.Decisions, p.LastStep, p.StepTime, now)
 	if !ok {
 		return
 	}
@@ -369,8 +375,11 @@ func (m metricSink) predicted(decisions []api.Decision, p jobs.Progress, l []str
 	m.gauge(descLeftBound, left.LoS, append(l, "low")...)
 	m.gauge(descLeftBound, left.HiS, append(l, "high")...)
 	m.gauge(descFinish, float64(now.UnixNano())/1e9+left.S, l...)
-	for i := len(decisions) - 1; i >= 0; i-- {
-		if dec := decisions[i]; dec.PredictedS > 0 {
+	if cost.Basis == api.CostNone {
+		return
+	}
+	for i := len(j.Decisions) - 1; i >= 0; i-- {
+		if dec := j.Decisions[i]; dec.PredictedS > 0 {
 			if dec.PredictedUSD > 0 {
 				m.gauge(descCost, dec.PredictedUSD, l...)
 				m.gauge(descCostLeft, left.USD, l...)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,56 @@ scavenger_store_restored_jobs{node="n1"} 2
 		"scavenger_job_steps_per_second", "scavenger_store_lost_records", "scavenger_store_restored_jobs"); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestJobCostMetricsTellOneStory: the job's cost series is what every view
+// shows (api.Job.CostAt): the bill of a cloud job whatever price is set,
+// and for a job without a bill or a price no cost at all, not even its
+// decisions' predictions at a placeholder price.
+func TestJobCostMetricsTellOneStory(t *testing.T) {
+	started := time.Now().Add(-time.Hour)
+	decided := time.Now()
+	job := func(id string, cost *api.Cost, price float64) jobs.Status {
+		return jobs.Status{Job: api.Job{ID: id, Name: "j", State: api.StateRunning, Started: &started, Cost: cost,
+			Config: plugins.Config{Workers: 1, GlobalBatch: 32}, Optimize: api.Optimize{Policy: "adaptive", PriceUSDPerHour: price},
+			Decisions: []api.Decision{{Time: decided, PredictedS: 600, PredictedUSD: 0.03}}}}
+	}
+	running := []jobs.Status{job("none-000001", nil, 0), job("priced-000001", nil, 2), job("billed-000001", &api.Cost{USD: 0.00067}, 5)}
+	c := &daemonCollector{node: "n", running: func() []jobs.Status { return running },
+		latest: func() (*telemetry.NodeSample, *telemetry.NodeSample) { return nil, nil },
+		ingest: func() api.IngestStats { return api.IngestStats{} }}
+	want := `
+# HELP scavenger_job_cost_dollars What the job cost so far, in US dollars, as every view of it says (basis: billed, the bill of the machines its launcher bought; priced, its time at the price set); jobs without either have no series.
+# TYPE scavenger_job_cost_dollars gauge
+scavenger_job_cost_dollars{basis="billed",job_id="billed-000001",name="j",node="n"} 0.00067
+# HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
+# TYPE scavenger_job_predicted_cost_dollars gauge
+scavenger_job_predicted_cost_dollars{job_id="billed-000001",name="j",node="n"} 0.03
+scavenger_job_predicted_cost_dollars{job_id="priced-000001",name="j",node="n"} 0.03
+`
+	if err := testutil.GatherAndCompare(newRegistry(c), strings.NewReader(want), "scavenger_job_predicted_cost_dollars"); err != nil {
+		t.Error(err)
+	}
+	g, err := newRegistry(c).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range g {
+		if mf.GetName() != "scavenger_job_cost_dollars" {
+			continue
+		}
+		got := map[string]float64{}
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if lp.GetName() == "job_id" {
+					got[lp.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		if len(got) != 2 || got["billed-000001"] != 0.00067 || math.Abs(got["priced-000001"]-2) > 0.01 {
+			t.Errorf("scavenger_job_cost_dollars = %v; want the bill, the hour at $2/h, and nothing for the job without either", got)
+		}
+		return
+	}
+	t.Error("no scavenger_job_cost_dollars")
 }

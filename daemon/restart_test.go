@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -256,5 +257,46 @@ func putRecord(t *testing.T, d *Daemon, j api.Job) {
 	b, _ := json.Marshal(j)
 	if _, err := d.store.Jobs.Put(context.Background(), j.ID, b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHandedOverJobNotResumedEnds: a daemon that stops hands its job to the
+// next one (its end says so, and followers wait on); the next one, without
+// resume_jobs, does not resume it and publishes the job's end, so that the
+// followers end too.
+func TestHandedOverJobNotResumedEnds(t *testing.T) {
+	ctx := context.Background()
+	state := testdir.Short(t, "scavd-handover-")
+	d1, c1 := startAt(t, state, true)
+	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the job running", 10*time.Second, func() bool {
+		j, err := c1.Job(ctx, j.ID)
+		return err == nil && j.State == api.StateRunning
+	})
+	c1.Close()
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, c2 := startAt(t, state, false)
+	defer d2.Close()
+	defer c2.Close()
+	var ends []telemetry.Event
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = c2.Output(octx, j.ID, true, func(_ *telemetry.LogLine, e *telemetry.Event) error {
+		if e != nil && e.Kind == telemetry.EventFinished {
+			if ends = append(ends, *e); !e.Handover {
+				return errors.New("ended")
+			}
+		}
+		return nil
+	})
+	if len(ends) != 2 || !ends[0].Handover || ends[1].Handover || ends[1].State != string(api.StateStopped) ||
+		!strings.Contains(ends[1].Message, "did not resume it (resume_jobs is off)") || strings.Contains(ends[1].Message, "resumes it") {
+		t.Fatalf("ends of the job: %+v; want the handover, then the next scavd's end without it", ends)
 	}
 }

@@ -84,8 +84,8 @@ func InheritEnv(environ []string) []string {
 // variables of its children, so only MASTER_ADDR, MASTER_PORT and the SCAV_*
 // variables are set and rank, localRank and localWorld are ignored.
 //
-// SCAV_GLOBAL_BATCH and SCAV_LOCAL_BATCH are "0" when the batch is unknown,
-// SCAV_LR_SCALE is "1" when spec.Config.LRScale is 0, and SCAV_RESTORE is
+// SCAV_GLOBAL_BATCH and SCAV_LOCAL_BATCH are unset when the batch is unknown
+// (never "0": a script then uses its own default batch), SCAV_LR_SCALE is "1" when spec.Config.LRScale is 0, and SCAV_RESTORE is
 // empty for a fresh start; SCAV_START_STEP is the last step already done
 // (0 for a fresh start), so the client numbers steps on from it. The result is deterministic: spec.Env in its
 // order (last duplicate wins), then the contract variables.
@@ -116,8 +116,10 @@ func WorkerEnv(spec AttemptSpec, rank, localRank, localWorld int, masterAddr str
 	set(EnvJobID, spec.JobID)
 	set(EnvAttempt, strconv.Itoa(spec.Attempt))
 	set(EnvSocket, spec.Socket)
-	set(EnvGlobalBatch, strconv.Itoa(spec.Config.GlobalBatch))
-	set(EnvLocalBatch, strconv.Itoa(spec.Config.LocalBatch()))
+	if spec.Config.GlobalBatch > 0 {
+		set(EnvGlobalBatch, strconv.Itoa(spec.Config.GlobalBatch))
+		set(EnvLocalBatch, strconv.Itoa(spec.Config.LocalBatch()))
+	}
 	lr := spec.Config.LRScale
 	if lr == 0 {
 		lr = 1

@@ -68,12 +68,12 @@ func TestWorkerEnv(t *testing.T) {
 			absent: []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
 		},
 		{
-			name: "defaults: lr scale 1, batch unknown, no restore",
+			name: "defaults: lr scale 1, batch unknown (unset, never 0), no restore",
 			spec: fresh, rank: 1,
 			want: map[string]string{
-				"RANK": "1", "WORLD_SIZE": "2", "SCAV_LR_SCALE": "1",
-				"SCAV_GLOBAL_BATCH": "0", "SCAV_LOCAL_BATCH": "0", "SCAV_RESTORE": "",
+				"RANK": "1", "WORLD_SIZE": "2", "SCAV_LR_SCALE": "1", "SCAV_RESTORE": "",
 			},
+			absent: []string{"SCAV_GLOBAL_BATCH", "SCAV_LOCAL_BATCH"},
 		},
 	}
 	for _, tt := range tests {

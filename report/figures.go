@@ -7,6 +7,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
+	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 )
 
@@ -17,7 +18,7 @@ import (
 // times they took, and the candidates of the latest model-based decision.
 func (r JobReport) Figures() plot.JobReport {
 	f := plot.JobReport{Title: fmt.Sprintf("Job %s (%s)", r.Job, r.State), Subtitle: r.subtitle(), EndS: r.TotalS,
-		NoPrice: r.PriceUSDPerHour <= 0}
+		NoPrice: !r.ShowsCost()}
 	attempts := map[int]plot.Config{}
 	for i, at := range r.Timeline {
 		var next *Attempt
@@ -25,7 +26,7 @@ func (r JobReport) Figures() plot.JobReport {
 			next = &r.Timeline[i+1]
 		}
 		end := at.Started.Add(time.Duration(at.WallS * float64(time.Second)))
-		c := plot.Config{Workers: at.Config.Workers, Batch: at.Config.GlobalBatch}
+		c := plotConfig(at.Config)
 		attempts[at.Attempt.Attempt] = c
 		f.Attempts = append(f.Attempts, plot.Span{StartS: at.Started.Sub(r.start).Seconds(), EndS: end.Sub(r.start).Seconds(),
 			Config: c, End: endKind(at, next)})
@@ -38,11 +39,11 @@ func (r JobReport) Figures() plot.JobReport {
 		f.Cost, f.PredictedCost = points(r.Cost), points(r.PredictedCost)
 	}
 	for _, d := range r.Finishes {
-		f.Finishes = append(f.Finishes, plot.Finish{AtS: d.AtS, To: plot.Config{Workers: d.Workers, Batch: d.Batch},
+		f.Finishes = append(f.Finishes, plot.Finish{AtS: d.AtS, To: plot.Config{Type: d.Type, Workers: d.Workers, Batch: d.Batch},
 			PredictedS: d.PredictedS, TookS: d.TookS})
 	}
 	for _, c := range r.Candidates {
-		f.Candidates = append(f.Candidates, plot.Candidate{Config: plot.Config{Workers: c.Workers, Batch: c.Batch},
+		f.Candidates = append(f.Candidates, plot.Candidate{Config: plot.Config{Type: candidateType(c.Type), Workers: c.Workers, Batch: c.Batch},
 			TimeS: c.TotalS, CostUSD: c.TotalUSD, Chosen: c.Chosen})
 	}
 	if len(r.Candidates) > 0 {
@@ -53,8 +54,7 @@ func (r JobReport) Figures() plot.JobReport {
 }
 
 // subtitle is the second line of the figure's heading: the policy, the
-// attempts and relaunches, the time, and the cost at the price assumed or
-// that no price was set.
+// attempts and relaunches, the time, and the cost as every view says it.
 func (r JobReport) subtitle() string {
 	var parts []string
 	if r.Policy != "" {
@@ -67,12 +67,7 @@ func (r JobReport) subtitle() string {
 	}
 	parts = append(parts, at)
 	total := time.Duration(r.TotalS * float64(time.Second)).Round(100 * time.Millisecond).String()
-	if r.PriceUSDPerHour > 0 {
-		total += fmt.Sprintf(" at an assumed $%.2f/h: $%.4f", r.PriceUSDPerHour, r.CostUSD)
-	} else {
-		total += "; no price set, so no cost"
-	}
-	return strings.Join(append(parts, total), "; ")
+	return strings.Join(append(parts, total, r.CostText()), "; ")
 }
 
 // endKind is how attempt at ended, for the timeline's marks: from its end
@@ -108,7 +103,7 @@ func (r JobReport) stepTimes() []plot.StepTime {
 	measured := map[plot.Config][]float64{}
 	st := map[plot.Config]*plot.StepTime{}
 	for _, at := range r.Timeline {
-		c := plot.Config{Workers: at.Config.Workers, Batch: at.Config.GlobalBatch}
+		c := plotConfig(at.Config)
 		if st[c] == nil {
 			order = append(order, c)
 			st[c] = &plot.StepTime{Config: c}
@@ -146,6 +141,21 @@ func segments(ps []stepstats.Point, attempts map[int]plot.Config) []plot.Segment
 		out[len(out)-1].Points = append(out[len(out)-1].Points, plot.XY{X: p.T, Y: p.V})
 	}
 	return out
+}
+
+// plotConfig is cfg as the figures draw it (one colour per configuration).
+func plotConfig(cfg plugins.Config) plot.Config {
+	return plot.Config{Type: cfg.MachineType, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
+}
+
+// candidateType is a candidate's machine type as its configuration names
+// it: a job on the machines it was given has none, though its candidates
+// name the placeholder "local".
+func candidateType(t string) string {
+	if t == "local" {
+		return ""
+	}
+	return t
 }
 
 // points is a series as the figures take it.

@@ -41,7 +41,7 @@ func TestEndKind(t *testing.T) {
 func TestFigures(t *testing.T) {
 	j, recs, now := reporttest.SyntheticJob()
 	f := Make(j, recs, now).Figures()
-	if f.Title != "Job syn-000001 (succeeded)" || !strings.Contains(f.Subtitle, "at an assumed $36.00/h: $1.0000") ||
+	if f.Title != "Job syn-000001 (succeeded)" || !strings.Contains(f.Subtitle, "; $1 at $36/h") /* the label of every view (api.JobCost) */ ||
 		!strings.Contains(f.Subtitle, "2 attempt(s), 1 relaunch(es) taking 2.0 s") {
 		t.Errorf("heading %q / %q", f.Title, f.Subtitle)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
 )
 
@@ -61,7 +63,7 @@ func inlineSVG(s string) string {
 type decisionRow struct {
 	Step                   int64
 	Phase, From, To        string
-	Reason                 string
+	Reason, Words          string
 	PredictedS, PredictedD string
 	Candidates             int
 }
@@ -70,14 +72,14 @@ type decisionRow struct {
 func (r JobReport) decisionRows() []decisionRow {
 	var out []decisionRow
 	for _, d := range r.decisions {
-		row := decisionRow{Step: d.Step, Phase: string(d.Phase), Reason: d.Reason, Candidates: len(d.Candidates),
-			From: plot.ConfigLabel(d.From.Workers, d.From.GlobalBatch), To: plot.ConfigLabel(d.To.Workers, d.To.GlobalBatch),
+		row := decisionRow{Step: d.Step, Phase: string(d.Phase), Reason: d.Reason, Words: words.Said(d, r.ShowsCost()), Candidates: len(d.Candidates),
+			From: words.ConfigNotation(d.From), To: words.ConfigNotation(d.To),
 			PredictedS: "-", PredictedD: "-"}
 		if d.PredictedS > 0 {
 			row.PredictedS = fmt.Sprintf("%.1f s", d.PredictedS)
 		}
-		if d.PredictedS > 0 && r.PriceUSDPerHour > 0 {
-			row.PredictedD = fmt.Sprintf("$%.4f", d.PredictedUSD)
+		if d.PredictedS > 0 && r.ShowsCost() {
+			row.PredictedD = api.USDText(d.PredictedUSD)
 		}
 		out = append(out, row)
 	}
@@ -94,9 +96,13 @@ var reportHTML = template.Must(template.New("report").Funcs(template.FuncMap{
 		return " [" + strings.Join(f, ",") + "]"
 	},
 	"join": func(f []string) string { return strings.Join(f, ", ") },
-	"usd":  func(v float64) string { return fmt.Sprintf("$%.4f", v) },
+	"usd":  api.USDText,
 	"sec":  func(v float64) string { return fmt.Sprintf("%.1f s", v) },
-	"cfg":  plot.ConfigLabel,
+	"cfg":  words.ConfigNotation,
+	"cand": func(c api.CandidatePrediction) string {
+		return words.Notation(candidateType(c.Type), c.Workers, c.Batch)
+	},
+	"fin": func(f Finish) string { return words.Notation(f.Type, f.Workers, f.Batch) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Scavenger report: {{.R.Job}}</title>
@@ -118,20 +124,20 @@ Total {{sec .R.TotalS}}, {{.R.CostText}}; relaunches {{sec .R.RelaunchS}}.</p>
 </div>
 <h2>Attempts</h2>
 <table><tr><th>#</th><th>configuration</th><th>steps</th><th>wall</th><th>step measured (ms)</th><th>predicted when chosen</th><th>model (ms)</th><th class="l">ended by</th></tr>
-{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config.Workers .Config.GlobalBatch}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{.PredictedText}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{flags .ModelFlags}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
+{{range .R.Timeline}}<tr><td>{{.Attempt.Attempt}}</td><td>{{cfg .Config}}</td><td>{{.FirstStep}}..{{.LastStep}}</td><td>{{sec .WallS}}</td><td>{{ms .MeasuredStepS}}</td><td>{{.PredictedText}}</td><td>{{if .ModelStepS}}{{ms .ModelStepS}}{{flags .ModelFlags}}{{else}}-{{end}}</td><td class="l">{{.EndReason}}</td></tr>
 {{end}}</table>
 {{if .Decisions}}<h2>Decisions</h2>
-<table><tr><th>step</th><th class="l">phase</th><th>from</th><th>to</th><th>predicted time</th><th>predicted cost</th><th>candidates</th><th class="l">reason</th></tr>
-{{range .Decisions}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.PredictedS}}</td><td>{{.PredictedD}}</td><td>{{.Candidates}}</td><td class="l">{{.Reason}}</td></tr>
+<table><tr><th>step</th><th class="l">phase</th><th>from</th><th>to</th><th>predicted time</th><th>predicted cost</th><th>candidates</th><th class="l">what and why (the policy's own words on hover)</th></tr>
+{{range .Decisions}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.PredictedS}}</td><td>{{.PredictedD}}</td><td>{{.Candidates}}</td><td class="l" title="{{.Reason}}">{{.Words}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.Finishes}}<h2>Predicted time to finish</h2>
 <table><tr><th>step</th><th class="l">phase</th><th>to</th><th>predicted</th><th>took</th><th>error</th></tr>
-{{range .R.Finishes}}{{$t := .Text}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{cfg .Workers .Batch}}</td><td>{{$t.Predicted}}</td><td>{{$t.Took}}</td><td>{{$t.Error}}</td></tr>
+{{range .R.Finishes}}{{$t := .Text}}<tr><td>{{.Step}}</td><td class="l">{{.Phase}}</td><td>{{fin .}}</td><td>{{$t.Predicted}}</td><td>{{$t.Took}}</td><td>{{$t.Error}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.Candidates}}<h2>Candidates of the decision at step {{.R.CandidatesStep}}</h2>
 <p>Predictions, not facts: each step time with its 90 % interval; flagged ones (low-confidence: the interval spans more than ±25 %; non-monotone: against their neighbours a larger batch is faster, or a sample dearer) are not to be read as measurements.</p>
 <table><tr><th>configuration</th><th>step (ms)</th><th>90 % interval (ms)</th><th>time to finish</th><th>cost to finish</th><th class="l">flags</th><th>chosen</th></tr>
-{{range .R.Candidates}}<tr><td>{{cfg .Workers .Batch}}</td><td>{{ms .StepS}}</td><td>{{if .StepHiS}}{{ms .StepLoS}}..{{ms .StepHiS}}{{else}}-{{end}}</td><td>{{sec .TotalS}}</td><td>{{if $.R.PriceUSDPerHour}}{{usd .TotalUSD}}{{else}}-{{end}}</td><td class="l">{{join .Flags}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
+{{range .R.Candidates}}<tr><td>{{cand .}}</td><td>{{ms .StepS}}</td><td>{{if .StepHiS}}{{ms .StepLoS}}..{{ms .StepHiS}}{{else}}-{{end}}</td><td>{{sec .TotalS}}</td><td>{{if $.R.ShowsCost}}{{usd .TotalUSD}}{{else}}-{{end}}</td><td class="l">{{join .Flags}}</td><td>{{if .Chosen}}&#10003;{{end}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Text report</h2>
 <pre>{{.Text}}</pre>

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
 
 	"github.com/scavenger-ml/scavenger/stepstats"
@@ -37,9 +38,12 @@ type JobReport struct {
 	TotalS    float64   `json:"total_s"`
 	// RelaunchS adds up the relaunches' overhead (checkpoint, exit, start, first step).
 	RelaunchS float64 `json:"relaunch_s"`
-	// CostUSD is the wall time at the machine's price (PriceUSDPerHour).
-	CostUSD         float64 `json:"cost_usd"`
-	PriceUSDPerHour float64 `json:"price_usd_per_hour"`
+	// CostUSD is what the job cost, as every view shows it (api.Job.CostAt:
+	// the bill, else the wall time at PriceUSDPerHour, else 0); CostBasis
+	// says which.
+	CostUSD         float64       `json:"cost_usd"`
+	PriceUSDPerHour float64       `json:"price_usd_per_hour"`
+	CostBasis       api.CostBasis `json:"cost_basis"`
 
 	// Noise is the gradient noise scale (samples) over the job, from rank
 	// 0's gradient norms step by step (stepstats.NoiseSeries; times in
@@ -54,7 +58,7 @@ type JobReport struct {
 	Candidates     []api.CandidatePrediction `json:"candidates,omitempty"`
 	CandidatesStep int64                     `json:"candidates_step,omitempty"`
 	// Billed is what the machines a launcher acquired cost (cloudvm; nil
-	// otherwise): CostUSD, Cost and PredictedCost are then the bill's.
+	// otherwise): Cost and PredictedCost are then the bill's.
 	Billed *Billed `json:"billed,omitempty"`
 	// Throughput is rank 0's samples per second over the job and Loss its
 	// training loss, each point over a few steps of one attempt
@@ -66,6 +70,9 @@ type JobReport struct {
 	Finishes []Finish `json:"finishes,omitempty"`
 	// BadLoss is where the job's loss turned NaN or infinite (nil: never).
 	BadLoss *api.BadLoss `json:"bad_loss,omitempty"`
+	// Said are the policy's decisions, what and why in plain English with
+	// their figures.
+	Said []Said `json:"said,omitempty"`
 
 	decisions []api.Decision
 	start     time.Time // the origin of the series' times
@@ -99,9 +106,10 @@ type Attempt struct {
 type Finish struct {
 	Step  int64  `json:"step"`
 	Phase string `json:"phase"`
-	// Workers and Batch are the configuration the decision chose.
-	Workers int `json:"workers"`
-	Batch   int `json:"batch"`
+	// Type, Workers and Batch are the configuration the decision chose.
+	Type    string `json:"type,omitempty"`
+	Workers int    `json:"workers"`
+	Batch   int    `json:"batch"`
 	// AtS is the decision's time, in seconds since the job started.
 	AtS        float64 `json:"at_s"`
 	PredictedS float64 `json:"predicted_s"`
@@ -112,6 +120,42 @@ type Finish struct {
 	// succeeded (0 until then: it has not finished, or did not finish the
 	// work the prediction was about).
 	TookS float64 `json:"took_s,omitempty"`
+}
+
+// Said is one decision of the job's policy as the report shows it: where
+// it went from and to (the notation of internal/words), its predicted time
+// and cost to finish (cost only when the job has a cost to show), what a
+// probe was expected to gain and its chance, and the decision in plain
+// English (api.Decision.Words).
+type Said struct {
+	Step      int64   `json:"step"`
+	Phase     string  `json:"phase"`
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	FinishS   float64 `json:"finish_s,omitempty"`
+	FinishUSD float64 `json:"finish_usd,omitempty"`
+	Gain      float64 `json:"gain,omitempty"`
+	GainUnit  string  `json:"gain_unit,omitempty"`
+	Chance    float64 `json:"chance,omitempty"`
+	Words     string  `json:"words"`
+}
+
+// said is what the decisions of j said, with their figures.
+func said(j api.Job) []Said {
+	shows := j.ShowsCost()
+	out := make([]Said, 0, len(j.Decisions))
+	for _, d := range j.Decisions {
+		s := Said{Step: d.Step, Phase: string(d.Phase), From: words.ConfigNotation(d.From), To: words.ConfigNotation(d.To),
+			FinishS: d.PredictedS, Words: words.Said(d, shows)}
+		if shows {
+			s.FinishUSD = d.PredictedUSD
+		}
+		if p := d.Probe; p != nil && p.Gain > 0 {
+			s.Gain, s.GainUnit, s.Chance = p.Gain-p.Cost, p.GainUnit, p.Chance
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // maxNoisePoints bounds the noise series of a report; maxStepPoints its
@@ -127,9 +171,10 @@ const warmup = 3
 // Make is the report of job j from rank 0's step records; now ends what
 // is still running.
 func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
-	price := j.Optimize.PriceUSDPerHour // 0: none set, and no cost shown
+	cost := j.CostAt(now)
+	price := cost.PriceUSDPerHour // 0 unless the cost is the time at a price
 	rep := JobReport{Job: j.ID, State: string(j.State), Policy: j.Optimize.Policy, Objective: j.Optimize.Objective,
-		Decisions: len(j.Decisions), PriceUSDPerHour: price, decisions: j.Decisions, BadLoss: j.BadLoss}
+		Decisions: len(j.Decisions), PriceUSDPerHour: price, CostBasis: cost.Basis, CostUSD: cost.USD, decisions: j.Decisions, BadLoss: j.BadLoss}
 	for i := len(j.Decisions) - 1; i >= 0; i-- {
 		if d := j.Decisions[i]; len(d.Candidates) > 0 {
 			rep.Candidates, rep.CandidatesStep = d.Candidates, d.Step
@@ -147,7 +192,6 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 		rep.TotalS = end.Sub(start).Seconds()
 	}
 	rep.start = start
-	rep.CostUSD = rep.TotalS / 3600 * price
 	if rep.TotalS > 0 && price > 0 {
 		// The node is billed from start to end, relaunches included: the
 		// cost grows linearly, the attempts' boundaries marked.
@@ -165,7 +209,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 		}
 	}
 	if rep.Billed = BilledOf(j); rep.Billed != nil {
-		rep.CostUSD, rep.Cost, rep.PredictedCost = rep.Billed.USD, costSeries(j, start), nil
+		rep.Cost, rep.PredictedCost = costSeries(j, start), nil
 		for _, c := range rep.Billed.Checks {
 			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: c.Time.Sub(start).Seconds(), V: c.PredictedUSD})
 		}
@@ -175,6 +219,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
 	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
 	rep.Finishes = finishes(j.Decisions, start, rep.TotalS, rep.State)
+	rep.Said = said(j)
 	return rep
 }
 
@@ -187,7 +232,7 @@ func finishes(ds []api.Decision, start time.Time, totalS float64, state string) 
 		if d.PredictedS <= 0 {
 			continue
 		}
-		f := Finish{Step: d.Step, Phase: string(d.Phase), Workers: d.To.Workers, Batch: d.To.GlobalBatch,
+		f := Finish{Step: d.Step, Phase: string(d.Phase), Type: d.To.MachineType, Workers: d.To.Workers, Batch: d.To.GlobalBatch,
 			AtS: d.Time.Sub(start).Seconds(), PredictedS: d.PredictedS, PredictedLoS: d.PredictedLoS, PredictedHiS: d.PredictedHiS}
 		if state == string(api.StateSucceeded) {
 			f.TookS = totalS - f.AtS
@@ -197,13 +242,16 @@ func finishes(ds []api.Decision, start time.Time, totalS float64, state string) 
 	return out
 }
 
-// CostText says what the job cost, or that no price was set to say it.
+// CostText says what the job cost, or that no price was set to say it, in
+// the words of every view (api.JobCost.Label).
 func (r JobReport) CostText() string {
-	if r.PriceUSDPerHour <= 0 {
-		return "no cost: no price set (scavctl run --price $/h, or --machine-type from the price catalog)"
-	}
-	return fmt.Sprintf("$%.4f at $%.2f/h", r.CostUSD, r.PriceUSDPerHour)
+	return api.JobCost{Basis: r.CostBasis, USD: r.CostUSD, PriceUSDPerHour: r.PriceUSDPerHour}.Label()
 }
+
+// ShowsCost reports whether the report has a cost to show (a bill or a
+// price): without, its predicted costs, made at a placeholder price, are
+// not shown either.
+func (r JobReport) ShowsCost() bool { return r.CostBasis != api.CostNone }
 
 // BaseBatch is the batch job j's noise scale is measured against: its first
 // attempt's global batch (the configured one before any attempt).
@@ -276,14 +324,13 @@ func (r JobReport) Print(w io.Writer) error {
 	}
 	r.printRelaunches(w)
 	r.printFinishes(w)
+	r.printSaid(w)
 	total := time.Duration(r.TotalS * float64(time.Second)).Round(time.Millisecond)
-	if r.Billed != nil {
-		fmt.Fprintf(w, "Total: %s, $%.5f billed for its machines; relaunches %.2fs\n", total, r.CostUSD, r.RelaunchS)
-		return r.Billed.Print(w)
-	}
-	_, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", total, r.CostText(), r.RelaunchS)
-	if err != nil {
+	if _, err := fmt.Fprintf(w, "Total: %s, %s; relaunches %.2fs\n", total, r.CostText(), r.RelaunchS); err != nil {
 		return fmt.Errorf("print report of %s: %w", r.Job, err)
+	}
+	if r.Billed != nil {
+		return r.Billed.Print(w)
 	}
 	return nil
 }
@@ -318,14 +365,87 @@ func (r JobReport) printFinishes(w io.Writer) {
 	if len(r.Finishes) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "Predicted time to finish, at each decision that made one:")
+	table(w, "Predicted time to finish, at each decision that made one:", "STEP\tPHASE\tTO\tPREDICTED\tTOOK\tERROR", func(tw io.Writer) {
+		for _, f := range r.Finishes {
+			t := f.Text()
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Step, f.Phase, words.Notation(f.Type, f.Workers, f.Batch), t.Predicted, t.Took, t.Error)
+		}
+	})
+}
+
+// table writes a title, then a table of its header and the rows fill writes.
+func table(w io.Writer, title, header string, fill func(tw io.Writer)) {
+	fmt.Fprintln(w, title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tPHASE\tTO\tPREDICTED\tTOOK\tERROR")
-	for _, f := range r.Finishes {
-		t := f.Text()
-		fmt.Fprintf(tw, "%d\t%s\t%d x %s\t%s\t%s\t%s\n", f.Step, f.Phase, f.Workers, batchText(f.Batch), t.Predicted, t.Took, t.Error)
-	}
+	fmt.Fprintln(tw, header)
+	fill(tw)
 	_ = tw.Flush()
+}
+
+// printSaid writes the policy's decisions: a table of their figures, then
+// each in plain English.
+func (r JobReport) printSaid(w io.Writer) {
+	if len(r.Said) == 0 {
+		return
+	}
+	table(w, "Decisions:", "STEP\tPHASE\tFROM\tTO\tFINISH IN\tCOST\tEXPECTED GAIN\tCHANCE", func(tw io.Writer) {
+		for _, d := range r.Said {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Step, d.Phase, d.From, d.To, d.finishText(), d.costText(), d.gainText(), d.chanceText())
+		}
+	})
+	for _, d := range r.Said {
+		fmt.Fprint(w, wrap(fmt.Sprintf("at step %d: %s", d.Step, d.Words), 98, "  ", "    "))
+	}
+}
+
+func (d Said) finishText() string {
+	if d.FinishS <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f s", d.FinishS)
+}
+
+func (d Said) costText() string {
+	if d.FinishUSD <= 0 {
+		return "-"
+	}
+	return api.USDText(d.FinishUSD)
+}
+
+func (d Said) gainText() string {
+	switch {
+	case d.Gain == 0:
+		return "-"
+	case d.GainUnit == "$":
+		return api.USDText(d.Gain)
+	}
+	return fmt.Sprintf("%.3g %s", d.Gain, d.GainUnit)
+}
+
+func (d Said) chanceText() string {
+	if d.Chance <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*d.Chance)
+}
+
+// wrap breaks text into lines of at most width characters, the first
+// after first, the others after rest, each ending in a newline.
+func wrap(text string, width int, first, rest string) string {
+	var b strings.Builder
+	line, empty := first, true
+	for _, word := range strings.Fields(text) {
+		if !empty && len(line)+1+len(word) > width {
+			b.WriteString(line + "\n")
+			line, empty = rest, true
+		}
+		if !empty {
+			line += " "
+		}
+		line, empty = line+word, false
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 // FinishText is how the reports write a Finish.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/scavenger-ml/scavenger/api"
 
@@ -110,6 +111,9 @@ type TopFrame struct {
 	Jobs  []TopRow
 	// Note is a line at the bottom (an error fetching, say); empty: the key help.
 	Note string
+	// Gone is when the daemon stopped answering (zero: it answers): the
+	// frame says so under its title, and counts no job as active.
+	Gone time.Time
 }
 
 // TopRow is one job's line.
@@ -123,9 +127,10 @@ type TopRow struct {
 	StepS          float64
 	Noise          float64
 	// LeftS and CostUSD are the predicted time left and cost at the finish
-	// (Predicted); for a finished job CostUSD is what it cost. LeftLoS..HiS
-	// and CostLoUSD..HiUSD are their 90 % intervals (0: none known; see
-	// api.Forecast).
+	// (Predicted); for a finished job CostUSD is what it cost. The cost is
+	// every view's (api.Job.CostAt): the bill, else the time at the price
+	// set, else none. LeftLoS..HiS and CostLoUSD..HiUSD are their 90 %
+	// intervals (0: none known; see api.Forecast).
 	LeftS, LeftLoS, LeftHiS       float64
 	CostUSD, CostLoUSD, CostHiUSD float64
 	Predicted                     bool
@@ -169,22 +174,14 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		if u, ok := usage[j.ID]; ok && row.Active {
 			row.CPUCores, row.RSSBytes = u.CPUCores, u.RSSBytes
 		}
-		price := j.Optimize.PriceUSDPerHour // 0: none set, no cost shown
-		var spentS float64
-		if j.Started != nil {
-			end := now
-			if j.Ended != nil {
-				end = *j.Ended
-			}
-			spentS = max(0, end.Sub(*j.Started).Seconds())
-		}
-		row.CostUSD = spentS / 3600 * price
+		cost := j.CostAt(now) // the bill, else the time at the price set, else none (api.Job.CostAt)
+		row.CostUSD = cost.USD
 		if l, ok := api.Forecast(j.Decisions, row.Step, row.StepS, now); ok && row.Active {
 			row.LeftS, row.Predicted = l.S, true
 			if l.LoS < l.S || l.HiS > l.S {
 				row.LeftLoS, row.LeftHiS = l.LoS, l.HiS
 			}
-			if price > 0 {
+			if cost.Basis != api.CostNone && l.USD > 0 {
 				spent := row.CostUSD
 				row.CostUSD += l.USD
 				if l.LoUSD < l.USD || l.HiUSD > l.USD {
@@ -213,6 +210,46 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 		return ended[x.ID].After(ended[y.ID])
 	})
 	return f
+}
+
+// shortIDs are the rows' ids as a column of width w shows them: whole
+// when they fit; else cut to w-1 characters and "+" when that prefix is
+// still unique among them (a prefix that scavctl takes for the job), or to
+// the w characters of their unique prefix; else, when even that is longer,
+// their head and their tail (the random suffix) either side of a "+".
+func shortIDs(rows []TopRow, w int) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		id := r.ID
+		unique := 1 // the length of its shortest prefix that no other id shares
+		for k, o := range rows {
+			if k != i {
+				unique = max(unique, commonPrefix(id, o.ID)+1)
+			}
+		}
+		switch {
+		case utf8.RuneCountInString(id) <= w:
+			out[i] = id
+		case unique <= w-1:
+			out[i] = clip(id, w)
+		case unique <= w:
+			out[i] = string([]rune(id)[:w])
+		default:
+			rs, tail := []rune(id), min(7, w/2)
+			out[i] = string(rs[:w-tail-1]) + "+" + string(rs[len(rs)-tail:])
+		}
+	}
+	return out
+}
+
+// commonPrefix is the length in runes of the prefix a and b share.
+func commonPrefix(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	n := 0
+	for n < len(ra) && n < len(rb) && ra[n] == rb[n] {
+		n++
+	}
+	return n
 }
 
 // RenderTop lays frame f out as at most height lines of at most width
@@ -248,6 +285,9 @@ func RenderTop(f TopFrame, width, height int) []string {
 		}
 	}
 	title := fmt.Sprintf("scavenger top - %d job(s), %d active", len(f.Jobs), active)
+	if !f.Gone.IsZero() {
+		title = fmt.Sprintf("scavenger top - %d job(s), none known to be active", len(f.Jobs))
+	}
 	if len(f.Nodes) > 0 {
 		title += fmt.Sprintf(", %d node(s)", len(f.Nodes))
 	}
@@ -258,12 +298,19 @@ func RenderTop(f TopFrame, width, height int) []string {
 		title += " - " + f.Now.Format(time.TimeOnly)
 	}
 	lines := []string{title}
+	if !f.Gone.IsZero() {
+		gone := fmt.Sprintf("!! scavd is gone since %s", f.Gone.Format(time.TimeOnly))
+		if !f.Now.IsZero() {
+			gone += fmt.Sprintf(" (%s ago)", durText(f.Now.Sub(f.Gone).Seconds()))
+		}
+		lines = append(lines, gone+": jobs and nodes as it last said")
+	}
 	nodeRoom := -1
 	if height > 0 {
 		// The jobs first: the nodes get what the jobs leave, but at least
 		// their collapsed lines up to a third of the screen, unless that
 		// leaves the jobs fewer than 3 lines.
-		body := height - 2
+		body := height - len(lines) - 1
 		jobsWant := 1 + max(1, len(f.Jobs))
 		reserve := min(collapsedSize(f.Nodes), max(2, body/3))
 		if body-reserve < 3 {
@@ -288,6 +335,7 @@ func RenderTop(f TopFrame, width, height int) []string {
 	if height > 0 {
 		room = height - len(lines) - 1
 	}
+	ids := shortIDs(f.Jobs, idW)
 	for i, r := range f.Jobs {
 		if i >= room {
 			break
@@ -296,7 +344,7 @@ func RenderTop(f TopFrame, width, height int) []string {
 			lines = append(lines, fmt.Sprintf("... %d more job(s)", len(f.Jobs)-i))
 			break
 		}
-		cells := []string{r.ID, r.State, configText(r.Workers, r.Batch), stepText(r.Step),
+		cells := []string{ids[i], r.State, configText(r.Workers, r.Batch), stepText(r.Step),
 			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r, wide > 0), costCell(r, wide > 0)}
 		if extra > 0 {
 			rss := "-"

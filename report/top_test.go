@@ -45,6 +45,12 @@ func TestTopRenderGolden(t *testing.T) {
 		{"80x24-empty", TopFrame{Now: topNow, Node: "n1", Interval: time.Second}, 80, 24},
 		{"132x10", topFixture(20), 132, 10},
 		{"40x6", topFixture(0), 40, 6},
+		{"80x24-gone", func() TopFrame {
+			f := topFixture(0)
+			f.Gone = topNow.Add(-45 * time.Second)
+			f.Note = "scavctl: reconnecting to scavd (/run/scav/api.sock)"
+			return f
+		}(), 80, 24},
 		{"80x24-note", func() TopFrame {
 			f := topFixture(0)
 			f.Note = "scavctl: list jobs: jobs request: nats: timeout"
@@ -244,5 +250,32 @@ func TestTopShowsNoStaleSpeed(t *testing.T) {
 	job.Stalled, job.BadLoss = nil, &api.BadLoss{Attempt: 1, Step: 9, Value: "NaN"}
 	if r := BuildTopFrame([]api.Job{job}, tr, nil, now).Jobs[0]; r.State != "loss-NaN" {
 		t.Errorf("state %q, want loss-NaN", r.State)
+	}
+}
+
+// TestTopShortensIDsToUniquePrefixes: at 80 columns the JOB column is 15
+// wide; two jobs of one name, whose ids differ only past it, still show
+// apart, each as a prefix of its id that scavctl takes for the job, and an
+// id whose unique part lies far beyond the column keeps its random tail.
+func TestTopShortensIDsToUniquePrefixes(t *testing.T) {
+	rows := []TopRow{
+		{ID: "resumable_cnn-7687af"}, {ID: "resumable_cnn-12ab34"}, {ID: "cnn-0a0b0c"},
+		{ID: "a-very-long-experiment-name-000001"}, {ID: "a-very-long-experiment-name-000002"},
+	}
+	got := shortIDs(rows, 15)
+	want := []string{"resumable_cnn-7", "resumable_cnn-1", "cnn-0a0b0c", "a-very-+-000001", "a-very-+-000002"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("id %q shows as %q, want %q", rows[i].ID, got[i], want[i])
+		}
+	}
+	lines := RenderTop(TopFrame{Jobs: rows}, 80, 24)
+	seen := map[string]bool{}
+	for _, l := range lines[2 : 2+len(rows)] {
+		cell := strings.Fields(l)[0]
+		if seen[cell] {
+			t.Errorf("two rows show %q:\n%s", cell, strings.Join(lines, "\n"))
+		}
+		seen[cell] = true
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
@@ -182,7 +183,7 @@ func (s *stepStatus) line() string {
 	if s.badLoss {
 		parts = append(parts, "loss NaN")
 	}
-	parts = append(parts, fmt.Sprintf("%d workers", s.world))
+	parts = append(parts, words.Count(s.world, "worker"))
 	if s.batch > 0 {
 		parts = append(parts, fmt.Sprintf("batch %d", s.batch))
 	}
@@ -211,9 +212,9 @@ func leftText(l api.Left, priced bool) string {
 		s += fmt.Sprintf(" (%s–%s)", d(l.LoS), d(l.HiS))
 	}
 	if priced {
-		s += fmt.Sprintf(", ~$%.2f to finish", l.USD)
+		s += ", ~" + api.USDText(l.USD) + " to finish"
 		if l.HiUSD > l.LoUSD {
-			s += fmt.Sprintf(" ($%.2f–%.2f)", l.LoUSD, l.HiUSD)
+			s += " (" + api.USDText(l.LoUSD) + "–" + api.USDText(l.HiUSD) + ")"
 		}
 	}
 	return s
@@ -222,7 +223,7 @@ func leftText(l api.Left, priced bool) string {
 func (s *stepStatus) summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("%d steps, %d step records, %s", s.step, s.records, time.Since(s.start).Truncate(100*time.Millisecond))
+	return fmt.Sprintf("%s, %s, %s", words.Count(s.step, "step"), words.Count(s.records, "step record"), time.Since(s.start).Truncate(100*time.Millisecond))
 }
 
 // write prints p (whole lines from elsewhere: the in-process daemon's log)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -32,8 +33,8 @@ func (a *app) watchJob(ctx context.Context, c *api.Client, job api.Job, first in
 	if a.logOut != nil {
 		defer a.logOut.through(con)()
 	}
-	con.notef("job %s: %d worker(s), global batch %s, checkpoints in %s", job.ID, job.Config.Workers, batchText(job.Config.GlobalBatch), job.CheckpointDir)
-	st := newStepStatus(job.Config, job.Optimize.PriceUSDPerHour > 0)
+	con.notef("job %s: %s, checkpoints in %s", job.ID, words.Config(job.Config), job.CheckpointDir)
+	st := newStepStatus(job.Config, job.ShowsCost())
 	feed, err := c.FollowSteps(job.ID, func(r telemetry.StepRecord) {
 		st.observe(r)
 		con.setStatus(st.line())
@@ -82,10 +83,6 @@ func finished(con *console, id string, final *telemetry.Event, st *stepStatus, s
 	code := 0
 	if final.ExitCode != nil {
 		code = *final.ExitCode
-	}
-	if final.Handover {
-		con.notef("job %s: %s", id, final.Message)
-		return exitError{code: exitDaemonLost}
 	}
 	con.notef("job %s finished: %s (exit %d); %s", id, final.Message, code, st.summary())
 	if sig, ok := sig.(syscall.Signal); ok && (code == 0 || final.State == string(api.StateStopped)) {
@@ -177,6 +174,10 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 			return nil
 		}
 		if e.Kind == telemetry.EventFinished {
+			if end, err := jobEnds(ctx, c, e); err != nil || !end {
+				con.notef("%s", e.Message) // an end the job went on from: a later attempt follows
+				return err
+			}
 			final = e
 			return errFinished
 		}
@@ -209,6 +210,23 @@ func followJob(ctx context.Context, c *api.Client, id string, first int, con *co
 		return nil, fmt.Errorf("follow output of %s: %w", id, err)
 	}
 	return final, nil
+}
+
+// jobEnds reports whether e, a finished event, is the job's final end, or
+// one it goes on from: a scavd that stopped to restart hands the job to the
+// next one (which resumes it or says it ended), and a job stopped and then
+// resumed (scavctl run --resume) has a later attempt, or runs, by the time
+// its record is read. A follower that replays the job's history, or lives
+// through such an end, so goes on to the end of the job's last attempt.
+func jobEnds(ctx context.Context, c *api.Client, e *telemetry.Event) (bool, error) {
+	if e.Handover {
+		return false, nil
+	}
+	j, err := c.Job(ctx, e.Job)
+	if err != nil {
+		return false, fmt.Errorf("read job %s at the end of attempt %d: %w", e.Job, e.Attempt, err)
+	}
+	return j.State.Done() && j.Attempt <= e.Attempt, nil
 }
 
 // daemonLostAfter is how long scavctl run waits for a lost daemon to come

@@ -49,6 +49,9 @@ printing until the job ends; with -o json it prints one JSON object per line
 						last = l.N
 						con.workerLine(l.Rank, l.Stream == string(plugins.Stderr), l.Line)
 					case follow && e.Kind == telemetry.EventFinished:
+						if end, err := jobEnds(ctx, c, e); err != nil || !end {
+							return err
+						}
 						return errFinished
 					}
 					return nil

@@ -65,7 +65,7 @@ func TestRunRefusesMoreWorkersThanSlots(t *testing.T) {
 		t.Errorf("run --workers 100000000: exit %d, want a refusal naming the limit of %s:\n%s", code, n, errOut)
 	}
 	_, errOut, code = scavctlWithin(t, time.Minute, state, []string{"SCAV_LOCAL_SLOTS=1"}, "run", "--workers", "2", "--", "/bin/true")
-	if code == 0 || !strings.Contains(errOut, "starts at most 1 workers") {
+	if code == 0 || !strings.Contains(errOut, "starts at most 1 worker (") /* plurals right: issue 23 */ {
 		t.Errorf("run --workers 2 with 1 slot: exit %d, want a refusal:\n%s", code, errOut)
 	}
 }

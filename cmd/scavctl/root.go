@@ -37,6 +37,9 @@ type app struct {
 	// launcher is the launcher a command needs (scavctl run --launcher):
 	// the one a standalone daemon opens, and the one a running daemon must have.
 	launcher string
+	// standalone (--standalone) lets a command that starts a daemon inside
+	// itself do so even where a daemon's socket is there but no daemon answers.
+	standalone bool
 
 	stdout, stderr io.Writer
 	log            *zap.Logger
@@ -66,12 +69,21 @@ func newRootCmd(a *app) *cobra.Command {
 (scavd), and shows what every step costs.
 
 With no scavd running, scavctl starts one inside itself for the length of the
-command (standalone mode), so the first command works on a fresh machine:
+command (standalone mode, which it says in one line naming the state
+directory), so the first command works on a fresh machine:
 
   scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
 
 scavctl finds a daemon in this order: --api, $SCAV_API, the API socket of the
 state directory (--state-dir), then the system daemon's (` + api.SystemStateDir + `/` + api.SocketName + `).
+A daemon's socket that is there but does not answer (its scavd died or
+hangs) stops scavctl with that said, rather than a quiet daemon of its own:
+--standalone runs one inside the command anyway.
+A configuration is written in one notation everywhere (top, report, sim,
+plan, status): K workers x global batch B, "2x128", after the machine type
+when the job has one, "loc.half 2x128" ("2x-": the script's own batch; "(2
+nodes)" when it spans several). Decision lines say it in words, "2 workers ×
+batch 128".
 Commands that take a JOB take its id, a prefix of its id that no other job
 of yours shares, or its name (the newest job of that name).
 
@@ -102,6 +114,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	pf.StringVar(&a.apiOpts.CAFile, "api-ca", "", "with --api https://...: the CA certificate that signed the daemon's (default: the system's roots)")
 	a.stateDirGiven = os.Getenv("SCAV_STATE_DIR") != ""
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
+	pf.BoolVar(&a.standalone, "standalone", false, "when no scavd answers, run one inside this command even though a daemon's socket is there (a scavd that died or hangs; by default scavctl stops and says so)")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newCostCmd(a), newModelsCmd(a), newVersionCmd(a))
 	root.AddCommand(newNodeCmd(a))
@@ -180,6 +193,14 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		}
 		return c, c.Close, nil
 	}
+	if sock := silentSocket(urls); sock != "" && !(standalone && a.standalone) {
+		err := fmt.Errorf("%w: the scavd socket %s is there, but no daemon answers on it: its scavd died or hangs (its log says why; the service's: systemctl status scavd); start it again (systemctl restart scavd, or scavd --state-dir %s)",
+			api.ErrNoDaemon, sock, filepath.Dir(sock))
+		if standalone {
+			err = fmt.Errorf("%w, or add --standalone to run a scavd inside this command, on state directory %s", err, a.stateDir)
+		}
+		return nil, nil, err
+	}
 	if !standalone {
 		return nil, nil, fmt.Errorf("%w (tried %v)", api.ErrNoDaemon, urls)
 	}
@@ -209,6 +230,7 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		releaseLauncher()
 		return nil, nil, fmt.Errorf("connect to in-process scavd: %w", err)
 	}
+	fmt.Fprintf(a.stderr, "scavctl: no scavd is running, so one runs inside this command, on state directory %s, and stops with it\n", a.stateDir)
 	return c, func() {
 		c.Close()
 		if n := len(d.Active()); n > 0 {
@@ -220,6 +242,23 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 		}
 		releaseLauncher()
 	}, nil
+}
+
+// silentSocket returns the first of the API sockets urls that is there
+// although no daemon answered on it, unless it is what a daemon scavctl ran
+// inside itself left behind (its discovery file says so): a scavd that
+// died or hangs, which scavctl must not quietly stand in for.
+func silentSocket(urls []string) string {
+	for _, u := range urls {
+		if fi, err := os.Stat(u); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		if info, _ := api.ReadDiscovery(filepath.Dir(u)); info.Standalone && info.API == u {
+			continue
+		}
+		return u
+	}
+	return ""
 }
 
 // standaloneOptions configure the launchers of a daemon scavctl starts

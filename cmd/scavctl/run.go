@@ -66,7 +66,8 @@ func newRunCmd(a *app) *cobra.Command {
 		Long: `run launches CMD as a data-parallel job: one process per worker with the
 torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) and Scavenger's (SCAV_JOB_ID, SCAV_SOCKET,
-SCAV_GLOBAL_BATCH, SCAV_LOCAL_BATCH, SCAV_CHECKPOINT_DIR, ...). The python
+SCAV_GLOBAL_BATCH and SCAV_LOCAL_BATCH with a --batch-size (without one they
+are unset, never 0, and the script uses its own), SCAV_CHECKPOINT_DIR, ...). The python
 package "scavenger" is on the workers' PYTHONPATH; scripts that use it report
 every step, and scripts that do not run unchanged.
 
@@ -85,9 +86,10 @@ on only from a job that finished:
   143      the job was stopped before it finished (scavctl stop)
   137      it had to be killed (past its grace)
   130      you stopped it with Ctrl-C (143 with SIGTERM to scavctl)
-  75       scavctl let go of the job, which goes on: its scavd was gone for
-           15s, or is restarting and hands the job to the next one (follow it
-           with scavctl attach JOB)
+  75       scavctl let go of the job, which may go on: its scavd was gone
+           for 15s (a scavd that restarts hands its jobs to the next one, and
+           run follows them there when it is back within that time; else
+           follow the job with scavctl attach JOB)
   1        scavctl itself failed (bad flags, no daemon, ...)`,
 		Example: `  scavctl run --workers 2 --batch-size 64 -- /usr/bin/python3 examples/cnn.py --steps 50
   scavctl run --workers 2 -- /usr/bin/python3 examples/plain_ddp.py

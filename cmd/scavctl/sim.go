@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/plot"
 	"github.com/scavenger-ml/scavenger/optimizer/policy"
@@ -109,6 +110,13 @@ others'), as a live job starts from scavd's model store (scavctl models).`,
 			if err != nil {
 				return err
 			}
+			if start != "" {
+				typ, k, b, err := words.ParseNotation(start, true)
+				if err != nil {
+					return fmt.Errorf("--start: %w", err)
+				}
+				start = fmt.Sprintf("%s:%d:%d", typ, k, b)
+			}
 			opts.Policy, opts.Start, opts.Noise, opts.Seed, opts.StatModel = pol, start, noise, seed, stat
 			if opts.Store, err = fillStore(cmd.Context(), opts, storeFrom); err != nil {
 				return err
@@ -130,7 +138,7 @@ others'), as a live job starts from scavd's model store (scavctl models).`,
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&pol, "policy", "adaptive", "policy: "+strings.Join(policy.Names, ", "))
-	cmd.Flags().StringVar(&start, "start", "", "starting configuration TYPE:K:B (default: the first type, its smallest K, the smallest batch)")
+	cmd.Flags().StringVar(&start, "start", "", "starting configuration in the notation TYPE KxB, e.g. \"aws 1x128\" (default: the first type, its fewest workers, the smallest batch)")
 	cmd.Flags().StringVar(&plotFile, "plot", "", "also draw the time-cost front of every candidate, the oracle and the outcome (.svg, .png or .pdf)")
 	cmd.Flags().StringVar(&stat, "stat-model", "", "statistical model: adaptdl (default: AdaScale gain with the noise forecast) or paper (Scavenger's γ/K and e = e*+θγ from two cold-start probes)")
 	cmd.Flags().Float64Var(&noise, "noise", 0, "relative noise on the telemetry the policy sees (e.g. 0.1)")
@@ -168,20 +176,20 @@ func printSim(w io.Writer, r *sim.Report) error {
 		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
 	}
 	row("Application", "%s, %d candidates, objective %s, policy %s", r.App, r.Candidates, r.Objective, r.Policy)
-	row("Outcome", "%s, $%.2f, %d relaunch(es) of %.0fs, %d of them probes", hours(r.JCTS), r.CostUSD, r.Relaunches, r.RelaunchS, r.Probes)
+	row("Outcome", "%s, $%.2f, %s of %.0fs, %d of them probes", hours(r.JCTS), r.CostUSD, words.Count(r.Relaunches, "relaunch"), r.RelaunchS, r.Probes)
 	if s := r.StartedAt; s != nil {
-		row("Started at", "%s:%d:%d on %d node(s), where the stored model said", s.Type, s.Workers, s.Batch, s.Nodes)
+		row("Started at", "%s, where the stored model said", words.NotationOn(s.Type, s.Nodes, s.Workers, s.Batch))
 	}
 	if r.PredictedJCTS > 0 {
 		row("Predicted", "%s, $%.2f (at the last decision)", hours(r.PredictedJCTS), r.PredictedCostUSD)
 	}
-	row("Oracle", "%s:%d:%d on %d node(s): %s, $%.2f", r.Oracle.Type, r.Oracle.Workers, r.Oracle.Batch, r.Oracle.Nodes, hours(r.Oracle.JCTS), r.Oracle.CostUSD)
+	row("Oracle", "%s: %s, $%.2f", words.NotationOn(r.Oracle.Type, r.Oracle.Nodes, r.Oracle.Workers, r.Oracle.Batch), hours(r.Oracle.JCTS), r.Oracle.CostUSD)
 	row("vs oracle", "%+.1f%% time, %+.1f%% cost", pct(r.JCTS, r.Oracle.JCTS), pct(r.CostUSD, r.Oracle.CostUSD))
 	row("Median fixed", "%s, $%.2f (over %d candidates)", hours(r.Fixed.MedianJCTS), r.Fixed.MedianCostUSD, r.Fixed.Count)
 	if r.StepTimeError.N > 0 {
 		row("Step-time error", "median %.1f%%, p90 %.1f%% over %d never-run candidates of the fitted types (%s)", r.StepTimeError.MedianPct, r.StepTimeError.P90Pct, r.StepTimeError.N, strings.Join(r.FittedTypes, ", "))
 	}
-	row("Last reason", "%s", r.Reason)
+	row("Last reason", "%s", words.Renotate(r.Reason))
 	if err := tw.Flush(); err != nil {
 		return err
 	}

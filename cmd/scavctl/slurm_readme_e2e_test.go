@@ -22,10 +22,10 @@ func readmeSlurmBlock(t *testing.T, marker string) string {
 	blocks := readmeSectionBlocks(t, "Running on Slurm")
 	var all []string
 	for _, b := range blocks {
-		if strings.Contains(b.text, marker) {
-			return b.text
+		if strings.Contains(b.Text, marker) {
+			return b.Text
 		}
-		all = append(all, b.text)
+		all = append(all, b.Text)
 	}
 	t.Fatalf("README.md: no block of the Slurm section contains %q:\n%s", marker, strings.Join(all, "\n"))
 	return ""
@@ -177,17 +177,20 @@ func awaitFile(t *testing.T, path string, d time.Duration, want ...string) strin
 	}
 }
 
-// TestSlurmReadmeBatchScript installs deploy/slurm into a private Slurm
-// cluster by README.md's lines and submits README.md's batch script, as its
+// TestSlurmReadmeBatchScript starts a one-node Slurm as `make slurm-dev`
+// does (deploy/slurm/dev-cluster.sh, with a directory and ports of the
+// test's), installs deploy/slurm into it by README.md's lines and submits
+// README.md's batch script, as its
 // text stands but for the python (SCAV_TEST_PYTHON, /usr/bin/python3 by
 // default), from the repository root with the installed scavctl first on
 // PATH: the script's `scavctl run` starts its own scavd, moves the job within
 // its ranges as the scavenger policy decides, runs every attempt as a step of
-// the allocation and meets its target; the hooks log the allocation.
+// the allocation and meets its target with a finite final loss; the hooks
+// log the allocation.
 func TestSlurmReadmeBatchScript(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	c := testslurm.Start(t, testslurm.Options{CPUs: 8})
+	c := testslurm.StartScript(t, filepath.Join(repoRoot, "deploy", "slurm", "dev-cluster.sh"))
 	c.Setenv(t)
 	h := installHooksAsReadme(t, c)
 
@@ -232,6 +235,7 @@ func TestSlurmReadmeBatchScript(t *testing.T) {
 	if target := int64(300 * 32); samples < target || samples >= target+256 {
 		t.Errorf("%d samples in %d steps, want the README's target, 300 steps of 32 (within one batch)", samples, last)
 	}
+	checkFiniteLosses(t, state)
 	log := awaitFile(t, filepath.Join(h.logDir, "slurm-hooks.log"), 20*time.Second,
 		"slurm prolog job "+alloc+":", "slurm epilog job "+alloc+":")
 	if st, reason := nodeState(t, c); st != "IDLE" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 
 	"github.com/spf13/cobra"
 )
@@ -143,8 +144,8 @@ func (a *app) showStatus(ctx context.Context, c *api.Client, j api.Job, asJSON b
 	if n := len(j.Decisions); n > 0 {
 		fmt.Fprintln(a.stdout, "\nDecisions (latest last):")
 		for _, d := range j.Decisions[max(0, n-5):] {
-			fmt.Fprintf(a.stdout, "  step %d, %s: %d workers, batch %s -> %d workers, batch %s: %s\n", d.Step, d.Phase,
-				d.From.Workers, batchText(d.From.GlobalBatch), d.To.Workers, batchText(d.To.GlobalBatch), d.Reason)
+			fmt.Fprintf(a.stdout, "  step %d (%s, %s -> %s): %s\n", d.Step, d.Phase,
+				words.ConfigNotation(d.From), words.ConfigNotation(d.To), words.Said(d, j.ShowsCost()))
 		}
 	}
 	if len(j.Attempts) < 2 {

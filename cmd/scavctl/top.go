@@ -260,7 +260,7 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 		if s.lost.IsZero() {
 			s.lost = time.Now()
 		}
-		s.note = fmt.Sprintf("scavd (%s) is gone since %s; the jobs are as it last said; reconnecting", s.src.URL(), s.lost.Format("15:04:05"))
+		s.note = fmt.Sprintf("scavctl: reconnecting to scavd (%s)", s.src.URL())
 	}
 	s.drain(recs)
 	return s.frame()
@@ -269,7 +269,7 @@ func (s *topSession) tick(ctx context.Context, recs <-chan telemetry.StepRecord)
 func (s *topSession) frame() report.TopFrame {
 	now := time.Now()
 	f := report.BuildTopFrame(s.jobs, s.tr, report.BuildNodes(s.nt, now), now)
-	f.Node, f.Interval, f.Note = s.node, s.interval, s.note
+	f.Node, f.Interval, f.Note, f.Gone = s.node, s.interval, s.note, s.lost
 	if !s.lost.IsZero() {
 		// Without the daemon nobody says how its jobs go on: no speed, no
 		// forecast, and a state that is not a guess.

@@ -157,6 +157,10 @@ func (n *nodeJobs) Move(ctx context.Context, id string, cfg plugins.Config, reas
 	return n.act(ctx, "move "+reason, id, func(j *api.Job) { j.Config = cfg })
 }
 
+func (n *nodeJobs) Pin(ctx context.Context, id string, cfg plugins.Config, reason string, pin bool) (api.Job, error) {
+	return n.act(ctx, "move "+reason, id, func(j *api.Job) { j.Config, j.Pinned = cfg, pin })
+}
+
 // allocations is the allocation records, in memory.
 type allocations struct {
 	mu  sync.Mutex

@@ -35,6 +35,7 @@ type Jobs interface {
 	List(ctx context.Context) ([]api.Job, error)
 	Stop(id string, grace time.Duration) (api.Job, error)
 	Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error)
+	Pin(ctx context.Context, id string, cfg plugins.Config, reason string, pin bool) (api.Job, error)
 }
 
 // Allocations is what the API needs of the allocation records.

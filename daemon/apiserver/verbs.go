@@ -257,6 +257,9 @@ func (s *Server) move(ctx context.Context, who api.Owner, body []byte) (any, err
 			if r.Reason == "" {
 				r.Reason = "requested"
 			}
+			if r.Pin != nil {
+				return s.o.Jobs.Pin(ctx, r.Job, r.Config, r.Reason, *r.Pin)
+			}
 			return s.o.Jobs.Move(ctx, r.Job, r.Config, r.Reason)
 		})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -87,7 +89,14 @@ type Controller struct {
 	opt     api.Optimize // the job's limits (limits.go)
 	created time.Time    // when the job was submitted
 	stopped bool         // a stop verdict was handed: once
+	// pinned holds the job where it runs (Pin).
+	pinned atomic.Bool
 }
+
+// Pin holds the job at its configuration (scavctl move --pin), or with
+// false releases it: the controller goes on observing and deciding, but
+// hands its runner no verdict that moves a pinned job.
+func (c *Controller) Pin(pinned bool) { c.pinned.Store(pinned) }
 
 // Verdict is a decision the controller hands the runner. When the decision
 // moves the job, Reply (buffered) says how the move went: nil once the
@@ -202,6 +211,9 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
 			continue // no report due, or the same verdict again
+		}
+		if dec.To != cfg && c.pinned.Load() {
+			continue // pinned where it runs: no move
 		}
 		last = dec
 		v := Verdict{Decision: dec, Reply: make(chan error, 1)}
@@ -322,5 +334,12 @@ func decision(from plugins.Config, step int64, at time.Time, d policy.Decision) 
 		}
 	}
 	dec.Provisional = d.Provisional
+	dec.ThroughputOnly = strings.HasPrefix(d.Reason, policy.ThroughputOnlyReason)
+	if d.Phase == policy.PhaseProbing {
+		dec.Probe = &api.ProbeValue{Steps: d.WaitSteps}
+		if p := d.Probe; p != nil {
+			dec.Probe.Gain, dec.Probe.Cost, dec.Probe.Chance, dec.Probe.GainUnit, dec.Probe.Design = p.Gain, p.Cost, p.Chance, p.Units, p.Design
+		}
+	}
 	return dec
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -150,7 +152,7 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		case g := <-r.stops:
 			w.stop(g)
 		case m := <-r.moves:
-			if err := w.move(m); err != nil {
+			if err := w.moveOrPin(m); err != nil {
 				m.fail(err)
 			}
 		case v := <-r.verdicts:
@@ -245,8 +247,45 @@ func (w *watch) move(m moveReq) error {
 	return nil
 }
 
+// moveOrPin pins or releases the job when m says so, and moves it when m
+// names another configuration than its own (a pin where it runs is no
+// move: m is answered at once).
+func (w *watch) moveOrPin(m moveReq) error {
+	j := &w.r.rec.job
+	if m.pin != nil {
+		j.Pinned = *m.pin
+		if w.r.ctl != nil {
+			w.r.ctl.Pin(*m.pin)
+		}
+		w.r.save(w.kill)
+		w.r.event(telemetry.EventMoved, w.n, pinNote(*j, m.reason))
+	}
+	if m.pin != nil && sameConfig(m.cfg, j.Config) {
+		m.fail(nil)
+		return nil
+	}
+	return w.move(m)
+}
+
+// pinNote says what pinning or releasing j means.
+func pinNote(j api.Job, reason string) string {
+	if j.Pinned {
+		return fmt.Sprintf("pinned at %s (%s): the policy moves it no more until scavctl move %s --unpin", words.Config(j.Config), reason, j.ID)
+	}
+	return fmt.Sprintf("unpinned (%s): the policy may move it again", reason)
+}
+
+// errPinned answers a controller whose verdict would move a pinned job.
+var errPinned = errors.New("the job is pinned at its configuration (scavctl move --unpin releases it)")
+
+// sameConfig reports whether a and b are one configuration (the LR scale
+// follows the batch).
+func sameConfig(a, b plugins.Config) bool {
+	return a.Workers == b.Workers && a.GlobalBatch == b.GlobalBatch && a.MachineType == b.MachineType && a.Market == b.Market
+}
+
 // verdict records a decision of the job's controller and, when it names
-// another configuration, moves the job there.
+// another configuration, moves the job there, unless the job is pinned.
 func (w *watch) verdict(v control.Verdict) {
 	if v.Stop != "" { // a limit is reached: checkpoint and stop
 		w.r.log.Info("stopping: a limit of the job is reached", zap.String("why", v.Stop))
@@ -256,18 +295,22 @@ func (w *watch) verdict(v control.Verdict) {
 		w.stop(w.grace)
 		return
 	}
-	j, dec := &w.r.rec.job, v.Decision
-	addDecision(j, dec)
+	j := &w.r.rec.job
+	dec := addDecision(j, v.Decision)
 	w.r.save(w.kill)
 	w.r.decided(w.n, dec)
 	if dec.To == j.Config {
 		return
 	}
+	if j.Pinned { // decided before the controller heard of the pin
+		v.Reply <- errPinned
+		return
+	}
 	w.r.log.Info("moving", zap.Int("workers", dec.To.Workers), zap.Int("batch", dec.To.GlobalBatch), zap.String("reason", dec.Reason))
-	m := moveReq{cfg: dec.To, reason: dec.Reason, reply: v.Reply} // the controller hears how it ends
+	m := moveReq{cfg: dec.To, reason: dec.Reason, decided: true, reply: v.Reply} // the controller hears how it ends
 	if err := w.move(m); err != nil {
 		w.r.log.Warn("move", zap.Error(err))
-		w.r.event(telemetry.EventMoved, w.n, fmt.Sprintf("move to %d workers, batch %d failed: %v", dec.To.Workers, dec.To.GlobalBatch, err))
+		w.r.event(telemetry.EventMoved, w.n, fmt.Sprintf("the move to %s failed: %v", words.Config(dec.To), err))
 		m.fail(err)
 	}
 }
@@ -426,9 +469,11 @@ func (r *runner) latestCheckpoint() (string, int64) {
 	return latestCheckpoint(r.rec.job)
 }
 
-// addDecision records d in j. Only the latest candidate set is kept, so
+// addDecision records d in j, said in plain English (words.Decision), and
+// returns it so. Only the latest candidate set is kept, so
 // that a job that decides often does not grow its record without bound.
-func addDecision(j *api.Job, d api.Decision) {
+func addDecision(j *api.Job, d api.Decision) api.Decision {
+	d.Words = words.Decision(d, j.ShowsCost())
 	if len(d.Candidates) > 0 {
 		for i := range j.Decisions {
 			j.Decisions[i].Candidates = nil
@@ -436,4 +481,5 @@ func addDecision(j *api.Job, d api.Decision) {
 	}
 	j.Decisions = append(j.Decisions, d)
 	j.Phase = d.Phase
+	return d
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 )
 
 // capacityHint says where each built-in launcher's limit comes from.
@@ -44,11 +45,11 @@ func overCapacity(req api.RunRequest, launcher string, limit int) error {
 	}
 	var errs []error
 	if req.Config.Workers > limit {
-		errs = append(errs, fmt.Errorf("--workers %d: launcher %s starts at most %d workers (%s)", req.Config.Workers, launcher, limit, hint))
+		errs = append(errs, fmt.Errorf("--workers %d: launcher %s starts at most %s (%s)", req.Config.Workers, launcher, words.Count(limit, "worker"), hint))
 	}
 	if o := req.Optimize; o.Active() && o.MaxWorkers > limit && o.MaxWorkers != req.Config.Workers {
-		errs = append(errs, fmt.Errorf("--workers %d:%d: the range goes above the %d workers launcher %s starts at most (%s)",
-			max(o.MinWorkers, req.Config.Workers), o.MaxWorkers, limit, launcher, hint))
+		errs = append(errs, fmt.Errorf("--workers %d:%d: the range goes above the %s launcher %s starts at most (%s)",
+			max(o.MinWorkers, req.Config.Workers), o.MaxWorkers, words.Count(limit, "worker"), launcher, hint))
 	}
 	return errors.Join(errs...)
 }

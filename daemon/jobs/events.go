@@ -20,10 +20,16 @@ func (r *runner) event(kind telemetry.EventKind, attempt int, msg string) {
 	r.publish(telemetry.Event{Kind: kind, Job: r.rec.job.ID, Attempt: attempt, Message: msg})
 }
 
-// decided publishes a decision of the job's policy.
+// decided publishes a decision of the job's policy, in plain English
+// (api.Decision.Words), with its predicted cost only when the job has a
+// cost to show (api.Job.CostAt).
 func (r *runner) decided(attempt int, d api.Decision) {
-	r.publish(telemetry.Event{Kind: telemetry.EventDecided, Job: r.rec.job.ID, Attempt: attempt, Message: d.Reason,
-		Phase: string(d.Phase), PredictedS: d.PredictedS, PredictedUSD: d.PredictedUSD})
+	e := telemetry.Event{Kind: telemetry.EventDecided, Job: r.rec.job.ID, Attempt: attempt, Message: d.Words,
+		Phase: string(d.Phase), PredictedS: d.PredictedS}
+	if r.rec.job.ShowsCost() {
+		e.PredictedUSD = d.PredictedUSD
+	}
+	r.publish(e)
 }
 
 func (r *runner) publish(e telemetry.Event) {

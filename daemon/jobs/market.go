@@ -29,7 +29,11 @@ func (r *runner) newController(ctx context.Context) (*control.Controller, error)
 	if r.g.o.Models != nil {
 		opts = append(opts, control.WithModels(ctx, r.g.o.Models))
 	}
-	return control.New(r.rec.job, offers, r, r.verdicts, r.log, opts...)
+	ctl, err := control.New(r.rec.job, offers, r, r.verdicts, r.log, opts...)
+	if err == nil {
+		ctl.Pin(r.rec.job.Pinned)
+	}
+	return ctl, err
 }
 
 // startWhereTheModelsSay moves a job that has not started yet to where its
@@ -37,7 +41,7 @@ func (r *runner) newController(ctx context.Context) (*control.Controller, error)
 // its first attempt: the decision is recorded, and the attempt starts there.
 func (r *runner) startWhereTheModelsSay(ctx context.Context) {
 	j := &r.rec.job
-	if r.ctl == nil || j.Attempt != 0 || len(j.Attempts) != 0 || r.from.restore != "" {
+	if r.ctl == nil || j.Pinned || j.Attempt != 0 || len(j.Attempts) != 0 || r.from.restore != "" {
 		return
 	}
 	dec, ok := r.ctl.Start()
@@ -45,7 +49,7 @@ func (r *runner) startWhereTheModelsSay(ctx context.Context) {
 		return
 	}
 	j.Config = dec.To
-	addDecision(j, dec)
+	dec = addDecision(j, dec)
 	r.cur.Store(&current{attempt: 0, cfg: dec.To})
 	r.save(ctx)
 	r.decided(0, dec)
@@ -105,30 +109,20 @@ func (r *runner) observeMarket(ctx context.Context) {
 // notice goes: its controller's re-choice over the offers now (the
 // decision is recorded), or cfg, where it runs, as before.
 func (r *runner) rechooseAfterNotice(ctx context.Context, rec telemetry.StepRecord, cfg plugins.Config) plugins.Config {
-	if r.ctl == nil {
+	if r.ctl == nil || r.rec.job.Pinned {
 		return cfg
 	}
 	r.observeOffers(ctx)
-	dec, ok := r.ctl.Rechoose(fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID), true)
+	why := fmt.Sprintf("pre-empted: rank %d received %s", rec.Rank, rec.ID)
+	dec, ok := r.ctl.Rechoose(why, true)
 	if !ok {
 		return cfg
 	}
 	r.ctl.Leaving(rec.Attempt)
-	addDecision(&r.rec.job, dec)
+	dec = addDecision(&r.rec.job, dec)
+	dec.Words = why + "; " + dec.Words
+	r.rec.job.Decisions[len(r.rec.job.Decisions)-1].Words = dec.Words
 	r.save(ctx)
 	r.decided(rec.Attempt, dec)
 	return dec.To
-}
-
-// workersText says how many workers cfg has, and on what machines when it
-// names them: "2 workers", "2 workers on loc.full (spot)".
-func workersText(cfg plugins.Config) string {
-	s := fmt.Sprintf("%d workers", cfg.Workers)
-	if cfg.MachineType != "" {
-		s += " on " + cfg.MachineType
-		if cfg.Market != "" {
-			s += " (" + cfg.Market + ")"
-		}
-	}
-	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -222,11 +223,31 @@ func (rc *recovery) settleLost(ctx context.Context) {
 // and the lost ones none of whose workers may still run.
 func (rc *recovery) resume(ctx context.Context) {
 	for _, one := range rc.ended {
-		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept, one.final)
+		final := one.final
+		if final == nil && one.kept { // handed over by the daemon before: its followers wait for this one's word
+			final = rc.g.handedOverEnd(one.rec.job)
+		}
+		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept, final)
 	}
 	for _, one := range rc.lost {
 		rc.g.resumeAfterRestart(ctx, one.rec.job, one.env, one.kept && !one.alive, one.final)
 	}
+}
+
+// handoverNote begins what the end of a job handed to the next daemon adds
+// to its message.
+const handoverNote = "; scavd is restarting"
+
+// handedOverEnd is the end of a job that the daemon before stopped to hand
+// it to this one (its end said so, and its followers wait): published when
+// this daemon does not resume it.
+func (g *Registry) handedOverEnd(j api.Job) *telemetry.Event {
+	msg, _, _ := strings.Cut(j.Message, handoverNote)
+	if !g.o.ResumeJobs {
+		msg += "; the next scavd did not resume it (resume_jobs is off): continue it with scavctl run --resume " + j.ID
+	}
+	return &telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: j.ExitCode,
+		State: string(j.State), Message: msg, Time: time.Now().UTC()}
 }
 
 // resumeAfterRestart resumes, with ResumeJobs, a job the daemon before

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -145,7 +146,7 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 		}
 	}
 	rec := record{kv: g.o.KV, job: j}
-	msg := fmt.Sprintf("%d workers, global batch %d", j.Config.Workers, j.Config.GlobalBatch)
+	msg := words.Config(j.Config)
 	if err := g.launch(ctx, rec, req.Env, resumePoint{attempt: 1}, msg); err != nil {
 		return api.Job{}, err
 	}
@@ -318,6 +319,18 @@ func (g *Registry) Stop(id string, grace time.Duration) (api.Job, error) {
 // Move asks a running job to relaunch at cfg and waits until its workers
 // have checkpointed and exited (or the move failed).
 func (g *Registry) Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error) {
+	return g.move(ctx, id, cfg, reason, nil)
+}
+
+// Pin moves a running job to cfg (no move when it runs there) and pins it
+// there (pin), or releases it: the job's controller moves a pinned job no
+// more (scavctl move --pin, --unpin).
+func (g *Registry) Pin(ctx context.Context, id string, cfg plugins.Config, reason string, pin bool) (api.Job, error) {
+	return g.move(ctx, id, cfg, reason, &pin)
+}
+
+// move is Move, pinning or releasing the job when pin is set.
+func (g *Registry) move(ctx context.Context, id string, cfg plugins.Config, reason string, pin *bool) (api.Job, error) {
 	r := g.running(id)
 	if r == nil {
 		return api.Job{}, fmt.Errorf("move job %s: %w (or it has already ended)", id, api.ErrNoJob)
@@ -329,7 +342,7 @@ func (g *Registry) Move(ctx context.Context, id string, cfg plugins.Config, reas
 	if err := spec.Validate(); err != nil {
 		return api.Job{}, fmt.Errorf("%w: move job %s: %w", api.ErrBadRequest, id, err)
 	}
-	if err := r.requestMove(ctx, cfg, reason); err != nil {
+	if err := r.requestMove(ctx, moveReq{cfg: cfg, reason: reason, pin: pin}); err != nil {
 		return api.Job{}, fmt.Errorf("move job %s: %w", id, err)
 	}
 	return r.snapshot(), nil

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -50,8 +51,8 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 			lost := strings.Join(out.res.LostHosts, ", ")
 			r.endAttempt(kill, "failed: lost host "+lost, nil)
 			r.save(kill)
-			r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("lost host %s; relaunching at %d workers, global batch %d from %s",
-				lost, next.Workers, next.GlobalBatch, from))
+			r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("lost host %s; relaunching at %s from %s",
+				lost, words.Config(next), from))
 			r.log.Warn("host lost; relaunching on the others", zap.Strings("lost", out.res.LostHosts), zap.Int("workers", next.Workers))
 			p.cfg, p.prev, p.restore, p.step = next, nil, restore, step
 			return ending{}, false
@@ -143,8 +144,11 @@ func (r *runner) restart(kill, shutdown context.Context, v restartVerdict, p *pl
 func (r *runner) moved(kill, shutdown context.Context, out outcome, p *plan) (ending, bool) {
 	r.endAttempt(kill, fmt.Sprintf("moved: %s", out.moved.reason), &out.timing)
 	r.save(kill)
-	r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("moving to %s, global batch %d after step %d: %s",
-		workersText(out.moved.cfg), out.moved.cfg.GlobalBatch, out.lastStep, out.moved.reason))
+	msg := fmt.Sprintf("relaunching at %s from step %d", words.Config(out.moved.cfg), out.lastStep)
+	if !out.moved.decided { // a policy's decision said why in its own event
+		msg += ": " + out.moved.reason
+	}
+	r.event(telemetry.EventMoved, p.attempt, msg)
 	prev := p.cfg
 	p.cfg, p.prev, p.restore, p.step = out.moved.cfg, &prev, out.restore, out.lastStep
 	stopped := shutdown.Err() != nil || kill.Err() != nil

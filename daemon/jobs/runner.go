@@ -12,6 +12,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -79,7 +80,11 @@ type plan struct {
 type moveReq struct {
 	cfg    plugins.Config
 	reason string
-	reply  chan error // buffered 1: nil once the workers are down
+	// decided: a decision of the job's policy, whose event said why already.
+	decided bool
+	// pin, when set, pins the job at cfg or releases it (Registry.Pin).
+	pin   *bool
+	reply chan error // buffered 1: nil once the workers are down
 }
 
 // fail answers the requester of a move (nil: the workers are down and the
@@ -253,8 +258,8 @@ func (r *runner) begin(ctx context.Context, p *plan, out *outputSteps) (plugins.
 			return nil, ending{state: api.StateFailed, code: 127, msg: fmt.Sprintf("start: %v", err)}, false
 		}
 		r.log.Warn("relaunch failed; reverting", zap.Error(err))
-		r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("attempt %d at %d workers, batch %d could not start (%v); back to %d workers, batch %d",
-			p.attempt, p.cfg.Workers, p.cfg.GlobalBatch, err, p.prev.Workers, p.prev.GlobalBatch))
+		r.event(telemetry.EventMoved, p.attempt, fmt.Sprintf("attempt %d at %s could not start (%v); back to %s",
+			p.attempt, words.Config(p.cfg), err, words.Config(*p.prev)))
 		p.cfg, p.prev = *p.prev, nil
 	}
 }
@@ -298,8 +303,8 @@ func (r *runner) beginAttempt(ctx context.Context, p *plan, handle string) {
 		note = " after a crash (" + p.note + ")"
 		p.note = ""
 	}
-	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d%s: %s, global batch %d (launcher %s, %s)",
-		p.attempt, note, workersText(p.cfg), p.cfg.GlobalBatch, r.g.o.Launcher.Name(), handle))
+	r.event(telemetry.EventStarted, p.attempt, fmt.Sprintf("attempt %d%s: %s (launcher %s, %s)",
+		p.attempt, note, words.Config(p.cfg), r.g.o.Launcher.Name(), handle))
 }
 
 // endAttempt closes the current attempt's record and reads its machines'
@@ -329,7 +334,7 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	handover := e.state == api.StateStopped && g.o.ResumeJobs && g.o.RestartDir != "" && g.shuttingDown()
 	switch {
 	case handover:
-		e.msg += "; scavd is restarting: the next scavd on this node resumes it (scavctl attach " + r.rec.job.ID + " follows it)"
+		e.msg += handoverNote + ": the next scavd on this node resumes it (scavctl attach " + r.rec.job.ID + " follows it)"
 	case e.resume != nil:
 		e.msg += "; continue with: scavctl run --resume " + r.rec.job.ID
 	}
@@ -420,8 +425,8 @@ func (r *runner) requestStop(grace time.Duration) {
 
 // requestMove asks the job to relaunch at cfg and waits until its workers
 // have checkpointed and exited, or the move failed, or ctx is done.
-func (r *runner) requestMove(ctx context.Context, cfg plugins.Config, reason string) error {
-	m := moveReq{cfg: cfg, reason: reason, reply: make(chan error, 1)}
+func (r *runner) requestMove(ctx context.Context, m moveReq) error {
+	m.reply = make(chan error, 1)
 	select {
 	case r.moves <- m:
 	case <-r.done:

@@ -26,6 +26,10 @@
 // become its children — and the cleanup fails the test if any daemon,
 // slurmstepd or job process of the cluster is left, even as a zombie.
 //
+// StartScript starts the one-node cluster with the repository's
+// deploy/slurm/dev-cluster.sh instead (what `make slurm-dev` runs), torn
+// down the same way.
+//
 // Start skips the test (with a message naming the apt command) when it is
 // not run as root or when the Slurm or munge binaries are absent.
 package testslurm
@@ -99,6 +103,9 @@ type Cluster struct {
 	starts  map[*exec.Cmd]uint64 // the daemons' start times
 	tag     string
 	stopped sync.Once
+	// script is the script that started the cluster (StartScript), which
+	// stops it too; empty: the daemons are the test's children.
+	script string
 
 	mu   sync.Mutex
 	lost map[int]bool // the nodes LoseNode lost and RestoreNode did not bring back
@@ -233,6 +240,47 @@ func Start(t testing.TB, opts Options) *Cluster {
 		return nil
 	})
 	return c
+}
+
+// StartScript starts a one-node cluster with script, the repository's
+// deploy/slurm/dev-cluster.sh (what `make slurm-dev` runs), as a service of
+// the machine rather than children of the test, but in a directory and on
+// ports of the test's; the script stops it at the teardown, and the
+// teardown checks, as Start's, that nothing of the cluster is left. The
+// cluster is Start's single node: "localhost" with 8 CPUs in "debug".
+func StartScript(t testing.TB, script string) *Cluster {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	// The daemons fork away from the script: as orphans they become ours.
+	if err := subreaper.Become(); err != nil {
+		t.Fatalf("testslurm: become subreaper: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "slurmdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	c := &Cluster{Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Node: "localhost", Nodes: []string{"localhost"}, Partition: "debug",
+		CPUs: 8, t: t, mungeS: filepath.Join(dir, "munge.sock"), starts: map[*exec.Cmd]uint64{}, script: script}
+	c.tag = "SCAV_TESTSLURM=" + dir
+	c.env = append(os.Environ(), "SLURM_CONF="+c.Conf, "SCAV_SLURM_DEV_DIR="+dir, "SCAV_SLURM_DEV_CPUS=8",
+		fmt.Sprintf("SCAV_SLURM_DEV_PORTS=%d %d", freePort(t), freePort(t)), c.tag)
+	t.Cleanup(c.stop)
+	if out, err := c.runScript("start"); err != nil {
+		t.Fatalf("testslurm: %s start: %v\n%s\n%s", script, err, out, c.Logs())
+	}
+	return c
+}
+
+// runScript runs the cluster's script with arg.
+func (c *Cluster) runScript(arg string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", c.script, arg)
+	cmd.Env = c.env
+	return cmd.CombinedOutput()
 }
 
 // NodeStates returns each node's state as sinfo prints it (%T: "idle",
@@ -511,6 +559,11 @@ func (c *Cluster) stop() {
 		defer cancel()
 		if c.Net != nil {
 			c.rejoinNodes(ctx)
+		}
+		if c.script != "" {
+			if out, err := c.runScript("stop"); err != nil {
+				t.Errorf("testslurm: %s stop: %v\n%s", c.script, err, out)
+			}
 		}
 		if c.ctld != nil && len(c.slurmds) > 0 {
 			if out, err := c.Run(ctx, "squeue", "-h", "-o", "%i"); err == nil && strings.TrimSpace(out) != "" {

@@ -27,8 +27,9 @@ const pgidMarker = "SCAVPGID "
 // arguments (through `sh -c 'exec "$@"'` when the program's path has a '=',
 // which env would take for an assignment), every one of them single-quoted: no argument, key or value is
 // ever parsed by a shell. The contract variables that WorkerEnv leaves out
-// in ModeSelf are unset so that a stale value in the remote login
-// environment does not leak in.
+// (the rank variables in ModeSelf, the batch variables of a job without a
+// batch) are unset so that a stale value in the remote login environment
+// does not leak in.
 func remoteCommand(dir string, env, argv []string) string {
 	var b strings.Builder
 	b.WriteString(`echo "` + pgidMarker + `$$" || exit 125` + "\n")
@@ -58,7 +59,7 @@ func cdTo(b *strings.Builder, dir string) {
 // contract variables it leaves out unset.
 func envWords(b *strings.Builder, env []string) {
 	b.WriteString("env")
-	for _, k := range []string{plugins.EnvRank, plugins.EnvWorldSize, plugins.EnvLocalRank, plugins.EnvLocalWorldSize} {
+	for _, k := range []string{plugins.EnvRank, plugins.EnvWorldSize, plugins.EnvLocalRank, plugins.EnvLocalWorldSize, plugins.EnvGlobalBatch, plugins.EnvLocalBatch} {
 		b.WriteString(" -u " + k)
 	}
 	b.WriteString(" --")

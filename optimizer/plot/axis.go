@@ -3,6 +3,7 @@ package plot
 import (
 	"math"
 	"sort"
+	"strconv"
 
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 	"gonum.org/v1/plot"
@@ -102,7 +103,61 @@ func (a axisRange) apply(ax *plot.Axis, room float64) {
 	ax.Min, ax.Max = a.below(0.05), a.at(edge+0.04)
 	if a.Log {
 		ax.Scale = plot.LogScale{}
-		ax.Tick.Marker = plot.LogTicks{Prec: -1}
+		ax.Tick.Marker = logTicks{}
 	}
 	roomAbove(ax, room, a.Log)
+}
+
+// logTicks marks a log axis at every 1..9 × 10^k in its range and labels
+// enough of them to read it: 1, 2 and 5 × 10^k (every power of ten when
+// the axis spans more than four decades; every mark when fewer than three
+// would be labelled). gonum's LogTicks labels the powers of ten alone,
+// which leaves a short axis with one label or none.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(min, max float64) []plot.Tick {
+	if !(min > 0) || !(max > min) {
+		return nil
+	}
+	lo, hi := math.Floor(math.Log10(min)), math.Ceil(math.Log10(max))
+	label := map[int]bool{1: true, 2: true, 5: true}
+	if hi-lo > 4 {
+		label = map[int]bool{1: true}
+	}
+	var ts []plot.Tick
+	labelled := 0
+	for e := lo; e <= hi; e++ {
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * math.Pow(10, e)
+			if v < min*(1-1e-9) || v > max*(1+1e-9) {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if label[m] {
+				t.Label = tickLabel(v)
+				labelled++
+			}
+			ts = append(ts, t)
+		}
+	}
+	if labelled < 3 {
+		for i := range ts {
+			ts[i].Label = tickLabel(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// tickLabel writes a tick's value short: "0.05", "20", "5k", "2M".
+func tickLabel(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'g', 3, 64) + "M"
+	case v >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'g', 3, 64) + "k"
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }

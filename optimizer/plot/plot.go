@@ -9,6 +9,7 @@
 package plot
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/optimizer/objective"
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
@@ -32,8 +34,22 @@ func Front(rep *sim.Report, path string) error {
 	default:
 		return fmt.Errorf("plot %s: %w %q (want .svg, .png or .pdf)", path, ErrFormat, ext)
 	}
+	p, err := frontPlot(rep)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// frontPlot is the Pareto picture of rep: every fixed candidate, their
+// front, the oracle and the outcome, on log axes labelled at 1, 2 and 5 ×
+// 10^k, with the legend in room above every point.
+func frontPlot(rep *sim.Report) (*plot.Plot, error) {
 	if len(rep.Front) == 0 {
-		return fmt.Errorf("plot %s: report has no candidates", path)
+		return nil, errors.New("report has no candidates")
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, objective %s, policy %s", rep.App, rep.Objective, rep.Policy)
@@ -46,32 +62,30 @@ func Front(rep *sim.Report, path string) error {
 	}
 	cands, line, err := candidatesAndFront(all)
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return nil, err
 	}
 	cands.GlyphStyle.Radius = vg.Points(2)
 
 	oracle, err := marker(rep.Oracle.JCTS/3600, rep.Oracle.CostUSD, color.RGBA{G: 160, A: 255}, vg.Points(5), draw.TriangleGlyph{})
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return nil, err
 	}
 	outcome, err := marker(rep.JCTS/3600, rep.CostUSD, color.RGBA{R: 220, A: 255}, vg.Points(5), draw.CrossGlyph{})
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return nil, err
 	}
 	p.Add(plotter.NewGrid(), cands, line, oracle, outcome)
 	p.Legend.Add("fixed candidates", cands)
 	p.Legend.Add("Pareto front", line)
-	p.Legend.Add(fmt.Sprintf("oracle %s K=%d B=%d", rep.Oracle.Type, rep.Oracle.Workers, rep.Oracle.Batch), oracle)
-	p.Legend.Add(fmt.Sprintf("%s outcome (%d relaunches)", rep.Policy, rep.Relaunches), outcome)
+	p.Legend.Add("oracle "+words.NotationOn(rep.Oracle.Type, rep.Oracle.Nodes, rep.Oracle.Workers, rep.Oracle.Batch), oracle)
+	p.Legend.Add(fmt.Sprintf("%s outcome (%s)", rep.Policy, words.Count(rep.Relaunches, "relaunch")), outcome)
 	p.Legend.Top = true
 	p.X.Scale = plot.LogScale{}
 	p.Y.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
+	p.X.Tick.Marker = logTicks{}
+	p.Y.Tick.Marker = logTicks{}
+	roomAbove(&p.Y, legendRoom(4), true) // the legend above every point
+	return p, nil
 }
 
 // candidatesAndFront draws points as grey dots and their time–cost Pareto

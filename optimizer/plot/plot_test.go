@@ -2,9 +2,12 @@ package plot
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"gonum.org/v1/plot"
 
 	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
@@ -35,5 +38,33 @@ func TestFront(t *testing.T) {
 	}
 	if err := Front(&sim.Report{}, filepath.Join(dir, "x.svg")); err == nil {
 		t.Fatal("empty report accepted")
+	}
+}
+
+// TestFrontIsReadable: the simulation's picture labels its log axes often
+// enough to read (at least three labels on each), names the oracle in the
+// one notation, and keeps the top of the panel, where the legend is, clear
+// of every point.
+func TestFrontIsReadable(t *testing.T) {
+	rep := report()
+	rep.Front = append(rep.Front, sim.Outcome{JCTS: 5000, CostUSD: 21}, sim.Outcome{JCTS: 10000, CostUSD: 4})
+	p, err := frontPlot(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ax := range map[string]*plot.Axis{"X": &p.X, "Y": &p.Y} {
+		n := 0
+		for _, tk := range ax.Tick.Marker.Ticks(ax.Min, ax.Max) {
+			if tk.Label != "" {
+				n++
+			}
+		}
+		if n < 3 {
+			t.Errorf("%s axis %v..%v has %d labels, want at least 3", name, ax.Min, ax.Max, n)
+		}
+	}
+	top := 21.0 // the highest point
+	if free := math.Log(p.Y.Max/top) / math.Log(p.Y.Max/p.Y.Min); free < legendRoom(4)*0.99 {
+		t.Errorf("the legend's part of the panel is %.2f of its height, but the points reach into it (%.2f free)", legendRoom(4), free)
 	}
 }

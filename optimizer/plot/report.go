@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"gonum.org/v1/plot"
+
+	"github.com/scavenger-ml/scavenger/internal/words"
 )
 
 // JobReport is what the figures of `scavctl report` draw, as plain values:
@@ -51,12 +53,16 @@ type XY struct{ X, Y float64 }
 
 // Config is a configuration: every figure draws one in the same colour.
 type Config struct {
+	// Type is the machine type, when the job has one (a cloud job's); ""
+	// for a job on the machines it was given.
+	Type    string
 	Workers int
 	Batch   int
 }
 
-// Label names the configuration compactly: "K=2 B=64".
-func (c Config) Label() string { return ConfigLabel(c.Workers, c.Batch) }
+// Label names the configuration in the one notation (internal/words):
+// "2x64", "loc.half 2x64".
+func (c Config) Label() string { return words.Notation(c.Type, c.Workers, c.Batch) }
 
 // EndKind says how an attempt ended; the timeline marks each with its own
 // glyph.
@@ -178,14 +184,6 @@ func Panels(r JobReport) ([]Panel, error) {
 		out = append(out, Panel{Name: m.name, Plot: p})
 	}
 	return out, nil
-}
-
-// ConfigLabel names a configuration compactly: "K=2 B=64".
-func ConfigLabel(workers, batch int) string {
-	if batch <= 0 {
-		return fmt.Sprintf("K=%d", workers)
-	}
-	return fmt.Sprintf("K=%d B=%d", workers, batch)
 }
 
 func hasStepTimes(r JobReport) bool {

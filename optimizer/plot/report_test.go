@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"flag"
+	"fmt"
 	"image/color"
 	"image/png"
 	"io"
@@ -23,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // B=256, at an assumed price; one candidate's forecast is far beyond the
 // others'.
 func jobReport() JobReport {
-	k1b32, k1b256, k2b32, k2b256 := Config{1, 32}, Config{1, 256}, Config{2, 32}, Config{2, 256}
+	k1b32, k1b256, k2b32, k2b256 := Config{Workers: 1, Batch: 32}, Config{Workers: 1, Batch: 256}, Config{Workers: 2, Batch: 32}, Config{Workers: 2, Batch: 256}
 	r := JobReport{
 		Title:    "Job cnn-a0f330 (succeeded)",
 		Subtitle: "policy scavenger, objective time; 4 attempt(s), 3 relaunch(es) taking 4.5 s; 1m25.6s at an assumed $1.00/h: $0.0238",
@@ -46,9 +47,9 @@ func jobReport() JobReport {
 		Finishes:      []Finish{{AtS: 15, To: k2b256, PredictedS: 60, TookS: 70.6}},
 		Candidates: []Candidate{
 			{Config: k1b32, TimeS: 64.3, CostUSD: 0.0179},
-			{Config: Config{1, 64}, TimeS: 61.5, CostUSD: 0.0171},
-			{Config: Config{2, 64}, TimeS: 47.0, CostUSD: 0.0130},
-			{Config: Config{2, 128}, TimeS: 39.8, CostUSD: 0.0111},
+			{Config: Config{Workers: 1, Batch: 64}, TimeS: 61.5, CostUSD: 0.0171},
+			{Config: Config{Workers: 2, Batch: 64}, TimeS: 47.0, CostUSD: 0.0130},
+			{Config: Config{Workers: 2, Batch: 128}, TimeS: 39.8, CostUSD: 0.0111},
 			{Config: k2b256, TimeS: 38.5, CostUSD: 0.0107, Chosen: true},
 			{Config: k1b256, TimeS: 4100, CostUSD: 1.14}, // far beyond: at the edge
 		},
@@ -88,7 +89,7 @@ func TestReportPanelsGolden(t *testing.T) {
 	}
 	checkSVG(t, svg.Bytes())
 	for _, want := range []string{"Job cnn-a0f330 (succeeded)", "assumed $1.00/h", "ended for a probe", "finished",
-		"predicted when chosen", "beyond the axis", "K=1 B=256: 4100 s", "actual: the time it took"} {
+		"predicted when chosen", "beyond the axis", "1x256: 4100 s", "actual: the time it took"} {
 		if !bytes.Contains(svg.Bytes(), []byte(xmlText(want))) {
 			t.Errorf("the figure does not say %q", want)
 		}
@@ -155,7 +156,7 @@ func TestReportPNG(t *testing.T) {
 	}{
 		{"eight panels, four rows", jobReport(), 4},
 		{"seven panels: the timeline spans the first row", func() JobReport { r := jobReport(); r.Loss = nil; return r }(), 4},
-		{"one panel", JobReport{Title: "pending", Attempts: []Span{{EndS: 1, Config: Config{1, 8}}}}, 1},
+		{"one panel", JobReport{Title: "pending", Attempts: []Span{{EndS: 1, Config: Config{Workers: 1, Batch: 8}}}}, 1},
 	} {
 		f, err := NewFigure(c.r)
 		if err != nil {
@@ -189,9 +190,11 @@ func TestPanelNames(t *testing.T) {
 		{"no cost series", func(r *JobReport) { r.Cost = nil }, "timeline steptime throughput loss noise finish pareto"},
 		{"a noise estimate that cannot go on a log scale", func(r *JobReport) { r.Noise = []XY{{1, -5}, {2, 0}} },
 			"timeline steptime throughput loss cost finish pareto"},
-		{"step times not known", func(r *JobReport) { r.StepTimes = []StepTime{{Config: Config{1, 32}}} },
+		{"step times not known", func(r *JobReport) { r.StepTimes = []StepTime{{Config: Config{Workers: 1, Batch: 32}}} },
 			"timeline throughput loss noise cost finish pareto"},
-		{"throughput of no samples", func(r *JobReport) { r.Throughput = []Segment{{Config: Config{1, 32}, Points: []XY{{1, 0}}}} },
+		{"throughput of no samples", func(r *JobReport) {
+			r.Throughput = []Segment{{Config: Config{Workers: 1, Batch: 32}, Points: []XY{{1, 0}}}}
+		},
 			"timeline steptime loss noise cost finish pareto"},
 		{"no decision predicted: no finish, no candidates", func(r *JobReport) { r.Finishes, r.Candidates = nil, nil },
 			"timeline steptime throughput loss noise cost"},
@@ -231,10 +234,10 @@ func TestLayout(t *testing.T) {
 }
 
 func TestColourConfigs(t *testing.T) {
-	a, b, c, never := Config{1, 32}, Config{2, 64}, Config{4, 128}, Config{8, 8}
+	a, b, c, never := Config{Workers: 1, Batch: 32}, Config{Workers: 2, Batch: 64}, Config{Workers: 4, Batch: 128}, Config{Workers: 8, Batch: 8}
 	many := JobReport{}
 	for i := range len(configPalette) + 1 {
-		many.Attempts = append(many.Attempts, Span{Config: Config{i + 1, 8}})
+		many.Attempts = append(many.Attempts, Span{Config: Config{Workers: i + 1, Batch: 8}})
 	}
 	for _, tc := range []struct {
 		name string
@@ -249,7 +252,7 @@ func TestColourConfigs(t *testing.T) {
 				Finishes: []Finish{{To: c}}, Candidates: []Candidate{{Config: never}}},
 			map[Config]color.Color{a: configPalette[0], b: configPalette[1], c: configPalette[2], never: grey}},
 		{"past the palette it repeats", many,
-			map[Config]color.Color{{1, 8}: configPalette[0], {len(configPalette) + 1, 8}: configPalette[0]}},
+			map[Config]color.Color{{Workers: 1, Batch: 8}: configPalette[0], {Workers: len(configPalette) + 1, Batch: 8}: configPalette[0]}},
 	} {
 		cs := colourConfigs(tc.r)
 		for cfg, want := range tc.want {
@@ -290,7 +293,7 @@ func TestFitAxis(t *testing.T) {
 }
 
 func TestWriteFigureErrors(t *testing.T) {
-	f, err := NewFigure(JobReport{Title: "fixed", Attempts: []Span{{StartS: 0, EndS: 10, Config: Config{1, 32}}}})
+	f, err := NewFigure(JobReport{Title: "fixed", Attempts: []Span{{StartS: 0, EndS: 10, Config: Config{Workers: 1, Batch: 32}}}})
 	if err != nil || len(f.Panels) != 1 {
 		t.Fatalf("%d panels, %v: want the timeline", len(f.Panels), err)
 	}
@@ -334,5 +337,63 @@ func TestSplitAtRelaunches(t *testing.T) {
 	}
 	if got := splitAtRelaunches(pts, nil); len(got) != 1 || len(got[0]) != len(pts) {
 		t.Errorf("without attempts: %v, want one run", got)
+	}
+}
+
+func TestLogTicks(t *testing.T) {
+	for _, tt := range []struct {
+		min, max float64
+		want     []string
+	}{
+		{0.03, 1.2, []string{"0.05", "0.1", "0.2", "0.5", "1"}},
+		{1.5, 120, []string{"2", "5", "10", "20", "50", "100"}},
+		{30, 80, []string{"30", "40", "50", "60", "70", "80"}}, // fewer than three at 1, 2, 5: every mark
+		{100, 2e7, []string{"100", "1000", "10k", "100k", "1M", "10M"}},
+	} {
+		var got []string
+		for _, tk := range (logTicks{}).Ticks(tt.min, tt.max) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("labels of [%v, %v] = %q, want %q", tt.min, tt.max, got, tt.want)
+		}
+	}
+}
+
+// TestNoisePanelShowsTheBulk: single steps' noise estimates that read 100
+// times the rest neither stretch the axis nor hide the trend: the axis
+// spans the bulk, the outliers sit on its edge (the legend counts them),
+// and the line is their running median.
+func TestNoisePanelShowsTheBulk(t *testing.T) {
+	r := jobReport()
+	r.Noise = nil
+	for i := range 160 {
+		y := 300 + 2*float64(i)
+		if i%23 == 5 {
+			y = 80000
+		}
+		r.Noise = append(r.Noise, XY{X: 1 + float64(i)*0.5, Y: y})
+	}
+	p, err := noisePlot(r, colours{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Max > 5000 || p.Y.Min > 32 {
+		t.Errorf("Y axis %v..%v: want the bulk (300..620) and the batches (32..256), not the outliers", p.Y.Min, p.Y.Max)
+	}
+	var b bytes.Buffer
+	if err := WritePanel(&b, Panel{Name: "noise", Plot: p}, "svg"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"running median of 9", "7 beyond the axis, on its edge"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the noise panel does not say %q", want)
+		}
+	}
+	m := runningMedian(plotter.XYs{{Y: 1}, {Y: 100}, {Y: 2}, {Y: 3}, {Y: 1000}, {Y: 4}}, 3)
+	if got := []float64{m[0].Y, m[1].Y, m[2].Y, m[3].Y, m[4].Y, m[5].Y}; fmt.Sprint(got) != "[100 2 3 3 4 1000]" {
+		t.Errorf("running median = %v", got)
 	}
 }

@@ -21,6 +21,8 @@ var (
 	black    = color.Black
 	grey     = color.Gray{Y: 150}
 	darkGrey = color.Gray{Y: 90}
+	// lightGrey is for what is shown as context: single noisy estimates.
+	lightGrey = color.Gray{Y: 190}
 )
 
 // configPalette gives configurations their colours, in order of first

@@ -3,11 +3,15 @@ package plot
 import (
 	"fmt"
 	"image/color"
+	"math"
+	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/scavenger-ml/scavenger/optimizer/sim"
 )
 
 // This file holds the panels over the job's time: the timeline, the
@@ -141,7 +145,11 @@ func lossPlot(r JobReport, _ colours) (*plot.Plot, error) {
 }
 
 // noisePlot draws the gradient noise scale over time on a log scale, with
-// the global batch the job ran at for comparison (both in samples).
+// the global batch the job ran at for comparison (both in samples). The
+// estimates of single steps scatter widely (a few steps can read 100 times
+// the rest): they are faint dots, the line is their running median over
+// noiseWindow points within each attempt, and the axis shows the bulk of
+// them (what lies beyond sits on its edge, and the legend says so).
 func noisePlot(r JobReport, _ colours) (*plot.Plot, error) {
 	p := newPlot("Gradient noise scale", "time since start (s)", "samples (log)")
 	var pos plotter.XYs
@@ -153,10 +161,30 @@ func noisePlot(r JobReport, _ colours) (*plot.Plot, error) {
 	if len(pos) == 0 {
 		return nil, ErrNoData
 	}
+	runs := splitAtRelaunches(pos, r.Attempts)
+	var medians []plotter.XYs
+	for _, run := range runs {
+		medians = append(medians, runningMedian(run, noiseWindow))
+	}
+	lo, hi := noiseRange(pos, medians, r.Attempts)
+	var clipped int
+	edge := make(plotter.XYs, 0, len(pos))
+	for _, q := range pos {
+		if q.Y < lo || q.Y > hi {
+			clipped++
+			q.Y = math.Min(math.Max(q.Y, lo), hi)
+		}
+		edge = append(edge, q)
+	}
+	dots, err := glyphs(edge, lightGrey, vg.Points(1.2), draw.CircleGlyph{})
+	if err != nil {
+		return nil, err
+	}
+	p.Add(dots)
 	// One line per attempt: a line across a relaunch would draw estimates
 	// where there were none.
 	var thumb plot.Thumbnailer
-	for _, run := range splitAtRelaunches(pos, r.Attempts) {
+	for _, run := range medians {
 		l, err := plotter.NewLine(run)
 		if err != nil {
 			return nil, err
@@ -174,9 +202,14 @@ func noisePlot(r JobReport, _ colours) (*plot.Plot, error) {
 			thumb = l
 		}
 	}
-	p.Legend.Add("noise scale B_noise", thumb)
+	p.Legend.Add(fmt.Sprintf("noise scale B_noise (running median of %d)", noiseWindow), thumb)
+	single := "estimates of single steps"
+	if clipped > 0 {
+		single += fmt.Sprintf(" (%d beyond the axis, on its edge)", clipped)
+	}
+	p.Legend.Add(single, dots)
 	// The global batch of each attempt, apart: the relaunches are gaps.
-	entries := 1
+	entries := 2
 	for _, s := range r.Attempts {
 		if s.Batch <= 0 {
 			continue
@@ -187,16 +220,58 @@ func noisePlot(r JobReport, _ colours) (*plot.Plot, error) {
 		}
 		b.Color, b.Dashes = darkGrey, []vg.Length{vg.Points(4), vg.Points(2)}
 		p.Add(b)
-		if entries == 1 {
+		if entries == 2 {
 			p.Legend.Add("global batch", b)
 			entries++
 		}
 	}
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = logTicks{}
+	p.Y.Min, p.Y.Max = lo, hi
 	roomAbove(&p.Y, legendRoom(entries), true)
 	timeAxis(p, r)
 	return p, nil
+}
+
+// noiseWindow is how many estimates the noise panel's running median takes.
+const noiseWindow = 9
+
+// runningMedian is the median of each point's window of n points around it.
+func runningMedian(pts plotter.XYs, n int) plotter.XYs {
+	out := make(plotter.XYs, len(pts))
+	buf := make([]float64, 0, n)
+	for i, q := range pts {
+		a, b := max(0, i-n/2), min(len(pts), i+n/2+1)
+		buf = buf[:0]
+		for _, w := range pts[a:b] {
+			buf = append(buf, w.Y)
+		}
+		sort.Float64s(buf)
+		out[i] = plotter.XY{X: q.X, Y: buf[len(buf)/2]}
+	}
+	return out
+}
+
+// noiseRange is the noise panel's Y range: the medians, the batches, and
+// the estimates between their 5th and 95th percentiles, with a margin.
+func noiseRange(pos plotter.XYs, medians []plotter.XYs, spans []Span) (lo, hi float64) {
+	ys := make([]float64, len(pos))
+	for i, q := range pos {
+		ys[i] = q.Y
+	}
+	sort.Float64s(ys)
+	lo, hi = sim.Quantile(ys, 0.05), sim.Quantile(ys, 0.95)
+	for _, run := range medians {
+		for _, q := range run {
+			lo, hi = math.Min(lo, q.Y), math.Max(hi, q.Y)
+		}
+	}
+	for _, s := range spans {
+		if b := float64(s.Batch); b > 0 {
+			lo, hi = math.Min(lo, b), math.Max(hi, b)
+		}
+	}
+	return lo / 1.3, hi * 1.3
 }
 
 // splitAtRelaunches splits pts (in order of time) where an attempt of

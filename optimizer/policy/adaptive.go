@@ -126,7 +126,7 @@ func (p *adaptive) observe(o Observation) (Decision, error) {
 	}
 	if opt, ok := t.nextProbe(d.Predictions); ok {
 		p.probed++
-		pd := t.probe(opt.c, t.probeReason(fmt.Sprintf("adaptive probe %d", p.probed), opt))
+		pd := t.probeOf(fmt.Sprintf("adaptive probe %d", p.probed), opt)
 		pd.Predictions, pd.FittedTypes = d.Predictions, d.FittedTypes
 		return pd, nil
 	}

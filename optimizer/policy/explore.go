@@ -334,6 +334,14 @@ func (t *tracker) feasible(p predict.Prediction) bool {
 	return true
 }
 
+// probeOf moves to o's configuration to measure it, saying why in the
+// reason and in numbers (Decision.Probe).
+func (t *tracker) probeOf(who string, o probeOption) Decision {
+	d := t.probe(o.c, t.probeReason(who, o))
+	d.Probe = &ProbeValue{Gain: o.voi, Cost: o.cost, Chance: o.pwin, Units: t.units(), Design: o.design}
+	return d
+}
+
 // probeReason says why a probe is made, in words.
 func (t *tracker) probeReason(who string, o probeOption) string {
 	kind := "candidate"

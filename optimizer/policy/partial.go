@@ -62,7 +62,7 @@ func (p *partial) observe(o Observation) (Decision, error) {
 		if opt, ok := t.nextProbe(preds); ok {
 			p.probed++
 			p.phase = phaseProbe
-			d := t.probe(opt.c, t.probeReason(fmt.Sprintf("scavenger search, probe %d", p.probed), opt))
+			d := t.probeOf(fmt.Sprintf("scavenger search, probe %d", p.probed), opt)
 			d.Predictions, d.FittedTypes = preds, ms.fitted // what the probe will be held to
 			return d, nil
 		}

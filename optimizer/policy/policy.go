@@ -208,6 +208,23 @@ type Decision struct {
 	// their own measurements (the others by a transferred shape or a
 	// prior).
 	FittedTypes []string `json:"-"`
+	// Probe is, for a probe valued against the incumbent, what measuring
+	// Config is expected to gain (nil for other decisions).
+	Probe *ProbeValue `json:"probe,omitempty"`
+}
+
+// ProbeValue is what a probe is expected to gain, in the objective's Units
+// ("s", "$", or "s·$" for the knee): Gain, the expected improvement over
+// the incumbent of the best candidate it informs, whose chance to beat the
+// incumbent is Chance; Cost, what the probe costs beyond its progress (its
+// steps against the incumbent's, and a relaunch back if it loses). Design
+// marks a probe of its type's identifiability design.
+type ProbeValue struct {
+	Gain   float64 `json:"gain"`
+	Cost   float64 `json:"cost"`
+	Chance float64 `json:"chance"`
+	Units  string  `json:"units"`
+	Design bool    `json:"design,omitempty"`
 }
 
 // Phase is where a policy is in its search. The values are what job

@@ -39,6 +39,7 @@ func Run(t *testing.T, newLauncher func(t *testing.T) plugins.Launcher) {
 	}{
 		{"NameAndCapabilities", testNameAndCapabilities},
 		{"EnvPerRank", testEnvPerRank},
+		{"EnvBatchUnknown", testEnvBatchUnknown},
 		{"NoOutput", testNoOutput},
 		{"FailedRank", testFailedRank},
 		{"KilledBySignal", testKilledBySignal},
@@ -221,6 +222,22 @@ exit 0`, &out)
 		rr := res.Ranks[r]
 		if rr.Rank != r || rr.ExitCode != 0 || rr.Stopped || rr.Signal != "" {
 			t.Errorf("Ranks[%d] = %+v, want rank %d exit 0", r, rr, r)
+		}
+	}
+}
+
+// testEnvBatchUnknown: a job without a batch (GlobalBatch 0) gets no batch
+// variables at all, never "0", so that a script's own default applies.
+func testEnvBatchUnknown(t *testing.T, ctx context.Context, l plugins.Launcher) {
+	var out output
+	s := spec(t, 2, `echo "${SCAV_GLOBAL_BATCH-unset}|${SCAV_LOCAL_BATCH-unset}|$WORLD_SIZE"`, &out)
+	res := wait(t, ctx, start(t, ctx, l, s))
+	if res.ExitCode != 0 || len(res.Ranks) != 2 {
+		t.Fatalf("Result = %+v, want exit 0 with 2 ranks", res)
+	}
+	for r := range 2 {
+		if got, want := out.of(r, plugins.Stdout), []string{"unset|unset|2"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("rank %d stdout = %q, want %q (batch variables unset without a batch)", r, got, want)
 		}
 	}
 }

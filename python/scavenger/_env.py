@@ -125,23 +125,42 @@ def _manifest_entry(directory: str) -> Optional[Tuple[str, int]]:
     return path, max(0, step)
 
 
+class BatchError(ValueError):
+    """A batch variable of the contract that is not a positive number of samples."""
+
+
+def _batch_var(name: str, environ: Mapping[str, str]) -> Optional[int]:
+    """The batch in environ[name]: None when unset (the script's own default
+    applies); a BatchError when it is 0 or less, which no step can train at
+    (scavd never sets one: without --batch-size it sets none)."""
+    value = env_int(name, None, environ)
+    if value is not None and value < 1:
+        raise BatchError(
+            f"{name}={environ.get(name, '').strip()}: a batch must be at least 1 sample; "
+            f"give the job a batch (scavctl run --batch-size N) or leave {name} unset "
+            "so that the script uses its own default")
+    return value
+
+
 def local_batch(default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
-    """SCAV_LOCAL_BATCH; else SCAV_GLOBAL_BATCH split over WORLD_SIZE; else default."""
-    value = env_int("SCAV_LOCAL_BATCH", None, environ)
+    """SCAV_LOCAL_BATCH; else SCAV_GLOBAL_BATCH split over WORLD_SIZE; else
+    default. A batch variable of 0 or less raises BatchError."""
+    value = _batch_var("SCAV_LOCAL_BATCH", environ)
+    total = _batch_var("SCAV_GLOBAL_BATCH", environ)
     if value is not None:
         return value
-    total = env_int("SCAV_GLOBAL_BATCH", None, environ)
     if total is not None:
         return max(1, total // max(1, env_int("WORLD_SIZE", 1, environ)))
     return default
 
 
 def global_batch(default: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
-    """SCAV_GLOBAL_BATCH; else SCAV_LOCAL_BATCH times WORLD_SIZE; else default."""
-    value = env_int("SCAV_GLOBAL_BATCH", None, environ)
+    """SCAV_GLOBAL_BATCH; else SCAV_LOCAL_BATCH times WORLD_SIZE; else
+    default. A batch variable of 0 or less raises BatchError."""
+    per_worker = _batch_var("SCAV_LOCAL_BATCH", environ)
+    value = _batch_var("SCAV_GLOBAL_BATCH", environ)
     if value is not None:
         return value
-    per_worker = env_int("SCAV_LOCAL_BATCH", None, environ)
     if per_worker is not None:
         return per_worker * max(1, env_int("WORLD_SIZE", 1, environ))
     return default

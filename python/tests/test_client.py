@@ -89,6 +89,20 @@ class EnvTest(unittest.TestCase):
             self.assertEqual((scavenger.checkpoint_dir(), scavenger.restore_path()),
                              ("/ck", "/ck/3"))
 
+    def test_batch_zero_refused(self):
+        """A batch of 0 (or less) in the contract is an error naming the variable, never a batch."""
+        for env in ({"SCAV_LOCAL_BATCH": "0"}, {"SCAV_GLOBAL_BATCH": "0", "WORLD_SIZE": "2"},
+                    {"SCAV_GLOBAL_BATCH": "-4"}):
+            name, value = next((k, v) for k, v in env.items() if k.startswith("SCAV_"))
+            with self.subTest(env=env), mock.patch.dict(os.environ, env, clear=True):
+                for read in (scavenger.local_batch_size, scavenger.global_batch_size,
+                             _env.Config.from_env):
+                    with self.assertRaises(_env.BatchError) as cm:
+                        read()
+                    self.assertIn(f"{name}={value}", str(cm.exception))
+                    self.assertIn("--batch-size", str(cm.exception))
+        self.assertTrue(issubclass(_env.BatchError, ValueError))
+
     def test_derived_batches(self):
         self.assertEqual(_env.local_batch(None, {"SCAV_GLOBAL_BATCH": "64", "WORLD_SIZE": "2"}), 32)
         self.assertEqual(_env.global_batch(None, {"SCAV_LOCAL_BATCH": "16", "WORLD_SIZE": "3"}), 48)

@@ -78,3 +78,39 @@ func CheckHTML(t testing.TB, page string, figures int) {
 		}
 	}
 }
+
+// CloudJob is SyntheticJob as a cloud job (launcher cloudvm): its attempts
+// ran on machine types (loc.half, then loc.full on spot) that a bill of
+// $0.00067 paid for, with no price set; its candidates name their machine
+// types, two of them the same workers and batch on either type.
+func CloudJob() (api.Job, []telemetry.StepRecord, time.Time) {
+	j, recs, now := SyntheticJob()
+	j.ID, j.Launcher = "cloud-000001", "cloudvm"
+	j.Optimize.PriceUSDPerHour, j.Optimize.Types = 0, []string{"loc.half", "loc.full"}
+	half, full := "loc.half", "loc.full"
+	j.Attempts[0].Config.MachineType = half
+	j.Attempts[1].Config.MachineType, j.Attempts[1].Config.Market = full, plugins.MarketSpot
+	j.Config = j.Attempts[1].Config
+	j.Attempts[0].Cost = &api.Cost{InstanceSeconds: 60, BilledSeconds: 60, USD: 0.00017}
+	j.Attempts[1].Cost = &api.Cost{InstanceSeconds: 70, BilledSeconds: 70, USD: 0.0005}
+	j.Cost = &api.Cost{InstanceSeconds: 130, BilledSeconds: 130, USD: 0.00067}
+	for i := range j.Decisions {
+		d := &j.Decisions[i]
+		d.From.MachineType, d.To.MachineType, d.To.Market = half, full, plugins.MarketSpot
+		if i > 0 {
+			d.From = d.To
+		}
+		d.PredictedUSD = 0.0004
+		for k := range d.Candidates {
+			d.Candidates[k].Type, d.Candidates[k].TotalUSD = half, d.Candidates[k].TotalUSD/1000
+		}
+		if len(d.Candidates) > 0 {
+			d.Candidates[2].Type = full
+			d.Candidates = append(d.Candidates, api.CandidatePrediction{Type: half, Workers: 2, Batch: 128, StepS: 0.35, TotalS: 60, TotalUSD: 0.0003})
+		}
+	}
+	for i := range recs {
+		recs[i].Job = j.ID
+	}
+	return j, recs, now
+}
