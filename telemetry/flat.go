@@ -52,6 +52,7 @@ var flatFields = map[string]flatField{
 	"token":        stringField(func(r *StepRecord) *string { return &r.Token }),
 	"confirm":      boolField(func(r *StepRecord) *bool { return &r.Confirm }),
 	"session":      stringField(func(r *StepRecord) *string { return &r.Session }),
+	"code":         intPtrField(func(r *StepRecord) **int { return &r.ExitCode }),
 }
 
 // decodeFlat decodes line into r, or says false (r then holds whatever it

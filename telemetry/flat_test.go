@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -70,4 +72,20 @@ func BenchmarkDecodeStep(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestFlatFieldsCoverTheRecord: every field of StepRecord has its decoder in
+// the fast path; one without it is skipped there, and a record that needs
+// it (an end's exit code) reads as invalid.
+func TestFlatFieldsCoverTheRecord(t *testing.T) {
+	rt := reflect.TypeOf(StepRecord{})
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		if flatFields[name] == nil {
+			t.Errorf("StepRecord.%s (%q) has no decoder in flatFields", rt.Field(i).Name, name)
+		}
+	}
 }
