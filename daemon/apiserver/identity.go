@@ -160,8 +160,13 @@ func (t tokens) owner(authorization string) (api.Owner, error) {
 	if !ok || tok == "" {
 		return api.Owner{}, fmt.Errorf("%w: a TCP client needs a bearer token (scavctl --token-file or $SCAV_API_TOKEN)", ErrNoIdentity)
 	}
-	o, ok := t[sha256.Sum256([]byte(tok))]
-	if !ok {
+	return t.ownerOf(tok)
+}
+
+// ownerOf is the user token stands for.
+func (t tokens) ownerOf(token string) (api.Owner, error) {
+	o, ok := t[sha256.Sum256([]byte(token))]
+	if !ok || token == "" {
 		return api.Owner{}, fmt.Errorf("%w: unknown token", ErrNoIdentity)
 	}
 	return o, nil

@@ -68,6 +68,19 @@ type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
 	Tokens          string
+	// UI, when set, is the web dashboard: served under /ui/ on the TCP
+	// listener, and asked for login links by the dashboard verb.
+	UI UI
+}
+
+// UI is the web dashboard (daemon/dashboard) as the API serves it.
+type UI interface {
+	// Handler serves the dashboard under /ui/ on the TCP listener: tokens
+	// names the user a bearer token of the API's token file stands for;
+	// secure says the listener serves TLS.
+	Handler(tokens func(token string) (api.Owner, error), secure bool) http.Handler
+	// Link is a one-time login link to the dashboard for who.
+	Link(ctx context.Context, who api.Owner) (api.DashboardLink, error)
 }
 
 // Server serves the API until Close.
@@ -86,6 +99,10 @@ type Server struct {
 	socket     string // the unix socket this server made ("" before it has)
 	forwardSub *nats.Subscription
 	wg         sync.WaitGroup
+	// inproc serves the in-process clients (As), one a user.
+	inproc   *pipeListener
+	inprocMu sync.Mutex
+	clients  map[uint32]*api.Client
 }
 
 // Listen opens the API's listeners and serves them until Close or the end
@@ -114,6 +131,8 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 		o, err := s.peerOwner(c)
 		return context.WithValue(ctx, callerKey{}, caller{owner: o, err: err})
 	})
+	s.inproc = newPipeListener()
+	s.serve(s.inproc, nil, inprocCaller)
 	if o.Listen != "" {
 		if err := s.listenTCP(); err != nil {
 			return nil, err
@@ -150,7 +169,17 @@ func (s *Server) listenTCP() error {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	s.serve(ln, s.tokenAuth, nil)
+	wrap := s.tokenAuth
+	if o.UI != nil {
+		ui := o.UI.Handler(s.tokens.ownerOf, tlsCfg != nil)
+		wrap = func(api http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/ui/", ui)
+			mux.Handle("/", s.tokenAuth(api))
+			return mux
+		}
+	}
+	s.serve(ln, wrap, nil)
 	return nil
 }
 
@@ -205,6 +234,7 @@ func (s *Server) Close(ctx context.Context) {
 		_ = s.forwardSub.Unsubscribe()
 	}
 	s.cancelBase()
+	s.closeClients()
 	for _, srv := range s.srvs {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := srv.Shutdown(sctx); err != nil {

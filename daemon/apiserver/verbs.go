@@ -35,7 +35,17 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbMove:        s.move,
 		api.VerbAllocation:  s.allocation,
 		api.VerbAllocations: s.allocations,
+		api.VerbDashboard:   s.dashboardLink,
 	}
+}
+
+// dashboardLink hands the caller a one-time login link to the dashboard,
+// bound to them.
+func (s *Server) dashboardLink(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+	if s.o.UI == nil {
+		return nil, fmt.Errorf("%w: this scavd serves no dashboard (dashboard_listen is empty)", api.ErrBadRequest)
+	}
+	return s.o.UI.Link(ctx, who)
 }
 
 // routes is the API's handler.
