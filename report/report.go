@@ -61,6 +61,9 @@ type JobReport struct {
 	// (stepstats.RateSeries, stepstats.LossSeries).
 	Throughput []stepstats.Point `json:"throughput,omitempty"`
 	Loss       []stepstats.Point `json:"loss,omitempty"`
+	// StepTime is rank 0's mean step time over the same steps as Throughput's
+	// points (stepstats.StepTimeSeries).
+	StepTime []stepstats.Point `json:"step_time,omitempty"`
 	// Finishes are the decisions that predicted the time to finish, with
 	// the time it took.
 	Finishes []Finish `json:"finishes,omitempty"`
@@ -84,6 +87,8 @@ type Attempt struct {
 	// StartedBy is the phase of the decision that started the attempt
 	// ("probing", "optimised"; empty for the first and user moves).
 	StartedBy string `json:"started_by,omitempty"`
+	// Reason is that decision's reason (empty with StartedBy).
+	Reason string `json:"reason,omitempty"`
 	// ModelStepS is what the model of the latest model-based decision
 	// predicts for this configuration (0 when it made none).
 	ModelStepS float64 `json:"model_step_s,omitempty"`
@@ -169,6 +174,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), t0, maxNoisePoints)
 	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
 	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
+	rep.StepTime = stepstats.StepTimeSeries(recs, t0, maxStepPoints)
 	rep.Finishes = finishes(j.Decisions, start, rep.TotalS, rep.State)
 	return rep
 }
@@ -369,7 +375,7 @@ func (a *Attempt) predicted(ds []api.Decision) {
 	}
 	for _, d := range ds {
 		if !d.Time.After(a.Started) && same(d) {
-			a.StartedBy, a.PredictedStepS, a.PredictedFlags, a.PredictedLater = string(d.Phase), d.PredictedStepS, d.PredictedFlags, false
+			a.StartedBy, a.Reason, a.PredictedStepS, a.PredictedFlags, a.PredictedLater = string(d.Phase), d.Reason, d.PredictedStepS, d.PredictedFlags, false
 		}
 	}
 	if a.PredictedStepS > 0 {

@@ -19,6 +19,27 @@ import (
 // the clock. A step's samples are its global batch, or its worker's samples
 // times the world.
 func RateSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
+	return stepGroups(recs, t0, n, func(group []telemetry.StepRecord, dt float64) float64 {
+		samples := 0
+		for _, r := range group {
+			samples += stepSamples(r)
+		}
+		return float64(samples) / dt
+	})
+}
+
+// StepTimeSeries is the mean step time along rank 0's steps in recs, in
+// the groups of RateSeries: each point is the time from the end of the
+// step before the group to the end of its last step over its steps.
+func StepTimeSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
+	return stepGroups(recs, t0, n, func(group []telemetry.StepRecord, dt float64) float64 {
+		return dt / float64(len(group))
+	})
+}
+
+// stepGroups is the series of RateSeries' groups of steps, each point
+// valued by value of the group and its time dt (> 0).
+func stepGroups(recs []telemetry.StepRecord, t0 float64, n int, value func(group []telemetry.StepRecord, dt float64) float64) []Point {
 	if n <= 0 {
 		return nil
 	}
@@ -28,12 +49,8 @@ func RateSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 	for _, rs := range attempts {
 		for i := 1; i < len(rs); i += g {
 			j := min(i+g, len(rs)) // the group is rs[i:j]
-			samples := 0
-			for _, r := range rs[i:j] {
-				samples += stepSamples(r)
-			}
 			if dt := rs[j-1].Time - rs[i-1].Time; dt > 0 {
-				out = append(out, Point{T: rs[j-1].Time - t0, V: float64(samples) / dt, Attempt: rs[j-1].Attempt})
+				out = append(out, Point{T: rs[j-1].Time - t0, V: value(rs[i:j], dt), Attempt: rs[j-1].Attempt})
 			}
 		}
 	}
