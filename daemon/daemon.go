@@ -34,6 +34,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/allocs"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/dashboard"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
@@ -95,6 +96,9 @@ type Config struct {
 	// MetricsWebConfig is a Prometheus exporter-toolkit web config (TLS,
 	// basic auth) for /metrics; required off loopback.
 	MetricsWebConfig string
+	// DashboardListen is the address of the dashboard's login links
+	// (daemon/dashboard; empty: none), opened at the first link.
+	DashboardListen string
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
@@ -114,6 +118,7 @@ type Daemon struct {
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
 	api        *apiserver.Server
+	dash       *dashboard.Server
 	// releaseLauncher releases the launcher the daemon opened itself;
 	// launcher is its name.
 	releaseLauncher func()
@@ -169,7 +174,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
 		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
-		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens,
+		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, UI: d.newDashboard(),
 	}); err != nil {
 		return nil, err
 	}
@@ -398,6 +403,9 @@ func (d *Daemon) shutdown() error {
 	}
 	if d.jobs != nil {
 		d.jobs.Close(d.root)
+	}
+	if d.dash != nil {
+		d.dash.Close(d.root)
 	}
 	if d.api != nil {
 		d.api.Close(d.root)

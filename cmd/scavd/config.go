@@ -46,6 +46,9 @@ type settings struct {
 	APITLSCert string `yaml:"api_tls_cert"`
 	APITLSKey  string `yaml:"api_tls_key"`
 	APITokens  string `yaml:"api_tokens"`
+	// DashboardListen is the web dashboard's address for scavctl dashboard's
+	// login links (the dashboard is also under /ui/ of api_listen).
+	DashboardListen string `yaml:"dashboard_listen"`
 	// Replicas is how many NATS servers hold each stream and bucket.
 	Replicas int             `yaml:"replicas"`
 	Cluster  clusterSettings `yaml:"cluster"`

@@ -54,6 +54,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.APITLSCert, "api-tls-cert", "", "TLS certificate of the TCP API")
 	f.StringVar(&s.APITLSKey, "api-tls-key", "", "TLS key of the TCP API")
 	f.StringVar(&s.APITokens, "api-tokens", "", `file of "TOKEN USER" lines (mode 0600): the bearer tokens of the TCP API and the users they stand for`)
+	f.StringVar(&s.DashboardListen, "dashboard-listen", "127.0.0.1:0", "address of the web dashboard that scavctl dashboard's one-time login links open, opened at the first link (port 0: any free one; empty: no links; TLS with api_tls_cert off loopback)")
 	f.IntVar(&s.Replicas, "replicas", 1, "copies of each stream and bucket in a NATS cluster (3 keeps them through the loss of any one node)")
 	f.StringVar(&s.Cluster.Name, "cluster-name", "scavenger", "the NATS cluster's name, the same on every node")
 	f.StringVar(&s.Cluster.Listen, "cluster-listen", "", "join the other nodes' NATS servers: this node's route address, host:port (empty: no cluster)")

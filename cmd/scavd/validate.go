@@ -15,6 +15,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/dashboard"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 )
 
@@ -125,6 +126,9 @@ func (s settings) validateExposure() []fieldError {
 		case s.APITLSCert == "" && !apiserver.Loopback(s.APIListen):
 			bad("api_listen", "%s is off loopback: the API is served there only with TLS (set api_tls_cert and api_tls_key)", s.APIListen)
 		}
+	}
+	if err := dashboard.CheckListen(s.DashboardListen, s.APITLSCert, s.APITLSKey); err != nil {
+		bad("dashboard_listen", "%v", err)
 	}
 	if s.Local.Slots < 0 {
 		bad("local.slots", "%d: use a positive number of workers, or 0 for the CPU count", s.Local.Slots)

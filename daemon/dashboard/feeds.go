@@ -1,0 +1,304 @@
+package dashboard
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/report"
+	"github.com/scavenger-ml/scavenger/telemetry"
+)
+
+// The pages of one job share a feed of its step records and output, read
+// through the API as the job's owner (who may always read it) once a
+// viewer has been let in by the API as themselves; the jobs pages share
+// one feed of every job's live steps, read as the daemon's user, from
+// which each viewer gets the figures of the jobs the API lists for them.
+// A feed starts with its first viewer and stops feedLinger after its last
+// (a reload finds it warm).
+
+// Bounds of the feeds.
+const (
+	feedLinger = 30 * time.Second
+	// outputTail is how many of a job's output lines its feed keeps.
+	outputTail = 200
+	// liveBuffer is how many live records wait while a feed replays the history.
+	liveBuffer = 8192
+	// replayWait bounds how long a page waits for its job's history.
+	replayWait = 3 * time.Second
+)
+
+// feeds are the running feeds.
+type feeds struct {
+	ctx  context.Context
+	as   func(api.Owner) Source
+	self func() api.Owner
+	log  *zap.Logger
+	mu   sync.Mutex
+	jobs map[string]*jobFeed
+	all  *allFeed
+	wg   sync.WaitGroup
+}
+
+func newFeeds(ctx context.Context, as func(api.Owner) Source, self func() api.Owner, log *zap.Logger) *feeds {
+	return &feeds{ctx: ctx, as: as, self: self, log: log.Named("feeds"), jobs: map[string]*jobFeed{}}
+}
+
+// wait waits for every feed's goroutines (after the context's end).
+func (fs *feeds) wait() { fs.wg.Wait() }
+
+// signal is a broadcast of changes: the channel of the moment closes at the
+// next change.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait is the channel that closes at the next change.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// fire tells the waiters of a change.
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// lease counts a feed's viewers and stops it feedLinger after the last.
+type lease struct {
+	viewers int
+	idle    *time.Timer
+}
+
+// take counts a viewer in.
+func (l *lease) take() {
+	l.viewers++
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
+}
+
+// give counts a viewer out; stop runs (with fs.mu held) feedLinger after
+// the last one, unless another has come meanwhile.
+func (fs *feeds) give(l *lease, stop func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if l.viewers--; l.viewers > 0 {
+		return
+	}
+	l.idle = time.AfterFunc(feedLinger, func() {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if l.viewers == 0 {
+			stop()
+		}
+	})
+}
+
+// outLine is a line of a job's output tail: a worker's line, or an event
+// of the job's life.
+type outLine struct {
+	Attempt int
+	Rank    int
+	Stream  string // stdout, stderr, or "event"
+	Text    string
+	Time    time.Time
+}
+
+// jobFeed is one job's step records (rank 0's, each step once) and output tail.
+type jobFeed struct {
+	lease
+	id     string
+	cancel context.CancelFunc
+	signal
+
+	mu       sync.Mutex
+	recs     []telemetry.StepRecord // appended only: a snapshot's elements never change
+	seen     map[[2]int64]bool      // attempt, step
+	tracker  *report.TopTracker
+	m0       float64
+	out      []outLine // the newest outputTail lines, oldest first
+	replayed chan struct{}
+	err      error
+}
+
+// job returns the feed of job j (starting it), counted as viewed until release.
+func (fs *feeds) job(j api.Job) *jobFeed {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.jobs[j.ID]
+	if f == nil {
+		ctx, cancel := context.WithCancel(fs.ctx)
+		f = &jobFeed{id: j.ID, cancel: cancel, seen: map[[2]int64]bool{}, tracker: report.NewTopTracker(),
+			m0: report.BaseBatch(j), replayed: make(chan struct{})}
+		fs.jobs[j.ID] = f
+		src := fs.as(ownerOf(j))
+		fs.wg.Add(2)
+		go func() {
+			defer fs.wg.Done()
+			f.followSteps(ctx, src)
+		}()
+		go func() {
+			defer fs.wg.Done()
+			f.followOutput(ctx, src, fs.log)
+		}()
+	}
+	f.take()
+	return f
+}
+
+// release counts a viewer of f out.
+func (fs *feeds) release(f *jobFeed) {
+	fs.give(&f.lease, func() {
+		f.cancel()
+		if fs.jobs[f.id] == f {
+			delete(fs.jobs, f.id)
+		}
+	})
+}
+
+// ownerOf is the owner of job j (root for a record older than owners).
+func ownerOf(j api.Job) api.Owner {
+	if j.Owner != nil {
+		return *j.Owner
+	}
+	return api.Owner{User: "root"}
+}
+
+// followSteps replays the job's step records, then follows the new ones:
+// live ones first, into a buffer, so that none falls between the two.
+func (f *jobFeed) followSteps(ctx context.Context, src Source) {
+	live := make(chan telemetry.StepRecord, liveBuffer)
+	feed, err := src.FollowSteps(f.id, func(r telemetry.StepRecord) {
+		select {
+		case live <- r:
+		default: // the buffer is full: the history holds it
+		}
+	})
+	if err == nil {
+		defer feed.Close()
+		err = src.Steps(ctx, f.id, false, func(r telemetry.StepRecord) error {
+			f.add(r)
+			return nil
+		})
+	}
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+	close(f.replayed)
+	f.fire()
+	if feed == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-live:
+			if f.add(r) {
+				f.fire()
+			}
+		}
+	}
+}
+
+// add takes a step record: rank 0's, each step of an attempt once.
+func (f *jobFeed) add(r telemetry.StepRecord) bool {
+	if r.Rank != 0 || !r.IsStep() {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := [2]int64{int64(r.Attempt), r.Step}
+	if f.seen[k] {
+		return false
+	}
+	f.seen[k] = true
+	f.recs = append(f.recs, r)
+	f.tracker.Add(r, f.m0)
+	return true
+}
+
+// followOutput keeps the newest output lines and events, history first.
+func (f *jobFeed) followOutput(ctx context.Context, src Source, log *zap.Logger) {
+	err := src.Output(ctx, f.id, true, func(l *telemetry.LogLine, e *telemetry.Event) error {
+		var o outLine
+		if l != nil {
+			o = outLine{Attempt: l.Attempt, Rank: l.Rank, Stream: l.Stream, Text: l.Line, Time: l.Time}
+		} else {
+			o = outLine{Attempt: e.Attempt, Stream: "event", Text: eventText(e), Time: e.Time}
+		}
+		f.mu.Lock()
+		f.out = append(f.out, o)
+		if len(f.out) > 2*outputTail {
+			f.out = append(f.out[:0:0], f.out[len(f.out)-outputTail:]...)
+		}
+		f.mu.Unlock()
+		f.fire()
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		log.Debug("follow output", zap.String("job", f.id), zap.Error(err))
+	}
+}
+
+// eventText is an event of a job's life in words.
+func eventText(e *telemetry.Event) string {
+	s := string(e.Kind)
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// ready waits until the history is replayed (or ctx ends, or replayWait).
+func (f *jobFeed) ready(ctx context.Context) {
+	t := time.NewTimer(replayWait)
+	defer t.Stop()
+	select {
+	case <-f.replayed:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// jobSnap is what a feed holds at a moment.
+type jobSnap struct {
+	recs     []telemetry.StepRecord
+	row      report.TopRow
+	out      []outLine
+	replayed bool
+	err      error
+}
+
+// snapshot is the feed now, with job j's row of top (its speed and what
+// is left) at now.
+func (f *jobFeed) snapshot(j api.Job, now time.Time) jobSnap {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := jobSnap{recs: f.recs, err: f.err}
+	if fr := report.BuildTopFrame([]api.Job{j}, f.tracker, nil, now); len(fr.Jobs) == 1 {
+		s.row = fr.Jobs[0]
+	}
+	s.out = append(s.out, f.out[max(0, len(f.out)-outputTail):]...)
+	select {
+	case <-f.replayed:
+		s.replayed = true
+	default:
+	}
+	return s
+}
