@@ -5,7 +5,7 @@ GO        ?= go
 PYTHON    ?= /usr/bin/python3
 BIN       := $(CURDIR)/bin
 DEMO_DIR  ?= $(CURDIR)/.cache/demo
-APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge
+APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge chromium
 GOFLAGS_TEST ?= -timeout 25m
 # The version every binary reports (scavctl --version, scavd's log and API):
 # the commit, and -dirty with uncommitted changes.
