@@ -18,8 +18,7 @@ type allFeed struct {
 	signal
 	mu      sync.Mutex
 	tracker *report.TopTracker
-	m0      map[string]float64 // the follow goroutine's
-	// ready closes once the active jobs' history is read.
+	// ready closes once the feed follows.
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -32,14 +31,13 @@ func (fs *feeds) allJobs() *allFeed {
 	f := fs.all
 	if f == nil {
 		ctx, cancel := context.WithCancel(fs.ctx)
-		f = &allFeed{cancel: cancel, tracker: report.NewTopTracker(), m0: map[string]float64{}, ready: make(chan struct{})}
+		f = &allFeed{cancel: cancel, tracker: report.NewTopTracker(), ready: make(chan struct{})}
 		fs.all = f
-		self := fs.self()
-		src := fs.as(self)
+		src := fs.as(fs.self())
 		fs.wg.Add(1)
 		go func() {
 			defer fs.wg.Done()
-			f.follow(ctx, src, self.Root())
+			f.follow(ctx, src)
 		}()
 	}
 	f.take()
@@ -56,11 +54,11 @@ func (fs *feeds) releaseAll(f *allFeed) {
 	})
 }
 
-// follow follows every job's live steps and, meanwhile, replays the
-// history of the active ones (as top does: the tracker takes each step once).
-func (f *allFeed) follow(ctx context.Context, src Source, root bool) {
-	markReady := func() { f.readyOnce.Do(func() { close(f.ready) }) }
-	defer markReady()
+// follow follows every job's live steps. It reads no history: the jobs
+// page shows speeds and steps, which the live steps of a second or two
+// give, and a long history costs more to read than a page may take.
+func (f *allFeed) follow(ctx context.Context, src Source) {
+	defer f.readyOnce.Do(func() { close(f.ready) })
 	live := make(chan telemetry.StepRecord, liveBuffer)
 	feed, err := src.FollowSteps("", func(r telemetry.StepRecord) {
 		if r.Rank != 0 {
@@ -75,26 +73,7 @@ func (f *allFeed) follow(ctx context.Context, src Source, root bool) {
 		return
 	}
 	defer feed.Close()
-	list := src.Jobs
-	if root {
-		list = src.AllJobs
-	}
-	if jobs, err := list(ctx); err == nil {
-		for _, j := range jobs {
-			f.m0[j.ID] = report.BaseBatch(j)
-		}
-		for _, j := range jobs {
-			if j.State.Done() {
-				continue
-			}
-			_ = src.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error {
-				f.add(r)
-				return nil
-			})
-		}
-	}
-	markReady()
-	f.fire()
+	f.readyOnce.Do(func() { close(f.ready) })
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,17 +85,13 @@ func (f *allFeed) follow(ctx context.Context, src Source, root bool) {
 	}
 }
 
-// add takes one record into the tracker; a job first seen live is
-// measured against its record's batch (its first attempt's, as BaseBatch).
+// add takes one record into the tracker. The jobs page shows no noise
+// scale: the one the tracker follows is against the batch of the first
+// record seen.
 func (f *allFeed) add(r telemetry.StepRecord) {
-	m0, ok := f.m0[r.Job]
-	if !ok {
-		m0 = float64(r.GlobalBatch)
-		f.m0[r.Job] = m0
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tracker.Add(r, m0)
+	f.tracker.Add(r, float64(r.GlobalBatch))
 }
 
 // frame is top's frame of jobs at now, with the feed's figures.

@@ -150,6 +150,13 @@ func (s *Server) jobsEvents(w http.ResponseWriter, r *http.Request, v viewer) {
 	})
 }
 
+// jobUpdate is the update of a job's page: its fragments and charts.
+func (s *Server) jobUpdate(jv jobView) (update, error) {
+	u, err := s.fragments("job", jv, "job-head", "job-attempts", "job-candidates", "job-decisions", "job-bill", "job-output")
+	u.Charts, u.Step = &jv.Charts, jv.LastStep
+	return u, err
+}
+
 // fragments is an update of page name's fragments rendered with v.
 func (s *Server) fragments(name string, v any, ids ...string) (update, error) {
 	u := update{HTML: map[string]string{}}
@@ -188,9 +195,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request, v viewer) {
 		if nj, err := src.Job(ctx, id); err == nil {
 			j = nj
 		}
-		jv := s.jobView(j, f)
-		u, err := s.fragments("job", jv, "job-head", "job-attempts", "job-candidates", "job-decisions", "job-bill", "job-output")
-		u.Charts, u.Step = &jv.Charts, jv.LastStep
+		_, u, err := f.view(j, time.Now(), s.jobUpdate)
 		return u, err
 	})
 }

@@ -1,7 +1,10 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -26,9 +29,20 @@ const (
 	// outputTail is how many of a job's output lines its feed keeps.
 	outputTail = 200
 	// liveBuffer is how many live records wait while a feed replays the history.
-	liveBuffer = 8192
-	// replayWait bounds how long a page waits for its job's history.
-	replayWait = 3 * time.Second
+	liveBuffer = 1024
+	// viewFresh is how long a job's page, once made, serves every viewer
+	// while neither its records nor its job record change; viewMin how
+	// long it serves them while new records come (the job record unchanged).
+	viewFresh = time.Second
+	viewMin   = 400 * time.Millisecond
+	// bigHistory is the number of steps past which a feed, once it has
+	// read the history, gives the memory the reading took back to the
+	// system at once rather than over the next minutes.
+	bigHistory = 2000
+	// replayWait bounds how long a page waits for its feed's history: a
+	// warm feed has it, a cold one (a long history) fills the page in by
+	// its first live update instead of holding the page back.
+	replayWait = 100 * time.Millisecond
 )
 
 // feeds are the running feeds.
@@ -134,6 +148,22 @@ type jobFeed struct {
 	out      []outLine // the newest outputTail lines, oldest first
 	replayed chan struct{}
 	err      error
+	// version counts the changes of recs and out; cached is the page
+	// last made, which the viewers share; building is held while one is
+	// made, so that the viewers wait for it rather than each make one.
+	version  uint64
+	cached   *cachedView
+	building sync.Mutex
+}
+
+// cachedView is a job's page as made at a version of its feed, from a job
+// record (as JSON), at a time; and the update that carries it.
+type cachedView struct {
+	version uint64
+	job     []byte
+	at      time.Time
+	view    jobView
+	update  *update
 }
 
 // job returns the feed of job j (starting it), counted as viewed until release.
@@ -198,7 +228,11 @@ func (f *jobFeed) followSteps(ctx context.Context, src Source) {
 	}
 	f.mu.Lock()
 	f.err = err
+	n := len(f.recs)
 	f.mu.Unlock()
+	if n >= bigHistory {
+		debug.FreeOSMemory()
+	}
 	close(f.replayed)
 	f.fire()
 	if feed == nil {
@@ -228,6 +262,7 @@ func (f *jobFeed) add(r telemetry.StepRecord) bool {
 		return false
 	}
 	f.seen[k] = true
+	f.version++
 	f.recs = append(f.recs, r)
 	f.tracker.Add(r, f.m0)
 	return true
@@ -243,6 +278,7 @@ func (f *jobFeed) followOutput(ctx context.Context, src Source, log *zap.Logger)
 			o = outLine{Attempt: e.Attempt, Stream: "event", Text: eventText(e), Time: e.Time}
 		}
 		f.mu.Lock()
+		f.version++
 		f.out = append(f.out, o)
 		if len(f.out) > 2*outputTail {
 			f.out = append(f.out[:0:0], f.out[len(f.out)-outputTail:]...)
@@ -263,17 +299,6 @@ func eventText(e *telemetry.Event) string {
 		s += ": " + e.Message
 	}
 	return s
-}
-
-// ready waits until the history is replayed (or ctx ends, or replayWait).
-func (f *jobFeed) ready(ctx context.Context) {
-	t := time.NewTimer(replayWait)
-	defer t.Stop()
-	select {
-	case <-f.replayed:
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // jobSnap is what a feed holds at a moment.
@@ -301,4 +326,37 @@ func (f *jobFeed) snapshot(j api.Job, now time.Time) jobSnap {
 	default:
 	}
 	return s
+}
+
+// view is job j's page now, with the update that carries it (made by
+// mkUpdate once, when first asked for): made again when the job record
+// has changed, when the feed has and viewMin has passed, or viewFresh
+// after it was made, so that the tabs on one job share the work.
+func (f *jobFeed) view(j api.Job, now time.Time, mkUpdate func(jobView) (update, error)) (jobView, update, error) {
+	key, _ := json.Marshal(j)
+	f.building.Lock()
+	defer f.building.Unlock()
+	f.mu.Lock()
+	c, ver := f.cached, f.version
+	f.mu.Unlock()
+	if c == nil || !bytes.Equal(c.job, key) || now.Sub(c.at) >= viewFresh || c.version != ver && now.Sub(c.at) >= viewMin {
+		snap := f.snapshot(j, now)
+		c = &cachedView{version: ver, job: key, at: now, view: buildJobView(j, report.Make(j, snap.recs, now), snap, now)}
+	}
+	if c.update == nil && mkUpdate != nil {
+		u, err := mkUpdate(c.view)
+		if err != nil {
+			return c.view, u, err
+		}
+		shared := *c // another viewer may hold c: a copy gets the update
+		shared.update = &u
+		c = &shared
+	}
+	f.mu.Lock()
+	f.cached = c
+	f.mu.Unlock()
+	if c.update == nil {
+		return c.view, update{}, nil
+	}
+	return c.view, *c.update, nil
 }

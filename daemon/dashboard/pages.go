@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/report"
 )
 
 // pages are the parsed templates: each page is layout.tmpl with its own
@@ -157,13 +156,6 @@ func (s *Server) openJob(ctx context.Context, v viewer, id string) (api.Job, *jo
 	return j, s.feeds.job(j), nil
 }
 
-// jobView is job j's page now, from its feed.
-func (s *Server) jobView(j api.Job, f *jobFeed) jobView {
-	now := time.Now()
-	snap := f.snapshot(j, now)
-	return buildJobView(j, report.Make(j, snap.recs, now), snap, now)
-}
-
 func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	j, f, err := s.openJob(r.Context(), v, r.PathValue("id"))
 	if err != nil {
@@ -171,8 +163,14 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v viewer) {
 		return
 	}
 	defer s.feeds.release(f)
-	f.ready(r.Context())
+	waitReady(r.Context(), f.replayed)
 	s.pages.render(w, http.StatusOK, "job", s.data(v, "job", "Job "+j.ID, "/ui/events/job/"+url.PathEscape(j.ID), s.jobView(j, f)))
+}
+
+// jobView is job j's page now, from its feed.
+func (s *Server) jobView(j api.Job, f *jobFeed) jobView {
+	v, _, _ := f.view(j, time.Now(), nil)
+	return v
 }
 
 func (s *Server) nodePage(w http.ResponseWriter, r *http.Request, v viewer) {

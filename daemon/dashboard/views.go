@@ -134,9 +134,11 @@ type attemptRow struct {
 	Current  bool
 }
 
-// decisionRow is one decision of the job's policy.
+// decisionRow is one decision of the job's policy: at which time and step,
+// from which configuration to which (Stay: none), why, and what it predicted.
 type decisionRow struct {
-	At, Step, Phase, Move, Words, Predicted string
+	At, Step, Phase, From, To, Words, Predicted string
+	Stay                                        bool
 }
 
 // candidateRow is one candidate of the latest decision that weighed them.
@@ -206,10 +208,7 @@ func buildJobView(j api.Job, rep report.JobReport, snap jobSnap, now time.Time) 
 	}
 	for _, d := range j.Decisions {
 		row := decisionRow{At: seconds(d.Time.Sub(start).Seconds()), Step: fmt.Sprint(d.Step), Phase: string(d.Phase),
-			Move: configText(d.From) + " → " + configText(d.To), Words: decisionWords(d), Predicted: "-"}
-		if d.From == d.To {
-			row.Move = "stay at " + configText(d.To)
-		}
+			From: configText(d.From), To: configText(d.To), Stay: d.From == d.To, Words: decisionWords(d), Predicted: "-"}
 		if d.PredictedS > 0 {
 			row.Predicted = seconds(d.PredictedS) + " to finish"
 			if d.PredictedUSD > 0 {

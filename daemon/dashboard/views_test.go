@@ -47,7 +47,7 @@ func TestJobViewShowsEachAttemptWithItsDecisionAndPrediction(t *testing.T) {
 	if second.Relaunch != "2.0 s ($0.0200)" || first.Cost != "$0.3200" || second.Cost != "$0.6800" {
 		t.Errorf("relaunch %q, costs %q %q", second.Relaunch, first.Cost, second.Cost)
 	}
-	if len(v.Decisions) != 2 || v.Decisions[1].Move != "stay at 2 workers × batch 128" || v.Decisions[1].Predicted != "50.0 s to finish, $0.5000" {
+	if len(v.Decisions) != 2 || !v.Decisions[1].Stay || v.Decisions[1].To != "2 workers × batch 128" || v.Decisions[0].Stay || v.Decisions[1].Predicted != "50.0 s to finish, $0.5000" {
 		t.Errorf("decisions %+v", v.Decisions)
 	}
 	if v.Bill != "$1.0000 at $36.00/h" {
