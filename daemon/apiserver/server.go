@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/netaddr"
 	"github.com/scavenger-ml/scavenger/internal/unixsock"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -184,17 +185,7 @@ func (s *Server) listenTCP() error {
 }
 
 // Loopback reports whether addr ("host:port") listens on loopback only.
-func Loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func Loopback(addr string) bool { return netaddr.Loopback(addr) }
 
 // serve serves the API on ln in a goroutine joined by Close; wrap, when
 // set, wraps the handler (authentication), and connCtx names the caller.

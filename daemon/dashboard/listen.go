@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
-	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/internal/netaddr"
 )
 
 // Link is a one-time login link for who: the link listener's address (the
@@ -35,7 +35,7 @@ func (s *Server) Link(ctx context.Context, who api.Owner) (api.DashboardLink, er
 // CheckListen says why the link listener may not listen on addr: off
 // loopback it needs TLS (certificate and key).
 func CheckListen(addr, cert, key string) error {
-	if addr == "" || cert != "" && key != "" || apiserver.Loopback(addr) {
+	if addr == "" || cert != "" && key != "" || netaddr.Loopback(addr) {
 		return nil
 	}
 	return fmt.Errorf("dashboard listen %s: off loopback the dashboard needs TLS: set api_tls_cert and api_tls_key", addr)
