@@ -200,7 +200,18 @@ func buildJobView(j api.Job, rep report.JobReport, snap jobSnap, now time.Time) 
 		v.Attempts = append(v.Attempts, attemptOf(rep, i, costs[i], now))
 	}
 	if n := len(v.Attempts); n > 0 && v.Active {
-		v.Attempts[n-1].Current = true
+		// The running attempt's steps so far: its record has them once it ends.
+		cur := &v.Attempts[n-1]
+		cur.Current = true
+		if a := rep.Timeline[n-1]; a.LastStep == 0 && snap.row.Step > 0 {
+			first := a.FirstStep
+			if first == 0 && n > 1 {
+				first = rep.Timeline[n-2].LastStep + 1
+			}
+			if first > 0 && snap.row.Step >= first {
+				cur.Steps = fmt.Sprintf("%d–%d", first, snap.row.Step)
+			}
+		}
 	}
 	start := time.Unix(0, 0)
 	if j.Started != nil {

@@ -160,3 +160,19 @@ func TestUPlotIsThePinnedFile(t *testing.T) {
 		t.Errorf("uPlot's licence: %v", err)
 	}
 }
+
+// TestRunningAttemptShowsItsStepsSoFar: the record has a running attempt's
+// last step only once it ends; the page shows the steps its records reached.
+func TestRunningAttemptShowsItsStepsSoFar(t *testing.T) {
+	j, recs, now := reporttest.SyntheticJob()
+	j.State, j.Ended, j.Attempts[1].Ended, j.Attempts[1].LastStep = api.StateRunning, nil, nil, 0
+	tr := report.NewTopTracker()
+	for _, r := range recs {
+		tr.Add(r, report.BaseBatch(j))
+	}
+	snap := jobSnap{recs: recs, replayed: true, row: report.BuildTopFrame([]api.Job{j}, tr, nil, now).Jobs[0]}
+	v := buildJobView(j, report.Make(j, recs, now), snap, now)
+	if a := v.Attempts[1]; !a.Current || a.Steps != "101–300" || !v.Active {
+		t.Errorf("running attempt %+v (active %v): want steps 101–300", a, v.Active)
+	}
+}

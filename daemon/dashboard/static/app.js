@@ -106,6 +106,7 @@
 
   // si writes an axis value in at most a few characters: 950, 12k, 3.4M.
   function si(x) {
+    if (x == null) return null; // a log axis' unlabelled tick
     var a = Math.abs(x);
     if (a >= 1e6) return +(x / 1e6).toFixed(1) + 'M';
     if (a >= 1e3) return +(x / 1e3).toFixed(1) + 'k';
@@ -124,7 +125,7 @@
       legend: { show: false },
       scales: { x: { time: false } },
       series: [{ label: 's' }, { label: label, stroke: color, width: 1.5, points: { show: data[0].length < 40 } }],
-      axes: [{ size: 28, values: function (u, v) { return v.map(function (x) { return x + 's'; }); } }, { size: 44, values: siAxis }],
+      axes: [{ size: 28, values: function (u, v) { return v.map(function (x) { return x == null ? null : x + 's'; }); } }, { size: 44, values: siAxis }],
       hooks: { draw: [drawMarks] }
     });
     c = new uPlot(opts, data, el);
@@ -159,8 +160,8 @@
         { label: 'chosen', stroke: '#d62728', paths: none, points: { show: true, size: 12, width: 2, fill: '#d62728' } },
         { label: 'current', stroke: '#1f77b4', paths: none, points: { show: true, size: 16, width: 2, fill: 'transparent' } }
       ],
-      axes: [{ size: 28, values: function (u, v) { return v.map(function (x) { return x + 's'; }); } },
-        { size: 56, values: function (u, v) { return v.map(function (x) { return '$' + x; }); } }]
+      axes: [{ size: 28, values: function (u, v) { return v.map(function (x) { return x == null ? null : si(x) + 's'; }); } },
+        { size: 56, values: function (u, v) { return v.map(function (x) { return x == null ? null : '$' + si(x); }); } }]
     });
     charts.front = new uPlot(opts, data, el);
   }
