@@ -20,8 +20,11 @@ import (
 const (
 	// maxStreamsPerUser bounds a user's open event streams (tabs).
 	maxStreamsPerUser = 16
-	// keepAlive is how often a quiet stream says it is there.
+	// keepAlive is how often a quiet stream says it is there; writeWait
+	// bounds each write (a reader that takes no more ends its stream, and
+	// a server's write timeout does not end a live one).
 	keepAlive = 15 * time.Second
+	writeWait = 30 * time.Second
 	// jobGap and jobsGap are the least time between two updates of a job's
 	// page and of the jobs page.
 	jobGap  = 500 * time.Millisecond
@@ -87,6 +90,7 @@ func (e *events) send(u update) error {
 	if err != nil {
 		return fmt.Errorf("encode update: %w", err)
 	}
+	_ = e.rc.SetWriteDeadline(time.Now().Add(writeWait)) // not every writer has deadlines
 	switch {
 	case !bytes.Equal(b, e.last):
 		_, err = fmt.Fprintf(e.w, "event: update\ndata: %s\n\n", b)

@@ -11,10 +11,15 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/netaddr"
 )
+
+// maxConns bounds the link listener's connections, logged in or not (each
+// user's streams are bounded too: maxStreamsPerUser).
+const maxConns = 256
 
 // Link is a one-time login link for who: the link listener's address (the
 // listener opens at the first link) with a secret that logs who in once,
@@ -63,6 +68,7 @@ func (s *Server) linkListener() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dashboard listen %s: %w", o.Listen, err)
 	}
+	ln = netutil.LimitListener(ln, maxConns)
 	scheme := "http"
 	if o.TLSCert != "" && o.TLSKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
