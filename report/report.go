@@ -1,12 +1,14 @@
-// Package report owns the analysis and rendering behind `scavctl report`
-// and `scavctl top`, as pure values and functions: the report of a job
-// (JobReport: its timeline, the optimizer's predictions against what was
-// measured, its time and cost, and the figures and HTML page drawn from
-// them) and top's frames (TopTracker and NodeTracker fold step records and
-// node samples, BuildTopFrame joins them with the job records, RenderTop
-// lays a frame out for a terminal). It takes job records, step records,
-// node samples and times; fetching them and writing files or terminals is
-// the caller's.
+// Package report owns the analysis and rendering behind `scavctl report`,
+// `scavctl top` and the web dashboard (daemon/dashboard), as pure values
+// and functions: the report of a job (JobReport: its timeline, the
+// optimizer's predictions against what was measured, its time and cost,
+// what each attempt cost, and the figures and HTML page drawn from them)
+// and top's frames (TopTracker and NodeTracker fold step records and node
+// samples, BuildTopFrame joins them with the job records, RenderTop lays a
+// frame out for a terminal; the Cells of its rows are the same text in the
+// dashboard's tables). It takes job records, step records, node samples
+// and times; fetching them and writing files, terminals or pages is the
+// caller's.
 package report
 
 import (

@@ -33,6 +33,11 @@ func (fs *feeds) allJobs() *allFeed {
 		ctx, cancel := context.WithCancel(fs.ctx)
 		f = &allFeed{cancel: cancel, tracker: report.NewTopTracker(), ready: make(chan struct{})}
 		fs.all = f
+		if fs.closed || fs.ctx.Err() != nil { // the dashboard is closing: a feed of nothing
+			close(f.ready)
+			f.take()
+			return f
+		}
 		src := fs.as(fs.self())
 		fs.wg.Add(1)
 		go func() {

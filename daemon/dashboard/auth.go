@@ -62,6 +62,10 @@ func (a authn) who(r *http.Request) (viewer, bool) {
 // page with the login page, anything else with a bare 401.
 func (a authn) need(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.s.base.Err() != nil {
+			http.Error(w, "the dashboard is stopping with its scavd", http.StatusServiceUnavailable)
+			return
+		}
 		v, ok := a.who(r)
 		if !ok {
 			if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/ui/events/") {

@@ -125,11 +125,15 @@ func (e *events) loop(ctx context.Context, changed func() <-chan struct{}, every
 		select {
 		case <-ctx.Done():
 			return
+		case <-e.s.base.Done():
+			return
 		case <-ch:
 		case <-tick.C:
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-e.s.base.Done():
 			return
 		case <-time.After(gap):
 		}

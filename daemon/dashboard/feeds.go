@@ -54,15 +54,23 @@ type feeds struct {
 	mu   sync.Mutex
 	jobs map[string]*jobFeed
 	all  *allFeed
-	wg   sync.WaitGroup
+	// closed is set once wait has begun: no feed starts after it.
+	closed bool
+	wg     sync.WaitGroup
 }
 
 func newFeeds(ctx context.Context, as func(api.Owner) Source, self func() api.Owner, log *zap.Logger) *feeds {
 	return &feeds{ctx: ctx, as: as, self: self, log: log.Named("feeds"), jobs: map[string]*jobFeed{}}
 }
 
-// wait waits for every feed's goroutines (after the context's end).
-func (fs *feeds) wait() { fs.wg.Wait() }
+// wait waits for every feed's goroutines, once the context has ended: a
+// feed asked for after it starts none (job and allJobs look under fs.mu).
+func (fs *feeds) wait() {
+	fs.mu.Lock()
+	fs.closed = true
+	fs.mu.Unlock()
+	fs.wg.Wait()
+}
 
 // signal is a broadcast of changes: the channel of the moment closes at the
 // next change.
@@ -176,6 +184,11 @@ func (fs *feeds) job(j api.Job) *jobFeed {
 		f = &jobFeed{id: j.ID, cancel: cancel, seen: map[[2]int64]bool{}, tracker: report.NewTopTracker(),
 			m0: report.BaseBatch(j), replayed: make(chan struct{})}
 		fs.jobs[j.ID] = f
+		if fs.closed || fs.ctx.Err() != nil { // the dashboard is closing: a feed of nothing
+			close(f.replayed)
+			f.take()
+			return f
+		}
 		src := fs.as(ownerOf(j))
 		fs.wg.Add(2)
 		go func() {

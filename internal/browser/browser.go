@@ -77,3 +77,21 @@ func Tab(bctx context.Context, width, height int) (context.Context, func(), erro
 	}
 	return ctx, cancel, nil
 }
+
+// StartTab starts Chromium (Start) and opens one tab of width×height in
+// it; stop closes both.
+func StartTab(ctx context.Context, width, height int) (tab context.Context, stop func(), err error) {
+	bctx, stopBrowser, err := Start(ctx, width, height)
+	if err != nil {
+		return nil, nil, err
+	}
+	tab, closeTab, err := Tab(bctx, width, height)
+	if err != nil {
+		stopBrowser()
+		return nil, nil, err
+	}
+	return tab, func() {
+		closeTab()
+		stopBrowser()
+	}, nil
+}

@@ -81,16 +81,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	bctx, stop, err := browser.Start(ctx, 1280, 800)
+	tab, stop, err := browser.StartTab(ctx, 1280, 800)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	tab, closeTab, err := browser.Tab(bctx, 1280, 800)
-	if err != nil {
-		return err
-	}
-	defer closeTab()
 	if err := chromedp.Do(tab, chromedp.Navigate(link)); err != nil {
 		return err
 	}

@@ -109,16 +109,11 @@ func awaitMoved(d *dashtool.Scavd, scavctl string, wait time.Duration) (string, 
 func shoot(link, id, out string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bctx, stop, err := browser.Start(ctx, 1280, 800)
+	tab, stop, err := browser.StartTab(ctx, 1280, 800)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	tab, closeTab, err := browser.Tab(bctx, 1280, 800)
-	if err != nil {
-		return err
-	}
-	defer closeTab()
 	base, _, _ := strings.Cut(link, "/ui/")
 	settle := chromedp.Sleep(3 * time.Second) // a live update or two
 	shots := []struct {
