@@ -143,22 +143,31 @@ func TestDashboardInABrowser(t *testing.T) {
 				return false, err.Error()
 			}
 			rows := eval[[][]string](t, tab, `[...document.querySelectorAll('#job-attempts tr')].map(r => [...r.cells].map(c => c.textContent))`)
+			// The policy predicts an attempt's step time when it chooses
+			// it, or (a probe, chosen before any model) at a later decision.
 			predicted := 0
 			for _, a := range rep.Timeline {
-				if a.PredictedStepS > 0 && !a.PredictedLater {
+				if a.PredictedStepS > 0 {
 					predicted++
 				}
 			}
 			if len(rep.Timeline) < 2 || predicted == 0 || len(rows) != len(rep.Timeline) {
-				return false, fmt.Sprintf("%d attempts (%d predicted when chosen) in the report, %d rows on the page", len(rep.Timeline), predicted, len(rows))
+				return false, fmt.Sprintf("%d attempts (%d with a prediction) in the report, %d rows on the page", len(rep.Timeline), predicted, len(rows))
 			}
 			for i, a := range rep.Timeline {
 				r := rows[i]
 				if len(r) < 8 || r[0] != strconv.Itoa(a.Attempt.Attempt) {
 					return false, fmt.Sprintf("row %d: %q", i, r)
 				}
-				if want := fmt.Sprintf("%.1f ms", a.PredictedStepS*1e3); a.PredictedStepS > 0 && !strings.HasPrefix(r[6], want) {
-					return false, fmt.Sprintf("attempt %d: predicted %q on the page, %s in the report", a.Attempt.Attempt, r[6], want)
+				want := a.PredictedText() // "-", or a probe's words
+				if a.PredictedStepS > 0 {
+					want = fmt.Sprintf("%.1f ms", a.PredictedStepS*1e3)
+				}
+				if !strings.HasPrefix(r[6], want) || a.PredictedLater != strings.Contains(r[6], "later") {
+					return false, fmt.Sprintf("attempt %d: predicted %q on the page, %q in the report (later: %v)", a.Attempt.Attempt, r[6], want, a.PredictedLater)
+				}
+				if a.MeasuredStepS > 0 && i < len(rep.Timeline)-1 && r[7] != fmt.Sprintf("%.1f ms", a.MeasuredStepS*1e3) {
+					return false, fmt.Sprintf("attempt %d: measured %q on the page, %.1f ms in the report", a.Attempt.Attempt, r[7], a.MeasuredStepS*1e3)
 				}
 				if i > 0 && r[2] == "-" {
 					return false, fmt.Sprintf("attempt %d: no decision", a.Attempt.Attempt)
