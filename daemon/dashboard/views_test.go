@@ -53,6 +53,9 @@ func TestJobViewShowsEachAttemptWithItsDecisionAndPrediction(t *testing.T) {
 	if v.Bill != "$1.0000 at $36.00/h" {
 		t.Errorf("bill %q", v.Bill)
 	}
+	if bill, err := mustPages().fragment("job", "job-bill", v); err != nil || !strings.Contains(bill, "#1 $0.3200") || !strings.Contains(bill, "#2 $0.6800") {
+		t.Errorf("bill by attempt: %q %v", bill, err)
+	}
 	// The candidates by time: the chosen one (also the current
 	// configuration) is the fastest and the cheapest, the only one on the front.
 	if len(v.Candidates) != 3 || !v.Candidates[0].Chosen || !v.Candidates[0].Current || !v.Candidates[0].Front || v.Candidates[1].Front {
