@@ -131,6 +131,9 @@ func TestDashboardNeedsASessionAndKeepsUsersApart(t *testing.T) {
 		t.Errorf("a guessed link: %d", code)
 	}
 
+	if resp, _ := anon.do(http.MethodGet, link.URL, nil, map[string]string{"Sec-Fetch-Site": "cross-site"}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the link from another site: %d, want 403", resp.StatusCode)
+	}
 	resp, _ := anon.do(http.MethodGet, link.URL, nil, nil)
 	var cookie *http.Cookie
 	for _, ck := range resp.Cookies() {

@@ -105,6 +105,12 @@ func (a authn) loginPage(w http.ResponseWriter, r *http.Request) {
 		a.s.pages.login(w, http.StatusOK, a.tokens != nil, "")
 		return
 	}
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		// A page of another site may not log a browser in as whoever
+		// minted the link (login CSRF); the link stays good.
+		a.s.pages.login(w, http.StatusForbidden, a.tokens != nil, "Open the login link by itself (paste it into the address bar), not from a page of another site.")
+		return
+	}
 	who, ok := a.s.auth.redeem(tok)
 	if !ok {
 		a.s.log.Info("dashboard login link refused", zap.String("remote", r.RemoteAddr))
