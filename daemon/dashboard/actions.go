@@ -55,13 +55,7 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, v viewer) {
 func (s *Server) acted(w http.ResponseWriter, r *http.Request, id, msg string, err error) {
 	code := http.StatusOK
 	if err != nil {
-		code, msg = api.RefusalStatus(err), err.Error()
-		if code < 400 {
-			code = http.StatusBadRequest
-			if !strings.Contains(msg, api.ErrBadRequest.Error()) {
-				code = http.StatusBadGateway
-			}
-		}
+		code, msg = statusOf(err), err.Error()
 	}
 	if r.Header.Get("X-CSRF-Token") == "" && r.Header.Get("Accept") != "application/json" {
 		if err != nil {

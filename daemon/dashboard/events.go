@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/scavenger-ml/scavenger/api"
 )
 
 // A page's event stream (server-sent events) sends an update whenever
@@ -185,11 +183,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
 	j, f, err := s.openJob(ctx, v, id)
 	if err != nil {
-		code := api.RefusalStatus(err)
-		if code < 400 {
-			code = http.StatusBadGateway
-		}
-		http.Error(w, err.Error(), code)
+		http.Error(w, err.Error(), statusOf(err))
 		return
 	}
 	defer s.feeds.release(f)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ const (
 	// long it serves them while new records come (the job record unchanged).
 	viewFresh = time.Second
 	viewMin   = 400 * time.Millisecond
+	// maxFeeds bounds the jobs followed at once: past it the idle feeds
+	// (no viewer, lingering) stop, and failing that a new one is refused.
+	maxFeeds = 64
 	// bigHistory is the number of steps past which a feed, once it has
 	// read the history, gives the memory the reading took back to the
 	// system at once rather than over the next minutes.
@@ -174,11 +178,26 @@ type cachedView struct {
 	update  *update
 }
 
+// errTooManyFeeds is a feed refused past maxFeeds.
+var errTooManyFeeds = fmt.Errorf("%w: the dashboard follows %d jobs already; close some pages", api.ErrBadRequest, maxFeeds)
+
 // job returns the feed of job j (starting it), counted as viewed until release.
-func (fs *feeds) job(j api.Job) *jobFeed {
+func (fs *feeds) job(j api.Job) (*jobFeed, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f := fs.jobs[j.ID]
+	if f == nil && len(fs.jobs) >= maxFeeds {
+		for id, idle := range fs.jobs {
+			if idle.viewers == 0 && idle.idle != nil {
+				idle.idle.Stop()
+				idle.cancel()
+				delete(fs.jobs, id)
+			}
+		}
+		if len(fs.jobs) >= maxFeeds {
+			return nil, errTooManyFeeds
+		}
+	}
 	if f == nil {
 		ctx, cancel := context.WithCancel(fs.ctx)
 		f = &jobFeed{id: j.ID, cancel: cancel, seen: map[[2]int64]bool{}, tracker: report.NewTopTracker(),
@@ -187,7 +206,7 @@ func (fs *feeds) job(j api.Job) *jobFeed {
 		if fs.closed || fs.ctx.Err() != nil { // the dashboard is closing: a feed of nothing
 			close(f.replayed)
 			f.take()
-			return f
+			return f, nil
 		}
 		src := fs.as(ownerOf(j))
 		fs.wg.Add(2)
@@ -201,7 +220,7 @@ func (fs *feeds) job(j api.Job) *jobFeed {
 		}()
 	}
 	f.take()
-	return f
+	return f, nil
 }
 
 // release counts a viewer of f out.

@@ -83,15 +83,22 @@ func (s *Server) data(v viewer, page, title, events string, view any) pageData {
 // apiError writes the page of an error of the API: its status (403 for
 // another user's job, 404 for none) and message.
 func (s *Server) apiError(w http.ResponseWriter, err error) {
-	code := api.RefusalStatus(err)
-	switch {
+	s.pages.error(w, statusOf(err), err.Error())
+}
+
+// statusOf is the HTTP status of an error of the API or the dashboard.
+func statusOf(err error) int {
+	switch code := api.RefusalStatus(err); {
 	case code >= 400:
+		return code
+	case errors.Is(err, errTooManyFeeds):
+		return http.StatusTooManyRequests
+	case errors.Is(err, api.ErrBadRequest):
+		return http.StatusBadRequest
 	case errors.Is(err, context.DeadlineExceeded):
-		code = http.StatusGatewayTimeout
-	default:
-		code = http.StatusBadGateway
+		return http.StatusGatewayTimeout
 	}
-	s.pages.error(w, code, err.Error())
+	return http.StatusBadGateway
 }
 
 // states are the jobs page's state filter's choices, as scavctl jobs --state takes them.
@@ -153,7 +160,8 @@ func (s *Server) openJob(ctx context.Context, v viewer, id string) (api.Job, *jo
 	if err != nil {
 		return j, nil, err
 	}
-	return j, s.feeds.job(j), nil
+	f, err := s.feeds.job(j)
+	return j, f, err
 }
 
 func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v viewer) {

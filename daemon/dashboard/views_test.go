@@ -1,8 +1,11 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -177,5 +180,22 @@ func TestRunningAttemptShowsItsStepsSoFar(t *testing.T) {
 	v := buildJobView(j, report.Make(j, recs, now), snap, now)
 	if a := v.Attempts[1]; !a.Current || a.Steps != "101–300" || !v.Active {
 		t.Errorf("running attempt %+v (active %v): want steps 101–300", a, v.Active)
+	}
+}
+
+// TestErrorsHaveTheirStatus: the API's refusals keep theirs; the
+// dashboard's own bounds and bad input theirs.
+func TestErrorsHaveTheirStatus(t *testing.T) {
+	for err, want := range map[error]int{
+		&api.Refusal{Status: 403, Msg: "permission denied"}: 403,
+		&api.Refusal{Status: 404, Msg: "no such job"}:       404,
+		errTooManyFeeds: 429,
+		fmt.Errorf("%w: move: give workers", api.ErrBadRequest): 400,
+		context.DeadlineExceeded:                                504,
+		errors.New("connection reset"):                          502,
+	} {
+		if got := statusOf(err); got != want {
+			t.Errorf("statusOf(%v) = %d, want %d", err, got, want)
+		}
 	}
 }
