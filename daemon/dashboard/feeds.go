@@ -154,7 +154,7 @@ type jobFeed struct {
 
 	mu       sync.Mutex
 	recs     []telemetry.StepRecord // appended only: a snapshot's elements never change
-	seen     map[[2]int64]bool      // attempt, step
+	seen     map[[2]int64]struct{}  // attempt, step
 	tracker  *report.TopTracker
 	m0       float64
 	out      []outLine // the newest outputTail lines, oldest first
@@ -200,7 +200,7 @@ func (fs *feeds) job(j api.Job) (*jobFeed, error) {
 	}
 	if f == nil {
 		ctx, cancel := context.WithCancel(fs.ctx)
-		f = &jobFeed{id: j.ID, cancel: cancel, seen: map[[2]int64]bool{}, tracker: report.NewTopTracker(),
+		f = &jobFeed{id: j.ID, cancel: cancel, seen: map[[2]int64]struct{}{}, tracker: report.NewTopTracker(),
 			m0: report.BaseBatch(j), replayed: make(chan struct{})}
 		fs.jobs[j.ID] = f
 		if fs.closed || fs.ctx.Err() != nil { // the dashboard is closing: a feed of nothing
@@ -290,10 +290,12 @@ func (f *jobFeed) add(r telemetry.StepRecord) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := [2]int64{int64(r.Attempt), r.Step}
-	if f.seen[k] {
+	if _, dup := f.seen[k]; dup {
 		return false
 	}
-	f.seen[k] = true
+	f.seen[k] = struct{}{}
+	// What the page never reads is not kept: a long history is many records.
+	r.Job, r.Kind, r.ComputeSeconds, r.SyncSeconds = f.id, "", nil, nil
 	f.version++
 	f.recs = append(f.recs, r)
 	f.tracker.Add(r, f.m0)
