@@ -92,6 +92,15 @@ func DialOptions(ctx context.Context, endpoint string, timeout time.Duration, o 
 	return c, nil
 }
 
+// NewClientDial returns a client whose connections dial makes (an
+// in-process pipe to a daemon's API, say); the daemon at the other end
+// knows who calls by the connection.
+func NewClientDial(name string, dial func(ctx context.Context) (net.Conn, error)) *Client {
+	tr := &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }}
+	return &Client{endpoint: name, base: "http://scavd", hc: &http.Client{Transport: tr}}
+}
+
 func newClient(endpoint string, o Options) (*Client, error) {
 	c := &Client{endpoint: endpoint, token: o.Token}
 	if c.token == "" {
@@ -181,7 +190,7 @@ func (c *Client) call(ctx context.Context, verb string, req, out any) error {
 		return fmt.Errorf("decode %s reply (HTTP %s): %w", verb, resp.Status, err)
 	}
 	if rep.Error != "" {
-		return errors.New(rep.Error)
+		return &Refusal{Status: resp.StatusCode, Msg: rep.Error}
 	}
 	if out != nil {
 		if err := json.Unmarshal(rep.Data, out); err != nil {
@@ -191,10 +200,24 @@ func (c *Client) call(ctx context.Context, verb string, req, out any) error {
 	return nil
 }
 
-// errRefused is a stream the daemon refused (not a lost connection).
-type errRefused struct{ msg string }
+// Refusal is a request the daemon answered with an error (not a lost
+// connection): its message, and the HTTP status it came with (403: the
+// caller may not; 404: no such job; 0: a stream that failed after it began).
+type Refusal struct {
+	Status int
+	Msg    string
+}
 
-func (e errRefused) Error() string { return e.msg }
+func (e *Refusal) Error() string { return e.Msg }
+
+// RefusalStatus is the HTTP status of the refusal err holds (0: none).
+func RefusalStatus(err error) int {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r.Status
+	}
+	return 0
+}
 
 // stream opens a stream and hands fn every frame until the stream ends, fn
 // fails or ctx is done; it returns the sequence of the last frame handed.
@@ -210,7 +233,7 @@ func (c *Client) stream(ctx context.Context, q url.Values, fn func(Frame) error)
 		if rep.Error == "" {
 			rep.Error = "HTTP " + resp.Status
 		}
-		return 0, errRefused{rep.Error}
+		return 0, &Refusal{Status: resp.StatusCode, Msg: rep.Error}
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -220,7 +243,7 @@ func (c *Client) stream(ctx context.Context, q url.Values, fn func(Frame) error)
 			return last, fmt.Errorf("decode stream frame: %w", err)
 		}
 		if f.Error != "" {
-			return last, errRefused{f.Error}
+			return last, &Refusal{Msg: f.Error}
 		}
 		if err := fn(f); err != nil {
 			return last, err
@@ -258,7 +281,7 @@ func (c *Client) follow(ctx context.Context, q url.Values, follow bool, fn func(
 	}
 	for {
 		last, err := c.stream(ctx, q, guarded)
-		var refused errRefused
+		var refused *Refusal
 		switch {
 		case err == nil:
 			return nil

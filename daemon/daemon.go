@@ -35,6 +35,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/allocs"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/dashboard"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/daemon/models"
@@ -119,6 +120,9 @@ type Config struct {
 	// anyone's who can reach it; turn them on there with a web config that
 	// asks for a password.
 	MetricsPerJob string
+	// DashboardListen is the address of the dashboard's login links
+	// (daemon/dashboard; empty: none), opened at the first link.
+	DashboardListen string
 	// Cluster, when its Listen is set, joins the embedded server to the
 	// other nodes' (see Cluster); Retention.Replicas sets the copies.
 	Cluster Cluster
@@ -150,6 +154,7 @@ type Daemon struct {
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
 	api        *apiserver.Server
+	dash       *dashboard.Server
 	// releaseLauncher releases the launcher the daemon opened itself;
 	// launcher is its name.
 	releaseLauncher func()
@@ -213,7 +218,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
 		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Offers: d.offers, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
-		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits,
+		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits, UI: d.newDashboard(),
 	}); err != nil {
 		return nil, err
 	}
@@ -389,6 +394,9 @@ func (d *Daemon) shutdown() error {
 		ctx, cancel := context.WithTimeout(d.root, grace)
 		d.jobs.Close(ctx)
 		cancel()
+	}
+	if d.dash != nil {
+		d.dash.Close(d.root)
 	}
 	if d.api != nil {
 		d.api.Close(d.root)

@@ -221,51 +221,17 @@ func nodeSection(nodes []TopNode, now time.Time, width, room int) []string {
 // nodeLine is a node's line: CPU busy of the CPUs, load, memory, network
 // rates, its GPUs and the age of its newest sample.
 func nodeLine(cols []topCol, n TopNode, now time.Time) string {
-	cpu, load, mem, net := "-", "-", "-", "-"
-	if h := n.Host; h != nil {
-		cpu = fmt.Sprintf("-/%d", h.CPUs)
-		if h.CPUUtilization != nil {
-			cpu = fmt.Sprintf("%.0f%%/%d", *h.CPUUtilization*100, h.CPUs)
-		}
-		load = loadText(h.Load1)
-		mem = bytesShort(float64(h.MemoryUsedBytes)) + "/" + bytesShort(float64(h.MemoryTotalBytes))
-		if n.RxBps >= 0 {
-			net = bytesShort(n.RxBps) + "/" + bytesShort(n.TxBps)
-		}
-	}
-	gpus := "-" // no GPU sample yet
-	switch {
-	case !n.GPUSeen:
-	case len(n.GPUs) > 0:
-		gpus = fmt.Sprintf("%d GPU", len(n.GPUs))
-		if len(n.GPUs) > 1 {
-			gpus += "s"
-		}
-	case n.Error != "":
-		gpus = "GPU err"
-	default:
-		gpus = "no GPUs"
-	}
-	age := "-"
-	if at := n.at(); !at.IsZero() {
-		d := max(0, now.Sub(at))
-		age = AgeText(d)
-		if n.stale(now) {
-			age = "stale " + age
-		}
-	}
-	return tableLine(cols, n.Name, cpu, load, mem, net, gpus, age)
+	c := n.Cells(now)
+	return tableLine(cols, n.Name, c.CPU, c.Load, c.Memory, c.Network, c.GPUs, c.Age)
 }
 
 // gpuLine is one GPU's line; the jobs of a stale reading are marked so.
 func gpuLine(cols []topCol, node string, g telemetry.GPUStat, stale bool) string {
-	jobs := gpuJobs(g.Processes)
+	c := GPUText(g, cols[1].width)
 	if stale {
-		jobs = "(stale) " + jobs
+		c.Jobs = "(stale) " + c.Jobs
 	}
-	return tableLine(cols, fmt.Sprintf("%s:%d", node, g.Index), shortGPUName(g.Name, cols[1].width),
-		ratioPct(g.Utilization), memPair(g.MemoryUsedBytes, g.MemoryTotalBytes),
-		watts(g.PowerWatts), celsius(g.TemperatureCelsius), jobs)
+	return tableLine(cols, fmt.Sprintf("%s:%d", node, g.Index), c.Name, c.Util, c.Memory, c.Power, c.Temp, c.Jobs)
 }
 
 // gpuSummaryLine is the line of a node's GPUs collapsed: their count and

@@ -1,12 +1,14 @@
-// Package report owns the analysis and rendering behind `scavctl report`
-// and `scavctl top`, as pure values and functions: the report of a job
-// (JobReport: its timeline, the optimizer's predictions against what was
-// measured, its time and cost, and the figures and HTML page drawn from
-// them) and top's frames (TopTracker and NodeTracker fold step records and
-// node samples, BuildTopFrame joins them with the job records, RenderTop
-// lays a frame out for a terminal). It takes job records, step records,
-// node samples and times; fetching them and writing files or terminals is
-// the caller's.
+// Package report owns the analysis and rendering behind `scavctl report`,
+// `scavctl top` and the web dashboard (daemon/dashboard), as pure values
+// and functions: the report of a job (JobReport: its timeline, the
+// optimizer's predictions against what was measured, its time and cost,
+// what each attempt cost, and the figures and HTML page drawn from them)
+// and top's frames (TopTracker and NodeTracker fold step records and node
+// samples, BuildTopFrame joins them with the job records, RenderTop lays a
+// frame out for a terminal; the Cells of its rows are the same text in the
+// dashboard's tables). It takes job records, step records, node samples
+// and times; fetching them and writing files, terminals or pages is the
+// caller's.
 package report
 
 import (
@@ -65,6 +67,9 @@ type JobReport struct {
 	// (stepstats.RateSeries, stepstats.LossSeries).
 	Throughput []stepstats.Point `json:"throughput,omitempty"`
 	Loss       []stepstats.Point `json:"loss,omitempty"`
+	// StepTime is rank 0's mean step time over the same steps as Throughput's
+	// points (stepstats.StepTimeSeries).
+	StepTime []stepstats.Point `json:"step_time,omitempty"`
 	// Finishes are the decisions that predicted the time to finish, with
 	// the time it took.
 	Finishes []Finish `json:"finishes,omitempty"`
@@ -93,6 +98,8 @@ type Attempt struct {
 	// StartedBy is the phase of the decision that started the attempt
 	// ("probing", "optimised"; empty for the first and user moves).
 	StartedBy string `json:"started_by,omitempty"`
+	// Reason is that decision's reason (empty with StartedBy).
+	Reason string `json:"reason,omitempty"`
 	// ModelStepS is what the model of the latest model-based decision
 	// predicts for this configuration (0 when it made none).
 	ModelStepS float64 `json:"model_step_s,omitempty"`
@@ -218,6 +225,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), t0, maxNoisePoints)
 	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
 	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
+	rep.StepTime = stepstats.StepTimeSeries(recs, t0, maxStepPoints)
 	rep.Finishes = finishes(j.Decisions, start, rep.TotalS, rep.State)
 	rep.Said = said(j)
 	return rep
@@ -511,7 +519,7 @@ func (a *Attempt) predicted(ds []api.Decision) {
 	}
 	for _, d := range ds {
 		if !d.Time.After(a.Started) && same(d) {
-			a.StartedBy, a.PredictedStepS, a.PredictedFlags, a.PredictedLater = string(d.Phase), d.PredictedStepS, d.PredictedFlags, false
+			a.StartedBy, a.Reason, a.PredictedStepS, a.PredictedFlags, a.PredictedLater = string(d.Phase), d.Reason, d.PredictedStepS, d.PredictedFlags, false
 		}
 	}
 	if a.PredictedStepS > 0 {

@@ -344,14 +344,10 @@ func RenderTop(f TopFrame, width, height int) []string {
 			lines = append(lines, fmt.Sprintf("... %d more job(s)", len(f.Jobs)-i))
 			break
 		}
-		cells := []string{ids[i], r.State, configText(r.Workers, r.Batch), stepText(r.Step),
-			siText(r.SamplesPerS), msText(r.StepS), siText(r.Noise), leftText(r, wide > 0), costCell(r, wide > 0)}
+		c := r.Cells(wide > 0)
+		cells := []string{ids[i], r.State, c.Config, c.Step, c.SamplesPerS, c.StepTime, c.Noise, c.Left, c.Cost}
 		if extra > 0 {
-			rss := "-"
-			if r.RSSBytes > 0 {
-				rss = bytesShort(float64(r.RSSBytes))
-			}
-			cells = append(cells, coresText(r.CPUCores), rss)
+			cells = append(cells, c.CPU, c.RSS)
 		}
 		lines = append(lines, tableLine(cols, cells...))
 	}

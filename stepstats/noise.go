@@ -71,17 +71,17 @@ func NoiseSeries(recs []telemetry.StepRecord, m0, t0 float64, n int) []Point {
 	if m0 <= 0 || n <= 0 {
 		return nil
 	}
-	rs := make([]telemetry.StepRecord, 0, len(recs))
-	for _, r := range recs {
-		if r.Rank == 0 {
-			rs = append(rs, r)
+	var rs []*telemetry.StepRecord // pointers, not copies: a long job's records are many
+	for i := range recs {
+		if recs[i].Rank == 0 {
+			rs = append(rs, &recs[i])
 		}
 	}
 	sort.SliceStable(rs, func(a, b int) bool { return rs[a].Step < rs[b].Step })
 	noise := Noise{M0: m0}
 	var all []Point
 	for _, r := range rs {
-		if !noise.Add(r) {
+		if !noise.Add(*r) {
 			continue
 		}
 		if v, ok := noise.Scale(); ok {

@@ -20,6 +20,27 @@ import (
 // the clock. A step's samples are its global batch, or its worker's samples
 // times the world.
 func RateSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
+	return stepGroups(recs, t0, n, func(group []*telemetry.StepRecord, dt float64) float64 {
+		samples := 0
+		for _, r := range group {
+			samples += stepSamples(*r)
+		}
+		return float64(samples) / dt
+	})
+}
+
+// StepTimeSeries is the mean step time along rank 0's steps in recs, in
+// the groups of RateSeries: each point is the time from the end of the
+// step before the group to the end of its last step over its steps.
+func StepTimeSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
+	return stepGroups(recs, t0, n, func(group []*telemetry.StepRecord, dt float64) float64 {
+		return dt / float64(len(group))
+	})
+}
+
+// stepGroups is the series of RateSeries' groups of steps, each point
+// valued by value of the group and its time dt (> 0).
+func stepGroups(recs []telemetry.StepRecord, t0 float64, n int, value func(group []*telemetry.StepRecord, dt float64) float64) []Point {
 	if n <= 0 {
 		return nil
 	}
@@ -29,12 +50,8 @@ func RateSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 	for _, rs := range attempts {
 		for i := 1; i < len(rs); i += g {
 			j := min(i+g, len(rs)) // the group is rs[i:j]
-			samples := 0
-			for _, r := range rs[i:j] {
-				samples += stepSamples(r)
-			}
 			if dt := rs[j-1].Time - rs[i-1].Time; dt > 0 {
-				out = append(out, Point{T: rs[j-1].Time - t0, V: float64(samples) / dt, Attempt: rs[j-1].Attempt})
+				out = append(out, Point{T: rs[j-1].Time - t0, V: value(rs[i:j], dt), Attempt: rs[j-1].Attempt})
 			}
 		}
 	}
@@ -52,9 +69,9 @@ func LossSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 	if n <= 0 {
 		return nil
 	}
-	var attempts [][]telemetry.StepRecord
+	var attempts [][]*telemetry.StepRecord
 	for _, rs := range rank0ByAttempt(recs) {
-		var with []telemetry.StepRecord
+		var with []*telemetry.StepRecord
 		for _, r := range rs {
 			if r.Loss != nil && !math.IsNaN(*r.Loss) && !math.IsInf(*r.Loss, 0) {
 				with = append(with, r)
@@ -81,30 +98,38 @@ func LossSeries(recs []telemetry.StepRecord, t0 float64, n int) []Point {
 	return out
 }
 
-// rank0ByAttempt is rank 0's records in recs, one per attempt and step,
-// in order of time, split where the attempt changes.
-func rank0ByAttempt(recs []telemetry.StepRecord) [][]telemetry.StepRecord {
-	type key struct {
-		attempt int
-		step    int64
-	}
-	seen := map[key]bool{}
-	var rs []telemetry.StepRecord
-	for _, r := range recs {
-		k := key{r.Attempt, r.Step}
-		if r.Rank != 0 || seen[k] {
-			continue
+// rank0ByAttempt is rank 0's records in recs, one per attempt and step
+// (the first given), in order of time, split where the attempt changes. It
+// points into recs rather than copying them: a report of a long job takes
+// these series several times.
+func rank0ByAttempt(recs []telemetry.StepRecord) [][]*telemetry.StepRecord {
+	var rs []*telemetry.StepRecord
+	for i := range recs {
+		if recs[i].Rank == 0 {
+			rs = append(rs, &recs[i])
 		}
-		seen[k] = true
-		rs = append(rs, r)
 	}
+	// Each attempt's step once: the first of equal ones in recs' order.
+	sort.SliceStable(rs, func(a, b int) bool {
+		if rs[a].Attempt != rs[b].Attempt {
+			return rs[a].Attempt < rs[b].Attempt
+		}
+		return rs[a].Step < rs[b].Step
+	})
+	uniq := rs[:0]
+	for i, r := range rs {
+		if i == 0 || r.Attempt != rs[i-1].Attempt || r.Step != rs[i-1].Step {
+			uniq = append(uniq, r)
+		}
+	}
+	rs = uniq
 	sort.SliceStable(rs, func(a, b int) bool {
 		if rs[a].Time != rs[b].Time {
 			return rs[a].Time < rs[b].Time
 		}
 		return rs[a].Step < rs[b].Step
 	})
-	var out [][]telemetry.StepRecord
+	var out [][]*telemetry.StepRecord
 	for i, r := range rs {
 		if i == 0 || r.Attempt != rs[i-1].Attempt {
 			out = append(out, nil)
@@ -116,7 +141,7 @@ func rank0ByAttempt(recs []telemetry.StepRecord) [][]telemetry.StepRecord {
 
 // groupSize is how many steps a point of a series of about n points over
 // attempts stands for (at least 1).
-func groupSize(attempts [][]telemetry.StepRecord, n int) int {
+func groupSize(attempts [][]*telemetry.StepRecord, n int) int {
 	total := 0
 	for _, rs := range attempts {
 		total += len(rs)

@@ -50,6 +50,25 @@ func TestRateSeries(t *testing.T) {
 	}
 }
 
+func TestStepTimeSeries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		n    int
+		want []Point
+	}{
+		{"a point a step", 100, []Point{
+			{T: 1, V: 0.5, Attempt: 1}, {T: 1.5, V: 0.5, Attempt: 1}, {T: 2, V: 0.5, Attempt: 1},
+			{T: 12, V: 1, Attempt: 2}, {T: 13, V: 1, Attempt: 2}, {T: 15, V: 2, Attempt: 2}}},
+		{"groups of three steps", 3, []Point{
+			{T: 2, V: 0.5, Attempt: 1}, {T: 15, V: 4.0 / 3, Attempt: 2}}},
+		{"none", 0, nil},
+	} {
+		if got := StepTimeSeries(steps(), 100, c.n); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestLossSeries(t *testing.T) {
 	for _, c := range []struct {
 		name string

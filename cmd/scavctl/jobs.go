@@ -27,7 +27,7 @@ func newJobsCmd(a *app) *cobra.Command {
 		jobs, err := list(ctx)
 		out := jobs[:0]
 		for _, j := range jobs {
-			if (state == "" || string(j.State) == state || state == "active" && !j.State.Done()) && (name == "" || j.Name == name) {
+			if report.MatchJob(j, state, name) {
 				out = append(out, j)
 			}
 		}

@@ -117,7 +117,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	pf.BoolVar(&a.standalone, "standalone", false, "when no scavd answers, run one inside this command even though a daemon's socket is there (a scavd that died or hangs; by default scavctl stops and says so)")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
 	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newCostCmd(a), newModelsCmd(a), newVersionCmd(a))
-	root.AddCommand(newNodeCmd(a))
+	root.AddCommand(newNodeCmd(a), newDashboardCmd(a))
 	return root
 }
 
@@ -212,7 +212,8 @@ func (a *app) connect(ctx context.Context, standalone bool) (*api.Client, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher %s (--launcher, $SCAV_LAUNCHER): %w", name, err)
 	}
-	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher}, a.log.Named("scavd"))
+	d, err := daemon.Start(ctx, daemon.Config{StateDir: a.stateDir, Listen: "127.0.0.1:0", Standalone: true, Launcher: launcher,
+		DashboardListen: "127.0.0.1:0"}, a.log.Named("scavd"))
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, daemon.ErrStateInUse) && time.Now().Before(deadline); {
 		// Another scavctl is starting a daemon on this state directory: use it once it answers.
 		time.Sleep(100 * time.Millisecond)

@@ -56,6 +56,9 @@ type settings struct {
 	APITokens  string `yaml:"api_tokens"`
 	// APILimits bound what the API's listeners keep open, per user and in all.
 	APILimits apiLimitSettings `yaml:"api_limits"`
+	// DashboardListen is the web dashboard's address for scavctl dashboard's
+	// login links (the dashboard is also under /ui/ of api_listen).
+	DashboardListen string `yaml:"dashboard_listen"`
 	// Replicas is how many NATS servers hold each stream and bucket.
 	Replicas int             `yaml:"replicas"`
 	Cluster  clusterSettings `yaml:"cluster"`

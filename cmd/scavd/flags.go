@@ -70,6 +70,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.DurationVar(&s.APILimits.BodyTimeout, "api-limits-body-timeout", lim.BodyTimeout, "how long a request's body may take to arrive")
 	f.DurationVar(&s.APILimits.IdleTimeout, "api-limits-idle-timeout", lim.IdleTimeout, "how long a keep-alive API connection may wait for its next request")
 	f.DurationVar(&s.APILimits.WriteTimeout, "api-limits-write-timeout", lim.WriteTimeout, "how long a client may take to take a reply or a stream's frame before its connection ends")
+	f.StringVar(&s.DashboardListen, "dashboard-listen", "127.0.0.1:0", "address of the web dashboard that scavctl dashboard's one-time login links open, opened at the first link (port 0: any free one; empty: no links; TLS with api_tls_cert off loopback)")
 	f.IntVar(&s.Replicas, "replicas", 1, "copies of each stream and bucket in a NATS cluster (3 keeps them through the loss of any one node)")
 	f.StringVar(&s.Cluster.Name, "cluster-name", "scavenger", "the NATS cluster's name, the same on every node")
 	f.StringVar(&s.Cluster.Listen, "cluster-listen", "", "join the other nodes' NATS servers: this node's route address, host:port (empty: no cluster)")

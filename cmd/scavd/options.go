@@ -32,6 +32,7 @@ func (s settings) daemonConfig() daemon.Config {
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,
 		APILimits: apiserver.Limits{MaxConns: s.APILimits.MaxConns, ConnsPerUser: s.APILimits.ConnsPerUser, StreamsPerUser: s.APILimits.StreamsPerUser,
 			BodyTimeout: s.APILimits.BodyTimeout, IdleTimeout: s.APILimits.IdleTimeout, WriteTimeout: s.APILimits.WriteTimeout},
+		DashboardListen: s.DashboardListen,
 		Cluster: daemon.Cluster{Name: s.Cluster.Name, Listen: s.Cluster.Listen, Routes: s.Cluster.Routes,
 			TLSCert: s.Cluster.TLSCert, TLSKey: s.Cluster.TLSKey, TLSCA: s.Cluster.TLSCA},
 		Telemetry: ingest.Limits{Conns: t.Conns, ConnsPerUser: t.ConnsPerUser, ConnsPerJob: t.ConnsPerJob,

@@ -16,6 +16,7 @@ import (
 	"github.com/scavenger-ml/scavenger/daemon"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/daemon/dashboard"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 )
 
@@ -169,6 +170,9 @@ func (s settings) validateExposure() []fieldError {
 	}
 	if s.MetricsPerJob != "auto" && s.MetricsPerJob != "on" && s.MetricsPerJob != "off" {
 		bad("metrics_per_job", "%q: use auto, on or off", s.MetricsPerJob)
+	}
+	if err := dashboard.CheckListen(s.DashboardListen, s.APITLSCert, s.APITLSKey); err != nil {
+		bad("dashboard_listen", "%v", err)
 	}
 	if s.Local.Slots < 0 {
 		bad("local.slots", "%d: use a positive number of workers, or 0 for the CPU count", s.Local.Slots)

@@ -192,8 +192,13 @@ func (t tokens) owner(authorization string) (api.Owner, error) {
 	if !ok || tok == "" {
 		return api.Owner{}, fmt.Errorf("%w: a TCP client needs a bearer token (scavctl --token-file or $SCAV_API_TOKEN)", ErrNoIdentity)
 	}
-	name, ok := t.names[sha256.Sum256([]byte(tok))]
-	if !ok {
+	return t.ownerOf(tok)
+}
+
+// ownerOf is the user token stands for.
+func (t tokens) ownerOf(token string) (api.Owner, error) {
+	name, ok := t.names[sha256.Sum256([]byte(token))]
+	if !ok || token == "" {
 		return api.Owner{}, fmt.Errorf("%w: unknown token", ErrNoIdentity)
 	}
 	o, err := t.users.byName(name)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/internal/netaddr"
 	"github.com/scavenger-ml/scavenger/internal/unixsock"
 	"github.com/scavenger-ml/scavenger/plugins"
 )
@@ -75,6 +76,19 @@ type Options struct {
 	Tokens          string
 	// Limits bound what the listeners keep open (bounds.go).
 	Limits Limits
+	// UI, when set, is the web dashboard: served under /ui/ on the TCP
+	// listener, and asked for login links by the dashboard verb.
+	UI UI
+}
+
+// UI is the web dashboard (daemon/dashboard) as the API serves it.
+type UI interface {
+	// Handler serves the dashboard under /ui/ on the TCP listener: tokens
+	// names the user a bearer token of the API's token file stands for;
+	// secure says the listener serves TLS.
+	Handler(tokens func(token string) (api.Owner, error), secure bool) http.Handler
+	// Link is a one-time login link to the dashboard for who.
+	Link(ctx context.Context, who api.Owner) (api.DashboardLink, error)
 }
 
 // Server serves the API until Close.
@@ -94,6 +108,10 @@ type Server struct {
 	socket     string // the unix socket this server made ("" before it has)
 	forwardSub *nats.Subscription
 	wg         sync.WaitGroup
+	// inproc serves the in-process clients (As), one a user.
+	inproc   *pipeListener
+	inprocMu sync.Mutex
+	clients  map[uint32]*api.Client
 }
 
 // Listen opens the API's listeners and serves them until Close or the end
@@ -123,6 +141,8 @@ func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 		o, err := s.peerOwner(c)
 		return context.WithValue(ctx, callerKey{}, caller{owner: o, err: err})
 	})
+	s.inproc = newPipeListener()
+	s.serve(s.inproc, nil, inprocCaller)
 	if o.Listen != "" {
 		if err := s.listenTCP(); err != nil {
 			return nil, err
@@ -159,22 +179,22 @@ func (s *Server) listenTCP() error {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	s.serve(ln, s.tokenAuth, nil)
+	wrap := s.tokenAuth
+	if o.UI != nil {
+		ui := o.UI.Handler(s.tokens.ownerOf, tlsCfg != nil)
+		wrap = func(api http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/ui/", ui)
+			mux.Handle("/", s.tokenAuth(api))
+			return mux
+		}
+	}
+	s.serve(ln, wrap, nil)
 	return nil
 }
 
 // Loopback reports whether addr ("host:port") listens on loopback only.
-func Loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func Loopback(addr string) bool { return netaddr.Loopback(addr) }
 
 // serve serves the API on ln in a goroutine joined by Close; wrap, when
 // set, wraps the handler (authentication), and connCtx names the caller.
@@ -219,6 +239,7 @@ func (s *Server) Close(ctx context.Context) {
 		_ = s.forwardSub.Unsubscribe()
 	}
 	s.cancelBase()
+	s.closeClients()
 	for _, srv := range s.srvs {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := srv.Shutdown(sctx); err != nil {

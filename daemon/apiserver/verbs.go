@@ -37,6 +37,7 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbModels:      s.models,
 		api.VerbForgetModel: s.forgetModel,
 		api.VerbOffers:      s.offers,
+		api.VerbDashboard:   s.dashboardLink,
 	}
 }
 
@@ -51,6 +52,15 @@ func (s *Server) offers(ctx context.Context, _ api.Owner, _ []byte) (any, error)
 		return nil, fmt.Errorf("the launcher's offers: %w", err)
 	}
 	return o, nil
+}
+
+// dashboardLink hands the caller a one-time login link to the dashboard,
+// bound to them.
+func (s *Server) dashboardLink(ctx context.Context, who api.Owner, _ []byte) (any, error) {
+	if s.o.UI == nil {
+		return nil, fmt.Errorf("%w: this scavd serves no dashboard (dashboard_listen is empty)", api.ErrBadRequest)
+	}
+	return s.o.UI.Link(ctx, who)
 }
 
 // routes is the API's handler.
