@@ -60,7 +60,9 @@ func TestInProcessClientCallsAsItsUser(t *testing.T) {
 // ui is a dashboard that hands out fixed links.
 type ui struct{ asked []string }
 
-func (u *ui) Handler(func(string) (api.Owner, error), bool) http.Handler { return http.NotFoundHandler() }
+func (u *ui) Handler(func(string) (api.Owner, error), bool) http.Handler {
+	return http.NotFoundHandler()
+}
 func (u *ui) Link(_ context.Context, who api.Owner) (api.DashboardLink, error) {
 	u.asked = append(u.asked, who.User)
 	return api.DashboardLink{URL: "http://127.0.0.1:1/ui/login?t=x"}, nil
