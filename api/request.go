@@ -137,6 +137,14 @@ const (
 	VerbAllocation = "allocation"
 	// VerbAllocations lists the allocations the hooks reported.
 	VerbAllocations = "allocations"
+	// VerbList reads a page of the job index; VerbResolve names a job by
+	// id, id prefix or name; VerbKeep exempts a finished job from retention.
+	VerbList    = "list"
+	VerbResolve = "resolve"
+	VerbKeep    = "keep"
+	// VerbStepDigest reads what a job's step records add up to (the
+	// maintained aggregate of daemon/aggregates, up to date).
+	VerbStepDigest = "step-digest"
 )
 
 // ResumeRequest asks the daemon to continue a stopped job from its last
@@ -159,12 +167,6 @@ type MoveRequest struct {
 type StopRequest struct {
 	Job   string   `json:"job"`
 	Grace Duration `json:"grace,omitempty"`
-}
-
-// JobsRequest asks for the job records (the body of scav.api.jobs): the
-// caller's own, or with All (root only) every user's.
-type JobsRequest struct {
-	All bool `json:"all,omitempty"`
 }
 
 // JobRequest names a job (the body of scav.api.job).

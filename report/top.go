@@ -15,23 +15,14 @@ import (
 // into per-job figures, BuildTopFrame joins them with the job records, and
 // RenderTop lays a frame out for a terminal of a given size.
 
-// TopTracker folds rank 0's step records into the live figures of each job.
-// It keeps no clock: times come from the records.
+// TopTracker folds rank 0's step records into the live figures of each job
+// (stepstats.Live). It keeps no clock: times come from the records.
 type TopTracker struct {
-	jobs map[string]*jobTrack
-}
-
-// jobTrack is what the tracker knows of one job.
-type jobTrack struct {
-	step    int64
-	attempt int
-	rate    stepstats.Rate
-	noise   stepstats.Noise
-	lastDts []float64 // the step times of the rate's steps
+	jobs map[string]*stepstats.Live
 }
 
 // NewTopTracker returns a tracker that knows no job.
-func NewTopTracker() *TopTracker { return &TopTracker{jobs: map[string]*jobTrack{}} }
+func NewTopTracker() *TopTracker { return &TopTracker{jobs: map[string]*stepstats.Live{}} }
 
 // Add takes one step record of a job; m0 is the job's base batch for the
 // noise scale (BaseBatch). Records of ranks other than 0, and those of steps
@@ -42,33 +33,21 @@ func (t *TopTracker) Add(r telemetry.StepRecord, m0 float64) {
 	}
 	j := t.jobs[r.Job]
 	if j == nil {
-		j = &jobTrack{noise: stepstats.Noise{M0: m0}}
+		l := stepstats.NewLive(m0)
+		j = &l
 		t.jobs[r.Job] = j
 	}
-	if r.Step <= j.step {
-		return // a replayed or repeated record
-	}
-	if r.Attempt != j.attempt {
-		// A new configuration: its speed is not the last one's.
-		j.attempt, j.lastDts = r.Attempt, nil
-		j.rate.Reset()
-	}
-	j.step = r.Step
-	j.rate.Add(r)
-	if r.Seconds > 0 {
-		j.lastDts = append(j.lastDts, r.Seconds)
-		if len(j.lastDts) > stepstats.RateSteps {
-			j.lastDts = j.lastDts[1:]
-		}
-	}
-	j.noise.Add(r)
+	j.Add(r)
 }
 
-// noiseScale is the gradient noise scale once the estimate averages enough
-// samples (0 before: stepstats.Noise).
-func (j *jobTrack) noiseScale() float64 {
-	v, _ := j.noise.Scale()
-	return v
+// Seed starts job's figures from l (what the daemon's step digest of it
+// holds) unless the tracker has seen a newer step of it: the records that
+// follow go on from there.
+func (t *TopTracker) Seed(job string, l stepstats.Live) {
+	if j := t.jobs[job]; j != nil && j.Step >= l.Step {
+		return
+	}
+	t.jobs[job] = &l
 }
 
 // TopFrame is one screen of `scavctl top`: the nodes (from the samples on
@@ -118,13 +97,13 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 			row.State = string(j.Phase)
 		}
 		if t := tr.jobs[j.ID]; t != nil {
-			row.Step = t.step
-			row.Noise = t.noiseScale()
-			if n := len(j.Attempts); n == 0 || j.Attempts[n-1].Attempt == t.attempt {
+			row.Step = t.Step
+			row.Noise = t.NoiseScale()
+			if n := len(j.Attempts); n == 0 || j.Attempts[n-1].Attempt == t.Attempt {
 				// Right after a relaunch the speed is the last
 				// configuration's until the new one's first step.
-				row.SamplesPerS = t.rate.PerSecond()
-				row.StepS = stepstats.Median(t.lastDts)
+				row.SamplesPerS = t.Rate.PerSecond()
+				row.StepS = t.StepS()
 			}
 		}
 		for _, at := range j.Attempts {

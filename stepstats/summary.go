@@ -3,7 +3,6 @@ package stepstats
 import (
 	"sort"
 
-	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -39,135 +38,19 @@ type Summary struct {
 	NoiseScale float64 `json:"noise_scale,omitempty"`
 }
 
-// Summarize is the summary of recs (any order, every rank's).
+// Summarize is the summary of recs (any order, every rank's): an
+// Aggregate of them, in the order given.
 func Summarize(recs []telemetry.StepRecord) Summary {
-	var s Summary
-	if len(recs) == 0 {
-		return s
-	}
-	rs := append([]telemetry.StepRecord(nil), recs...)
-	sort.SliceStable(rs, func(a, b int) bool { return rs[a].Step < rs[b].Step })
-	s.Records = len(rs)
-	seen := map[[2]int64]int{}
-	ranks := map[int]bool{}
-	var t tally
-	s.FirstStep = rs[0].Step
-	for _, r := range rs {
-		key := [2]int64{int64(r.Rank), r.Step}
-		if seen[key]++; seen[key] > 1 {
-			continue // a duplicate counts once
-		}
-		ranks[r.Rank] = true
-		s.FirstStep = min(s.FirstStep, r.Step)
-		s.LastStep = max(s.LastStep, r.Step)
-		if r.GlobalBatch > 0 {
-			s.GlobalBatch = r.GlobalBatch
-		}
-		t.add(r)
-	}
-	s.Ranks = len(ranks)
-	s.Missing, s.Duplicates = gaps(rs, seen, s.FirstStep, s.LastStep)
-	t.fill(&s)
-	return s
-}
-
-// gaps counts the records missing and duplicated between steps first and
-// last: every step should have one record from each rank of the world it
-// ran in (a job that moved between worker counts has steps of several
-// worlds). seen counts the records of each (rank, step).
-func gaps(recs []telemetry.StepRecord, seen map[[2]int64]int, first, last int64) (missing, duplicates int) {
-	worlds := map[int64]int{}
+	var a Aggregate
 	for _, r := range recs {
-		w := r.World
-		if r.From == telemetry.FromOutput {
-			w = 1 // read off one rank's output: one record a step
-		}
-		worlds[r.Step] = max(worlds[r.Step], w)
+		a.Add(r)
 	}
-	for step := first; step <= last; step++ {
-		w := worlds[step]
-		if w == 0 {
-			w = 1 // no record of this step at all: at least rank 0's is missing
-		}
-		for rank := 0; rank < w; rank++ {
-			switch n := seen[[2]int64{int64(rank), step}]; {
-			case n == 0:
-				missing++
-			case n > 1:
-				duplicates += n - 1
-			}
-		}
-	}
-	return missing, duplicates
+	return a.Summary()
 }
 
 // summaryM0 is the base batch the summary's samples are taken against:
 // B_simple = M0·(tr Σ at M0)/|G|² does not depend on it.
 const summaryM0 = 1
-
-// tally adds up the records of a summary, each (rank, step) once, in step
-// order.
-type tally struct {
-	dts                 []float64 // rank 0's step times
-	compute, sync       float64
-	losses              int
-	firstLoss, lastLoss float64
-	local, avg          float64
-	norms               int
-	count               int // Gradients of the last record with norms
-	grads               Window
-}
-
-func (t *tally) add(r telemetry.StepRecord) {
-	if r.Rank == 0 && r.Seconds > 0 {
-		t.dts = append(t.dts, r.Seconds)
-	}
-	if r.ComputeSeconds != nil && r.SyncSeconds != nil {
-		t.compute += *r.ComputeSeconds
-		t.sync += *r.SyncSeconds
-	}
-	if r.LocalSqr != nil && r.AvgSqr != nil {
-		t.local += *r.LocalSqr
-		t.avg += *r.AvgSqr
-		t.norms++
-		t.count = Gradients(r)
-		t.grads.Add(r, summaryM0)
-	}
-	if r.Rank == 0 && r.Loss != nil {
-		if t.losses == 0 {
-			t.firstLoss = *r.Loss
-		}
-		t.lastLoss = *r.Loss
-		t.losses++
-	}
-}
-
-// fill sets the figures of s that the tally gives.
-func (t *tally) fill(s *Summary) {
-	s.MedianStepS = Median(t.dts)
-	if s.MedianStepS > 0 && s.GlobalBatch > 0 {
-		s.SamplesPerS = float64(s.GlobalBatch) / s.MedianStepS
-	}
-	if total := t.compute + t.sync; total > 0 {
-		s.ComputeFrac, s.SyncFrac = t.compute/total, t.sync/total
-	}
-	s.FirstLoss, s.LastLoss = t.firstLoss, t.lastLoss
-	if t.norms > 0 {
-		s.LocalSqr, s.AvgSqr = t.local/float64(t.norms), t.avg/float64(t.norms)
-	}
-	if s.AvgSqr > 0 && t.count > 0 {
-		s.Noise = s.LocalSqr / s.AvgSqr
-		s.NormNoise = s.Noise / float64(t.count)
-	}
-	// Pooled over the run, the unbiased pair gives |G|² and tr Σ per
-	// sample (M0 = 1).
-	if g, ok := t.grads.Mean(); ok {
-		sqr, vari, err := gns.Unbiased(g)
-		if err == nil && sqr > 0 && vari > 0 {
-			s.NoiseScale = summaryM0 * vari / sqr
-		}
-	}
-}
 
 // Median is the median of v (0 when it is empty); v is left as it is.
 func Median(v []float64) float64 {

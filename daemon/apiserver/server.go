@@ -32,7 +32,6 @@ type Jobs interface {
 	Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error)
 	Resume(ctx context.Context, id string, env []string) (api.Job, error)
 	Get(ctx context.Context, id string) (api.Job, error)
-	List(ctx context.Context) ([]api.Job, error)
 	Stop(id string, grace time.Duration) (api.Job, error)
 	Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error)
 }
@@ -48,6 +47,9 @@ type Options struct {
 	Log         *zap.Logger
 	Jobs        Jobs
 	Allocations Allocations
+	// Index lists and names the jobs; Digests sums up their step records.
+	Index   Index
+	Digests Digests
 	// JS reads the histories; NC follows live step records.
 	JS jetstream.JetStream
 	NC *nats.Conn
@@ -92,7 +94,7 @@ type Server struct {
 // of ctx (the daemon's root).
 func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: o, log: o.Log}
-	s.owners.jobs = o.Jobs
+	s.owners.index = o.Index
 	if s.self, err = s.users.byID(uint32(os.Geteuid()), uint32(os.Getegid())); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,24 @@ type Attacher interface {
 	Attach(ctx context.Context, allocation, job string) error
 }
 
+// Index is what the registry needs of the job index (jobindex.Index):
+// the runners write their jobs' summaries to it, recovery reads the
+// unfinished jobs off it, retention the finished ones.
+type Index interface {
+	Put(ctx context.Context, s api.JobSummary) error
+	Unfinished(node string) []api.JobSummary
+	Ended(node string) (ended []api.JobSummary, all int)
+	Delete(ctx context.Context, id string) error
+}
+
+// Digests is what the registry needs of the jobs' step digests
+// (aggregates.Store): one follows a running job's step records; retention
+// deletes a job's.
+type Digests interface {
+	Follow(ctx context.Context, j api.Job) (stop func())
+	Delete(ctx context.Context, id string) error
+}
+
 // Options configure a Registry.
 type Options struct {
 	Log      *zap.Logger
@@ -39,6 +57,9 @@ type Options struct {
 	// acknowledgement and pre-emption subjects; KV is the job bucket.
 	NC *nats.Conn
 	KV jetstream.KeyValue
+	// Index is the job index; Digests, when set, keeps the jobs' step digests.
+	Index   Index
+	Digests Digests
 	// Node names this node; Socket is the telemetry socket the workers get.
 	Node, Socket string
 	// CheckpointRoot holds the checkpoints of jobs that name no directory.
@@ -111,7 +132,7 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 			g.log.Warn("tie job to its allocation", zap.String("job", j.ID), zap.String("allocation", req.Allocation), zap.Error(err))
 		}
 	}
-	rec := record{kv: g.o.KV, job: j}
+	rec := record{kv: g.o.KV, idx: g.o.Index, job: j}
 	msg := fmt.Sprintf("%d workers, global batch %d", j.Config.Workers, j.Config.GlobalBatch)
 	if err := g.launch(ctx, rec, req.Env, resumePoint{attempt: 1}, msg); err != nil {
 		return api.Job{}, err
@@ -156,7 +177,7 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 
 // Resume continues a stopped job from its checkpoint as a new attempt.
 func (g *Registry) Resume(ctx context.Context, id string, env []string) (api.Job, error) {
-	rec, err := load(ctx, g.o.KV, id)
+	rec, err := g.load(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -210,9 +231,14 @@ func (g *Registry) launch(ctx context.Context, rec record, env []string, from re
 	}
 	g.rememberEnv(id, env)
 	r.event(telemetry.EventSubmitted, from.attempt, msg)
+	stopDigest := func() {}
+	if g.o.Digests != nil {
+		stopDigest = g.o.Digests.Follow(g.kill, rec.job)
+	}
 	go func() {
 		defer g.wg.Done()
 		r.run(g.kill, g.shutdown)
+		stopDigest() // folds what the job's last records left, and saves
 		g.mu.Lock()
 		delete(g.jobs, id)
 		g.mu.Unlock()
@@ -231,19 +257,6 @@ func (g *Registry) running(id string) *runner {
 func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
 	rec, err := load(ctx, g.o.KV, id)
 	return rec.job, err
-}
-
-// List reads every job's record, oldest first.
-func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
-	recs, err := list(ctx, g.o.KV)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Job, len(recs))
-	for i, r := range recs {
-		out[i] = r.job
-	}
-	return out, nil
 }
 
 // Stop asks a running job to stop; grace 0 uses the job's own. Asking again

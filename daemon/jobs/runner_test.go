@@ -18,6 +18,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
+	"github.com/scavenger-ml/scavenger/daemon/jobindex"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -37,6 +38,17 @@ func store(t *testing.T) (*nats.Conn, *history.Store) {
 	return nc, st
 }
 
+// index opens the job index of st, closed at the end of the test.
+func index(t *testing.T, st *history.Store) *jobindex.Index {
+	t.Helper()
+	idx, err := jobindex.Open(t.Context(), st.JobIndex, st.Jobs, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(idx.Close)
+	return idx
+}
+
 // registry is a registry over an embedded NATS and the local launcher,
 // closed at the end of the test.
 func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
@@ -49,7 +61,7 @@ func registry(t *testing.T) (*Registry, *history.Store, *nats.Conn) {
 	}
 	t.Cleanup(reaper.Stop)
 	g := New(context.Background(), Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
-		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
+		NC: nc, KV: st.Jobs, Index: index(t, st), Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
 	t.Cleanup(func() { g.Close(context.Background()) })
 	return g, st, nc
 }

@@ -1,0 +1,158 @@
+package jobindex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/scavenger-ml/scavenger/api"
+)
+
+// List is the page of the index req asks for, of the jobs who may list:
+// their own, or with req.All every user's (the caller checks that who may
+// ask for all). The page holds summaries; Records are the caller's to add.
+func (x *Index) List(req api.JobsRequest, who api.Owner) (api.JobPage, error) {
+	if err := req.Validate(); err != nil {
+		return api.JobPage{}, err
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	end := len(x.order)
+	if req.Before != "" {
+		e := x.byID[req.Before]
+		if e == nil {
+			return api.JobPage{}, fmt.Errorf("%w: the page before job %s: it is no longer in the index (list again)", api.ErrNoJob, req.Before)
+		}
+		end = x.at(e)
+	}
+	page := api.JobPage{Jobs: []api.JobSummary{}}
+	for i := end - 1; i >= 0; i-- {
+		s := x.order[i].s
+		if !req.All && !s.OwnedBy(who) || !req.Match(s) {
+			continue
+		}
+		if req.Limit > 0 && len(page.Jobs) == req.Limit {
+			page.More++
+			continue
+		}
+		page.Jobs = append(page.Jobs, s)
+	}
+	for i, j := 0, len(page.Jobs)-1; i < j; i, j = i+1, j-1 {
+		page.Jobs[i], page.Jobs[j] = page.Jobs[j], page.Jobs[i]
+	}
+	if page.More > 0 {
+		page.Before = page.Jobs[0].ID
+	}
+	return page, nil
+}
+
+// at is e's position in the order; x.mu is held.
+func (x *Index) at(e *entry) int {
+	lo, hi := 0, len(x.order)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if x.order[m].s.Before(e.s) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// Resolve finds the job ref names among who's jobs (every user's with all):
+// its id, its name (the newest of that name) or a prefix of its id no
+// other job shares (api.Pick). note says which of several jobs of the name
+// it took.
+func (x *Index) Resolve(ref string, who api.Owner, all bool) (s api.JobSummary, note string, err error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if e := x.byID[ref]; e != nil && (all || e.s.OwnedBy(who)) {
+		return e.s, "", nil
+	}
+	mine := make([]api.JobSummary, 0, 64)
+	for _, e := range x.order {
+		if all || e.s.OwnedBy(who) {
+			mine = append(mine, e.s)
+		}
+	}
+	return api.Pick(mine, ref)
+}
+
+// Unfinished lists the jobs of node whose summary says they have not
+// ended, oldest first: what a daemon's recovery reads the records of.
+func (x *Index) Unfinished(node string) []api.JobSummary {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []api.JobSummary
+	for _, e := range x.order {
+		if e.s.Node == node && !e.s.State.Done() {
+			out = append(out, e.s)
+		}
+	}
+	return out
+}
+
+// Ended lists the jobs of node that have ended and are not kept, oldest
+// first, and counts every job of node: what retention chooses from.
+func (x *Index) Ended(node string) (ended []api.JobSummary, all int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, e := range x.order {
+		if e.s.Node != node {
+			continue
+		}
+		all++
+		if e.s.State.Done() && !e.s.Kept {
+			ended = append(ended, e.s)
+		}
+	}
+	return ended, all
+}
+
+// build writes the summaries of a store that predates the index: each
+// record of records the index lacks, once; the key builtKey says it was done.
+func (x *Index) build(ctx context.Context, records jetstream.KeyValue) error {
+	if records == nil {
+		return nil
+	}
+	if _, err := x.kv.Get(ctx, builtKey); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read the job index: %w", err)
+	}
+	keys, err := records.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("list job records to index: %w", err)
+	}
+	n := 0
+	for k := range keys.Keys() {
+		if _, ok := x.Get(k); ok {
+			continue
+		}
+		e, err := records.Get(ctx, k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		var j api.Job
+		if err := json.Unmarshal(e.Value(), &j); err != nil || j.ID != k {
+			x.log.Warn("a job record the index cannot read; it is left out", zap.String("job", k), zap.Error(err))
+			continue
+		}
+		if err := x.Put(ctx, j.Summary()); err != nil {
+			return err
+		}
+		n++
+	}
+	if _, err := x.kv.Put(ctx, builtKey, []byte("1")); err != nil {
+		return fmt.Errorf("mark the job index built: %w", err)
+	}
+	if n > 0 {
+		x.log.Info("job index built from the job records", zap.Int("jobs", n))
+	}
+	return nil
+}
