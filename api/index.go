@@ -205,8 +205,15 @@ func Pick(jobs []JobSummary, ref string) (JobSummary, string, error) {
 	case 0:
 		return JobSummary{}, "", fmt.Errorf("job %s: %w: no job of yours has that id, id prefix or name (see scavctl jobs)", ref, ErrNoJob)
 	}
-	return JobSummary{}, "", fmt.Errorf("%w: job %s: %d jobs' ids start with it (%s): give more of the id", ErrBadRequest, ref, len(prefixed), summaryIDs(prefixed))
+	return JobSummary{}, "", ambiguous(fmt.Sprintf("job %s: %d jobs' ids start with it (%s): give more of the id", ref, len(prefixed), summaryIDs(prefixed)))
 }
+
+// ambiguous is a job reference that fits several jobs: a bad request,
+// worded without the words "bad request".
+type ambiguous string
+
+func (e ambiguous) Error() string        { return string(e) }
+func (e ambiguous) Is(target error) bool { return target == ErrBadRequest }
 
 // summaryIDs lists the jobs' ids, at most ten of them.
 func summaryIDs(jobs []JobSummary) string {

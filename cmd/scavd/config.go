@@ -24,6 +24,9 @@ type settings struct {
 	Socket        string        `yaml:"socket"`
 	Node          string        `yaml:"node"`
 	StepRetention time.Duration `yaml:"step_retention"`
+	// JobRetention and JobHistory bound the jobs a node keeps (jobs.Retention).
+	JobRetention time.Duration `yaml:"job_retention"`
+	JobHistory   int           `yaml:"job_history"`
 	Launcher      string        `yaml:"launcher"`
 	Plugin        string        `yaml:"plugin"`
 	PluginSHA256  string        `yaml:"plugin_sha256"`

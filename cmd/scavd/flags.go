@@ -7,6 +7,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon"
+	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm"
 	"github.com/scavenger-ml/scavenger/launchers/cloudvm/notice"
@@ -36,6 +37,8 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.StringVar(&s.Socket, "socket", "", "telemetry socket (default <state-dir>/scavd.sock)")
 	f.StringVar(&s.Node, "node", "", "node name (default the host name)")
 	f.DurationVar(&s.StepRetention, "step-retention", history.DefaultRetention.StepMaxAge, "how long step records are kept (reloadable)")
+	f.DurationVar(&s.JobRetention, "job-retention", jobs.DefaultRetention.MaxAge, "how long a job that ended is kept, with its step records and output (unless scavctl keep marked it)")
+	f.IntVar(&s.JobHistory, "job-history", jobs.DefaultRetention.MaxJobs, "the most jobs this node keeps: past it the oldest that ended go, with their step records and output (unless kept)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))
 	f.StringVar(&s.Plugin, "plugin", "", "an external launcher plugin binary to start the workers with (needs --plugin-sha256)")
 	f.StringVar(&s.PluginSHA256, "plugin-sha256", "", "the sha256 of the --plugin binary, in hex: it is not run unless it matches")

@@ -51,6 +51,12 @@ func (s settings) validate() []fieldError {
 	if s.StepRetention <= 0 {
 		bad("step_retention", "%s: must be positive", s.StepRetention)
 	}
+	if s.JobRetention <= 0 {
+		bad("job_retention", "%s: must be positive (2160h is 90 days)", s.JobRetention)
+	}
+	if s.JobHistory < 1 {
+		bad("job_history", "%d: must be 1 or more", s.JobHistory)
+	}
 	switch {
 	case s.Plugin != "":
 		if s.Launcher != "local" {
