@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Index is what the API needs of the job index (jobindex.Index): pages of
@@ -93,6 +95,13 @@ func (s *Server) resolve(ctx context.Context, who api.Owner, body []byte) (any, 
 		return nil, fmt.Errorf("%w: only root names every user's jobs", ErrForbidden)
 	}
 	sum, note, err := s.o.Index.Resolve(req.Ref, who, req.All)
+	if errors.Is(err, api.ErrNoJob) && telemetry.ValidJobID(req.Ref) {
+		// A record the index does not have yet (written by another
+		// daemon a moment ago): its id still names it.
+		if j, jerr := s.owned(ctx, who, req.Ref, "read"); jerr == nil {
+			return api.Resolved{Job: j}, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

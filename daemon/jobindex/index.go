@@ -9,8 +9,8 @@
 // read of every record.
 //
 // The bucket also holds the marks of `scavctl keep` (key "kept.<job>": job
-// ids hold no dot) and, once the index has been built from the records of
-// a store that predates it, the key "meta.built".
+// ids hold no dot). A store that predates the index gets its summaries
+// written when a daemon opens it (Open).
 package jobindex
 
 import (
@@ -32,7 +32,6 @@ import (
 
 const (
 	keptPrefix = "kept."
-	builtKey   = "meta.built"
 	// writeTimeout bounds one write to the bucket.
 	writeTimeout = 5 * time.Second
 )
@@ -58,9 +57,8 @@ type entry struct {
 }
 
 // Open watches the index bucket kv and returns once the view holds every
-// summary in it. A store whose index was never built (one written before
-// the index existed) has it built first from the records of records, once.
-// Close stops the watch.
+// summary in it. The records of records that have no summary (a store
+// written before the index existed) get theirs first. Close stops the watch.
 func Open(ctx context.Context, kv, records jetstream.KeyValue, log *zap.Logger) (*Index, error) {
 	x := &Index{kv: kv, log: log, byID: map[string]*entry{}, kept: map[string]uint64{}, done: make(chan struct{})}
 	w, err := kv.WatchAll(context.WithoutCancel(ctx))

@@ -3,7 +3,6 @@ package jobindex
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -114,16 +113,21 @@ func (x *Index) Ended(node string) (ended []api.JobSummary, all int) {
 	return ended, all
 }
 
-// build writes the summaries of a store that predates the index: each
-// record of records the index lacks, once; the key builtKey says it was done.
+// build writes the summaries the index lacks of the records in records:
+// those of a store that predates the index, or written by a daemon that did
+// not keep it. It reads the records only when the bucket holds more of them
+// than the index holds summaries (its count of values includes the markers
+// of removed records: the retention removes them).
 func (x *Index) build(ctx context.Context, records jetstream.KeyValue) error {
 	if records == nil {
 		return nil
 	}
-	if _, err := x.kv.Get(ctx, builtKey); err == nil {
+	st, err := records.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read the job bucket's status: %w", err)
+	}
+	if st.Values() <= uint64(x.Len()) {
 		return nil
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("read the job index: %w", err)
 	}
 	keys, err := records.ListKeys(ctx)
 	if err != nil {
@@ -148,11 +152,8 @@ func (x *Index) build(ctx context.Context, records jetstream.KeyValue) error {
 		}
 		n++
 	}
-	if _, err := x.kv.Put(ctx, builtKey, []byte("1")); err != nil {
-		return fmt.Errorf("mark the job index built: %w", err)
-	}
 	if n > 0 {
-		x.log.Info("job index built from the job records", zap.Int("jobs", n))
+		x.log.Info("job index: summaries written for records it lacked", zap.Int("jobs", n))
 	}
 	return nil
 }

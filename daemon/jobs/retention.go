@@ -73,9 +73,10 @@ func (g *Registry) Sweep(ctx context.Context, r Retention, now time.Time) (int, 
 		n++
 	}
 	if n > 0 {
-		// The purges leave markers in the bucket; those older than
-		// JetStream's default (30 minutes) go.
-		if err := g.o.KV.PurgeDeletes(ctx); err != nil {
+		// The purges leave markers in the bucket: they go (no one
+		// watches the bucket of records), so that it counts its records
+		// (jobindex.Open compares).
+		if err := g.o.KV.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1)); err != nil {
 			g.log.Warn("remove the markers of removed job records", zap.Error(err))
 		}
 		g.log.Info("jobs past their retention removed", zap.Int("jobs", n), zap.Duration("job_retention", r.MaxAge), zap.Int("job_history", r.MaxJobs))
