@@ -24,7 +24,7 @@ func (s settings) daemonConfig() daemon.Config {
 	return daemon.Config{
 		StateDir: s.StateDir, NATSURL: s.NATS, Listen: s.Listen, Socket: s.Socket, Node: s.Node,
 		Retention: history.Retention{StepMaxAge: s.StepRetention, Replicas: s.Replicas}, ResumeJobs: s.ResumeJobs,
-		JobRetention: jobs.Retention{MaxAge: s.JobRetention, MaxJobs: s.JobHistory},
+		JobRetention:    jobs.Retention{MaxAge: s.JobRetention, MaxJobs: s.JobHistory},
 		NodeSampleEvery: s.nodeSampleEvery(), GPUSource: s.GPUSource, MetricsListen: s.MetricsListen,
 		MetricsWebConfig: s.MetricsWebConfig, NATSKey: s.NATSKey, NATSTLSCert: s.NATSTLSCert, NATSTLSKey: s.NATSTLSKey,
 		NATSTLSCA: s.NATSTLSCA, APIListen: s.APIListen, APITLSCert: s.APITLSCert, APITLSKey: s.APITLSKey, APITokens: s.APITokens,

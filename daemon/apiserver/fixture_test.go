@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/aggregates"
 	"github.com/scavenger-ml/scavenger/daemon/jobindex"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
@@ -183,13 +184,14 @@ func (a *allocations) List(context.Context) ([]api.Allocation, error) {
 // alice (alice-1 here, alice-2 on node n2), bob (bob-1) and root (old-1,
 // a record of no owner).
 type fixture struct {
-	srv    *Server
-	jobs   *registry
-	allocs *allocations
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	dir    string
-	socks  map[string]string // test listeners by caller
+	srv     *Server
+	jobs    *registry
+	allocs  *allocations
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	digests jetstream.KeyValue // the step digests' bucket
+	dir     string
+	socks   map[string]string // test listeners by caller
 }
 
 // newFixture serves the API of node n1; opt, when set, changes its options.
@@ -205,7 +207,7 @@ func newFixture(t *testing.T, opt func(*Options)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(idx.Close)
-	f := &fixture{jobs: &registry{idx: idx}, allocs: &allocations{}, nc: nc, js: js, dir: testdir.Short(t, "apis"), socks: map[string]string{}}
+	f := &fixture{jobs: &registry{idx: idx}, allocs: &allocations{}, nc: nc, js: js, digests: st.StepDigests, dir: testdir.Short(t, "apis"), socks: map[string]string{}}
 	f.jobs.add("alice-1", "n1", &alice)
 	f.jobs.add("alice-2", "n2", &alice)
 	f.jobs.add("bob-1", "n1", &bob)
@@ -217,7 +219,9 @@ func newFixture(t *testing.T, opt func(*Options)) *fixture {
 // serve starts the API server of node on the fixture's NATS and jobs.
 func (f *fixture) serve(t *testing.T, node string, opt func(*Options)) *Server {
 	t.Helper()
-	o := Options{Log: zaptest.NewLogger(t).Named(node), Jobs: f.jobs.on(node), Allocations: f.allocs, Index: f.jobs.idx, JS: f.js, NC: f.nc, Node: node,
+	digests := &aggregates.Store{JS: f.js, KV: f.digests, Log: zaptest.NewLogger(t)}
+	o := Options{Log: zaptest.NewLogger(t).Named(node), Jobs: f.jobs.on(node), Allocations: f.allocs, Index: f.jobs.idx, Digests: digests,
+		JS: f.js, NC: f.nc, Node: node,
 		Info:   func() api.Info { return api.Info{Node: node, Active: f.jobs.active(node)} },
 		Ingest: func() api.IngestStats { return api.IngestStats{Accepted: 7} },
 		Socket: filepath.Join(f.dir, node+".sock")}
