@@ -36,6 +36,9 @@ func main() {
 // options are the bench's flags.
 type options struct {
 	scavd, scavctl, python string
+	// base is another build's scavd whose idle memory is measured too
+	// (baseName names it).
+	base, baseName string
 	jobs, records          []int
 	runs, running, samples int
 	jobSecs                float64
@@ -47,6 +50,8 @@ func run() error {
 	flag.StringVar(&o.scavd, "scavd", "bin/scavd", "scavd binary to measure")
 	flag.StringVar(&o.scavctl, "scavctl", "bin/scavctl", "scavctl binary to measure")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python of the running jobs' workers")
+	flag.StringVar(&o.base, "base-scavd", "", "another build's scavd whose idle memory to measure too")
+	flag.StringVar(&o.baseName, "base-name", "base", "what to call the --base-scavd build")
 	flag.StringVar(&jobs, "jobs", "10,1000,10000", "job history sizes")
 	flag.StringVar(&records, "records", "200,20000,200000", "step history sizes (records of one job)")
 	flag.IntVar(&o.runs, "runs", 3, "timed runs of each command (after one to warm up)")
@@ -67,9 +72,18 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 	ctx := context.Background()
-	b := &bench{o: o, tmp: tmp}
+	b := &bench{o: o, tmp: tmp, loadStart: loadavg()}
 	if err := b.memoryAndLoad(ctx); err != nil {
 		return err
+	}
+	if o.base != "" {
+		d, err := startScavd(o.base, filepath.Join(tmp, "base"))
+		if err != nil {
+			return err
+		}
+		time.Sleep(3 * time.Second)
+		b.idleBase = mem(d.cmd.Process.Pid)
+		d.stop()
 	}
 	if err := b.jobHistory(ctx); err != nil {
 		return err
@@ -100,6 +114,8 @@ type bench struct {
 	tmp string
 
 	idle, idleHistory memory // at start (empty store), and with the largest job history
+	idleBase          memory // the base build's, at start
+	loadStart         string
 	peakKiB           int64  // VmHWM, the largest of every daemon of the bench
 	loadIdle, loadRun []time.Duration
 
@@ -269,8 +285,24 @@ func textBytes(path string) float64 {
 	return float64(n) / (1 << 20)
 }
 
+// loadavg is the machine's load average over the last minute, 5 and 15.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
+}
+
 // print writes the tables.
 func (b *bench) print() {
+	fmt.Printf("Load average (1, 5, 15 minutes) at the start: %s; at the end: %s. The machine is shared: the figures are wall times of\n", b.loadStart, loadavg())
+	fmt.Printf("processes that wait for CPU too (each a median of %d runs after one to warm up).\n\n", b.o.runs)
+	fmt.Print(intro)
 	header := func(what string, sizes []int) {
 		fmt.Printf("| %s |", what)
 		for _, n := range sizes {
@@ -307,9 +339,67 @@ func (b *bench) print() {
 		fmt.Printf("| idle, %d jobs in history | %s | %s | %s |\n", b.o.jobs[n-1], mib(b.idleHistory.RSS), mib(b.idleHistory.Anon), mib(b.idleHistory.File))
 	}
 	fmt.Printf("| peak over the bench (VmHWM) | %s | | |\n", mib(b.peakKiB))
-	initMiB, pkgs := inits(b.o.scavd)
-	fmt.Printf("\nscavd's code and read-only data: %.1f MiB (its file-backed pages are these); its %d packages allocate %.1f MiB as they initialise (GODEBUG=inittrace=1).\n",
-		textBytes(b.o.scavd), pkgs, initMiB)
+	if b.o.base != "" {
+		fmt.Printf("| idle, empty store: the %s build | %s | %s | %s |\n", b.o.baseName, mib(b.idleBase.RSS), mib(b.idleBase.Anon), mib(b.idleBase.File))
+	}
+	fmt.Println()
+	fmt.Println("| build | code and read-only data (MiB) | packages | allocated as they initialise (MiB) |\n|---|---|---|---|")
+	builds := [][2]string{{"this", b.o.scavd}}
+	if b.o.base != "" {
+		builds = append(builds, [2]string{b.o.baseName, b.o.base})
+	}
+	for _, bb := range builds {
+		initMiB, pkgs := inits(bb[1])
+		fmt.Printf("| %s | %.1f | %d | %.1f |\n", bb[0], textBytes(bb[1]), pkgs, initMiB)
+	}
+	fmt.Println()
+	b.targets()
+	fmt.Print(notes)
+}
+
+// targets prints issue 25's goals against the figures measured.
+func (b *bench) targets() {
+	fmt.Println("## Targets")
+	fmt.Println()
+	fmt.Println("| figure | goal | measured | met |\n|---|---|---|---|")
+	last := func(r row) (float64, bool) {
+		v, err := strconv.ParseFloat(r.cells[len(r.cells)-1], 64)
+		return v, err == nil
+	}
+	firstCell := func(r row) (float64, bool) {
+		v, err := strconv.ParseFloat(r.cells[0], 64)
+		return v, err == nil
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+	nJobs, nRecs := b.o.jobs[len(b.o.jobs)-1], b.o.records[len(b.o.records)-1]
+	for _, i := range []int{0, 2} {
+		r := b.jobRows[i]
+		v, ok := last(r)
+		v0, ok0 := firstCell(r)
+		fmt.Printf("| %s at %d jobs | ≤ 100 ms and ≤ 2× its %d-job figure (%.0f ms) | %.0f ms | %s |\n", r.name, nJobs, b.o.jobs[0], v0, v,
+			verdict(ok && ok0 && v <= 100 && v <= 2*v0))
+	}
+	if v, ok := last(b.jobRows[4]); ok {
+		fmt.Printf("| scavd ready after a restart, %d jobs | ≤ 1000 ms | %.0f ms | %s |\n", nJobs, v, verdict(v <= 1000))
+	}
+	for _, i := range []int{3, 4} {
+		v, ok := last(b.stepRows[i])
+		fmt.Printf("| %s at %d records | ≤ 200 ms | %.0f ms | %s |\n", b.stepRows[i].name, nRecs, v, verdict(ok && v <= 200))
+	}
+	if tbl, ok := last(b.stepRows[1]); ok {
+		js, _ := last(b.stepRows[0])
+		fmt.Printf("| `steps` (table) at %d records | no slower than `steps -o json` (%.0f ms) | %.0f ms | %s |\n", nRecs, js, tbl, verdict(tbl <= js))
+	}
+	idle99, run99 := quantile(b.loadIdle, 0.99), quantile(b.loadRun, 0.99)
+	fmt.Printf("| `scavctl jobs` p99 while %d jobs run | ≤ 2× idle p99 (%s ms) | %s ms | %s |\n", b.o.running, ms(idle99), ms(run99), verdict(run99 <= 2*idle99))
+	fmt.Printf("| scavd idle RSS | ≤ 25 MiB, or explained | %.1f MiB (anonymous %.1f MiB) | %s |\n", float64(b.idle.RSS)/1024, float64(b.idle.Anon)/1024,
+		verdict(b.idle.RSS <= 25*1024))
+	fmt.Println()
 }
 
 // inits sums what the packages of bin allocate as they initialise
