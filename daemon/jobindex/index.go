@@ -45,6 +45,9 @@ type Index struct {
 	byID  map[string]*entry
 	order []*entry          // by creation, then id (api.JobSummary.Before)
 	kept  map[string]uint64 // the kept jobs, with their mark's revision
+	// owners and words are what the summaries share (compact).
+	owners map[ownerKey]*api.Owner
+	words  map[string]string
 
 	watcher jetstream.KeyWatcher
 	done    chan struct{}
@@ -60,7 +63,8 @@ type entry struct {
 // summary in it. The records of records that have no summary (a store
 // written before the index existed) get theirs first. Close stops the watch.
 func Open(ctx context.Context, kv, records jetstream.KeyValue, log *zap.Logger) (*Index, error) {
-	x := &Index{kv: kv, log: log, byID: map[string]*entry{}, kept: map[string]uint64{}, done: make(chan struct{})}
+	x := &Index{kv: kv, log: log, byID: map[string]*entry{}, kept: map[string]uint64{}, done: make(chan struct{}),
+		owners: map[ownerKey]*api.Owner{}, words: map[string]string{}}
 	w, err := kv.WatchAll(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("watch the job index: %w", err)
@@ -141,6 +145,7 @@ func (x *Index) apply(e jetstream.KeyValueEntry) {
 func (x *Index) put(s api.JobSummary, rev uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.compact(&s)
 	if old := x.byID[s.ID]; old != nil {
 		if old.rev >= rev {
 			return
@@ -156,6 +161,44 @@ func (x *Index) put(s api.JobSummary, rev uint64) {
 	x.order = append(x.order, nil)
 	copy(x.order[i+1:], x.order[i:])
 	x.order[i] = e
+}
+
+// maxWords bounds the strings the view shares; past it, new ones are not
+// shared (a history of distinct names, say).
+const maxWords = 4096
+
+// compact makes s share what many summaries repeat with the ones in the
+// view: its owner, and its name, node, launcher, state, phase,
+// configuration's words and command's words (a summary decoded from JSON
+// has copies of its own); x.mu is held.
+func (x *Index) compact(s *api.JobSummary) {
+	word := func(p *string) {
+		if w, ok := x.words[*p]; ok {
+			*p = w
+		} else if len(x.words) < maxWords {
+			x.words[*p] = *p
+		}
+	}
+	for _, p := range []*string{&s.Name, &s.Node, &s.Launcher, (*string)(&s.State), (*string)(&s.Phase), &s.Config.MachineType, (*string)(&s.Config.Market)} {
+		word(p)
+	}
+	for i := range s.Command {
+		word(&s.Command[i])
+	}
+	if s.Owner != nil {
+		k := ownerKey{s.Owner.UID, s.Owner.GID, s.Owner.User}
+		if o, ok := x.owners[k]; ok {
+			s.Owner = o
+		} else if len(x.owners) < maxWords {
+			x.owners[k] = s.Owner
+		}
+	}
+}
+
+// ownerKey is what a summary keeps of its owner.
+type ownerKey struct {
+	uid, gid uint32
+	user     string
 }
 
 // remove drops a job's summary deleted at revision rev, unless the view has

@@ -3,7 +3,9 @@ package jobindex
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -129,31 +131,64 @@ func (x *Index) build(ctx context.Context, records jetstream.KeyValue) error {
 	if st.Values() <= uint64(x.Len()) {
 		return nil
 	}
-	keys, err := records.ListKeys(ctx)
+	// One watch of the records (not a read per record), and the summaries
+	// they lack created all at once (not a write after the other).
+	w, err := records.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("list job records to index: %w", err)
+		return fmt.Errorf("read the job records to index: %w", err)
 	}
-	n := 0
-	for k := range keys.Keys() {
-		if _, ok := x.Get(k); ok {
-			continue
+	var missing []api.JobSummary
+	for e := range w.Updates() {
+		if e == nil {
+			break
 		}
-		e, err := records.Get(ctx, k)
-		if err != nil {
-			continue // deleted meanwhile
+		if _, ok := x.Get(e.Key()); ok {
+			continue
 		}
 		var j api.Job
-		if err := json.Unmarshal(e.Value(), &j); err != nil || j.ID != k {
-			x.log.Warn("a job record the index cannot read; it is left out", zap.String("job", k), zap.Error(err))
+		if err := json.Unmarshal(e.Value(), &j); err != nil || j.ID != e.Key() {
+			x.log.Warn("a job record the index cannot read; it is left out", zap.String("job", e.Key()), zap.Error(err))
 			continue
 		}
-		if err := x.Put(ctx, j.Summary()); err != nil {
-			return err
-		}
-		n++
+		missing = append(missing, j.Summary())
 	}
-	if n > 0 {
-		x.log.Info("job index: summaries written for records it lacked", zap.Int("jobs", n))
+	_ = w.Stop()
+	if err := x.create(ctx, missing); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		x.log.Info("job index: summaries written for records it lacked", zap.Int("jobs", len(missing)))
 	}
 	return nil
+}
+
+// createInFlight bounds the summaries create writes at once.
+const createInFlight = 32
+
+// create writes new summaries into the bucket and the view, many at once
+// (not each waiting for the one before).
+func (x *Index) create(ctx context.Context, ss []api.JobSummary) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	next := make(chan api.JobSummary)
+	for range min(createInFlight, len(ss)) {
+		wg.Go(func() {
+			for s := range next {
+				if err := x.Put(ctx, s); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, s := range ss {
+		next <- s
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
 }
