@@ -151,9 +151,12 @@ func TestStateDiskFullThenFreed(t *testing.T) {
 	steps := submit(python, "-c", stepper, hold, count)
 	f := fill(t, disk, 3<<20)
 	flood := submit("/bin/sh", "-c", "for i in $(seq 100000); do echo line $i of a flood of output that fills what is left; done")
-	waitFor(t, 60*time.Second, "the daemon to report the full state disk and the checkpoint directory", func() bool {
+	// Full means a write was refused (the store holds), not only that the
+	// watch saw little space left: until then nothing has failed, and
+	// freeing the space would test no recovery.
+	waitFor(t, 60*time.Second, "the daemon to report the full state disk and the checkpoint directory, and the store to refuse a write", func() bool {
 		info := d.info()
-		return info.StateDisk != "" && len(info.CheckpointDisks) > 0
+		return info.StateDisk != "" && len(info.CheckpointDisks) > 0 && d.disk.holding()
 	})
 	info := d.info()
 	if !strings.Contains(info.StateDisk, state) || !strings.Contains(info.StateDisk, "MiB free") {
