@@ -26,27 +26,41 @@ type scavd struct {
 	info  api.Info
 	// ready is how long it took from exec to answering the API.
 	ready time.Duration
+	// exited has the process's end.
+	exited chan error
 }
 
-// startScavd starts bin on state and waits until its API answers.
-func startScavd(bin, state string) (*scavd, error) {
+// startScavd starts bin on state and waits until its API answers; extra
+// are more flags (the measured build's: an older one may not know them).
+func startScavd(bin, state string, extra ...string) (*scavd, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
 	_ = os.Remove(filepath.Join(state, "scavd.json")) // the last daemon's discovery file
 	d := &scavd{state: state}
-	d.cmd = exec.Command(bin, "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn")
+	d.cmd = exec.Command(bin, append([]string{"--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)...)
 	d.cmd.Stderr = os.Stderr
 	began := time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+	d.exited = exited
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("%s on %s exited before it answered: %v", bin, state, err)
+		default:
+		}
 		if info, err := api.ReadDiscovery(state); err == nil && info.PID == d.cmd.Process.Pid {
-			c, err := api.Dial(context.Background(), filepath.Join(state, api.SocketName), time.Second)
-			if err == nil {
-				_, err = c.Ping(context.Background())
-				c.Close()
+			var err error
+			if info.API != "" { // an older build serves no API socket: its discovery file is all
+				var c *api.Client
+				if c, err = api.Dial(context.Background(), info.API, time.Second); err == nil {
+					_, err = c.Ping(context.Background())
+					c.Close()
+				}
 			}
 			if err == nil {
 				d.info, d.ready = info, time.Since(began)
@@ -63,7 +77,7 @@ func startScavd(bin, state string) (*scavd, error) {
 // stop ends the daemon with SIGTERM and waits for it.
 func (d *scavd) stop() {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	_ = d.cmd.Wait()
+	<-d.exited
 }
 
 // store connects to the daemon's NATS server as the daemon does (its nkey)
