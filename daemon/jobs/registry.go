@@ -36,6 +36,7 @@ type Attacher interface {
 // unfinished jobs off it, retention the finished ones.
 type Index interface {
 	Put(ctx context.Context, s api.JobSummary) error
+	List(req api.JobsRequest, who api.Owner) (api.JobPage, error)
 	Unfinished(node string) []api.JobSummary
 	Ended(node string) (ended []api.JobSummary, all int)
 	Delete(ctx context.Context, id string) error
@@ -257,6 +258,22 @@ func (g *Registry) running(id string) *runner {
 func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
 	rec, err := load(ctx, g.o.KV, id)
 	return rec.job, err
+}
+
+// List reads the record of every job in the index, oldest first: a read
+// per job (a listing that needs no more than summaries reads the index).
+func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
+	p, err := g.o.Index.List(api.JobsRequest{All: true}, api.Owner{User: "root"})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Job, 0, len(p.Jobs))
+	for _, s := range p.Jobs {
+		if j, err := g.Get(ctx, s.ID); err == nil { // else removed since
+			out = append(out, j)
+		}
+	}
+	return out, nil
 }
 
 // Stop asks a running job to stop; grace 0 uses the job's own. Asking again
