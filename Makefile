@@ -71,6 +71,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./telemetry -run '^$$' -fuzz FuzzDecodeStep -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon/ingest -run '^$$' -fuzz FuzzIngestReader -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon/jobindex -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 	for f in FuzzReadPlacements FuzzReadScalability FuzzReadValidation; do \
 	  $(GO) test ./optimizer/trace -run '^$$' -fuzz $$f -fuzztime $(FUZZTIME) || exit 1; done
 

@@ -175,10 +175,14 @@ type JobRequest struct {
 }
 
 // Timeout bounds the work of a request of verb; a move waits for the
-// workers to checkpoint.
+// workers to checkpoint, and a step digest may have a long history to fold
+// the first time (a job of a store older than the digests).
 func Timeout(verb string) time.Duration {
-	if verb == VerbMove {
+	switch verb {
+	case VerbMove:
 		return 10 * time.Minute
+	case VerbStepDigest:
+		return 2 * time.Minute
 	}
 	return 10 * time.Second
 }

@@ -15,7 +15,6 @@ package jobindex
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -63,6 +62,7 @@ type entry struct {
 // summary in it. The records of records that have no summary (a store
 // written before the index existed) get theirs first. Close stops the watch.
 func Open(ctx context.Context, kv, records jetstream.KeyValue, log *zap.Logger) (*Index, error) {
+	began := time.Now()
 	x := &Index{kv: kv, log: log, byID: map[string]*entry{}, kept: map[string]uint64{}, done: make(chan struct{}),
 		owners: map[ownerKey]*api.Owner{}, words: map[string]string{}}
 	w, err := kv.WatchAll(context.WithoutCancel(ctx))
@@ -78,10 +78,12 @@ func Open(ctx context.Context, kv, records jetstream.KeyValue, log *zap.Logger) 
 		x.Close()
 		return nil, fmt.Errorf("read the job index: %w", ctx.Err())
 	}
+	read := time.Since(began)
 	if err := x.build(ctx, records); err != nil {
 		x.Close()
 		return nil, err
 	}
+	log.Debug("job index open", zap.Int("jobs", x.Len()), zap.Duration("read", read), zap.Duration("took", time.Since(began)))
 	return x, nil
 }
 
@@ -133,8 +135,8 @@ func (x *Index) apply(e jetstream.KeyValueEntry) {
 		x.remove(key, e.Revision())
 		return
 	}
-	var s api.JobSummary
-	if err := json.Unmarshal(e.Value(), &s); err != nil || s.ID != key {
+	s, err := decode(e.Value())
+	if err != nil || s.ID != key {
 		x.log.Warn("a job summary the index cannot read; it is left out", zap.String("job", key), zap.Error(err))
 		return
 	}
@@ -233,10 +235,7 @@ func (x *Index) setKept(id string) {
 // logged, then written over (the runner has just written the record it
 // summarises).
 func (x *Index) Put(ctx context.Context, s api.JobSummary) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("encode the summary of job %s: %w", s.ID, err)
-	}
+	b := encode(s)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	x.mu.RLock()

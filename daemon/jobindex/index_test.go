@@ -24,7 +24,10 @@ var (
 )
 
 // open opens a store on an embedded JetStream and its index.
-func open(t *testing.T) (*history.Store, *Index) {
+func open(t *testing.T) (*history.Store, *Index) { return openB(t) }
+
+// openB is open for a test or a benchmark.
+func openB(t testing.TB) (*history.Store, *Index) {
 	t.Helper()
 	_, js := testnats.JetStream(t)
 	st, err := history.OpenStore(t.Context(), js, history.Retention{})
