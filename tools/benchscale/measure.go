@@ -41,22 +41,33 @@ func (c ctl) run(args ...string) (time.Duration, error) {
 	return took, nil
 }
 
-// median runs scavctl with args once to warm up, then runs times more and
-// returns the median; a command this build does not know is an error.
+// median runs scavctl with args once to warm up, then runs times more (a
+// quick command more: up to maxRuns while they take less than quickTotal)
+// and returns the median; a command this build does not know is an error.
 func (c ctl) median(runs int, args ...string) (time.Duration, error) {
 	if _, err := c.run(args...); err != nil {
 		return 0, err
 	}
 	var ds []time.Duration
-	for i := 0; i < runs; i++ {
+	var total time.Duration
+	for len(ds) < runs || len(ds) < maxRuns && total < quickTotal {
 		d, err := c.run(args...)
 		if err != nil {
 			return 0, err
 		}
 		ds = append(ds, d)
+		total += d
 	}
 	return quantile(ds, 0.5), nil
 }
+
+// A quick command is run up to maxRuns times while its runs take less
+// than quickTotal in all: its median is then less at the mercy of a busy
+// moment of the machine.
+const (
+	maxRuns    = 15
+	quickTotal = 3 * time.Second
+)
 
 // quantile is the q-quantile of ds (nearest rank).
 func quantile(ds []time.Duration, q float64) time.Duration {
