@@ -172,7 +172,7 @@ one. --undo makes the job subject to retention again.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withJob(cmd, args[0], false, func(ctx context.Context, c *api.Client, j api.Job) error {
+			return a.withJob(cmd, args[0], true, func(ctx context.Context, c *api.Client, j api.Job) error {
 				s, err := c.Keep(ctx, j.ID, undo)
 				if err != nil {
 					return err
