@@ -84,8 +84,9 @@ func (s *Server) list(ctx context.Context, who api.Owner, body []byte) (any, err
 	return s.page(ctx, who, req)
 }
 
-// resolve names a job of the caller's (root: every user's, with All) by
-// id, id prefix or name, and reads its record.
+// resolve names a job by its id (refused when it is another user's), or a
+// job of the caller's (root: every user's, with All) by name or id prefix,
+// and reads its record.
 func (s *Server) resolve(ctx context.Context, who api.Owner, body []byte) (any, error) {
 	var req api.ResolveRequest
 	if err := decode(api.VerbResolve, body, &req); err != nil {
@@ -94,14 +95,16 @@ func (s *Server) resolve(ctx context.Context, who api.Owner, body []byte) (any, 
 	if req.All && !who.Root() {
 		return nil, fmt.Errorf("%w: only root names every user's jobs", ErrForbidden)
 	}
-	sum, note, err := s.o.Index.Resolve(req.Ref, who, req.All)
-	if errors.Is(err, api.ErrNoJob) && telemetry.ValidJobID(req.Ref) {
-		// A record the index does not have yet (written by another
-		// daemon a moment ago): its id still names it.
-		if j, jerr := s.owned(ctx, who, req.Ref, "read"); jerr == nil {
-			return api.Resolved{Job: j}, nil
+	if telemetry.ValidJobID(req.Ref) {
+		// A job's id names it, whoever's it is (another user's is refused
+		// as such, as a read of it by id is), and even before the index
+		// has it (a record another daemon wrote a moment ago).
+		j, err := s.owned(ctx, who, req.Ref, "read")
+		if !errors.Is(err, api.ErrNoJob) {
+			return api.Resolved{Job: j}, err
 		}
 	}
+	sum, note, err := s.o.Index.Resolve(req.Ref, who, req.All)
 	if err != nil {
 		return nil, err
 	}

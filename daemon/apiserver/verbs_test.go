@@ -230,8 +230,8 @@ func TestVerbsHaveTheirTimeout(t *testing.T) {
 
 // TestListResolveKeep: a page of the job index, a job named by name or id
 // prefix, and a keep mark are the caller's own jobs' (every user's for
-// root, when asked); another user's job is no job to a user, in the words
-// of one that does not exist.
+// root, when asked); another user's job named by its id is refused as a
+// read of it is, and by its name or a prefix is no job of the user's.
 func TestListResolveKeep(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := t.Context()
@@ -256,7 +256,7 @@ func TestListResolveKeep(t *testing.T) {
 	}{
 		{who: alice, ref: "alice-1", want: "alice-1"},
 		{who: alice, ref: "alice", err: "2 jobs' ids start with it"},
-		{who: alice, ref: "bob-1", err: "no job of yours has that id"},
+		{who: alice, ref: "bob-1", err: "permission denied: read job bob-1: it is bob's"}, // an id names it, refused as a read is
 		{who: alice, ref: "bob", err: "no job of yours has that id"},
 		{who: alice, ref: "bob-1", all: true, err: "only root names every user's jobs"},
 		{who: root, ref: "bob", all: true, want: "bob-1"},
