@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,13 +76,15 @@ func (x *Index) Resolve(ref string, who api.Owner, all bool) (s api.JobSummary, 
 	if e := x.byID[ref]; e != nil && (all || e.s.OwnedBy(who)) {
 		return e.s, "", nil
 	}
-	mine := make([]api.JobSummary, 0, 64)
+	// Only the jobs ref can name (by id, id prefix or name) go to Pick, not
+	// every summary: copying them all cost more than the rest.
+	var fits []api.JobSummary
 	for _, e := range x.order {
-		if all || e.s.OwnedBy(who) {
-			mine = append(mine, e.s)
+		if (all || e.s.OwnedBy(who)) && (e.s.Name == ref || strings.HasPrefix(e.s.ID, ref)) {
+			fits = append(fits, e.s)
 		}
 	}
-	return api.Pick(mine, ref)
+	return api.Pick(fits, ref)
 }
 
 // Unfinished lists the jobs of node whose summary says they have not
