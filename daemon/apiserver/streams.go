@@ -18,19 +18,34 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
-// frames writes a stream's frames, one JSON object a line, each flushed.
+// frames writes a stream's frames, one JSON object a line. A frame is
+// flushed at once, but for a message of a history that has more messages
+// right behind it: those are flushed together, once flushAt bytes wait or
+// the history has caught up (a replay of many messages is not a write to
+// the socket each).
 type frames struct {
-	w  http.ResponseWriter
-	mu sync.Mutex
+	w       http.ResponseWriter
+	mu      sync.Mutex
+	pending int // bytes written since the last flush
 }
 
-func (f *frames) write(fr api.Frame) error {
+// flushAt is how many bytes of a history's frames may wait for a flush.
+const flushAt = 64 << 10
+
+func (f *frames) write(fr api.Frame) error { return f.put(fr, false) }
+
+// put writes a frame and flushes unless more follows and too little waits.
+func (f *frames) put(fr api.Frame, more bool) error {
 	b, _ := json.Marshal(fr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.w.Write(append(b, '\n')); err != nil {
 		return err
 	}
+	if f.pending += len(b) + 1; more && f.pending < flushAt {
+		return nil
+	}
+	f.pending = 0
 	if fl, ok := f.w.(http.Flusher); ok {
 		fl.Flush()
 	}
@@ -40,10 +55,11 @@ func (f *frames) write(fr api.Frame) error {
 // msg writes a message of the daemon's history.
 func (f *frames) msg(m jetstream.Msg, data []byte) error {
 	var seq uint64
+	more := false
 	if md, err := m.Metadata(); err == nil {
-		seq = md.Sequence.Stream
+		seq, more = md.Sequence.Stream, md.NumPending > 0
 	}
-	return f.write(api.Frame{Seq: seq, Subject: m.Subject(), Data: string(data)})
+	return f.put(api.Frame{Seq: seq, Subject: m.Subject(), Data: string(data)}, more)
 }
 
 // stream serves a history or the live records (api.Stream*), as the caller may read them.
