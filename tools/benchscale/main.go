@@ -39,7 +39,7 @@ type options struct {
 	scavd, scavctl, python string
 	// base is another build's scavd whose idle memory is measured too
 	// (baseName names it).
-	base, baseName string
+	base, baseName         string
 	jobs, records          []int
 	runs, running, samples int
 	jobSecs                float64
@@ -121,7 +121,7 @@ type bench struct {
 	idle, idleHistory memory // at start (empty store), and with the largest job history
 	idleBase          memory // the base build's, at start
 	loadStart         string
-	peakKiB           int64  // VmHWM, the largest of every daemon of the bench
+	peakKiB           int64 // VmHWM, the largest of every daemon of the bench
 	loadIdle, loadRun []time.Duration
 
 	jobRows  []row
