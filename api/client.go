@@ -75,6 +75,34 @@ func (c *Client) AllJobs(ctx context.Context) ([]Job, error) {
 	return js, c.call(ctx, VerbJobs, JobsRequest{All: true}, &js)
 }
 
+// List reads a page of the job index: the summaries of the jobs req asks
+// for (their records with req.Records), oldest first.
+func (c *Client) List(ctx context.Context, req JobsRequest) (JobPage, error) {
+	var p JobPage
+	return p, c.call(ctx, VerbList, req, &p)
+}
+
+// Resolve reads the record of the job ref names: its id, its name (the
+// newest job of that name) or a prefix of its id no other job shares,
+// among the caller's jobs (every user's with all, for root).
+func (c *Client) Resolve(ctx context.Context, ref string, all bool) (Resolved, error) {
+	var r Resolved
+	return r, c.call(ctx, VerbResolve, ResolveRequest{Ref: ref, All: all}, &r)
+}
+
+// Keep exempts a job from the retention of finished jobs (undo: no longer)
+// and returns its summary.
+func (c *Client) Keep(ctx context.Context, id string, undo bool) (JobSummary, error) {
+	var s JobSummary
+	return s, c.call(ctx, VerbKeep, KeepRequest{Job: id, Undo: undo}, &s)
+}
+
+// StepDigest reads what job's step records add up to, up to the newest.
+func (c *Client) StepDigest(ctx context.Context, job string) (StepDigest, error) {
+	var d StepDigest
+	return d, c.call(ctx, VerbStepDigest, JobRequest{Job: job}, &d)
+}
+
 // ReportAllocation tells the daemon that a scheduler allocation began or
 // ended on its node, and returns its record.
 func (c *Client) ReportAllocation(ctx context.Context, ev AllocationEvent) (Allocation, error) {
@@ -98,7 +126,37 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 // returns once the records that existed when it started are delivered; with
 // follow it goes on (across a daemon restart) until ctx is done or fn fails.
 func (c *Client) Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error {
-	return c.follow(ctx, url.Values{"what": {StreamSteps}, "job": {job}}, follow, func(f Frame) error {
+	return c.StepsIn(ctx, job, StepRange{}, follow, fn)
+}
+
+// StepRange narrows a replay of a job's step records to its newest: the
+// Last records, or else those stored since Since. The zero value is the
+// whole history.
+type StepRange struct {
+	Last  int
+	Since time.Time
+}
+
+// query adds the range to a stream request.
+func (r StepRange) query(q url.Values) url.Values {
+	if r.Last > 0 {
+		q.Set("last", strconv.Itoa(r.Last))
+	}
+	if !r.Since.IsZero() {
+		q.Set("since", strconv.FormatInt(r.Since.UnixNano(), 10))
+	}
+	return q
+}
+
+// StepsIn is Steps for the records of job in r only: the daemon reads no
+// more of the history than they need.
+func (c *Client) StepsIn(ctx context.Context, job string, r StepRange, follow bool, fn func(telemetry.StepRecord) error) error {
+	return c.follow(ctx, r.query(url.Values{"what": {StreamSteps}, "job": {job}}), follow, stepFrames(fn))
+}
+
+// stepFrames hands fn each record of each frame.
+func stepFrames(fn func(telemetry.StepRecord) error) func(Frame) error {
+	return func(f Frame) error {
 		recs, _ := telemetry.DecodeBatch([]byte(f.Data))
 		for _, r := range recs {
 			if err := fn(r); err != nil {
@@ -106,7 +164,7 @@ func (c *Client) Steps(ctx context.Context, job string, follow bool, fn func(tel
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // Output replays job's worker output and lifecycle events in the order they

@@ -115,6 +115,16 @@ type Job struct {
 	Output *OutputStats `json:"output,omitempty"`
 }
 
+// BaseBatch is the batch the job's gradient noise scale is measured
+// against: its first attempt's global batch (the configured one before any
+// attempt).
+func (j Job) BaseBatch() int {
+	if len(j.Attempts) > 0 {
+		return j.Attempts[0].Config.GlobalBatch
+	}
+	return j.Config.GlobalBatch
+}
+
 // OutputStats count a job's output lines as its history keeps them: the
 // first lines whole (its head), then only the newest.
 type OutputStats struct {

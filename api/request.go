@@ -146,6 +146,14 @@ const (
 	VerbAllocation = "allocation"
 	// VerbAllocations lists the allocations the hooks reported.
 	VerbAllocations = "allocations"
+	// VerbList reads a page of the job index; VerbResolve names a job by
+	// id, id prefix or name; VerbKeep exempts a finished job from retention.
+	VerbList    = "list"
+	VerbResolve = "resolve"
+	VerbKeep    = "keep"
+	// VerbStepDigest reads what a job's step records add up to (the
+	// maintained aggregate of daemon/aggregates, up to date).
+	VerbStepDigest = "step-digest"
 )
 
 // ResumeRequest asks the daemon to continue a stopped job from its last
@@ -174,22 +182,20 @@ type StopRequest struct {
 	Grace Duration `json:"grace,omitempty"`
 }
 
-// JobsRequest asks for the job records (the body of scav.api.jobs): the
-// caller's own, or with All (root only) every user's.
-type JobsRequest struct {
-	All bool `json:"all,omitempty"`
-}
-
 // JobRequest names a job (the body of scav.api.job).
 type JobRequest struct {
 	Job string `json:"job"`
 }
 
 // Timeout bounds the work of a request of verb; a move waits for the
-// workers to checkpoint.
+// workers to checkpoint, and a step digest may have a long history to fold
+// the first time (a job of a store older than the digests).
 func Timeout(verb string) time.Duration {
-	if verb == VerbMove {
+	switch verb {
+	case VerbMove:
 		return 10 * time.Minute
+	case VerbStepDigest:
+		return 2 * time.Minute
 	}
 	return 10 * time.Second
 }

@@ -9,13 +9,14 @@
 //
 //	Start: state dir + lock -> check the store (storehealth.go) -> NATS
 //	       (embedded or external) -> store -> restore job records
-//	       -> ingest socket + control relay -> launcher -> job registry
-//	       -> API -> node sampler, /metrics -> settle the previous daemon's
-//	       jobs (jobs.Registry.Recover) -> discovery file
-//	Close: remove discovery file -> node sampler, /metrics -> stop the jobs
-//	       (checkpoint within the grace, then SIGKILL; bounded)
-//	       -> close ingest -> drain NATS -> shut the embedded server down
-//	       -> release the launcher
+//	       -> ingest socket + control relay -> launcher -> job index, step
+//	       digests -> job registry -> API -> node sampler, /metrics
+//	       -> settle the previous daemon's jobs (jobs.Registry.Recover)
+//	       -> retention of finished jobs -> discovery file
+//	Close: remove discovery file -> node sampler, /metrics, retention
+//	       -> stop the jobs (checkpoint within the grace, then SIGKILL;
+//	       bounded) -> close ingest -> job index -> drain NATS -> shut the
+//	       embedded server down -> release the launcher
 package daemon
 
 import (
@@ -33,10 +34,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/aggregates"
 	"github.com/scavenger-ml/scavenger/daemon/allocs"
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
 	"github.com/scavenger-ml/scavenger/daemon/dashboard"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
+	"github.com/scavenger-ml/scavenger/daemon/jobindex"
 	"github.com/scavenger-ml/scavenger/daemon/jobs"
 	"github.com/scavenger-ml/scavenger/daemon/models"
 	"github.com/scavenger-ml/scavenger/launchers/builtin"
@@ -72,6 +75,9 @@ type Config struct {
 	// (default DefaultStopGrace): SIGTERM stops scavd within it, and
 	// killTimeout more at worst.
 	StopGrace time.Duration
+	// JobRetention bounds the jobs a node keeps (job_retention,
+	// job_history).
+	JobRetention jobs.Retention
 	// Standalone marks a daemon that scavctl embeds for one run: its workers
 	// die with the scavctl process, and it tells others through the discovery file.
 	Standalone bool
@@ -151,6 +157,8 @@ type Daemon struct {
 	store      *history.Store
 	models     *models.Store
 	ingest     *ingest.Server
+	index      *jobindex.Index
+	digests    *aggregates.Store
 	jobs       *jobs.Registry
 	allocs     *allocs.Store
 	api        *apiserver.Server
@@ -175,6 +183,8 @@ type Daemon struct {
 	// stopDisk ends its watch.
 	disk     *diskWatch
 	stopDisk func()
+	// stopSweep ends the retention of finished jobs (retention.go).
+	stopSweep func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -212,11 +222,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	if err := d.startNATS(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.startJobs(); err != nil {
+	if err := d.startJobs(ctx); err != nil {
 		return nil, err
 	}
 	if d.api, err = apiserver.Listen(d.root, apiserver.Options{
-		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
+		Log: log.Named("api"), Jobs: d.jobs, Allocations: d.allocs, Models: d.models, Index: d.index, Digests: d.digests, JS: d.store.JS, NC: d.nc, Node: cfg.Node,
 		Info: d.info, Ingest: d.ingest.Stats, Offers: d.offers, Socket: filepath.Join(cfg.StateDir, api.SocketName), Shared: d.shared(),
 		Listen: cfg.APIListen, TLSCert: cfg.APITLSCert, TLSKey: cfg.APITLSKey, Tokens: cfg.APITokens, Limits: cfg.APILimits, UI: d.newDashboard(),
 	}); err != nil {
@@ -227,6 +237,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 	}
 	d.startDiskWatch()
 	d.jobs.Recover(ctx)
+	d.startSweep()
 	if err := writeDiscovery(cfg.StateDir, d.info()); err != nil {
 		return nil, err
 	}
@@ -236,8 +247,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Daemon, err err
 }
 
 // startJobs brings up the telemetry socket, the control relay, the
-// launcher, the allocation records and the job registry.
-func (d *Daemon) startJobs() error {
+// launcher, the allocation records, the job index, the step digests and the
+// job registry.
+func (d *Daemon) startJobs(ctx context.Context) error {
 	cfg, log := d.cfg, d.log
 	key, err := ingest.LoadKey(filepath.Join(cfg.StateDir, "telemetry.key"))
 	if err != nil {
@@ -264,8 +276,12 @@ func (d *Daemon) startJobs() error {
 	}
 	d.launcher, d.launcherImpl = launcher.Name(), launcher
 	d.allocs = &allocs.Store{KV: d.store.Allocations, Node: cfg.Node, Stop: func(id string) { _, _ = d.jobs.Stop(id, 0) }}
+	if d.index, err = jobindex.Open(ctx, d.store.JobIndex, d.store.Jobs, log.Named("index")); err != nil {
+		return err
+	}
+	d.digests = &aggregates.Store{JS: d.store.JS, KV: d.store.StepDigests, Log: log.Named("digests")}
 	o := jobs.Options{
-		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Node: cfg.Node,
+		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Index: d.index, Digests: d.digests, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
 		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, Models: d.models, OutputPerUser: cfg.OutputPerUser,
 		OutputReadPerUser: d.outputReadPerUser(),
@@ -386,6 +402,9 @@ func (d *Daemon) shutdown() error {
 	if d.stopDisk != nil {
 		d.stopDisk()
 	}
+	if d.stopSweep != nil {
+		d.stopSweep()
+	}
 	if d.jobs != nil {
 		grace := d.cfg.StopGrace
 		if grace <= 0 {
@@ -403,6 +422,9 @@ func (d *Daemon) shutdown() error {
 	}
 	if d.ingest != nil {
 		d.ingest.Close()
+	}
+	if d.index != nil {
+		d.index.Close()
 	}
 	if d.nc != nil {
 		if err := d.nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

@@ -172,12 +172,27 @@ const (
 	maxStepPoints  = 150
 )
 
-// warmup steps of each attempt are left out of its measured step time, as the controller does.
-const warmup = 3
-
 // Make is the report of job j from rank 0's step records; now ends what
 // is still running.
 func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
+	var a stepstats.Aggregate
+	for _, r := range recs {
+		a.Add(r)
+	}
+	rep := MakeFrom(j, a.AttemptStepS(), now)
+	t0 := float64(rep.start.UnixNano()) / 1e9
+	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), t0, maxNoisePoints)
+	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
+	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
+	rep.StepTime = stepstats.StepTimeSeries(recs, t0, maxStepPoints)
+	return rep
+}
+
+// MakeFrom is the report of job j from each attempt's measured step time
+// (rank 0's median after the warm-up: stepstats.Aggregate.AttemptStepS,
+// which a job's step digest keeps), without the series drawn from the
+// records (noise, throughput, loss, step time): all that its text needs.
+func MakeFrom(j api.Job, stepS map[int]float64, now time.Time) JobReport {
 	cost := j.CostAt(now)
 	price := cost.PriceUSDPerHour // 0 unless the cost is the time at a price
 	rep := JobReport{Job: j.ID, State: string(j.State), Policy: j.Optimize.Policy, Objective: j.Optimize.Objective,
@@ -188,7 +203,7 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 			break
 		}
 	}
-	rep.timeline(j, recs, now)
+	rep.timeline(j, stepS, now)
 	start := j.Created
 	if j.Started != nil {
 		start = *j.Started
@@ -221,11 +236,6 @@ func Make(j api.Job, recs []telemetry.StepRecord, now time.Time) JobReport {
 			rep.PredictedCost = append(rep.PredictedCost, stepstats.Point{T: c.Time.Sub(start).Seconds(), V: c.PredictedUSD})
 		}
 	}
-	t0 := float64(start.UnixNano()) / 1e9
-	rep.Noise = stepstats.NoiseSeries(recs, BaseBatch(j), t0, maxNoisePoints)
-	rep.Throughput = stepstats.RateSeries(recs, t0, maxStepPoints)
-	rep.Loss = stepstats.LossSeries(recs, t0, maxStepPoints)
-	rep.StepTime = stepstats.StepTimeSeries(recs, t0, maxStepPoints)
 	rep.Finishes = finishes(j.Decisions, start, rep.TotalS, rep.State)
 	rep.Said = said(j)
 	return rep
@@ -263,28 +273,14 @@ func (r JobReport) ShowsCost() bool { return r.CostBasis != api.CostNone }
 
 // BaseBatch is the batch job j's noise scale is measured against: its first
 // attempt's global batch (the configured one before any attempt).
-func BaseBatch(j api.Job) float64 {
-	if len(j.Attempts) > 0 {
-		return float64(j.Attempts[0].Config.GlobalBatch)
-	}
-	return float64(j.Config.GlobalBatch)
-}
+func BaseBatch(j api.Job) float64 { return float64(j.BaseBatch()) }
 
 // timeline sets the report's attempts: their wall time, measured step time
-// (rank 0's after the warm-up), the step time predicted when they were
-// chosen and by the latest model, and the relaunch overhead.
-func (r *JobReport) timeline(j api.Job, recs []telemetry.StepRecord, now time.Time) {
-	dts := map[int][]float64{}
-	seen := map[int]int{}
-	for _, rec := range recs {
-		if rec.Rank == 0 && rec.Seconds > 0 {
-			if seen[rec.Attempt]++; seen[rec.Attempt] > warmup {
-				dts[rec.Attempt] = append(dts[rec.Attempt], rec.Seconds)
-			}
-		}
-	}
+// (rank 0's after the warm-up, stepS), the step time predicted when they
+// were chosen and by the latest model, and the relaunch overhead.
+func (r *JobReport) timeline(j api.Job, stepS map[int]float64, now time.Time) {
 	for _, at := range j.Attempts {
-		ra := Attempt{Attempt: at, MeasuredStepS: stepstats.Median(dts[at.Attempt])}
+		ra := Attempt{Attempt: at, MeasuredStepS: stepS[at.Attempt]}
 		end := now
 		if at.Ended != nil {
 			end = *at.Ended

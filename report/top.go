@@ -16,24 +16,21 @@ import (
 // into per-job figures, BuildTopFrame joins them with the job records, and
 // RenderTop lays a frame out for a terminal of a given size.
 
-// TopTracker folds rank 0's step records into the live figures of each job.
-// Its figures' times come from the records; it notes when each job's newest
-// arrived, so that a job that stopped stepping shows no speed (stale).
+// TopTracker folds rank 0's step records into the live figures of each job
+// (stepstats.Live). Its figures' times come from the records; it notes when
+// each job's newest arrived, so that a job that stopped stepping shows no
+// speed (stale).
 type TopTracker struct {
 	jobs map[string]*jobTrack
 }
 
-// jobTrack is what the tracker knows of one job.
+// jobTrack is what the tracker knows of one job: its live figures, and
+// lastT, the newest record's time (s since the epoch, the worker's clock),
+// and seenAt, when it arrived here (zero: figures seeded from a digest).
 type jobTrack struct {
-	step    int64
-	attempt int
-	// lastT is the newest record's time (s since the epoch, the worker's
-	// clock); seenAt when it arrived here.
-	lastT   float64
-	seenAt  time.Time
-	rate    stepstats.Rate
-	noise   stepstats.Noise
-	lastDts []float64 // the step times of the rate's steps
+	stepstats.Live
+	lastT  float64
+	seenAt time.Time
 }
 
 // NewTopTracker returns a tracker that knows no job.
@@ -48,26 +45,13 @@ func (t *TopTracker) Add(r telemetry.StepRecord, m0 float64) {
 	}
 	j := t.jobs[r.Job]
 	if j == nil {
-		j = &jobTrack{noise: stepstats.Noise{M0: m0}}
+		j = &jobTrack{Live: stepstats.NewLive(m0)}
 		t.jobs[r.Job] = j
 	}
-	if r.Step <= j.step {
-		return // a replayed or repeated record
+	if r.Step > j.Step {
+		j.lastT, j.seenAt = r.Time, time.Now()
 	}
-	if r.Attempt != j.attempt {
-		// A new configuration: its speed is not the last one's.
-		j.attempt, j.lastDts = r.Attempt, nil
-		j.rate.Reset()
-	}
-	j.step, j.lastT, j.seenAt = r.Step, r.Time, time.Now()
-	j.rate.Add(r)
-	if r.Seconds > 0 {
-		j.lastDts = append(j.lastDts, r.Seconds)
-		if len(j.lastDts) > stepstats.RateSteps {
-			j.lastDts = j.lastDts[1:]
-		}
-	}
-	j.noise.Add(r)
+	j.Live.Add(r)
 }
 
 // staleAfter bounds how long after a job's newest step its speed is still
@@ -86,17 +70,20 @@ func (j *jobTrack) stale(now time.Time) bool {
 	if j.seenAt.IsZero() {
 		return false
 	}
-	after := max(staleMin, time.Duration(staleSteps*stepstats.Median(j.lastDts)*float64(time.Second)))
+	after := max(staleMin, time.Duration(staleSteps*j.StepS()*float64(time.Second)))
 	taken := time.Unix(0, int64(j.lastT*1e9))
 	plausible := j.lastT > 0 && j.seenAt.Sub(taken).Abs() < 24*time.Hour
 	return now.Sub(j.seenAt) > after || plausible && now.Sub(taken) > after+staleMin
 }
 
-// noiseScale is the gradient noise scale once the estimate averages enough
-// samples (0 before: stepstats.Noise).
-func (j *jobTrack) noiseScale() float64 {
-	v, _ := j.noise.Scale()
-	return v
+// Seed starts job's figures from l (what the daemon's step digest of it
+// holds) unless the tracker has seen a newer step of it: the records that
+// follow go on from there.
+func (t *TopTracker) Seed(job string, l stepstats.Live) {
+	if j := t.jobs[job]; j != nil && j.Step >= l.Step {
+		return
+	}
+	t.jobs[job] = &jobTrack{Live: l}
 }
 
 // TopFrame is one screen of `scavctl top`: the nodes (from the samples on
@@ -158,14 +145,14 @@ func BuildTopFrame(jobs []api.Job, tr *TopTracker, nodes []TopNode, now time.Tim
 			row.State = "loss-" + j.BadLoss.Value
 		}
 		if t := tr.jobs[j.ID]; t != nil {
-			row.Step = t.step
-			row.Noise = t.noiseScale()
-			if n := len(j.Attempts); (n == 0 || j.Attempts[n-1].Attempt == t.attempt) && !t.stale(now) && j.Stalled == nil {
+			row.Step = t.Step
+			row.Noise = t.NoiseScale()
+			if n := len(j.Attempts); (n == 0 || j.Attempts[n-1].Attempt == t.Attempt) && !t.stale(now) && j.Stalled == nil {
 				// Right after a relaunch the speed is the last
 				// configuration's until the new one's first step; and
 				// a job that reports no step has no speed now.
-				row.SamplesPerS = t.rate.PerSecond()
-				row.StepS = stepstats.Median(t.lastDts)
+				row.SamplesPerS = t.Rate.PerSecond()
+				row.StepS = t.StepS()
 			}
 		}
 		for _, at := range j.Attempts {

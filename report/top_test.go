@@ -96,26 +96,26 @@ func TestTopTracker(t *testing.T) {
 	}
 	tr.Add(rec(10, 0, 99, 100, 3, 2), 64) // a replayed step does not count
 	j := tr.jobs["j"]
-	if j.step != 30 {
-		t.Errorf("step %d, want 30", j.step)
+	if j.Step != 30 {
+		t.Errorf("step %d, want 30", j.Step)
 	}
-	if r := j.rate.PerSecond(); r != 128 {
+	if r := j.Rate.PerSecond(); r != 128 {
 		t.Errorf("rate %v samples/s, want 64 per 0.5 s = 128", r)
 	}
-	if m := stepstats.Median(j.lastDts); m != 0.5 {
+	if m := stepstats.Median(j.Dts); m != 0.5 {
 		t.Errorf("median step time %v, want 0.5", m)
 	}
 	// Local 3, averaged 2 over 2 gradients of 32 at M0 = 64 (scale 1):
 	// |G|² = (2·2−3)/1 = 1 and tr Σ = (3−2)·1/1 = 1, so B_noise = 64·1/1.
-	if n := j.noiseScale(); abs(n-64) > 1e-9 {
+	if n := j.NoiseScale(); abs(n-64) > 1e-9 {
 		t.Errorf("noise scale %v, want 64", n)
 	}
 	// A relaunch starts the speed over.
 	next := rec(31, 0, 40, 2, 3, 2)
 	next.Attempt = 2
 	tr.Add(next, 64)
-	if j.rate.PerSecond() != 0 || stepstats.Median(j.lastDts) != 2 || j.step != 31 {
-		t.Errorf("after a relaunch: rate %v, step time %v, step %d; want no rate yet, 2 s, 31", j.rate.PerSecond(), stepstats.Median(j.lastDts), j.step)
+	if j.Rate.PerSecond() != 0 || stepstats.Median(j.Dts) != 2 || j.Step != 31 {
+		t.Errorf("after a relaunch: rate %v, step time %v, step %d; want no rate yet, 2 s, 31", j.Rate.PerSecond(), stepstats.Median(j.Dts), j.Step)
 	}
 	if tr.jobs["other"] != nil {
 		t.Error("a job without records is tracked")

@@ -2,9 +2,12 @@
 // add up to, in one implementation for every reader: the gradient-noise
 // sample of a record (Sample), its mean over a window of steps (Window, as
 // the daemon's controller reports them), the noise scale along a job's steps
-// (Noise, NoiseSeries), the samples per second over the last steps (Rate)
-// and the summary of a job's steps (Summarize). It is pure: records and
-// numbers in, values out; no clock.
+// (Noise, NoiseSeries), the samples per second over the last steps (Rate),
+// what top shows of a running job (Live) and the summary of a job's steps
+// (Summarize). An Aggregate keeps all of it as records come, in a few
+// kilobytes whatever their number (its medians a Hist's, its steps Spans),
+// so that a daemon keeps it per job and a reader need not replay them. It
+// is pure: records and numbers in, values out; no clock.
 package stepstats
 
 import (

@@ -24,6 +24,12 @@ const (
 	// AllocationBucket is the key-value bucket of scheduler allocations (Slurm
 	// jobs) that prolog/epilog hooks reported, keyed by scheduler and id.
 	AllocationBucket = "scav_allocations"
+	// JobIndexBucket is the job index: a summary of each job, keyed by job
+	// id (daemon/jobindex).
+	JobIndexBucket = "scav_job_index"
+	// StepDigestBucket holds what each job's step records add up to, keyed
+	// by job id (daemon/aggregates).
+	StepDigestBucket = "scav_step_digests"
 )
 
 // APISubject is the request subject of one API verb, e.g. "scav.api.run".
@@ -39,6 +45,9 @@ func LogSubject(job string) string { return "scav.job." + job + ".log" }
 // LogTailSubject is where job id's output lines past its head are
 // published; the output stream keeps the newest history.OutputKeepPerSubject.
 func LogTailSubject(job string) string { return "scav.job." + job + ".logtail" }
+
+// JobSubjects matches every subject of job id: its steps, output and events.
+func JobSubjects(job string) string { return "scav.job." + job + ".>" }
 
 // EventSubject is where job id's lifecycle events are published.
 func EventSubject(job string) string { return "scav.job." + job + ".event" }

@@ -116,7 +116,7 @@ allocation, as job steps of it ($SCAV_LAUNCHER=local|slurm overrides).`,
 	pf.StringVar(&a.stateDir, "state-dir", envOr("SCAV_STATE_DIR", api.DefaultStateDir()), "state directory of the daemon to find or start [$SCAV_STATE_DIR]")
 	pf.BoolVar(&a.standalone, "standalone", false, "when no scavd answers, run one inside this command even though a daemon's socket is there (a scavd that died or hangs; by default scavctl stops and says so)")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level of scavctl and its in-process daemon: debug, info, warn, error")
-	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newCostCmd(a), newModelsCmd(a), newVersionCmd(a))
+	root.AddCommand(newRunCmd(a), newJobsCmd(a), newStatusCmd(a), newLogsCmd(a), newStepsCmd(a), newStopCmd(a), newMoveCmd(a), newReportCmd(a), newKeepCmd(a), newSlurmCmd(a), newSimCmd(a), newAttachCmd(a), newPlanCmd(a), newPricesCmd(a), newCostCmd(a), newModelsCmd(a), newVersionCmd(a))
 	root.AddCommand(newNodeCmd(a), newDashboardCmd(a))
 	return root
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/scavenger-ml/scavenger/report"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -85,8 +88,8 @@ after 15 s with exit status 75.`,
 // topSource is what top reads from a daemon.
 type topSource interface {
 	Ping(ctx context.Context) (api.Info, error)
-	Jobs(ctx context.Context) ([]api.Job, error)
-	Steps(ctx context.Context, job string, follow bool, fn func(telemetry.StepRecord) error) error
+	List(ctx context.Context, req api.JobsRequest) (api.JobPage, error)
+	StepDigest(ctx context.Context, job string) (api.StepDigest, error)
 	LatestNodeSamples(ctx context.Context, follow bool, fn func(telemetry.NodeSample) error) error
 	NodeSamplesSince(ctx context.Context, kind string, from time.Time, fn func(telemetry.NodeSample) error) error
 	Connected() bool
@@ -157,14 +160,25 @@ func (a *app) top(ctx context.Context, c *api.Client, o topOptions) error {
 	return s.live(ctx, out, recs)
 }
 
-// refresh reads the job records.
+// topEnded is how many of the jobs that ended top reads, the newest: more
+// than a terminal shows.
+const topEnded = 100
+
+// refresh reads the records of the jobs top shows: those that have not
+// ended, and the newest of those that have (not every job a node keeps).
 func (s *topSession) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	jobs, err := s.src.Jobs(ctx)
+	active, err := s.src.List(ctx, api.JobsRequest{State: api.StateActive, Records: true})
 	if err != nil {
 		return fmt.Errorf("list jobs: %w", err)
 	}
+	ended, err := s.src.List(ctx, api.JobsRequest{State: api.StateEnded, Limit: topEnded, Records: true})
+	if err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	jobs := append(ended.Records, active.Records...)
+	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Created.Before(jobs[b].Created) })
 	s.jobs = jobs
 	for _, j := range jobs {
 		if _, ok := s.m0[j.ID]; !ok {
@@ -174,8 +188,9 @@ func (s *topSession) refresh(ctx context.Context) error {
 	return nil
 }
 
-// history replays the step records of the active jobs into the tracker, for
-// a few seconds at most.
+// history starts the tracker's figures of each active job from the
+// daemon's digest of its step records (not a replay of them), for a few
+// seconds at most.
 func (s *topSession) history(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -183,10 +198,14 @@ func (s *topSession) history(ctx context.Context) {
 		if j.State.Done() {
 			continue
 		}
-		_ = s.src.Steps(ctx, j.ID, false, func(r telemetry.StepRecord) error {
-			s.tr.Add(r, s.m0[r.Job])
-			return nil
-		})
+		d, err := s.src.StepDigest(ctx, j.ID)
+		if err != nil {
+			continue
+		}
+		var agg stepstats.Aggregate
+		if json.Unmarshal(d.Aggregate, &agg) == nil {
+			s.tr.Seed(j.ID, agg.Live)
+		}
 	}
 }
 

@@ -30,12 +30,15 @@ type settings struct {
 	OutputReadKiBPerUser int           `yaml:"output_read_kib_per_user"`
 	StoreMaxBytes        int64         `yaml:"store_max_bytes"`
 	StopGrace            time.Duration `yaml:"stop_grace"`
-	Launcher             string        `yaml:"launcher"`
-	Plugin               string        `yaml:"plugin"`
-	PluginSHA256         string        `yaml:"plugin_sha256"`
-	LogLevel             string        `yaml:"log_level"`
-	LogFormat            string        `yaml:"log_format"`
-	ResumeJobs           bool          `yaml:"resume_jobs"`
+	// JobRetention and JobHistory bound the jobs a node keeps (jobs.Retention).
+	JobRetention time.Duration `yaml:"job_retention"`
+	JobHistory   int           `yaml:"job_history"`
+	Launcher     string        `yaml:"launcher"`
+	Plugin       string        `yaml:"plugin"`
+	PluginSHA256 string        `yaml:"plugin_sha256"`
+	LogLevel     string        `yaml:"log_level"`
+	LogFormat    string        `yaml:"log_format"`
+	ResumeJobs   bool          `yaml:"resume_jobs"`
 	// NodeSampleEvery 0 means never.
 	NodeSampleEvery time.Duration `yaml:"node_sample_every"`
 	GPUSource       string        `yaml:"gpu_source"`

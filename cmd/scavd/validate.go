@@ -75,6 +75,12 @@ func (s settings) validate() []fieldError {
 	if s.StoreMaxBytes < 0 || s.StoreMaxBytes > 0 && s.StoreMaxBytes < 16<<20 {
 		bad("store_max_bytes", "%d: use 0 (sized to the state disk) or at least 16777216 (16 MiB)", s.StoreMaxBytes)
 	}
+	if s.JobRetention <= 0 {
+		bad("job_retention", "%s: must be positive (2160h is 90 days)", s.JobRetention)
+	}
+	if s.JobHistory < 1 {
+		bad("job_history", "%d: must be 1 or more", s.JobHistory)
+	}
 	switch {
 	case s.Plugin != "":
 		if s.Launcher != "local" {

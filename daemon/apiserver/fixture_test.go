@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,9 +20,12 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/daemon/aggregates"
+	"github.com/scavenger-ml/scavenger/daemon/jobindex"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // The tests serve the API as the daemon does, on a real unix socket and
@@ -45,6 +47,7 @@ var (
 // registry reads them; calls lists what the API asked of it.
 type registry struct {
 	mu    sync.Mutex
+	idx   *jobindex.Index // the summaries of jobs, as their runners write them
 	jobs  map[string]api.Job
 	calls []string
 	// deadline is how long the context of the last call had left.
@@ -61,6 +64,18 @@ func (r *registry) add(id, node string, owner *api.Owner) {
 		r.jobs = map[string]api.Job{}
 	}
 	r.jobs[id] = api.Job{ID: id, Name: id, Owner: owner, Node: node, State: api.StateRunning}
+	r.summarize(r.jobs[id])
+}
+
+// summarize writes j's summary to the job index (when the registry has
+// one), as a runner does with its record; r.mu is held.
+func (r *registry) summarize(j api.Job) {
+	if r.idx == nil {
+		return
+	}
+	if err := r.idx.Put(context.Background(), j.Summary()); err != nil {
+		panic(err)
+	}
 }
 
 // asked lists the calls so far and forgets them.
@@ -115,6 +130,7 @@ func (n *nodeJobs) act(ctx context.Context, what, id string, change func(*api.Jo
 	if change != nil {
 		change(&j)
 		r.jobs[id] = j
+		r.summarize(j)
 	}
 	return j, nil
 }
@@ -135,18 +151,6 @@ func (n *nodeJobs) Resume(ctx context.Context, id string, _ []string, _ api.Owne
 
 func (n *nodeJobs) Get(ctx context.Context, id string) (api.Job, error) {
 	return n.act(ctx, "", id, nil)
-}
-
-func (n *nodeJobs) List(ctx context.Context) ([]api.Job, error) {
-	r := n.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]api.Job, 0, len(r.jobs))
-	for _, j := range r.jobs {
-		out = append(out, j)
-	}
-	slices.SortFunc(out, func(a, b api.Job) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
 }
 
 func (n *nodeJobs) Stop(id string, _ time.Duration) (api.Job, error) {
@@ -184,20 +188,30 @@ func (a *allocations) List(context.Context) ([]api.Allocation, error) {
 // alice (alice-1 here, alice-2 on node n2), bob (bob-1) and root (old-1,
 // a record of no owner).
 type fixture struct {
-	srv    *Server
-	jobs   *registry
-	allocs *allocations
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	dir    string
-	socks  map[string]string // test listeners by caller
+	srv     *Server
+	jobs    *registry
+	allocs  *allocations
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	digests jetstream.KeyValue // the step digests' bucket
+	dir     string
+	socks   map[string]string // test listeners by caller
 }
 
 // newFixture serves the API of node n1; opt, when set, changes its options.
 func newFixture(t *testing.T, opt func(*Options)) *fixture {
 	t.Helper()
 	nc, js := testnats.JetStream(t)
-	f := &fixture{jobs: &registry{}, allocs: &allocations{}, nc: nc, js: js, dir: testdir.Short(t, "apis"), socks: map[string]string{}}
+	st, err := history.OpenStore(t.Context(), js, history.Retention{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := jobindex.Open(t.Context(), st.JobIndex, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(idx.Close)
+	f := &fixture{jobs: &registry{idx: idx}, allocs: &allocations{}, nc: nc, js: js, digests: st.StepDigests, dir: testdir.Short(t, "apis"), socks: map[string]string{}}
 	f.jobs.add("alice-1", "n1", &alice)
 	f.jobs.add("alice-2", "n2", &alice)
 	f.jobs.add("bob-1", "n1", &bob)
@@ -209,7 +223,9 @@ func newFixture(t *testing.T, opt func(*Options)) *fixture {
 // serve starts the API server of node on the fixture's NATS and jobs.
 func (f *fixture) serve(t *testing.T, node string, opt func(*Options)) *Server {
 	t.Helper()
-	o := Options{Log: zaptest.NewLogger(t).Named(node), Jobs: f.jobs.on(node), Allocations: f.allocs, JS: f.js, NC: f.nc, Node: node,
+	digests := &aggregates.Store{JS: f.js, KV: f.digests, Log: zaptest.NewLogger(t)}
+	o := Options{Log: zaptest.NewLogger(t).Named(node), Jobs: f.jobs.on(node), Allocations: f.allocs, Index: f.jobs.idx, Digests: digests,
+		JS: f.js, NC: f.nc, Node: node,
 		Info:   func() api.Info { return api.Info{Node: node, Active: f.jobs.active(node)} },
 		Ingest: func() api.IngestStats { return api.IngestStats{Accepted: 7} },
 		Socket: filepath.Join(f.dir, node+".sock")}

@@ -33,7 +33,6 @@ type Jobs interface {
 	Submit(ctx context.Context, req api.RunRequest, owner api.Owner) (api.Job, error)
 	Resume(ctx context.Context, id string, env []string, by api.Owner) (api.Job, error)
 	Get(ctx context.Context, id string) (api.Job, error)
-	List(ctx context.Context) ([]api.Job, error)
 	Stop(id string, grace time.Duration) (api.Job, error)
 	Move(ctx context.Context, id string, cfg plugins.Config, reason string) (api.Job, error)
 	Pin(ctx context.Context, id string, cfg plugins.Config, reason string, pin bool) (api.Job, error)
@@ -52,6 +51,9 @@ type Options struct {
 	Allocations Allocations
 	// Models is the model store (nil: none; the models verbs say so).
 	Models Models
+	// Index lists and names the jobs; Digests sums up their step records.
+	Index   Index
+	Digests Digests
 	// JS reads the histories; NC follows live step records.
 	JS jetstream.JetStream
 	NC *nats.Conn
@@ -118,8 +120,8 @@ type Server struct {
 // of ctx (the daemon's root).
 func Listen(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: o, log: o.Log}
-	s.owners.jobs = o.Jobs
 	s.bounds.l = o.Limits.withDefaults()
+	s.owners.index = o.Index
 	if s.self, err = s.users.byID(uint32(os.Geteuid()), uint32(os.Getegid())); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,15 +18,26 @@ import (
 	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
-// frames writes a stream's frames, one JSON object a line, each flushed
-// within the server's write timeout (a peer that takes none ends the stream).
+// frames writes a stream's frames, one JSON object a line, each written
+// within the server's write timeout (a peer that takes none ends the
+// stream). A frame is flushed at once, but for a message of a history that
+// has more messages right behind it: those are flushed together, once
+// flushAt bytes wait or the history has caught up (a replay of many
+// messages is not a write to the socket each).
 type frames struct {
-	w  http.ResponseWriter
-	s  *Server
-	mu sync.Mutex
+	w       http.ResponseWriter
+	s       *Server
+	mu      sync.Mutex
+	pending int // bytes written since the last flush
 }
 
-func (f *frames) write(fr api.Frame) error {
+// flushAt is how many bytes of a history's frames may wait for a flush.
+const flushAt = 64 << 10
+
+func (f *frames) write(fr api.Frame) error { return f.put(fr, false) }
+
+// put writes a frame and flushes unless more follows and too little waits.
+func (f *frames) put(fr api.Frame, more bool) error {
 	b, _ := json.Marshal(fr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -33,6 +45,10 @@ func (f *frames) write(fr api.Frame) error {
 	if _, err := f.w.Write(append(b, '\n')); err != nil {
 		return err
 	}
+	if f.pending += len(b) + 1; more && f.pending < flushAt {
+		return nil
+	}
+	f.pending = 0
 	if fl, ok := f.w.(http.Flusher); ok {
 		fl.Flush()
 	}
@@ -42,10 +58,11 @@ func (f *frames) write(fr api.Frame) error {
 // msg writes a message of the daemon's history.
 func (f *frames) msg(m jetstream.Msg, data []byte) error {
 	var seq uint64
+	more := false
 	if md, err := m.Metadata(); err == nil {
-		seq = md.Sequence.Stream
+		seq, more = md.Sequence.Stream, md.NumPending > 0
 	}
-	return f.write(api.Frame{Seq: seq, Subject: m.Subject(), Data: string(data)})
+	return f.put(api.Frame{Seq: seq, Subject: m.Subject(), Data: string(data)}, more)
 }
 
 // stream serves a history or the live records (api.Stream*), as the caller may read them.
@@ -59,13 +76,19 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	what, job, follow := q.Get("what"), q.Get("job"), q.Get("follow") == "1"
 	after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
+	var j api.Job
 	if job != "" || what == api.StreamSteps || what == api.StreamOutput || what == api.StreamLastStep {
-		if _, err := s.owned(ctx, who, job, "read"); err != nil {
+		if j, err = s.owned(ctx, who, job, "read"); err != nil {
 			reply(w, status(err), nil, err)
 			return
 		}
 	}
-	open, err := s.opener(what, job, q, after, follow, who)
+	var open func(context.Context, *frames) error
+	if what == api.StreamSteps && after == 0 && (q.Get("last") != "" || q.Get("since") != "") {
+		open, err = s.stepsIn(j, q.Get("last"), q.Get("since"), follow)
+	} else {
+		open, err = s.opener(what, job, q, after, follow, who)
+	}
 	if err != nil {
 		reply(w, status(err), nil, err)
 		return
@@ -138,6 +161,63 @@ func (s *Server) replay(stream string, subjects []string, after uint64, follow b
 			return f.msg(m, data)
 		})
 	}
+}
+
+// stepsIn serves job j's newest step records only: the last of them
+// (last: a count), or those stored since a time (since: Unix nanoseconds).
+// The job's step digest says where the last records start; the records of
+// the first message before them are left out of its frame.
+func (s *Server) stepsIn(j api.Job, last, since string, follow bool) (func(context.Context, *frames) error, error) {
+	subjects := []string{telemetry.StepSubject(j.ID)}
+	if last == "" {
+		ns, err := strconv.ParseInt(since, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: since %q is not Unix nanoseconds", api.ErrBadRequest, since)
+		}
+		read := history.ReplaySince
+		if follow {
+			read = history.FollowSince
+		}
+		return func(ctx context.Context, f *frames) error {
+			return read(ctx, s.o.JS, telemetry.StepStream, subjects, time.Unix(0, ns), func(m jetstream.Msg) error { return f.msg(m, m.Data()) })
+		}, nil
+	}
+	n, err := strconv.ParseInt(last, 10, 64)
+	if err != nil || n <= 0 {
+		return nil, fmt.Errorf("%w: last %q is not a count of records (1 or more)", api.ErrBadRequest, last)
+	}
+	return func(ctx context.Context, f *frames) error {
+		after, skip, err := s.o.Digests.Start(ctx, j, n)
+		if err != nil {
+			return err
+		}
+		return history.ReplayAfter(ctx, s.o.JS, telemetry.StepStream, subjects, after, follow, func(m jetstream.Msg) error {
+			data := m.Data()
+			if skip > 0 {
+				data, skip = dropRecords(data, skip)
+				if len(data) == 0 {
+					return nil
+				}
+			}
+			return f.msg(m, data)
+		})
+	}, nil
+}
+
+// dropRecords leaves out the first n records of a step message (lines);
+// left is how many more are to go.
+func dropRecords(data []byte, n int64) (rest []byte, left int64) {
+	for n > 0 && len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return nil, n - 1
+		}
+		if len(bytes.TrimSpace(data[:i])) > 0 {
+			n--
+		}
+		data = data[i+1:]
+	}
+	return data, n
 }
 
 // lastStep serves the newest step message of job (none when it has none).
@@ -235,35 +315,17 @@ func (s *Server) nodeFilter(who api.Owner) func(context.Context, []byte) []byte 
 	}
 }
 
-// ownerCache remembers whose each job is, for the streams that mix jobs.
+// ownerCache says whose each job is, for the streams that mix jobs: the
+// job index knows.
 type ownerCache struct {
-	jobs Jobs
-	mu   sync.Mutex
-	uid  map[string]*uint32 // nil: a job of no owner (root's)
+	index Index
 }
 
 // readable reports whether who may read job id.
-func (c *ownerCache) readable(ctx context.Context, who api.Owner, id string) bool {
+func (c *ownerCache) readable(_ context.Context, who api.Owner, id string) bool {
 	if who.Root() {
 		return true
 	}
-	c.mu.Lock()
-	uid, ok := c.uid[id]
-	c.mu.Unlock()
-	if !ok {
-		j, err := c.jobs.Get(ctx, id)
-		if err != nil {
-			return false
-		}
-		if j.Owner != nil {
-			uid = &j.Owner.UID
-		}
-		c.mu.Lock()
-		if c.uid == nil {
-			c.uid = map[string]*uint32{}
-		}
-		c.uid[id] = uid
-		c.mu.Unlock()
-	}
-	return uid != nil && *uid == who.UID
+	s, ok := c.index.Get(id)
+	return ok && s.Owner != nil && s.Owner.UID == who.UID
 }

@@ -231,3 +231,60 @@ func TestLiveStepsAreTheCallersJobs(t *testing.T) {
 		t.Errorf("root's live records are of %v, want bob-1's and alice-1's", got)
 	}
 }
+
+// TestStepsInRange: a job's last records, or those stored since a time,
+// are served alone (the first message they start in cut), to the job's
+// owner only; a range that is not one is refused.
+func TestStepsInRange(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := t.Context()
+	var msg []byte
+	for step := int64(1); step <= 30; step++ { // three records a message
+		msg = append(append(msg, stepLine("alice-1", step)...), '\n')
+		if step%3 == 0 {
+			if _, err := f.js.Publish(ctx, telemetry.StepSubject("alice-1"), msg); err != nil {
+				t.Fatal(err)
+			}
+			msg = nil
+		}
+	}
+	mid := time.Now()
+	if _, err := f.js.Publish(ctx, telemetry.StepSubject("alice-1"), stepLine("alice-1", 31)); err != nil {
+		t.Fatal(err)
+	}
+	steps := func(who api.Owner, r api.StepRange) ([]int64, error) {
+		var got []int64
+		err := f.as(t, who).StepsIn(ctx, "alice-1", r, false, func(rec telemetry.StepRecord) error {
+			got = append(got, rec.Step)
+			return nil
+		})
+		return got, err
+	}
+	for _, c := range []struct {
+		r    api.StepRange
+		want []int64
+	}{
+		{api.StepRange{Last: 5}, []int64{27, 28, 29, 30, 31}},
+		{api.StepRange{Last: 1}, []int64{31}},
+		{api.StepRange{Last: 100}, nil}, // all 31
+		{api.StepRange{Since: mid}, []int64{31}},
+		{api.StepRange{Since: time.Now().Add(time.Hour)}, []int64{}},
+	} {
+		got, err := steps(alice, c.r)
+		want := c.want
+		if want == nil {
+			for s := int64(1); s <= 31; s++ {
+				want = append(want, s)
+			}
+		}
+		if err != nil || !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("range %+v: %v, %v; want %v", c.r, got, err, want)
+		}
+	}
+	if _, err := steps(bob, api.StepRange{Last: 5}); err == nil || !strings.Contains(err.Error(), "it is alice's") {
+		t.Errorf("bob reads alice's last steps: %v", err)
+	}
+	if code, _ := f.do(t, &alice, http.MethodGet, api.PathStream+"?what=steps&job=alice-1&last=-2", nil); code != http.StatusBadRequest {
+		t.Errorf("last -2: %d, want a bad request", code)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -38,6 +37,10 @@ func (s *Server) verbs() map[string]verb {
 		api.VerbForgetModel: s.forgetModel,
 		api.VerbOffers:      s.offers,
 		api.VerbDashboard:   s.dashboardLink,
+		api.VerbList:        s.list,
+		api.VerbResolve:     s.resolve,
+		api.VerbKeep:        s.keep,
+		api.VerbStepDigest:  s.stepDigest,
 	}
 }
 
@@ -222,38 +225,6 @@ func (s *Server) job(ctx context.Context, who api.Owner, body []byte) (any, erro
 		return nil, err
 	}
 	return s.owned(ctx, who, req.Job, "read")
-}
-
-// jobs lists the caller's jobs; root may ask for every user's.
-func (s *Server) jobs(ctx context.Context, who api.Owner, body []byte) (any, error) {
-	var req api.JobsRequest
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := decode(api.VerbJobs, body, &req); err != nil {
-			return nil, err
-		}
-	}
-	if req.All && !who.Root() {
-		return nil, fmt.Errorf("%w: only root lists every user's jobs", ErrForbidden)
-	}
-	all, err := s.o.Jobs.List(ctx)
-	if err != nil || req.All {
-		return all, err
-	}
-	mine := []api.Job{}
-	for _, j := range all {
-		if ownedBy(j, who) {
-			mine = append(mine, j)
-		}
-	}
-	return mine, nil
-}
-
-// ownedBy reports whether j is who's own (root's: those of no owner, too).
-func ownedBy(j api.Job, who api.Owner) bool {
-	if j.Owner == nil {
-		return who.Root()
-	}
-	return j.Owner.UID == who.UID
 }
 
 func (s *Server) resume(ctx context.Context, who api.Owner, body []byte) (any, error) {

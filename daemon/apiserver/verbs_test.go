@@ -257,3 +257,53 @@ func TestOffers(t *testing.T) {
 		t.Errorf("no offers: %+v, %v", got, err)
 	}
 }
+
+// TestListResolveKeep: a page of the job index, a job named by name or id
+// prefix, and a keep mark are the caller's own jobs' (every user's for
+// root, when asked); another user's job named by its id is refused as a
+// read of it is, and by its name or a prefix is no job of the user's.
+func TestListResolveKeep(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := t.Context()
+	a, r := f.as(t, alice), f.as(t, root)
+	if p, err := a.List(ctx, api.JobsRequest{Limit: 1}); err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "alice-2" || p.More != 1 || p.Before != "alice-2" {
+		t.Errorf("alice's newest job: %+v, %v", p, err)
+	}
+	if p, err := a.List(ctx, api.JobsRequest{Records: true}); err != nil || len(p.Records) != 2 || p.Jobs != nil || p.Records[0].ID != "alice-1" {
+		t.Errorf("alice's records: %+v, %v", p, err)
+	}
+	if _, err := a.List(ctx, api.JobsRequest{All: true}); err == nil || !strings.Contains(err.Error(), "only root lists every user's jobs") {
+		t.Errorf("alice lists every job: %v", err)
+	}
+	if p, err := r.List(ctx, api.JobsRequest{All: true, User: "bob"}); err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "bob-1" {
+		t.Errorf("root lists bob's: %+v, %v", p, err)
+	}
+	for _, c := range []struct {
+		who       api.Owner
+		ref, want string
+		all       bool
+		err       string
+	}{
+		{who: alice, ref: "alice-1", want: "alice-1"},
+		{who: alice, ref: "alice", err: "2 jobs' ids start with it"},
+		{who: alice, ref: "bob-1", err: "permission denied: read job bob-1: it is bob's"}, // an id names it, refused as a read is
+		{who: alice, ref: "bob", err: "no job of yours has that id"},
+		{who: alice, ref: "bob-1", all: true, err: "only root names every user's jobs"},
+		{who: root, ref: "bob", all: true, want: "bob-1"},
+		{who: root, ref: "bob", err: "no job of yours has that id"},
+	} {
+		res, err := f.as(t, c.who).Resolve(ctx, c.ref, c.all)
+		if res.Job.ID != c.want || (c.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s resolves %q: %s, %v; want %s, %q", c.who.User, c.ref, res.Job.ID, err, c.want, c.err)
+		}
+	}
+	if s, err := a.Keep(ctx, "alice-1", false); err != nil || !s.Kept {
+		t.Errorf("alice keeps alice-1: %+v, %v", s, err)
+	}
+	if _, err := a.Keep(ctx, "bob-1", false); err == nil || !strings.Contains(err.Error(), "it is bob's") {
+		t.Errorf("alice keeps bob-1: %v", err)
+	}
+	if s, err := r.Keep(ctx, "alice-1", true); err != nil || s.Kept {
+		t.Errorf("root unkeeps alice-1: %+v, %v", s, err)
+	}
+}

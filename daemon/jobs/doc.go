@@ -3,7 +3,8 @@
 // settles what the previous daemon left), and one runner per running job.
 //
 // This is a job's lifecycle: attempts, moves, restarts, recovery after a
-// daemon restart (recover.go), the workers' spool, output and cost. Deciding
+// daemon restart (recover.go), the workers' spool, output and cost, and the
+// retention of the jobs that ended (retention.go). Deciding
 // where a job should run is not: a job under a moving policy has a
 // controller (package control) that turns its step records into the
 // policy's decisions and hands them to the runner as verdicts. The runner
@@ -13,10 +14,11 @@
 // A runner is a goroutine, and the only writer of its job's record: the
 // record is written by record.commit alone, with the bucket revision it last
 // saw, so that a write can never carry an older snapshot over a newer one (a
-// conflict is an error, not an overwrite). Everyone else reaches the job
-// through the runner's channels: the API's stop and move requests, the
-// controller's verdicts, pre-emption notices, and the daemon's shutdown (a
-// context) and deadline (another).
+// conflict is an error, not an overwrite). The same commit writes the job's
+// summary to the job index (daemon/jobindex) once the record is written.
+// Everyone else reaches the job through the runner's channels: the API's
+// stop and move requests, the controller's verdicts, pre-emption notices,
+// and the daemon's shutdown (a context) and deadline (another).
 //
 // A job's life, as its runner drives it (the record's state in brackets):
 //

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,18 +22,22 @@ var ErrConflict = errors.New("job record changed under its writer")
 const saveTimeout = 5 * time.Second
 
 // record is a job's record as its one writer holds it: the job and the
-// bucket revision it was last read or written at (0: not in the bucket yet).
+// bucket revision it was last read or written at (0: not in the bucket yet),
+// and the job index its summary goes to.
 type record struct {
 	kv  jetstream.KeyValue
+	idx Index
 	job api.Job
 	rev uint64
 }
 
-// commit writes the record to the bucket. It is the one function that writes
-// job records: it creates the key when the record is new and otherwise
-// updates it only at the revision it last saw, so that a write never carries
-// an older snapshot over a newer one. A conflict is ErrConflict; the record
-// keeps its revision, so later commits fail too until someone looks.
+// commit writes the record to the bucket, then its summary to the job
+// index. It is the one function that writes job records: it creates the
+// key when the record is new and otherwise updates it only at the revision
+// it last saw, so that a write never carries an older snapshot over a newer
+// one. A conflict is ErrConflict; the record keeps its revision, so later
+// commits fail too until someone looks. The summary follows the record
+// (jobindex.Index.Put): the index never says more than a record does.
 func (r *record) commit(ctx context.Context) ([]byte, error) {
 	b, err := json.Marshal(r.job)
 	if err != nil {
@@ -55,10 +58,22 @@ func (r *record) commit(ctx context.Context) ([]byte, error) {
 		return b, fmt.Errorf("save job %s: %w", r.job.ID, err)
 	}
 	r.rev = rev
+	if r.idx != nil {
+		if err := r.idx.Put(ctx, r.job.Summary()); err != nil {
+			return b, err
+		}
+	}
 	return b, nil
 }
 
 // load reads one job record with its revision.
+func (g *Registry) load(ctx context.Context, id string) (record, error) {
+	r, err := load(ctx, g.o.KV, id)
+	r.idx = g.o.Index
+	return r, err
+}
+
+// load reads one job record with its revision from kv.
 func load(ctx context.Context, kv jetstream.KeyValue, id string) (record, error) {
 	if !telemetry.ValidJobID(id) {
 		return record{}, fmt.Errorf("%w: %q is not a job id", api.ErrBadRequest, id)
@@ -77,34 +92,4 @@ func load(ctx context.Context, kv jetstream.KeyValue, id string) (record, error)
 		return record{}, fmt.Errorf("decode job %s: %w", id, err)
 	}
 	return r, nil
-}
-
-// listTimeout bounds a listing of the job records: a damaged store must
-// not hold its reader (the API, a daemon's start) for ever.
-const listTimeout = time.Minute
-
-// list reads every job record, oldest first; unreadable names the records
-// that are in the bucket but could not be read or decoded.
-func list(ctx context.Context, kv jetstream.KeyValue) (recs []record, unreadable []string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, listTimeout)
-	defer cancel()
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list jobs: %w", err)
-	}
-	for k := range keys.Keys() {
-		r, err := load(ctx, kv, k)
-		switch {
-		case errors.Is(err, api.ErrNoJob): // deleted between list and get
-		case err != nil:
-			unreadable = append(unreadable, k)
-		default:
-			recs = append(recs, r)
-		}
-	}
-	if ctx.Err() != nil {
-		return nil, nil, fmt.Errorf("list jobs: %w (read %d records)", ctx.Err(), len(recs))
-	}
-	sort.SliceStable(recs, func(a, b int) bool { return recs[a].job.Created.Before(recs[b].job.Created) })
-	return recs, unreadable, nil
 }

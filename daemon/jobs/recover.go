@@ -3,7 +3,10 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -40,7 +43,9 @@ import (
 // sequence of steps, in the order they run; each calls down into the
 // registry's helpers, none back into the sequence:
 //
-//  1. list: the records of this node's jobs and the kept environments;
+//  1. list: the records of this node's unfinished jobs (the job index
+//     names them: the records of the jobs that ended are not read) and of
+//     the jobs whose environment was kept, and the kept environments;
 //  2. classify: attempts the launcher can reattach to, lost jobs (their
 //     record says running and nothing can reattach to them), and jobs that
 //     ended (stopped at the last shutdown, or done);
@@ -98,22 +103,61 @@ type recovered struct {
 	final *telemetry.Event
 }
 
-// list reads this node's job records and the kept environments.
+// list reads the records of this node's jobs that the job index says have
+// not ended, and of those whose environment was kept (stopped at the last
+// shutdown, to be resumed), and the kept environments: the jobs that ended
+// are not read. A summary that lags its record (the daemon died between
+// the two writes) is written again.
 func (rc *recovery) list(ctx context.Context) error {
-	recs, unreadable, err := list(ctx, rc.g.o.KV)
-	if err != nil {
-		return err
+	g := rc.g
+	rc.envs = g.keptEnvs()
+	ids := map[string]bool{}
+	var order []string
+	for _, s := range g.o.Index.Unfinished(g.o.Node) {
+		ids[s.ID] = true
+		order = append(order, s.ID)
 	}
-	rc.g.unreadable.Store(&unreadable)
-	if len(unreadable) > 0 {
-		rc.g.log.Error("job records that cannot be read (see scavctl status)", zap.Strings("jobs", unreadable))
-	}
-	for _, r := range recs {
-		if r.job.Node == rc.g.o.Node {
-			rc.recs = append(rc.recs, r)
+	// The jobs recorded lost before (failed, exit -1): their ends may have
+	// turned up in their spools since.
+	ended, _ := g.o.Index.Ended(g.o.Node)
+	var kept []string
+	for _, s := range ended {
+		if s.State == api.StateFailed && s.ExitCode != nil && *s.ExitCode == -1 && !ids[s.ID] {
+			kept = append(kept, s.ID)
 		}
 	}
-	rc.envs = rc.g.keptEnvs()
+	for id := range rc.envs {
+		if !ids[id] {
+			kept = append(kept, id)
+		}
+	}
+	sort.Strings(kept)
+	kept = slices.Compact(kept)
+	var unreadable []string
+	for _, id := range append(order, kept...) {
+		r, err := g.load(ctx, id)
+		switch {
+		case errors.Is(err, api.ErrNoJob):
+			continue // its environment is forgotten by classify
+		case ctx.Err() != nil:
+			return err
+		case err != nil:
+			unreadable = append(unreadable, id)
+			continue
+		case r.job.Node != g.o.Node:
+			continue
+		}
+		if ids[id] && r.job.State.Done() {
+			if err := g.o.Index.Put(ctx, r.job.Summary()); err != nil {
+				g.log.Warn("repair a job's summary", zap.String("job", id), zap.Error(err))
+			}
+		}
+		rc.recs = append(rc.recs, r)
+	}
+	g.unreadable.Store(&unreadable)
+	if len(unreadable) > 0 {
+		g.log.Error("job records that cannot be read (see scavctl status)", zap.Strings("jobs", unreadable))
+	}
 	return nil
 }
 

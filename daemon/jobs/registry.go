@@ -34,6 +34,25 @@ type Attacher interface {
 	Attach(ctx context.Context, allocation, job string, owner api.Owner) error
 }
 
+// Index is what the registry needs of the job index (jobindex.Index):
+// the runners write their jobs' summaries to it, recovery reads the
+// unfinished jobs off it, retention the finished ones.
+type Index interface {
+	Put(ctx context.Context, s api.JobSummary) error
+	List(req api.JobsRequest, who api.Owner) (api.JobPage, error)
+	Unfinished(node string) []api.JobSummary
+	Ended(node string) (ended []api.JobSummary, all int)
+	Delete(ctx context.Context, id string) error
+}
+
+// Digests is what the registry needs of the jobs' step digests
+// (aggregates.Store): one follows a running job's step records; retention
+// deletes a job's.
+type Digests interface {
+	Follow(ctx context.Context, j api.Job) (stop func())
+	Delete(ctx context.Context, id string) error
+}
+
 // Options configure a Registry.
 type Options struct {
 	Log      *zap.Logger
@@ -42,6 +61,9 @@ type Options struct {
 	// acknowledgement and pre-emption subjects; KV is the job bucket.
 	NC *nats.Conn
 	KV jetstream.KeyValue
+	// Index is the job index; Digests, when set, keeps the jobs' step digests.
+	Index   Index
+	Digests Digests
 	// Node names this node; Socket is the telemetry socket the workers get.
 	Node, Socket string
 	// CheckpointRoot holds the checkpoints of jobs that name no directory.
@@ -145,7 +167,7 @@ func (g *Registry) Submit(ctx context.Context, req api.RunRequest, owner api.Own
 			g.log.Warn("tie job to its allocation", zap.String("job", j.ID), zap.String("allocation", req.Allocation), zap.Error(err))
 		}
 	}
-	rec := record{kv: g.o.KV, job: j}
+	rec := record{kv: g.o.KV, idx: g.o.Index, job: j}
 	msg := words.Config(j.Config)
 	if err := g.launch(ctx, rec, req.Env, resumePoint{attempt: 1}, msg); err != nil {
 		return api.Job{}, err
@@ -209,7 +231,7 @@ func (g *Registry) Resume(ctx context.Context, id string, env []string, by api.O
 // resume continues a stopped job from its checkpoint as a new attempt,
 // with env.
 func (g *Registry) resume(ctx context.Context, id string, env []string) (api.Job, error) {
-	rec, err := load(ctx, g.o.KV, id)
+	rec, err := g.load(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -266,9 +288,14 @@ func (g *Registry) launch(ctx context.Context, rec record, env []string, from re
 	}
 	g.rememberEnv(id, env)
 	r.event(telemetry.EventSubmitted, from.attempt, msg)
+	stopDigest := func() {}
+	if g.o.Digests != nil {
+		stopDigest = g.o.Digests.Follow(g.kill, rec.job)
+	}
 	go func() {
 		defer g.wg.Done()
 		r.run(g.kill, g.shutdown)
+		stopDigest() // folds what the job's last records left, and saves
 		g.mu.Lock()
 		delete(g.jobs, id)
 		g.mu.Unlock()
@@ -289,15 +316,18 @@ func (g *Registry) Get(ctx context.Context, id string) (api.Job, error) {
 	return rec.job, err
 }
 
-// List reads every job's record, oldest first.
+// List reads the record of every job in the index, oldest first: a read
+// per job (a listing that needs no more than summaries reads the index).
 func (g *Registry) List(ctx context.Context) ([]api.Job, error) {
-	recs, _, err := list(ctx, g.o.KV)
+	p, err := g.o.Index.List(api.JobsRequest{All: true}, api.Owner{User: "root"})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Job, len(recs))
-	for i, r := range recs {
-		out[i] = r.job
+	out := make([]api.Job, 0, len(p.Jobs))
+	for _, s := range p.Jobs {
+		if j, err := g.Get(ctx, s.ID); err == nil { // else removed since
+			out = append(out, j)
+		}
 	}
 	return out, nil
 }

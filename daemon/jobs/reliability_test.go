@@ -209,7 +209,7 @@ func TestCapacityIsCheckedAtSubmit(t *testing.T) {
 	nc, st := store(t)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	g := New(context.Background(), Options{Log: log, Launcher: local.New(local.Options{Logger: log, MaxWorkers: 2}),
-		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
+		NC: nc, KV: st.Jobs, Index: index(t, st), Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()})
 	t.Cleanup(func() { g.Close(context.Background()) })
 	for _, c := range []struct {
 		req  api.RunRequest

@@ -362,6 +362,7 @@ func (r *runner) finish(ctx context.Context, e ending) {
 	// The end must be stored, or a follower waits for it forever: while the
 	// store cannot write (a full state disk) it is tried again until it can.
 	_ = keepTrying(ctx, r.log, "record the end of the job", func() error { return r.store(ctx) })
+	g.removeEmptyCheckpointDir(*j)
 	fin := telemetry.Event{Kind: telemetry.EventFinished, Job: j.ID, Attempt: j.Attempt, ExitCode: &e.code, Message: e.msg,
 		State: string(e.state), Handover: handover, Time: now}
 	_ = keepTrying(ctx, r.log, "publish the end of the job", func() error { return r.publishStored(ctx, fin) })

@@ -18,6 +18,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/control"
+	"github.com/scavenger-ml/scavenger/daemon/jobindex"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/launchers/local"
 	"github.com/scavenger-ml/scavenger/plugins"
@@ -41,6 +42,17 @@ func storeWith(t *testing.T, ret history.Retention) (*nats.Conn, *history.Store)
 		t.Fatal(err)
 	}
 	return nc, st
+}
+
+// index opens the job index of st, closed at the end of the test.
+func index(t *testing.T, st *history.Store) *jobindex.Index {
+	t.Helper()
+	idx, err := jobindex.Open(t.Context(), st.JobIndex, st.Jobs, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(idx.Close)
+	return idx
 }
 
 // registry is a registry over an embedded NATS and the local launcher,
@@ -67,7 +79,7 @@ func registryOn(t *testing.T, ret history.Retention, opt func(*Options)) (*Regis
 	}
 	t.Cleanup(reaper.Stop)
 	o := Options{Log: log, Launcher: local.New(local.Options{Logger: log, Reaper: reaper}),
-		NC: nc, KV: st.Jobs, Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()}
+		NC: nc, KV: st.Jobs, Index: index(t, st), Node: "n1", Socket: "/nonexistent.sock", CheckpointRoot: t.TempDir()}
 	if opt != nil {
 		opt(&o)
 	}

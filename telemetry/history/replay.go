@@ -165,12 +165,24 @@ func lastPending(md *jetstream.MsgMetadata) bool { return md.NumPending == 0 }
 // (by the time the stream stored them), oldest first, and returns once the
 // messages that existed when it started have been delivered.
 func ReplaySince(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, from time.Time, fn func(jetstream.Msg) error) error {
+	return since(ctx, js, stream, subjects, from, lastPending, fn)
+}
+
+// FollowSince is ReplaySince that goes on with every new message until ctx
+// is done or fn fails.
+func FollowSince(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, from time.Time, fn func(jetstream.Msg) error) error {
+	return since(ctx, js, stream, subjects, from, nil, fn)
+}
+
+// since delivers the messages of stream on subjects since from until done
+// says the last wanted came (nil: never).
+func since(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, from time.Time, done func(*jetstream.MsgMetadata) bool, fn func(jetstream.Msg) error) error {
 	s, err := openStream(ctx, js, stream)
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
 	return consume(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from},
-		fmt.Sprintf("%s since %s", stream, from.Format(time.RFC3339)), lastPending, fn)
+		fmt.Sprintf("%s since %s", stream, from.Format(time.RFC3339)), done, fn)
 }
 
 // openTimeout bounds opening a stream and reading its last messages: in a

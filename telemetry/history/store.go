@@ -82,16 +82,19 @@ const StepDuplicates = 2 * time.Minute
 // output head, its tail (the newest lines past the head) and its events.
 const OutputKeepPerSubject = 4000
 
-// Store is Scavenger's JetStream state: the job and allocation buckets and the streams.
+// Store is Scavenger's JetStream state: the job, job index, step digest
+// and allocation buckets and the streams.
 type Store struct {
 	JS jetstream.JetStream
 	// Jobs is the job bucket, journaled (journal.go): write and delete job
 	// records through it.
 	Jobs        jetstream.KeyValue
+	JobIndex    jetstream.KeyValue
+	StepDigests jetstream.KeyValue
 	Allocations jetstream.KeyValue
 }
 
-// OpenStore creates or updates the streams and the job bucket, so that a
+// OpenStore creates or updates the streams and the buckets, so that a
 // daemon can start against a fresh server or one that already holds history.
 func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Store, error) {
 	ret = ret.WithDefaults()
@@ -115,6 +118,8 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 		cfg jetstream.KeyValueConfig
 	}{
 		{&st.Jobs, jetstream.KeyValueConfig{Bucket: telemetry.JobBucket, Description: "Scavenger job records"}},
+		{&st.JobIndex, jetstream.KeyValueConfig{Bucket: telemetry.JobIndexBucket, Description: "Scavenger job index: a summary of each job"}},
+		{&st.StepDigests, jetstream.KeyValueConfig{Bucket: telemetry.StepDigestBucket, Description: "Scavenger step digests: what each job's step records add up to"}},
 		{&st.Allocations, jetstream.KeyValueConfig{Bucket: telemetry.AllocationBucket, Description: "Scheduler allocations seen by prolog/epilog hooks", TTL: ret.LogMaxAge}},
 	}
 	var wg sync.WaitGroup

@@ -1,16 +1,14 @@
-package main
+package api
 
 import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/scavenger-ml/scavenger/api"
 )
 
 func TestPickAJobByIDPrefixOrName(t *testing.T) {
 	at := func(m int) time.Time { return time.Date(2026, 12, 1, 9, m, 0, 0, time.UTC) }
-	jobs := []api.Job{
+	jobs := []JobSummary{
 		{ID: "train-aaa111", Name: "train", Created: at(1)},
 		{ID: "train-aab222", Name: "train", Created: at(3)},
 		{ID: "eval-ccc333", Name: "eval", Created: at(2)},
@@ -27,9 +25,9 @@ func TestPickAJobByIDPrefixOrName(t *testing.T) {
 		{"train-aab", "x-ddd444", "", ""}, // a name beats an id prefix
 		{"nope", "", "", "no job of yours has that id, id prefix or name"},
 	} {
-		j, note, err := pick(jobs, c.ref)
+		j, note, err := Pick(jobs, c.ref)
 		if j.ID != c.want || !strings.Contains(note, c.note) || (c.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.err) {
-			t.Errorf("pick(%q) = %s, %q, %v; want %s, %q, %q", c.ref, j.ID, note, err, c.want, c.note, c.err)
+			t.Errorf("Pick(%q) = %s, %q, %v; want %s, %q, %q", c.ref, j.ID, note, err, c.want, c.note, c.err)
 		}
 	}
 }
