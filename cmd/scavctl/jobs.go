@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"

@@ -97,4 +97,6 @@ func (b Block) Runnable() bool {
 
 // PythonAPI reports whether b is the python API's example (it runs with
 // the python client installed and a scavd in the background).
-func (b Block) PythonAPI() bool { return b.Lang == "python" && strings.Contains(b.Text, "scavenger.run(") }
+func (b Block) PythonAPI() bool {
+	return b.Lang == "python" && strings.Contains(b.Text, "scavenger.run(")
+}
