@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -111,42 +110,6 @@ func (bt *batcher) hand(p *peer, b *batch) {
 		select {
 		case bt.wake <- struct{}{}:
 		default:
-		}
-	}
-}
-
-// run publishes what waits once it has waited the window (at once when
-// batchBytes wait), until ctx ends.
-func (bt *batcher) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-bt.wake:
-		}
-		for {
-			bt.mu.Lock()
-			since, full := bt.since, bt.bytes >= batchBytes
-			bt.mu.Unlock()
-			if since.IsZero() {
-				break // flushed meanwhile
-			}
-			if wait := bt.window - time.Since(since); !full && wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					return
-				case <-bt.wake:
-					timer.Stop()
-					continue
-				case <-timer.C:
-				}
-			}
-			bt.flush()
-			break
 		}
 	}
 }

@@ -13,11 +13,10 @@ import (
 
 // providerRow is one provider's figures.
 type providerRow struct {
-	name               string
-	up, notices        []float64
-	costErr            string
-	where              []string
-	liveUSD, predicted float64
+	name        string
+	up, notices []float64
+	costErr     string
+	where       []string
 }
 
 // providers measures each provider — the local cloud, and aws and gce
