@@ -49,14 +49,12 @@ type batcher struct {
 	in     *Server
 	window time.Duration
 	nonce  string // makes the messages' ids unique across daemons
-	wake   chan struct{}
 
 	mu       sync.Mutex
 	msgs     []*pending
 	open     map[string]*pending // the message of each subject still taking records
 	confirms []confirmation
 	bytes    int
-	since    time.Time // when the first record waiting came (zero: none waits)
 	seq      uint64
 
 	flushMu sync.Mutex // one flush at a time, so that messages keep their order
@@ -68,7 +66,7 @@ func newBatcher(in *Server, window time.Duration) *batcher {
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return &batcher{in: in, window: window, nonce: hex.EncodeToString(b), wake: make(chan struct{}, 1), open: map[string]*pending{}}
+	return &batcher{in: in, window: window, nonce: hex.EncodeToString(b), open: map[string]*pending{}}
 }
 
 // hand takes a connection's batch (and, when its hello asked, the count of
@@ -99,19 +97,8 @@ func (bt *batcher) hand(p *peer, b *batch) {
 	if p.confirm {
 		bt.confirms = append(bt.confirms, confirmation{p: p, lines: p.lines})
 	}
-	first := bt.since.IsZero()
-	if first {
-		bt.since = time.Now()
-	}
-	full := bt.bytes >= batchBytes
 	bt.mu.Unlock()
 	b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
-	if first || full {
-		select {
-		case bt.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // flush publishes every message waiting (holding it when the store cannot
@@ -124,7 +111,7 @@ func (bt *batcher) flush() {
 	defer bt.flushMu.Unlock()
 	bt.mu.Lock()
 	msgs, confirms := bt.msgs, bt.confirms
-	bt.msgs, bt.confirms, bt.bytes, bt.since = nil, nil, 0, time.Time{}
+	bt.msgs, bt.confirms, bt.bytes = nil, nil, 0
 	clear(bt.open)
 	bt.mu.Unlock()
 	in := bt.in
