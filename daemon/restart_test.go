@@ -224,20 +224,7 @@ func TestRestartSettlesLostJobs(t *testing.T) {
 func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	ctx := context.Background()
 	state := testdir.Short(t, "scavd-noresume-")
-	d1, c1 := startAt(t, state, false)
-	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the job running", 10*time.Second, func() bool {
-		j, err := c1.Job(ctx, j.ID)
-		return err == nil && j.State == api.StateRunning
-	})
-	c1.Close()
-	if err := d1.Close(); err != nil {
-		t.Fatal(err)
-	}
+	j := stoppedWhileRunning(t, state, false)
 	if kept, _ := os.ReadDir(filepath.Join(state, jobs.RestartSubdir)); len(kept) > 0 {
 		t.Errorf("environments kept without resume_jobs: %v", kept)
 	}
@@ -249,6 +236,28 @@ func TestRestartWithoutResumeLeavesJobsStopped(t *testing.T) {
 	if got, err := c2.Job(ctx, j.ID); err != nil || got.State != api.StateStopped || len(d2.Active()) != 0 {
 		t.Errorf("job %s %q, active %v, %v", got.State, got.Message, d2.Active(), err)
 	}
+}
+
+// stoppedWhileRunning starts a daemon on state (resume: resume_jobs), runs
+// a checkpointing job on it and stops the daemon once the job runs.
+func stoppedWhileRunning(t *testing.T, state string, resume bool) api.Job {
+	t.Helper()
+	ctx := context.Background()
+	d, c := startAt(t, state, resume)
+	j, err := c.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the job running", 10*time.Second, func() bool {
+		j, err := c.Job(ctx, j.ID)
+		return err == nil && j.State == api.StateRunning
+	})
+	c.Close()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 // putRecord writes j into the job bucket as a daemon before this one left it.
@@ -267,20 +276,7 @@ func putRecord(t *testing.T, d *Daemon, j api.Job) {
 func TestHandedOverJobNotResumedEnds(t *testing.T) {
 	ctx := context.Background()
 	state := testdir.Short(t, "scavd-handover-")
-	d1, c1 := startAt(t, state, true)
-	j, err := c1.Run(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingJob}, Dir: t.TempDir(),
-		Config: plugins.Config{Workers: 1}, Grace: api.Duration(5 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the job running", 10*time.Second, func() bool {
-		j, err := c1.Job(ctx, j.ID)
-		return err == nil && j.State == api.StateRunning
-	})
-	c1.Close()
-	if err := d1.Close(); err != nil {
-		t.Fatal(err)
-	}
+	j := stoppedWhileRunning(t, state, true)
 	d2, c2 := startAt(t, state, false)
 	defer d2.Close()
 	defer c2.Close()
