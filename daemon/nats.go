@@ -332,7 +332,7 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if !cfg.asBefore {
 		d.health.settleStore(ctx, d.store, log.Named("store"))
 	}
-	d.models, err = models.Open(ctx, js, d.retention.Replicas)
+	d.models, err = models.Open(ctx, js, d.retention.Replicas, d.retention.WithDefaults().ModelMaxBytes)
 	return err
 }
 

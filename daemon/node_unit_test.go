@@ -79,7 +79,7 @@ func TestGPUMetricsByDeviceAndJob(t *testing.T) {
 		Config: plugins.Config{Workers: 2, GlobalBatch: 64, MachineType: "g5.xlarge"}, Optimize: api.Optimize{Policy: "scavenger"},
 		Decisions: []api.Decision{{Time: decided, PredictedS: 3600, PredictedUSD: 2.5}, {Time: decided.Add(time.Minute), Phase: api.PhaseOptimised}}},
 		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5, Noise: 1234, Loss: &loss}}
-	c := &daemonCollector{node: "gpu01.cluster", running: func() []jobs.Status { return []jobs.Status{st} }, latest: n.latest,
+	c := &daemonCollector{node: "gpu01.cluster", perJob: true, running: func() []jobs.Status { return []jobs.Status{st} }, latest: n.latest,
 		ingest: func() api.IngestStats { return api.IngestStats{} }}
 	want := `
 # HELP scavenger_gpu_utilization_ratio Fraction of the last sample period a kernel ran on the GPU.
@@ -115,9 +115,6 @@ scavenger_job_samples_per_second{job_id="cnn-000001",name="cnn",node="gpu01.clus
 # HELP scavenger_job_gradient_noise_scale The job's gradient noise scale B_simple, in samples (jobs under a policy).
 # TYPE scavenger_job_gradient_noise_scale gauge
 scavenger_job_gradient_noise_scale{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 1234
-# HELP scavenger_job_predicted_finish_timestamp_seconds When the job's policy last predicted it to finish, in Unix seconds.
-# TYPE scavenger_job_predicted_finish_timestamp_seconds gauge
-scavenger_job_predicted_finish_timestamp_seconds{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 1.79595e+09
 # HELP scavenger_job_predicted_cost_dollars Cost to finish the job, in US dollars, as its policy last predicted it.
 # TYPE scavenger_job_predicted_cost_dollars gauge
 scavenger_job_predicted_cost_dollars{job_id="cnn-000001",name="cnn",node="gpu01.cluster"} 2.5
@@ -139,8 +136,23 @@ scavenger_node_gpus{node="gpu01.cluster",source="nvml"} 2
 		"scavenger_gpu_utilization_ratio", "scavenger_gpu_job_info", "scavenger_gpu_job_memory_used_bytes", "scavenger_gpu_ecc_errors_total",
 		"scavenger_gpu_xid_errors_total", "scavenger_gpu_sm_clock_hertz", "scavenger_node_gpus", "scavenger_node_network_received_bytes_total",
 		"scavenger_job_last_step", "scavenger_job_steps_per_second", "scavenger_job_samples_per_second", "scavenger_job_gradient_noise_scale",
-		"scavenger_job_predicted_finish_timestamp_seconds", "scavenger_job_predicted_cost_dollars", "scavenger_job_info", "scavenger_job_loss"); err != nil {
+		"scavenger_job_predicted_cost_dollars", "scavenger_job_info", "scavenger_job_loss"); err != nil {
 		t.Error(err)
+	}
+	// The decision's hour has long passed: the forecast says the job is
+	// past it, and its finish is now (api.Forecast), not in the past.
+	families, err := newRegistry(c).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := math.NaN()
+	for _, mf := range families {
+		if mf.GetName() == "scavenger_job_predicted_finish_timestamp_seconds" {
+			finish = mf.Metric[0].GetGauge().GetValue()
+		}
+	}
+	if now := float64(time.Now().UnixNano()) / 1e9; !(math.Abs(finish-now) < 60) {
+		t.Errorf("predicted finish %v, want about now (%v)", finish, now)
 	}
 	if problems, err := testutil.GatherAndLint(newRegistry(c)); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
@@ -178,7 +190,7 @@ func TestStallAndStoreMetrics(t *testing.T) {
 		Progress: jobs.Progress{LastStep: 42, StepTime: 0.5}}
 	h := &storeHealth{check: storecheck.Report{Streams: []storecheck.Stream{{Name: "SCAV_STEPS", Lost: 31, BadBytes: 4096}}},
 		restored: history.Restored{Restored: []string{"a", "b"}}}
-	c := &daemonCollector{node: "n1", running: func() []jobs.Status { return []jobs.Status{st} },
+	c := &daemonCollector{node: "n1", perJob: true, running: func() []jobs.Status { return []jobs.Status{st} },
 		latest: func() (gpus, hosts *telemetry.NodeSample) { return nil, nil }, ingest: func() api.IngestStats { return api.IngestStats{} }, store: h.gauges}
 	want := `
 # HELP scavenger_job_stalled 1 while the job's ranks have reported no step for its stall timeout (its speed is then not shown), else 0.
@@ -213,7 +225,7 @@ func TestJobCostMetricsTellOneStory(t *testing.T) {
 			Decisions: []api.Decision{{Time: decided, PredictedS: 600, PredictedUSD: 0.03}}}}
 	}
 	running := []jobs.Status{job("none-000001", nil, 0), job("priced-000001", nil, 2), job("billed-000001", &api.Cost{USD: 0.00067}, 5)}
-	c := &daemonCollector{node: "n", running: func() []jobs.Status { return running },
+	c := &daemonCollector{node: "n", perJob: true, running: func() []jobs.Status { return running },
 		latest: func() (*telemetry.NodeSample, *telemetry.NodeSample) { return nil, nil },
 		ingest: func() api.IngestStats { return api.IngestStats{} }}
 	want := `

@@ -54,14 +54,7 @@ func (s *Server) peerOwner(c net.Conn) (api.Owner, error) {
 // peerCred reads the credentials of the process at the other end of a unix
 // socket connection (SO_PEERCRED), through the wrappers of the listeners.
 func peerCred(c net.Conn) (*unix.Ucred, error) {
-	for {
-		w, ok := c.(interface{ Unwrap() net.Conn })
-		if !ok {
-			break
-		}
-		c = w.Unwrap()
-	}
-	uc, ok := c.(*net.UnixConn)
+	uc, ok := innermost(c).(*net.UnixConn)
 	if !ok {
 		return nil, fmt.Errorf("%w: not a unix socket", ErrNoIdentity)
 	}
@@ -206,4 +199,15 @@ func (t tokens) ownerOf(token string) (api.Owner, error) {
 		return api.Owner{}, fmt.Errorf("%w: the token's user: %w", ErrNoIdentity, err)
 	}
 	return o, nil
+}
+
+// innermost is the connection under the listeners' wrappers (bounds.go).
+func innermost(c net.Conn) net.Conn {
+	for {
+		w, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			return c
+		}
+		c = w.Unwrap()
+	}
 }

@@ -101,7 +101,7 @@ func (s *Server) closeClients() {
 
 // inprocCaller names the caller of an in-process connection.
 func inprocCaller(ctx context.Context, c net.Conn) context.Context {
-	cc, _ := c.(*callerConn)
+	cc, _ := innermost(c).(*callerConn)
 	if cc == nil {
 		return context.WithValue(ctx, callerKey{}, caller{err: ErrNoIdentity})
 	}

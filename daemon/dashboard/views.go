@@ -223,7 +223,7 @@ func buildJobView(j api.Job, rep report.JobReport, snap jobSnap, now time.Time) 
 		if d.PredictedS > 0 {
 			row.Predicted = seconds(d.PredictedS) + " to finish"
 			if d.PredictedUSD > 0 {
-				row.Predicted += fmt.Sprintf(", $%.4f", d.PredictedUSD)
+				row.Predicted += ", " + api.USDText(d.PredictedUSD)
 			}
 		}
 		v.Decisions = append(v.Decisions, row)
@@ -272,12 +272,12 @@ func attemptOf(rep report.JobReport, i int, usd float64, now time.Time) attemptR
 			s := m.Checkpoint + m.Exit + m.Start + m.FirstStep
 			row.Relaunch = fmt.Sprintf("%.1f s", s)
 			if rep.PriceUSDPerHour > 0 && rep.Billed == nil {
-				row.Relaunch += fmt.Sprintf(" ($%.4f)", s/3600*rep.PriceUSDPerHour)
+				row.Relaunch += " (" + api.USDText(s/3600*rep.PriceUSDPerHour) + ")"
 			}
 		}
 	}
 	if usd > 0 {
-		row.Cost = fmt.Sprintf("$%.4f", usd)
+		row.Cost = api.USDText(usd)
 	}
 	return row
 }
@@ -307,7 +307,7 @@ func decisionWords(d api.Decision) string { return d.Reason }
 // billText is the job's cost so far, in words.
 func billText(rep report.JobReport) string {
 	if rep.Billed != nil {
-		return fmt.Sprintf("$%.4f billed for its machines (%.0f instance-seconds)", rep.CostUSD, rep.Billed.InstanceSeconds)
+		return fmt.Sprintf("%s (%.0f instance-seconds)", rep.CostText(), rep.Billed.InstanceSeconds)
 	}
 	return rep.CostText()
 }
@@ -336,7 +336,7 @@ func candidates(rep report.JobReport, cur plugins.Config) ([]candidateRow, front
 		row := candidateRow{Config: configText(cfg), StepTime: fmt.Sprintf("%.1f ms", c.StepS*1e3), Time: seconds(c.TotalS),
 			Cost: "-", Chosen: c.Chosen, Current: current, Front: front[i]}
 		if !fd.NoPrice {
-			row.Cost = fmt.Sprintf("$%.4f", c.TotalUSD)
+			row.Cost = api.USDText(c.TotalUSD)
 		}
 		if c.Chosen {
 			fd.Chosen = i

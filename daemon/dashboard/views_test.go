@@ -47,16 +47,16 @@ func TestJobViewShowsEachAttemptWithItsDecisionAndPrediction(t *testing.T) {
 	if second.Predicted != "300.0 ms (predicted later)" || second.Measured != "300.0 ms" || second.Diff != "+0%" {
 		t.Errorf("second attempt: predicted %q, measured %q, error %q", second.Predicted, second.Measured, second.Diff)
 	}
-	if second.Relaunch != "2.0 s ($0.0200)" || first.Cost != "$0.3200" || second.Cost != "$0.6800" {
+	if second.Relaunch != "2.0 s ($0.02)" || first.Cost != "$0.32" || second.Cost != "$0.68" {
 		t.Errorf("relaunch %q, costs %q %q", second.Relaunch, first.Cost, second.Cost)
 	}
-	if len(v.Decisions) != 2 || !v.Decisions[1].Stay || v.Decisions[1].To != "2 workers × batch 128" || v.Decisions[0].Stay || v.Decisions[1].Predicted != "50.0 s to finish, $0.5000" {
+	if len(v.Decisions) != 2 || !v.Decisions[1].Stay || v.Decisions[1].To != "2 workers × batch 128" || v.Decisions[0].Stay || v.Decisions[1].Predicted != "50.0 s to finish, $0.5" {
 		t.Errorf("decisions %+v", v.Decisions)
 	}
-	if v.Bill != "$1.0000 at $36.00/h" {
+	if v.Bill != "$1 at $36/h" {
 		t.Errorf("bill %q", v.Bill)
 	}
-	if bill, err := mustPages().fragment("job", "job-bill", v); err != nil || !strings.Contains(bill, "#1 $0.3200") || !strings.Contains(bill, "#2 $0.6800") {
+	if bill, err := mustPages().fragment("job", "job-bill", v); err != nil || !strings.Contains(bill, "#1 $0.32") || !strings.Contains(bill, "#2 $0.68") {
 		t.Errorf("bill by attempt: %q %v", bill, err)
 	}
 	// The candidates by time: the chosen one (also the current

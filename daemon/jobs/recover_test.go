@@ -48,7 +48,7 @@ func TestRecoverPublishesTheSpoolAndSettlesFinishedJobs(t *testing.T) {
 			j.State, j.Ended, j.ExitCode = api.StateFailed, &now, &code
 			j.Attempts[0].Ended, j.Attempts[0].EndReason = &now, endLost
 		}
-		rec := record{kv: st.Jobs, job: j}
+		rec := record{kv: st.Jobs, idx: g.o.Index, job: j}
 		if _, err := rec.commit(ctx); err != nil {
 			t.Fatal(err)
 		}

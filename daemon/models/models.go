@@ -45,10 +45,12 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open creates or opens the model store's bucket with replicas copies.
-func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, error) {
+// Open creates or opens the model store's bucket with replicas copies,
+// holding at most maxBytes (history.Retention.ModelMaxBytes: the daemon
+// sizes it with its streams to the state disk).
+func Open(ctx context.Context, js jetstream.JetStream, replicas int, maxBytes int64) (*Store, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, Description: "Scavenger model store: measured step times, noise and relaunches per owner, job signature and machine type",
-		History: 1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxBytes: 256 << 20})
+		History: 1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxBytes: maxBytes})
 	if err != nil {
 		return nil, fmt.Errorf("create key-value bucket %s: %w", Bucket, err)
 	}

@@ -29,7 +29,7 @@ func TestStore(t *testing.T) {
 	_, js := testnats.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, js, 1)
+	s, err := Open(ctx, js, 1, 16<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

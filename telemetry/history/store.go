@@ -25,14 +25,16 @@ type Retention struct {
 	NodeMaxBytes int64
 	// JournalMaxBytes bounds the job records' journal (journal.go).
 	JournalMaxBytes int64
+	// ModelMaxBytes bounds the model store's bucket (daemon/models).
+	ModelMaxBytes int64
 	// Replicas is how many servers of a NATS cluster hold each stream and
 	// bucket (0 or 1: one; 3 keeps them through the loss of any one server).
 	Replicas int
 }
 
 // DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
-// MiB of output, a day of node samples (at most 256 MiB), and 64 MiB of the
-// job records' journal.
+// MiB of output, a day of node samples (at most 256 MiB), 64 MiB of the job
+// records' journal and 256 MiB of stored models.
 var DefaultRetention = Retention{
 	StepMaxAge:      7 * 24 * time.Hour,
 	StepMaxBytes:    1 << 30,
@@ -41,6 +43,7 @@ var DefaultRetention = Retention{
 	NodeMaxAge:      24 * time.Hour,
 	NodeMaxBytes:    256 << 20,
 	JournalMaxBytes: 64 << 20,
+	ModelMaxBytes:   256 << 20,
 }
 
 // WithDefaults is r with its zero fields set to DefaultRetention's.
@@ -66,6 +69,9 @@ func (r Retention) WithDefaults() Retention {
 	}
 	if r.JournalMaxBytes > 0 {
 		d.JournalMaxBytes = r.JournalMaxBytes
+	}
+	if r.ModelMaxBytes > 0 {
+		d.ModelMaxBytes = r.ModelMaxBytes
 	}
 	d.Replicas = r.Replicas
 	return d
