@@ -329,11 +329,11 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if d.store, err = openStore(ctx, js, d.retention, cfg.Cluster.Listen != "", log); err != nil {
 		return err
 	}
+	d.models = models.New(d.store.Models)
 	if !cfg.asBefore {
 		d.health.settleStore(ctx, d.store, log.Named("store"))
 	}
-	d.models, err = models.Open(ctx, js, d.retention.Replicas, d.retention.WithDefaults().ModelMaxBytes)
-	return err
+	return nil
 }
 
 // clusterWait bounds how long a clustered daemon waits for JetStream's

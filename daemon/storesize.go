@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/scavenger-ml/scavenger/daemon/models"
 	"github.com/scavenger-ml/scavenger/telemetry"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
@@ -18,7 +17,7 @@ import (
 // the space free plus what its store already holds, gives the streams at
 // most half of it (the rest is for the job records, checkpoints under the
 // state directory, and everything else on the disk), and scales the default
-// limits down to fit, each no lower than 1/32 of its default (58 MiB in
+// limits down to fit, each no lower than 1/32 of its default (50 MiB in
 // all, which fits a 200 MB disk) and no lower than what the stream already
 // holds (a smaller limit would discard it). store_max_bytes sets the
 // streams' total instead. A disk too small even for the floors is refused
@@ -53,7 +52,6 @@ var streamLimits = []streamLimit{
 	{telemetry.OutputStream, func(r *history.Retention) *int64 { return &r.LogMaxBytes }},
 	{telemetry.NodeStream, func(r *history.Retention) *int64 { return &r.NodeMaxBytes }},
 	{telemetry.JournalStream, func(r *history.Retention) *int64 { return &r.JournalMaxBytes }},
-	{"KV_" + models.Bucket, func(r *history.Retention) *int64 { return &r.ModelMaxBytes }},
 }
 
 // sizeStore sizes the streams of a store on a disk with free bytes free

@@ -20,9 +20,9 @@ import (
 func TestSizeStore(t *testing.T) {
 	const mb = 1 << 20
 	def := history.DefaultRetention
-	total := def.StepMaxBytes + def.LogMaxBytes + def.NodeMaxBytes + def.JournalMaxBytes + def.ModelMaxBytes
+	total := def.StepMaxBytes + def.LogMaxBytes + def.NodeMaxBytes + def.JournalMaxBytes
 	sum := func(r history.Retention) int64 {
-		return r.StepMaxBytes + r.LogMaxBytes + r.NodeMaxBytes + r.JournalMaxBytes + r.ModelMaxBytes
+		return r.StepMaxBytes + r.LogMaxBytes + r.NodeMaxBytes + r.JournalMaxBytes
 	}
 	for _, tc := range []struct {
 		name       string
@@ -40,7 +40,7 @@ func TestSizeStore(t *testing.T) {
 		{name: "a 200 MB disk", free: 190 * mb, wantTotal: 95 * mb, wantScaled: true},
 		{name: "what the store holds counts as its own", free: 100 * mb, used: map[string]int64{telemetry.StepStream: 100 * mb}, wantScaled: true},
 		{name: "a stream never shrinks below what it holds", free: 20 * mb, used: map[string]int64{telemetry.StepStream: 180 * mb}, wantScaled: true},
-		{name: "20 MB: refused, naming the space and the keys", free: 20 * mb, wantErr: "need at least 58.0 MiB"},
+		{name: "20 MB: refused, naming the space and the keys", free: 20 * mb, wantErr: "need at least 50.0 MiB"},
 		{name: "limits the user set are kept", free: 64 * mb, ret: history.Retention{StepMaxBytes: 8 * mb, LogMaxBytes: 8 * mb, NodeMaxBytes: mb}, wantScaled: true},
 		{name: "store_max_bytes sets the total", free: 100 << 30, set: 200 * mb, wantTotal: 200 * mb, wantScaled: true},
 		{name: "store_max_bytes past the disk is refused", free: 100 * mb, set: 1 << 30, wantErr: "store_max_bytes 1024.0 MiB"},

@@ -30,6 +30,9 @@ const (
 	// StepDigestBucket holds what each job's step records add up to, keyed
 	// by job id (daemon/aggregates).
 	StepDigestBucket = "scav_step_digests"
+	// ModelBucket is the model store's: what jobs measured, keyed by owner,
+	// job signature and machine type (daemon/models).
+	ModelBucket = "scav_models"
 )
 
 // APISubject is the request subject of one API verb, e.g. "scav.api.run".

@@ -36,7 +36,10 @@ func (n *clusterNode) start(bin string) (*api.Client, error) {
 	if err := n.cmd.Start(); err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	// Three servers on two cores form JetStream's meta group, then a raft
+	// group for each of the dozen streams and buckets: up to scavd's own
+	// wait for its cluster (clusterWait, 2 minutes), and a little more.
+	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if info, err := api.ReadDiscovery(n.state); err == nil && info.PID == n.cmd.Process.Pid {
 			if c, err := api.Dial(context.Background(), info.API, 5*time.Second); err == nil {
 				return c, nil

@@ -21,7 +21,7 @@ func TestStatusLineLeft(t *testing.T) {
 		st.observe(telemetry.StepRecord{Rank: 0, World: 1, Step: s, Time: float64(s), Seconds: 1, GlobalBatch: 32})
 	}
 	// 50 steps left at 1 s a step (twice the predicted), not 50 s less the time since.
-	if line := st.line(); !strings.Contains(line, "~50s left (40s–1m15s), ~$0.05 to finish ($0.04–0.07)") {
+	if line := st.line(); !strings.Contains(line, "~50s left (40s–1m15s), ~$0.05 to finish ($0.04–$0.075)") {
 		t.Errorf("status line %q", line)
 	}
 	for s := int64(61); s <= 200; s++ {

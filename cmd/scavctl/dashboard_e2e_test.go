@@ -49,6 +49,14 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
+// bounded is ctx with a deadline of two minutes: a page that never shows
+// what a step waits for fails the test instead of hanging it.
+func bounded(t *testing.T, ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // within polls cond every half second until it is true or d passes; then
 // it fails with what last says.
 func within(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
@@ -112,7 +120,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	defer closeTab()
 	link := dashLink(t, alice, work, info.API)
 	base, _, _ := strings.Cut(link, "/ui/")
-	if err := chromedp.Do(tab, chromedp.Navigate(link), chromedp.WaitVisible(`#jobs-rows tr[data-job="`+job.ID+`"]`)); err != nil {
+	if err := chromedp.Do(bounded(t, tab), chromedp.Navigate(link), chromedp.WaitVisible(`#jobs-rows tr[data-job="`+job.ID+`"]`)); err != nil {
 		t.Fatalf("alice's jobs page: %v", err)
 	}
 
@@ -131,7 +139,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 	})
 
-	if err := chromedp.Do(tab, chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#job-attempts`)); err != nil {
+	if err := chromedp.Do(bounded(t, tab), chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#job-attempts`)); err != nil {
 		t.Fatalf("alice's job page: %v", err)
 	}
 	t.Run("the job page shows each attempt and its prediction", func(t *testing.T) {
@@ -200,7 +208,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	})
 
 	t.Run("the node page shows the job's processes", func(t *testing.T) {
-		if err := chromedp.Do(tab, chromedp.Navigate(base+"/ui/node")); err != nil {
+		if err := chromedp.Do(bounded(t, tab), chromedp.Navigate(base+"/ui/node")); err != nil {
 			t.Fatal(err)
 		}
 		within(t, 20*time.Second, "alice's job on the node page", func() (bool, string) {
@@ -215,7 +223,7 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeB()
-		if err := chromedp.Do(btab, chromedp.Navigate(dashLink(t, bob, work, info.API)), chromedp.WaitVisible(`#jobs-rows`)); err != nil {
+		if err := chromedp.Do(bounded(t, btab), chromedp.Navigate(dashLink(t, bob, work, info.API)), chromedp.WaitVisible(`#jobs-rows`)); err != nil {
 			t.Fatal(err)
 		}
 		if rows := eval[string](t, btab, `document.getElementById('jobs-rows').textContent`); strings.Contains(rows, job.ID) {
@@ -225,7 +233,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		if err != nil || resp.Status != 403 {
 			t.Errorf("bob opens alice's job page: %v, %v; want 403", err, resp)
 		}
-		if err := chromedp.Do(btab, chromedp.Navigate(base+"/ui/")); err != nil {
+		if err := chromedp.Do(bounded(t, btab), chromedp.Navigate(base+"/ui/")); err != nil {
 			t.Fatal(err)
 		}
 		if code := eval[int](t, btab, `fetch('`+"/ui/events/job/"+job.ID+`').then(r => r.status)`); code != 403 {
@@ -250,7 +258,7 @@ func TestDashboardInABrowser(t *testing.T) {
 			URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/ui/static/uPlot*", Block: true}}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := chromedp.Do(ntab, chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#nocharts`)); err != nil {
+		if err := chromedp.Do(bounded(t, ntab), chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#nocharts`)); err != nil {
 			t.Fatalf("no word that the charts are off: %v", err)
 		}
 		within(t, 10*time.Second, "the tables still update", func() (bool, string) {
@@ -260,7 +268,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	})
 
 	t.Run("a stop from the page stops the job", func(t *testing.T) {
-		if err := chromedp.Do(tab, chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#stop`),
+		if err := chromedp.Do(bounded(t, tab), chromedp.Navigate(base+jobURL), chromedp.WaitVisible(`#stop`),
 			chromedp.Click(`#stop`), chromedp.WaitVisible(`#stop.armed`), chromedp.Click(`#stop`)); err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func bindFlags(f *pflag.FlagSet, s *settings) {
 	f.IntVar(&s.OutputReadKiBPerUser, "output-read-kib-per-user", jobs.DefaultOutputReadRate>>10, "KiB a second of one user's jobs' output scavd reads (a line counts 1 KiB more than its text); past it their writes wait, as on a slow terminal (0: no bound)")
 	f.IntVar(&s.OutputMiBPerUser, "output-mib-per-user", jobs.DefaultOutputPerUser>>20, "MiB of one user's jobs' output the history keeps: past it, their oldest finished jobs' output goes first (0: no bound)")
 	f.DurationVar(&s.StopGrace, "stop-grace", daemon.DefaultStopGrace, "how long a stopping scavd (SIGTERM) gives its jobs to checkpoint and exit, each at most its own --grace, before it kills them; keep it under systemd's TimeoutStopSec")
-	f.Int64Var(&s.StoreMaxBytes, "store-max-bytes", 0, "the streams' total size limit in bytes (steps, output, node samples, the job journal, the model store); 0: half the state disk's space at start, at most their defaults (1.8 GiB)")
+	f.Int64Var(&s.StoreMaxBytes, "store-max-bytes", 0, "the streams' total size limit in bytes (steps, output, node samples, the job journal); 0: half the state disk's space at start, at most their defaults (1.6 GiB)")
 	f.DurationVar(&s.JobRetention, "job-retention", jobs.DefaultRetention.MaxAge, "how long a job that ended is kept, with its step records and output (unless scavctl keep marked it)")
 	f.IntVar(&s.JobHistory, "job-history", jobs.DefaultRetention.MaxJobs, "the most jobs this node keeps: past it the oldest that ended go, with their step records and output (unless kept)")
 	f.StringVar(&s.Launcher, "launcher", "local", "built-in launcher that starts the workers: "+strings.Join(builtin.Names(), ", "))

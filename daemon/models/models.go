@@ -28,10 +28,11 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/optimizer/prior"
+	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // Bucket is the model store's key-value bucket.
-const Bucket = "scav_models"
+const Bucket = telemetry.ModelBucket
 
 // MaxPerOwner bounds the entries one owner holds.
 const MaxPerOwner = 512
@@ -45,17 +46,9 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open creates or opens the model store's bucket with replicas copies,
-// holding at most maxBytes (history.Retention.ModelMaxBytes: the daemon
-// sizes it with its streams to the state disk).
-func Open(ctx context.Context, js jetstream.JetStream, replicas int, maxBytes int64) (*Store, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, Description: "Scavenger model store: measured step times, noise and relaunches per owner, job signature and machine type",
-		History: 1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxBytes: maxBytes})
-	if err != nil {
-		return nil, fmt.Errorf("create key-value bucket %s: %w", Bucket, err)
-	}
-	return &Store{kv: kv, now: time.Now}, nil
-}
+// New is the model store over its bucket (history.Store.Models): each
+// entry bounded, and MaxPerOwner entries an owner.
+func New(kv jetstream.KeyValue) *Store { return &Store{kv: kv, now: time.Now} }
 
 // token is what a key's part may be.
 var token = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)

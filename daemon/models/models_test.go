@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/testnats"
 	"github.com/scavenger-ml/scavenger/optimizer/prior"
@@ -29,10 +30,11 @@ func TestStore(t *testing.T) {
 	_, js := testnats.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, js, 1, 16<<20)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := New(kv)
 	alice, bob := api.Owner{UID: 1000, User: "alice"}, api.Owner{UID: 1001, User: "bob"}
 	sig := api.Signature([]string{"python", "train.py"}, "")
 	if err := s.Save(ctx, alice, sig, "python train.py", "j1", learned(0.1)); err != nil {

@@ -25,16 +25,14 @@ type Retention struct {
 	NodeMaxBytes int64
 	// JournalMaxBytes bounds the job records' journal (journal.go).
 	JournalMaxBytes int64
-	// ModelMaxBytes bounds the model store's bucket (daemon/models).
-	ModelMaxBytes int64
 	// Replicas is how many servers of a NATS cluster hold each stream and
 	// bucket (0 or 1: one; 3 keeps them through the loss of any one server).
 	Replicas int
 }
 
 // DefaultRetention keeps a week of history, at most 1 GiB of steps and 256
-// MiB of output, a day of node samples (at most 256 MiB), 64 MiB of the job
-// records' journal and 256 MiB of stored models.
+// MiB of output, a day of node samples (at most 256 MiB), and 64 MiB of the
+// job records' journal.
 var DefaultRetention = Retention{
 	StepMaxAge:      7 * 24 * time.Hour,
 	StepMaxBytes:    1 << 30,
@@ -43,7 +41,6 @@ var DefaultRetention = Retention{
 	NodeMaxAge:      24 * time.Hour,
 	NodeMaxBytes:    256 << 20,
 	JournalMaxBytes: 64 << 20,
-	ModelMaxBytes:   256 << 20,
 }
 
 // WithDefaults is r with its zero fields set to DefaultRetention's.
@@ -70,9 +67,6 @@ func (r Retention) WithDefaults() Retention {
 	if r.JournalMaxBytes > 0 {
 		d.JournalMaxBytes = r.JournalMaxBytes
 	}
-	if r.ModelMaxBytes > 0 {
-		d.ModelMaxBytes = r.ModelMaxBytes
-	}
 	d.Replicas = r.Replicas
 	return d
 }
@@ -98,6 +92,7 @@ type Store struct {
 	JobIndex    jetstream.KeyValue
 	StepDigests jetstream.KeyValue
 	Allocations jetstream.KeyValue
+	Models      jetstream.KeyValue
 }
 
 // OpenStore creates or updates the streams and the buckets, so that a
@@ -127,6 +122,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 		{&st.JobIndex, jetstream.KeyValueConfig{Bucket: telemetry.JobIndexBucket, Description: "Scavenger job index: a summary of each job"}},
 		{&st.StepDigests, jetstream.KeyValueConfig{Bucket: telemetry.StepDigestBucket, Description: "Scavenger step digests: what each job's step records add up to"}},
 		{&st.Allocations, jetstream.KeyValueConfig{Bucket: telemetry.AllocationBucket, Description: "Scheduler allocations seen by prolog/epilog hooks", TTL: ret.LogMaxAge}},
+		{&st.Models, jetstream.KeyValueConfig{Bucket: telemetry.ModelBucket, Description: "Scavenger model store: measured step times, noise and relaunches per owner, job signature and machine type"}},
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(streams)+len(buckets))
