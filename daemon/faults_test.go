@@ -603,11 +603,16 @@ func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	go func() { _ = cmd.Wait(); close(p.done) }() // joined by stop
 	t.Cleanup(func() { p.stop(syscall.SIGTERM) })
 	var c *api.Client
-	waitFor(t, time.Minute, "scavd's API", func() bool {
+	// Ready once its discovery file names it: it has settled the jobs of
+	// the daemon before (its API answers a little earlier).
+	waitFor(t, time.Minute, "scavd ready", func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("scavd exited: %s", errOut.String())
 		default:
+		}
+		if info, err := api.ReadDiscovery(state); err != nil || info.PID != cmd.Process.Pid {
+			return false
 		}
 		var err error
 		c, err = api.Dial(context.Background(), filepath.Join(state, api.SocketName), time.Second)
