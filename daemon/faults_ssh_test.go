@@ -119,11 +119,18 @@ func sshLinkTrial(t *testing.T, python string) trialResult {
 	if f := follow(t, c, next.ID, time.Minute); f.ExitCode == nil || *f.ExitCode != 0 {
 		r.ok, r.note = false, r.note+"; the job on all 3 hosts failed"
 	}
-	subreaper.ReapOrphans()
 	r.lost, r.dup, r.repeated = countSteps(t, c, j.ID, 2, total)
-	r.procs, r.zombies, r.leftover = leftovers(j)
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "scav-"+j.ID+"-a*"))
-	r.leftover += len(dirs)
+	// The cut-off rank learns of its end late (its host had no link): what
+	// it leaves must be gone within a minute of the link's return.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		subreaper.ReapOrphans()
+		r.procs, r.zombies, r.leftover = leftovers(j)
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "scav-"+j.ID+"-a*"))
+		r.leftover += len(dirs)
+		if r.procs+r.zombies+r.leftover == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	r.attempts = len(a)
 	if len(a) > 0 && a[0].Ended != nil {
 		t.Logf("link down -> attempt 1 ended %.1fs -> attempt 2 started %.1fs; %s", a[0].Ended.Sub(cut).Seconds(), r.figure, r.note)

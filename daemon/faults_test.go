@@ -593,7 +593,7 @@ func scavdStateDir(t *testing.T) string { return testdir.Short(t, "scavf-") }
 func startScavd(t *testing.T, bin, state string) (*scavdProc, *api.Client) {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", "", "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--node", "n1", "--node-sample-every", "0", "--log-level", "warn", "--gpu-source", "none", "--output-read-kib-per-user", "0")
+		"--node", "n1", "--node-sample-every", "0", "--log-level", "warn", "--gpu-source", "none", "--output-read-kib-per-user", "0", "--output-mib-per-user", "0")
 	var errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errOut, &errOut
 	if err := cmd.Start(); err != nil {

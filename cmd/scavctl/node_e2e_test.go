@@ -137,7 +137,7 @@ next:
 func TestNodeTelemetryOfAPyTorchJob(t *testing.T) {
 	needTorch(t)
 	state := stateDir(t)
-	info := startScavd(t, state)
+	info := startScavd(t, state, "--metrics-per-job", "on") // a root scavd names no job in /metrics unless told
 	cmd, _, errOut := startJob(t, state, "--name", "nodecnn", "--workers", "2", "--batch-size", "64", "--",
 		pythonBin, "examples/cnn.py", "--steps", "100000")
 	id := waitForRecords(t, state, errOut, 10)

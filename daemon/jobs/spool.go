@@ -19,6 +19,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/userfs"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // spoolDir, in a job's checkpoint directory, is where its workers leave the
@@ -55,7 +56,13 @@ const spoolBatchBytes = 256 << 10
 
 // spooled is what a drain found in a job's spool.
 type spooled struct {
-	published, refused int
+	// published and refused count the spooled step records; copies those
+	// the store already held (sent before, their confirmation lost), not
+	// stored again.
+	published, refused, copies int
+	// stored is what the store holds of the job's steps, read at the first
+	// spooled record (storedSteps).
+	stored map[stepKey]bool
 	// ends are the end records of the job's workers (one per rank that
 	// ended while no daemon answered).
 	ends []telemetry.StepRecord
@@ -119,9 +126,9 @@ func (g *Registry) drainSpool(ctx context.Context, job api.Job, workersGone bool
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("spooled step records not drained", zap.Error(err))
 	}
-	if s.published+s.refused > 0 || len(s.ends) > 0 {
+	if s.published+s.refused+s.copies > 0 || len(s.ends) > 0 {
 		log.Info("step records the workers spooled while no daemon took them", zap.Int("published", s.published),
-			zap.Int("refused", s.refused), zap.Int("ends", len(s.ends)))
+			zap.Int("refused", s.refused), zap.Int("copies", s.copies), zap.Int("ends", len(s.ends)))
 	}
 	return s
 }
@@ -185,7 +192,10 @@ func (g *Registry) publishSpooled(ctx context.Context, job, id string, f io.Read
 			s.ends = append(s.ends, rec)
 		case !rec.IsStep():
 			s.refused++
+		case g.storedBefore(ctx, job, rec, s):
+			s.copies++
 		default:
+			s.stored[stepKey{rec.Attempt, rec.Rank, rec.Step}] = true
 			b, _ := json.Marshal(rec)
 			batch.Write(append(b, '\n'))
 			s.published++
@@ -242,4 +252,64 @@ func (g *Registry) storeSpooled(ctx context.Context, log *zap.Logger, job, id st
 		_, err := g.js.Publish(c, telemetry.StepSubject(job), data, jetstream.WithMsgID(id))
 		return err
 	})
+}
+
+// stepKey names one rank's step of an attempt.
+type stepKey struct {
+	attempt, rank int
+	step          int64
+}
+
+// storedBefore reports whether the store already holds rec's step of its
+// rank and attempt: a worker spools what it sent and saw no confirmation
+// of, and the daemon may have stored it before the confirmation was lost
+// (a link cut, a daemon killed after a write). The job's stored steps are
+// read once a drain, at its first spooled record.
+func (g *Registry) storedBefore(ctx context.Context, job string, rec telemetry.StepRecord, s *spooled) bool {
+	if s.stored == nil {
+		s.stored = g.storedSteps(ctx, job)
+	}
+	return s.stored[stepKey{rec.Attempt, rec.Rank, rec.Step}]
+}
+
+// storedSteps is every step the store holds of job (an empty set when it
+// cannot be read: the spooled records are then stored, copies or not).
+func (g *Registry) storedSteps(ctx context.Context, job string) map[stepKey]bool {
+	out := map[stepKey]bool{}
+	ctx, cancel := context.WithTimeout(ctx, spoolPatience)
+	defer cancel()
+	err := history.Replay(ctx, g.js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
+		return eachLine(bytes.NewReader(m.Data()), telemetry.MaxRecordBytes, func(line []byte) {
+			if r, err := telemetry.DecodeStep(line); err == nil && r.IsStep() {
+				out[stepKey{r.Attempt, r.Rank, r.Step}] = true
+			}
+		}, func() {})
+	})
+	if err != nil {
+		g.log.Warn("read the stored steps of a job whose spool is drained", zap.String("job", job), zap.Error(err))
+	}
+	return out
+}
+
+// lateDrain is how long after the end of a job that lost a host its spool
+// is drained once more.
+const lateDrain = 30 * time.Second
+
+// drainLate drains, lateDrain after its end, the spool of a job an attempt
+// of which lost a host: the workers there learn of their end only once the
+// link is back, and may spool their last records and their end until then.
+// A daemon that stops meanwhile leaves it to the next one's recovery.
+func (g *Registry) drainLate(job api.Job) {
+	lost := false
+	for _, a := range job.Attempts {
+		lost = lost || strings.Contains(a.EndReason, "lost host")
+	}
+	if !lost {
+		return
+	}
+	select {
+	case <-time.After(lateDrain):
+		g.drainSpool(g.kill, job, true)
+	case <-g.shutdown.Done():
+	}
 }
