@@ -8,7 +8,7 @@ BIN       := $(CURDIR)/bin
 TRACES    ?= $(CURDIR)/../shared/traces
 DEMO_DIR  ?= $(CURDIR)/.cache/demo
 APT_PKGS  := python3-torch libopenblas0-pthread openssh-server slurm-wlm munge systemd-container debootstrap chromium
-GOFLAGS_TEST ?= -timeout 40m
+GOFLAGS_TEST ?= -timeout 60m
 # The version every binary reports (scavctl --version, scavd's log and API):
 # the commit, and -dirty with uncommitted changes.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)

@@ -242,6 +242,9 @@ func (pl *poller) read(pc *pconn) bool {
 		}
 		pc.last = time.Now()
 		pl.in.feed(&pc.ls, pl.buf[:n], &pc.b, pc.p)
+		if pc.p.failed.Load() {
+			return false
+		}
 		if n < len(pl.buf) {
 			return true // the kernel had no more than this
 		}

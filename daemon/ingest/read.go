@@ -68,6 +68,9 @@ func (in *Server) serve(r io.Reader, p *peer) {
 // its batch.
 func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
 	ls.feed(data, func(line []byte) {
+		if p.failed.Load() {
+			return // ended (its user past a bound, its records refused): the rest is not read
+		}
 		p.lines++
 		in.handle(b, line, p)
 		if b.n >= batchRecords || len(b.buf) >= batchBytes {
