@@ -43,19 +43,14 @@ func (j Job) CostBasis() CostBasis {
 	return CostNone
 }
 
-// JobCost is what a job has cost by some time, and at the finish its
-// policy last predicted.
+// JobCost is what a job has cost by some time. What is left to spend is
+// the forecast's (Forecast), counted down with the job's steps.
 type JobCost struct {
 	Basis CostBasis `json:"basis"`
 	// USD is what the job cost by then: the bill so far, or the time since
 	// it started at PriceUSDPerHour (0 with CostNone).
 	USD             float64 `json:"usd"`
 	PriceUSDPerHour float64 `json:"price_usd_per_hour,omitempty"`
-	// FinishUSD is the cost at the finish, as the latest decision that
-	// predicted one said, less the share of its predicted time gone since
-	// (Predicted: there is one; only while the job runs).
-	FinishUSD float64 `json:"finish_usd,omitempty"`
-	Predicted bool    `json:"predicted,omitempty"`
 }
 
 // CostAt is what j has cost by now (see JobCost), the one figure every
@@ -76,20 +71,6 @@ func (j Job) CostAt(now time.Time) JobCost {
 			}
 			c.USD = max(0, end.Sub(*j.Started).Hours()) * c.PriceUSDPerHour
 		}
-	default:
-		return c
-	}
-	if j.State.Done() {
-		return c
-	}
-	for i := len(j.Decisions) - 1; i >= 0; i-- {
-		d := j.Decisions[i]
-		if d.PredictedS <= 0 || d.PredictedUSD <= 0 {
-			continue
-		}
-		left := max(0, d.PredictedS-now.Sub(d.Time).Seconds())
-		c.FinishUSD, c.Predicted = c.USD+d.PredictedUSD*left/d.PredictedS, true
-		break
 	}
 	return c
 }
