@@ -157,14 +157,12 @@ func startNodeSampler(ctx context.Context, node string, every time.Duration, gpu
 // jobOwner is the uid of the owner of job id, running here (the daemon's
 // own for a job of no owner).
 func (d *Daemon) jobOwner(id string) (uint32, bool) {
-	for _, st := range d.jobs.Running() {
-		if st.Job.ID != id {
-			continue
-		}
-		if o := st.Job.Owner; o != nil {
-			return o.UID, true
-		}
-		return uint32(os.Geteuid()), true
+	o, ok := d.jobs.RunningOwner(id)
+	switch {
+	case !ok:
+		return 0, false
+	case o != nil:
+		return o.UID, true
 	}
-	return 0, false
+	return uint32(os.Geteuid()), true
 }

@@ -345,6 +345,17 @@ func (g *Registry) Active() []string {
 	return ids
 }
 
+// RunningOwner says whether job id runs here and who owns it (nil: the
+// daemon's own user), without reading its record: the node sampler asks it
+// for every process it finds every tick. The owner is shared: read it only.
+func (g *Registry) RunningOwner(id string) (*api.Owner, bool) {
+	r := g.running(id)
+	if r == nil {
+		return nil, false
+	}
+	return r.owner, true
+}
+
 // Status is a running job as its runner last recorded it, with its progress.
 type Status struct {
 	Job      api.Job

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,13 +23,15 @@ import (
 // everyone else talks to it through its channels and reads what it last
 // saved.
 type runner struct {
-	g    *Registry
-	log  *zap.Logger
-	rec  record   // run's alone (and launch's, before run starts)
-	env  []string // the workers' environment
-	from resumePoint
-	prog progress
-	out  *jobOutput // the job's output, capped
+	g   *Registry
+	log *zap.Logger
+	rec record   // run's alone (and launch's, before run starts)
+	env []string // the workers' environment
+	// owner is the job's owner (nil: the daemon's own); it never changes.
+	owner *api.Owner
+	from  resumePoint
+	prog  progress
+	out   *jobOutput // the job's output, capped
 	// view is the record as the runner last saved it; cur the attempt and
 	// configuration now, for the controller.
 	view atomic.Pointer[[]byte]
@@ -120,6 +123,11 @@ func newRunner(g *Registry, rec record, env []string, from resumePoint) *runner 
 		g: g, log: g.log.With(zap.String("job", rec.job.ID)), rec: rec, env: env, from: from,
 		stops: make(chan time.Duration, 1), moves: make(chan moveReq), verdicts: make(chan control.Verdict),
 		preempts: make(chan telemetry.StepRecord, 16), done: make(chan struct{}),
+	}
+	if o := rec.job.Owner; o != nil {
+		owner := *o
+		owner.Groups = slices.Clone(o.Groups)
+		r.owner = &owner
 	}
 	r.out = newJobOutput(rec.job, r.publishLine, r.g.quota)
 	if rec.job.Optimize.Active() && rec.job.Phase == "" {

@@ -87,7 +87,12 @@ func CreateBridge(ctx context.Context, name string) (Bridge, error) {
 	}
 	b := Bridge{Name: name, Subnet: subnet}
 	for _, args := range [][]string{
-		{"link", "add", name, "type", "bridge"},
+		// A bridge whose address is not set takes its lowest port's, so
+		// each machine plugged in or removed could change it under the
+		// others: their cached neighbour entry for the bridge went stale
+		// and they reached nothing for seconds (a host declared lost in
+		// the middle of a stop). Its own address never changes.
+		{"link", "add", name, "address", bridgeMAC(), "type", "bridge"},
 		{"addr", "add", b.Addr() + "/24", "dev", name},
 		{"link", "set", name, "up"},
 	} {
@@ -164,6 +169,14 @@ func PickSubnet(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("pick subnet: no free /24 in 10.160-223.x.0")
+}
+
+// bridgeMAC is a random locally administered unicast MAC address.
+func bridgeMAC() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
+	b[0] = b[0]&^0x01 | 0x02
+	return net.HardwareAddr(b).String()
 }
 
 func randInt(n int64) int {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
@@ -14,9 +15,10 @@ import (
 // conformanceLauncher is a launcher for the suite, whose ranks share a
 // host: its type takes 4 workers an instance. The suite checks that
 // SCAV_SOCKET reaches the workers as given, so the telemetry socket is not
-// forwarded (the local cloud's instances share this filesystem).
+// forwarded (the local cloud's instances share this filesystem). Its
+// warnings are the test's log: a host it declares lost says why.
 func conformanceLauncher(t *testing.T) *Launcher {
-	return newLauncher(t, Options{Logger: zap.NewNop(), Types: []string{"loc.wide"}, NoTelemetryForward: true})
+	return newLauncher(t, Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Types: []string{"loc.wide"}, NoTelemetryForward: true})
 }
 
 // TestConformance runs the launcher suite against cloudvm on the local
