@@ -204,6 +204,19 @@ func (in *Server) release(p *peer) {
 	}
 }
 
+// mayTryToken says whether p's user may have another hello's token checked:
+// not while they are past BadTokenBurst.
+func (in *Server) mayTryToken(p *peer) bool {
+	if !p.cred {
+		return true
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	u := in.userOf(p.uid)
+	u.tokens.fill(time.Now(), in.limits.BadTokens, in.limits.BadTokenBurst)
+	return u.tokens.n >= 1
+}
+
 // badToken counts a hello with a wrong token and logs it (a line a second
 // per user, with the count); false once the user is past BadTokenBurst:
 // the connection is then ended.

@@ -16,10 +16,10 @@ import (
 // per-step writer sends, and those wakes, not the records, were most of
 // what a node's telemetry cost the daemon (issue 25). The poller reads every
 // connection from one goroutine: it waits (in the runtime's netpoller, on an
-// epoll descriptor of its own) until some connection has data, lets the
-// batcher's window pass so that the others' records come too, then reads
-// every connection that has data, hands the records to the batcher and
-// publishes them: a few wakes per window, whatever the connections.
+// epoll descriptor of its own) until some connection has data, reads what
+// has come, lets the batcher's window pass so that the others' records come
+// too, reads again every connection that has data, and publishes the
+// batches: a few wakes per window, whatever the connections.
 
 // pconn is one connection the poller reads.
 type pconn struct {
@@ -107,7 +107,13 @@ func (pl *poller) run() {
 	for {
 		closing := in.closing.Err() != nil
 		if pl.wait(closing) && !closing {
-			time.Sleep(in.batch.window) // the other connections' records of this step come meanwhile
+			// Read at once: an acknowledgement or a notice is published as
+			// it is read (a worker that acknowledges a checkpoint exits
+			// next, and its exit must not be seen first); the steps wait
+			// in the batcher while the other connections' records of this
+			// step come.
+			pl.readAll(false)
+			time.Sleep(in.batch.window)
 			pl.collect()
 		}
 		pl.readAll(closing)

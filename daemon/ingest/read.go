@@ -261,6 +261,14 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 	in.unregister(p)
 	p.job, p.attempt, p.confirm, p.session, p.limits = "", 0, false, "", nil
 	in.mu.Unlock()
+	if in.verify != nil && !in.mayTryToken(p) {
+		// Past the bound, a hello is not even checked: admission counts
+		// the user's wrong tokens only as their hellos are read, and a
+		// window's worth of connections may have been admitted meanwhile.
+		in.refuse(RefusedBadTokens)
+		p.fail()
+		return
+	}
 	if in.verify != nil && !in.verify(hello.Job, hello.Attempt, hello.Token) {
 		if !in.badToken(p, hello) {
 			p.fail()

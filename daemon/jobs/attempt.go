@@ -131,6 +131,7 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		case res := <-wc:
 			w.stops.Wait()
 			r.out.flush(true) // the attempt's output is all in: its last lines are kept
+			w.lateAck()
 			w.ended(res)
 			return w.out
 		case <-flush.C:
@@ -235,6 +236,29 @@ func (w *watch) ack(a telemetry.StepRecord) {
 		w.acked = time.Now()
 		w.out.restore, w.out.lastStep, w.out.acked = a.Checkpoint, a.Step, true
 		w.out.timing.Checkpoint = w.acked.Sub(w.out.movedAt).Seconds()
+	}
+}
+
+// ackAfterExit is how long a move waits, once the workers have exited, for
+// the acknowledgement they sent before: the ingest reads a connection up to
+// its batch window late, and the exit can be seen first.
+const ackAfterExit = time.Second
+
+// lateAck takes the acknowledgement of a move's checkpoint that reaches the
+// daemon after the workers' exit, waiting up to ackAfterExit for it.
+func (w *watch) lateAck() {
+	if w.out.moved == nil || w.out.restore != "" || w.acks == nil || w.out.viaSignal || w.out.timing.Fallback {
+		return
+	}
+	t := time.NewTimer(ackAfterExit)
+	defer t.Stop()
+	for w.out.restore == "" {
+		select {
+		case a := <-w.acks:
+			w.ack(a)
+		case <-t.C:
+			return
+		}
 	}
 }
 
