@@ -86,21 +86,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	stepJobs, err := d.jobs(ctx, *jobs, *ranks)
+	if err != nil {
+		return err
+	}
 	time.Sleep(2 * time.Second)
 	idle, _ := rss(d.pid, "VmRSS")
 	idleCPU, err := d.idleCPU(3 * time.Second)
 	if err != nil {
 		return err
 	}
-	b, err := d.blocks(ctx, block[0], *duration)
-	if err != nil {
-		return err
-	}
-	stepJobs, err := d.jobs(ctx, *jobs, *ranks)
-	if err != nil {
-		return err
-	}
+	// Per step first: the memory the blocks make the store hold would
+	// still be there after them.
 	s, err := d.perStep(ctx, stepJobs, *rate, *stepDuration)
+	if err != nil {
+		return err
+	}
+	b, err := d.blocks(ctx, block[0], *duration)
 	if err != nil {
 		return err
 	}
