@@ -48,7 +48,9 @@ type Collector struct {
 
 	prevProc map[procKey]float64 // CPU seconds by process
 	prevAt   time.Time
-	envSeen  map[procKey]string // job named by a process's environment ("" for none), read once
+	// envSeen is the job a process's environment names, kept only when
+	// the process is its owner's ("" for none), read once.
+	envSeen map[procKey]string
 }
 
 // procKey tells a process from a later one that reuses its PID.
@@ -177,9 +179,15 @@ func (c *Collector) owners(ctx context.Context, jobs Jobs, table map[int32]*proc
 			job, ok := c.envSeen[pr.key]
 			if !ok {
 				job = envJob(ctx, pr.p)
+				if _, active := jobs[job]; job != "" && !active {
+					continue // decided once its job runs here
+				}
+				if job != "" && !c.owns(ctx, pr.p, job) {
+					job = "" // a process's environment and owner stay: read once
+				}
 			}
 			seen[pr.key] = job
-			if _, active := jobs[job]; active && job != "" && c.owns(ctx, pr.p, job) {
+			if _, active := jobs[job]; active && job != "" {
 				claim(pid, job)
 			}
 		}
