@@ -108,10 +108,10 @@ func (in *Server) flushStep(subject string, data []byte, n int, id string) error
 			in.accepted.Add(int64(n))
 			return nil
 		}
-		if !errors.Is(err, ErrStoreFull) {
+		if !errors.Is(err, ErrStoreFull) && !errors.Is(err, ErrUnacknowledged) {
 			return err
 		}
-		in.log.Warn("holding step records until the store writes again", zap.Error(err))
+		in.log.Warn("holding step records until the store takes them", zap.Error(err))
 	}
 	if !in.held.hold(subject, id, data, n) {
 		return fmt.Errorf("hold %d records: the telemetry socket is closing", n)

@@ -81,3 +81,64 @@ func TestStepsWaitForAFullStore(t *testing.T) {
 		}
 	}
 }
+
+// silentStore is a store whose acknowledgements are lost: it stores each
+// message, once per id as JetStream does, but the first publish of every id
+// gets no answer (ErrUnacknowledged).
+type silentStore struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	steps []string
+}
+
+func (s *silentStore) Publish(subject string, data []byte) error {
+	return s.PublishID(subject, data, "")
+}
+
+func (s *silentStore) PublishID(_ string, data []byte, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[id] {
+		return nil // a duplicate: stored once
+	}
+	s.seen[id] = true
+	s.steps = append(s.steps, strings.Split(strings.TrimSpace(string(data)), "\n")...)
+	return fmt.Errorf("publish %s: %w", id, ErrUnacknowledged)
+}
+
+func (s *silentStore) taken() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.steps)
+}
+
+// TestUnacknowledgedStepsAreStoredOnce: a batch whose publish was never
+// answered is held and sent again with its id, not dropped with its
+// connection failed (its worker then sent the records again in a new
+// message, and the store kept both: 278 of a user's records twice under
+// another's flood).
+func TestUnacknowledgedStepsAreStoredOnce(t *testing.T) {
+	key, err := LoadKey(filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &silentStore{seen: map[string]bool{}}
+	in := newServer(&collector{msgs: map[string][][]byte{}}, zap.NewNop())
+	in.verify, in.steps = key.Verify, store
+	go in.publishHeld() // joined by stopHeld
+	defer in.stopHeld()
+	var lines bytes.Buffer
+	fmt.Fprintf(&lines, `{"v":1,"kind":"hello","job":"a-000001","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("a-000001", 1))
+	const n = 500
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&lines, `{"v":1,"job":"a-000001","attempt":1,"rank":0,"world":1,"step":%d,"t":1,"dt":0.1,"samples":8}`+"\n", i)
+	}
+	p := &peer{}
+	in.serve(&lines, p)
+	for deadline := time.Now().Add(time.Minute); in.Stats().Accepted < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	}
+	s := in.Stats()
+	if store.taken() != n || s.Accepted != n || len(s.Dropped) != 0 || p.failed.Load() {
+		t.Fatalf("stored %d, accepted %d, dropped %v, connection failed %v; want %d, %d, none, no", store.taken(), s.Accepted, s.Dropped, p.failed.Load(), n, n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -69,7 +70,25 @@ func (p StreamPublisher) PublishID(subject string, data []byte, id string) error
 	case p.Ctx.Err() != nil:
 		return fmt.Errorf("publish to %s: stopping: %w", subject, last)
 	}
+	if unanswered(last) {
+		return fmt.Errorf("publish to %s: %w for %s: %w", subject, ErrUnacknowledged, p.Patience, err)
+	}
 	return fmt.Errorf("publish to %s, unacknowledged for %s: %w", subject, p.Patience, err)
+}
+
+// ErrUnacknowledged is a publish the store never answered within the
+// publisher's patience: the message may have been stored or not. The
+// server holds the batch and sends it again with its id, which the store
+// stores once (within its duplicate window): failing the connection
+// instead made its worker send the records again in a new message, and
+// those the store had taken were stored twice.
+var ErrUnacknowledged = errors.New("the store did not acknowledge it")
+
+// unanswered says whether a publish's error is the store's silence (the
+// outcome unknown), not a refusal.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // retryBackOff is how long a publish the store did not take waits before

@@ -54,7 +54,8 @@ func TestStreamPublisherTriesAgain(t *testing.T) {
 }
 
 // TestStreamPublisherGivesUp: past Patience (or at once without one) the
-// publish fails, naming the subject and wrapping the last error; a store
+// publish fails, naming the subject and wrapping the last error (a store
+// that never answered: ErrUnacknowledged, so that the batch is held); a store
 // that cannot write returns ErrStoreFull at once; the daemon's end ends the
 // waiting.
 func TestStreamPublisherGivesUp(t *testing.T) {
@@ -67,8 +68,8 @@ func TestStreamPublisherGivesUp(t *testing.T) {
 		want     string
 		is       error // wrapped (the last publish's error is not known when it stops)
 	}{
-		{name: "past patience", patience: 300 * time.Millisecond, want: "publish to none.x, unacknowledged for 300ms", is: jetstream.ErrNoStreamResponse},
-		{name: "no patience", want: "publish to none.x, unacknowledged for 0s", is: jetstream.ErrNoStreamResponse},
+		{name: "past patience", patience: 300 * time.Millisecond, want: "publish to none.x: the store did not acknowledge it for 300ms: nats: no response from stream", is: ErrUnacknowledged},
+		{name: "no patience", want: "publish to none.x: the store did not acknowledge it for 0s: nats: no response from stream", is: ErrUnacknowledged},
 		{name: "store full", patience: time.Hour, hold: true, want: "publish to none.x: the store cannot write", is: ErrStoreFull},
 		{name: "daemon stops", patience: time.Hour, cancel: true, want: "publish to none.x: stopping"},
 	} {
