@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -347,11 +348,22 @@ func (b *bench) stepsWhole(job string) check {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	seen := map[int64]int{}
+	// A step stored twice by one attempt is a duplicate; one stored again
+	// by the next attempt was done again (the move went on from an older
+	// checkpoint than the one asked for).
+	type key struct {
+		attempt int
+		step    int64
+	}
+	seen, byStep := map[key]int{}, map[int64]map[int]bool{}
 	var last int64
 	err = cl.Steps(ctx, job, false, func(r telemetry.StepRecord) error {
 		if r.Rank == 0 {
-			seen[r.Step]++
+			seen[key{r.Attempt, r.Step}]++
+			if byStep[r.Step] == nil {
+				byStep[r.Step] = map[int]bool{}
+			}
+			byStep[r.Step][r.Attempt] = true
 			last = max(last, r.Step)
 		}
 		return nil
@@ -360,20 +372,29 @@ func (b *bench) stepsWhole(job string) check {
 		c.result = err.Error()
 		return c
 	}
-	missing, copies := 0, 0
+	missing, again := 0, map[int64]int{}
 	for s := int64(1); s <= last; s++ {
-		switch n := seen[s]; {
+		switch n := len(byStep[s]); {
 		case n == 0:
 			missing++
 		case n > 1:
-			copies += n - 1
+			again[s] = n
 		}
 	}
-	c.result = fmt.Sprintf("steps 1-%d of rank 0: %d missing, %d stored twice", last, missing, copies)
-	if copies > 0 {
-		c.result += fmt.Sprintf(" (%s)", twice(seen))
+	copies := map[int64]int{}
+	for k, n := range seen {
+		if n > 1 {
+			copies[k.step] = n
+		}
 	}
-	c.ok = last > 0 && missing == 0 && copies == 0
+	c.result = fmt.Sprintf("steps 1-%d of rank 0: %d missing, %d stored twice by one attempt, %d done again by the next", last, missing, len(copies), len(again))
+	if len(copies) > 0 {
+		c.result += fmt.Sprintf(" (twice: %s)", stepList(copies))
+	}
+	if len(again) > 0 {
+		c.result += fmt.Sprintf(" (again: %s)", stepList(again))
+	}
+	c.ok = last > 0 && missing == 0 && len(copies) == 0 && len(again) == 0
 	return c
 }
 
@@ -570,14 +591,15 @@ func httpGet(url string) (string, error) {
 	return string(b), err
 }
 
-// twice lists the steps stored more than once.
-func twice(seen map[int64]int) string {
-	var out []string
-	for s, n := range seen {
-		if n > 1 {
-			out = append(out, strconv.FormatInt(s, 10))
-		}
+// stepList names steps, a range when there are many.
+func stepList(steps map[int64]int) string {
+	keys := slices.Sorted(maps.Keys(steps))
+	if len(keys) > 4 {
+		return fmt.Sprintf("%d-%d", keys[0], keys[len(keys)-1])
 	}
-	slices.Sort(out)
-	return "steps " + strings.Join(out, ", ")
+	var out []string
+	for _, s := range keys {
+		out = append(out, strconv.FormatInt(s, 10))
+	}
+	return strings.Join(out, ", ")
 }
