@@ -115,8 +115,7 @@ func (s *silentStore) taken() int {
 // TestUnacknowledgedStepsAreStoredOnce: a batch whose publish was never
 // answered is held and sent again with its id, not dropped with its
 // connection failed (its worker then sent the records again in a new
-// message, and the store kept both: 278 of a user's records twice under
-// another's flood).
+// message, and the store kept both when it had taken the first).
 func TestUnacknowledgedStepsAreStoredOnce(t *testing.T) {
 	key, err := LoadKey(filepath.Join(t.TempDir(), "key"))
 	if err != nil {
