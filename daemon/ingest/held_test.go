@@ -13,13 +13,29 @@ import (
 	"go.uber.org/zap"
 )
 
+// kept is the step lines a test store took, in order.
+type kept struct {
+	mu    sync.Mutex
+	steps []string
+}
+
+// keep takes a message's lines (s.mu held).
+func (s *kept) keep(data []byte) {
+	s.steps = append(s.steps, strings.Split(strings.TrimSpace(string(data)), "\n")...)
+}
+
+func (s *kept) taken() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.steps)
+}
+
 // fullStore is a Publisher whose store refuses every batch (ErrStoreFull)
 // while full is set, and says so (Holding); it keeps what it takes.
 type fullStore struct {
+	kept
 	full  atomic.Bool
 	tries atomic.Int64
-	mu    sync.Mutex
-	steps []string
 }
 
 func (s *fullStore) Publish(_ string, data []byte) error {
@@ -29,39 +45,42 @@ func (s *fullStore) Publish(_ string, data []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.steps = append(s.steps, strings.Split(strings.TrimSpace(string(data)), "\n")...)
+	s.keep(data)
 	return nil
 }
 
 func (s *fullStore) Holding() bool { return s.full.Load() }
 
-func (s *fullStore) taken() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.steps)
+// serveSteps has a server whose steps go to store read, on p, a hello of
+// job a-000001's attempt 1 and then steps 1 to n (stepLines); its held
+// batches' publisher runs until the test ends.
+func serveSteps(t *testing.T, store Publisher, n int, p *peer) *Server {
+	t.Helper()
+	key, err := LoadKey(filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newServer(&collector{msgs: map[string][][]byte{}}, zap.NewNop())
+	in.verify, in.steps = key.Verify, store
+	go in.publishHeld()
+	t.Cleanup(in.stopHeld)
+	var lines bytes.Buffer
+	fmt.Fprintf(&lines, `{"v":1,"kind":"hello","job":"a-000001","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("a-000001", 1))
+	for _, l := range stepLines(1, n) {
+		lines.WriteString(l + "\n")
+	}
+	in.serve(&lines, p)
+	return in
 }
 
 // TestStepsWaitForAFullStore: while the store cannot write, step batches are
 // held (not dropped, the connection still read) and, once it writes again,
 // stored in the order they came.
 func TestStepsWaitForAFullStore(t *testing.T) {
-	key, err := LoadKey(filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	store := &fullStore{}
 	store.full.Store(true)
-	in := newServer(&collector{msgs: map[string][][]byte{}}, zap.NewNop())
-	in.verify, in.steps = key.Verify, store
-	go in.publishHeld() // joined by stopHeld
-	defer in.stopHeld()
-	var lines bytes.Buffer
-	fmt.Fprintf(&lines, `{"v":1,"kind":"hello","job":"a-000001","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("a-000001", 1))
 	const n = 500
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&lines, `{"v":1,"job":"a-000001","attempt":1,"rank":0,"world":1,"step":%d,"t":1,"dt":0.1,"samples":8}`+"\n", i)
-	}
-	in.serve(&lines, &peer{}) // returns: the reader does not wait for the store
+	in := serveSteps(t, store, n, &peer{}) // returns: the reader does not wait for the store
 	if got := store.taken(); got != 0 {
 		t.Fatalf("the full store took %d records", got)
 	}
@@ -86,9 +105,8 @@ func TestStepsWaitForAFullStore(t *testing.T) {
 // message, once per id as JetStream does, but the first publish of every id
 // gets no answer (ErrUnacknowledged).
 type silentStore struct {
-	mu    sync.Mutex
-	seen  map[string]bool
-	steps []string
+	kept
+	seen map[string]bool
 }
 
 func (s *silentStore) Publish(subject string, data []byte) error {
@@ -102,14 +120,8 @@ func (s *silentStore) PublishID(_ string, data []byte, id string) error {
 		return nil // a duplicate: stored once
 	}
 	s.seen[id] = true
-	s.steps = append(s.steps, strings.Split(strings.TrimSpace(string(data)), "\n")...)
+	s.keep(data)
 	return fmt.Errorf("publish %s: %w", id, ErrUnacknowledged)
-}
-
-func (s *silentStore) taken() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.steps)
 }
 
 // TestUnacknowledgedStepsAreStoredOnce: a batch whose publish was never
@@ -117,23 +129,10 @@ func (s *silentStore) taken() int {
 // connection failed (its worker then sent the records again in a new
 // message, and the store kept both when it had taken the first).
 func TestUnacknowledgedStepsAreStoredOnce(t *testing.T) {
-	key, err := LoadKey(filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	store := &silentStore{seen: map[string]bool{}}
-	in := newServer(&collector{msgs: map[string][][]byte{}}, zap.NewNop())
-	in.verify, in.steps = key.Verify, store
-	go in.publishHeld() // joined by stopHeld
-	defer in.stopHeld()
-	var lines bytes.Buffer
-	fmt.Fprintf(&lines, `{"v":1,"kind":"hello","job":"a-000001","attempt":1,"rank":0,"world":1,"step":0,"t":1,"token":%q}`+"\n", key.Token("a-000001", 1))
 	const n = 500
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&lines, `{"v":1,"job":"a-000001","attempt":1,"rank":0,"world":1,"step":%d,"t":1,"dt":0.1,"samples":8}`+"\n", i)
-	}
 	p := &peer{}
-	in.serve(&lines, p)
+	in := serveSteps(t, store, n, p)
 	for deadline := time.Now().Add(time.Minute); in.Stats().Accepted < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 	}
 	s := in.Stats()

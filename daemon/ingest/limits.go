@@ -189,8 +189,7 @@ func (in *Server) admit(p *peer) (reason string, ok bool) {
 	if p.uid != 0 && u.conns >= in.limits.ConnsPerUser {
 		return RefusedUserConns, false
 	}
-	u.tokens.fill(time.Now(), in.limits.BadTokens, in.limits.BadTokenBurst)
-	if u.tokens.n < 1 {
+	if !in.mayGuess(u, time.Now()) {
 		return RefusedBadTokens, false
 	}
 	u.conns++
@@ -212,8 +211,13 @@ func (in *Server) mayTryToken(p *peer) bool {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	u := in.userOf(p.uid)
-	u.tokens.fill(time.Now(), in.limits.BadTokens, in.limits.BadTokenBurst)
+	return in.mayGuess(in.userOf(p.uid), time.Now())
+}
+
+// mayGuess says whether u has a wrong token left in their bucket now, which
+// it refills first (in.mu held).
+func (in *Server) mayGuess(u *user, now time.Time) bool {
+	u.tokens.fill(now, in.limits.BadTokens, in.limits.BadTokenBurst)
 	return u.tokens.n >= 1
 }
 

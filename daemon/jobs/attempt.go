@@ -240,8 +240,9 @@ func (w *watch) ack(a telemetry.StepRecord) {
 }
 
 // ackAfterExit is how long a move waits, once the workers have exited, for
-// the acknowledgement they sent before: the ingest reads a connection up to
-// its batch window late, and the exit can be seen first.
+// the acknowledgement they sent before: it comes through the telemetry
+// socket and NATS, their exit through the launcher, and the exit can be
+// seen first.
 const ackAfterExit = time.Second
 
 // lateAck takes the acknowledgement of a move's checkpoint that reaches the

@@ -299,7 +299,9 @@ func (g *Registry) launch(ctx context.Context, rec record, env []string, from re
 		g.mu.Lock()
 		delete(g.jobs, id)
 		g.mu.Unlock()
-		g.drainLate(r.rec.job)
+		if r.lostHosts {
+			g.drainLate(r.rec.job)
+		}
 	}()
 	return nil
 }

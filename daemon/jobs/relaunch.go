@@ -34,6 +34,7 @@ func (r *runner) after(kill, shutdown context.Context, out outcome, p *plan, hos
 		return ending{detached: true}, true
 	}
 	r.g.drainSpool(kill, r.rec.job, true)
+	r.lostHosts = r.lostHosts || len(out.res.LostHosts) > 0
 	if n := removeTemporaries(r.rec.job); n > 0 {
 		r.log.Info("removed the temporary files of checkpoint writes the workers did not finish", zap.Int("files", n))
 	}

@@ -46,6 +46,9 @@ type runner struct {
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
 	ctl      *control.Controller // the job's controller, when it has one
+	// lostHosts is set once an attempt lost a host (run's alone): the
+	// workers there may spool records after the job's end (drainLate).
+	lostHosts bool
 	// earlyExit is the exit code of the last attempt when it crashed
 	// before its first step (nil: it did not; restartpolicy.go).
 	earlyExit *int

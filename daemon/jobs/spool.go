@@ -279,11 +279,13 @@ func (g *Registry) storedSteps(ctx context.Context, job string) map[stepKey]bool
 	ctx, cancel := context.WithTimeout(ctx, spoolPatience)
 	defer cancel()
 	err := history.Replay(ctx, g.js, telemetry.StepStream, []string{telemetry.StepSubject(job)}, false, func(m jetstream.Msg) error {
-		return eachLine(bytes.NewReader(m.Data()), telemetry.MaxRecordBytes, func(line []byte) {
-			if r, err := telemetry.DecodeStep(line); err == nil && r.IsStep() {
+		recs, _ := telemetry.DecodeBatch(m.Data())
+		for _, r := range recs {
+			if r.IsStep() {
 				out[stepKey{r.Attempt, r.Rank, r.Step}] = true
 			}
-		}, func() {})
+		}
+		return nil
 	})
 	if err != nil {
 		g.log.Warn("read the stored steps of a job whose spool is drained", zap.String("job", job), zap.Error(err))
@@ -296,17 +298,11 @@ func (g *Registry) storedSteps(ctx context.Context, job string) map[stepKey]bool
 const lateDrain = 30 * time.Second
 
 // drainLate drains, lateDrain after its end, the spool of a job an attempt
-// of which lost a host: the workers there learn of their end only once the
-// link is back, and may spool their last records and their end until then.
-// A daemon that stops meanwhile leaves it to the next one's recovery.
+// of which lost a host (runner.lostHosts): the workers there learn of their
+// end only once the link is back, and may spool their last records and
+// their end until then. A daemon that stops meanwhile leaves it to the next
+// one's recovery.
 func (g *Registry) drainLate(job api.Job) {
-	lost := false
-	for _, a := range job.Attempts {
-		lost = lost || strings.Contains(a.EndReason, "lost host")
-	}
-	if !lost {
-		return
-	}
 	select {
 	case <-time.After(lateDrain):
 		g.drainSpool(g.kill, job, true)

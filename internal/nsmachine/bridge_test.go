@@ -20,16 +20,7 @@ func TestBridgeKeepsItsAddress(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sfx := strings.ToLower(rand.Text()[:5])
-	br, err := CreateBridge(ctx, "scvb"+sfx)
-	if err != nil {
-		t.Fatalf("CreateBridge: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := br.Delete(context.Background()); err != nil || br.Exists() {
-			t.Errorf("delete bridge: %v", err)
-		}
-	})
+	br, sfx := testBridge(t, ctx, "scvb")
 	before := linkAddr(t, br.Name)
 	veth := "scvv" + sfx
 	if err := IP(ctx, "link", "add", veth, "address", "00:00:00:00:00:01", "type", "veth", "peer", "name", veth+"p"); err != nil {
@@ -42,6 +33,24 @@ func TestBridgeKeepsItsAddress(t *testing.T) {
 	if after := linkAddr(t, br.Name); after != before {
 		t.Errorf("the bridge's address changed from %s to %s when a link was plugged in", before, after)
 	}
+}
+
+// testBridge makes a bridge named prefix and a random suffix, deleted (and
+// checked gone) when the test ends; it returns the bridge and the suffix,
+// for the test's other names.
+func testBridge(t *testing.T, ctx context.Context, prefix string) (Bridge, string) {
+	t.Helper()
+	sfx := strings.ToLower(rand.Text()[:5])
+	br, err := CreateBridge(ctx, prefix+sfx)
+	if err != nil {
+		t.Fatalf("CreateBridge: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := br.Delete(context.Background()); err != nil || br.Exists() {
+			t.Errorf("delete bridge: %v", err)
+		}
+	})
+	return br, sfx
 }
 
 func linkAddr(t *testing.T, name string) string {

@@ -2,7 +2,6 @@ package nsmachine
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net"
 	"os"
@@ -32,16 +31,7 @@ func TestIsolatedMachine(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sfx := strings.ToLower(rand.Text()[:5])
-	br, err := CreateBridge(ctx, "scvm"+sfx)
-	if err != nil {
-		t.Fatalf("CreateBridge: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := br.Delete(context.Background()); err != nil || br.Exists() {
-			t.Errorf("delete bridge: %v", err)
-		}
-	})
+	br, sfx := testBridge(t, ctx, "scvm")
 	dir := t.TempDir()
 	clientPub, err := sshkey.Write(filepath.Join(dir, "id"))
 	if err != nil {

@@ -143,22 +143,21 @@ const reading = `
 ## Reading the figures
 
 - Every record counted here was stored in JetStream and its storing
-  acknowledged before the writer's confirmation. The 9e601d6 build's
-  figures (466,763 records/s, 84.9 MiB under load) came from an ingest
+  acknowledged before the writer's confirmation. The figures of builds
+  before issue 21 (docs/bench-ingest.md at 9e601d6) came from an ingest
   that published on core NATS, with no acknowledgement and no
   confirmation: the records it counted had not been shown to be stored.
-- Under block load the RSS is JetStream's file store: it keeps each message
-  block's cache for 10 s after its last use (nats-server's
+- Under block load the RSS is mostly JetStream's file store: it keeps each
+  message block's cache for 10 s after its last use (nats-server's
   defaultCacheBufferExpiration, not settable per stream), so its memory
-  follows the write rate: a heap profile taken under this load had 296 MB of
-  its 325 MB in the store's block buffers (fileStore.writeMsgRecord), and the
-  Go collector's headroom doubles that in RSS. A node's real load, one
-  record a step, writes a thousandth of the bytes (the per-step row).
+  follows the write rate, and the Go collector's headroom adds to it. A
+  node's real load, one record a step, writes a small fraction of those
+  bytes (the per-step row).
 - The per-step CPU is mostly wakes: each batch window with records costs the
   daemon its wake-ups, one JetStream message per job and that message's
   delivery to the daemon's two in-process readers (the job's runner and the
-  step digest), whatever the records. The window (ingest.DefaultWindow,
-  50 ms) trades the confirmation's delay for fewer of them.
+  step digest), whatever the records. The window (ingest.DefaultWindow)
+  trades the confirmation's delay for fewer of them.
 `
 
 // ms formats a duration in milliseconds.
