@@ -423,35 +423,3 @@ func (r *runner) LastStep() int64 { return r.prog.now().LastStep }
 
 // SetNoise records the controller's latest gradient noise scale estimate.
 func (r *runner) SetNoise(noise float64) { r.prog.setNoise(noise) }
-
-// requestStop asks the job to stop with grace (0: its own).
-func (r *runner) requestStop(grace time.Duration) {
-	if grace <= 0 {
-		grace = r.snapshot().Grace.D()
-	}
-	select {
-	case r.stops <- grace:
-	default: // a stop is already waiting to be taken
-	}
-}
-
-// requestMove asks the job to relaunch at cfg and waits until its workers
-// have checkpointed and exited, or the move failed, or ctx is done.
-func (r *runner) requestMove(ctx context.Context, m moveReq) error {
-	m.reply = make(chan error, 1)
-	select {
-	case r.moves <- m:
-	case <-r.done:
-		return fmt.Errorf("%w (it has ended)", api.ErrNoJob)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-m.reply:
-		return err
-	case <-r.done:
-		return fmt.Errorf("%w (it has ended)", api.ErrNoJob)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
