@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -230,6 +231,20 @@ func connect(url string, s *server.Server, name string, key natsKey, caFile stri
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrl())) }),
+		// Without a handler nats.go prints its asynchronous errors to
+		// stderr. A slow consumer is mostly a live stream whose reader fell
+		// behind and skips messages by design (apiserver's live).
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				log.Info("a subscriber fell behind: messages skipped", zap.String("subject", subj))
+				return
+			}
+			log.Warn("nats", zap.String("subject", subj), zap.Error(err))
+		}),
 	}
 	if caFile != "" {
 		pool, err := certPool(caFile, "nats CA")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -229,40 +230,71 @@ func lastStep(ctx context.Context, js jetstream.JetStream, job string, f *frames
 	return f.write(api.Frame{Seq: m.Sequence, Subject: m.Subject, Data: string(m.Data)})
 }
 
+// Bounds on what one live stream holds for a reader slower than the
+// records it follows: past them the stream skips messages (they stay in the
+// step history), so a stream its reader never reads costs at most this
+// much, whatever the jobs publish.
+const (
+	livePendingMsgs  = 1024
+	livePendingBytes = 1 << 20
+)
+
 // live serves the step records published from now on: job's, or every job
-// the caller may read. A first empty frame says that it follows.
+// the caller may read. A first empty frame says that it follows. A reader
+// that falls more than livePendingBytes behind misses messages.
 func (s *Server) live(ctx context.Context, job string, who api.Owner, f *frames) error {
 	subj := telemetry.AllSteps
 	if job != "" {
 		subj = telemetry.StepSubject(job)
 	}
-	msgs := make(chan *nats.Msg, 4096)
-	sub, err := s.o.NC.ChanSubscribe(subj, msgs)
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	// mu orders the callback's frames after the first one, and none after
+	// this returns (the callback runs on the subscription's goroutine).
+	var mu sync.Mutex
+	closed := false
+	mu.Lock()
+	sub, err := s.o.NC.Subscribe(subj, func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed || job == "" && !s.owners.readable(ctx, who, telemetry.JobOfSubject(m.Subject)) {
+			return
+		}
+		if err := f.write(api.Frame{Subject: m.Subject, Data: string(m.Data)}); err != nil {
+			closed = true
+			end(err)
+		}
+	})
 	if err != nil {
+		mu.Unlock()
 		return fmt.Errorf("follow %s: %w", subj, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := s.o.NC.FlushWithContext(fctx); err != nil {
+	defer func() {
+		_ = sub.Unsubscribe()
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+	}()
+	err = sub.SetPendingLimits(livePendingMsgs, livePendingBytes)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = s.o.NC.FlushWithContext(fctx)
+		cancel()
+	}
+	if err != nil {
+		mu.Unlock()
 		return fmt.Errorf("follow %s: %w", subj, err)
 	}
-	if err := f.write(api.Frame{}); err != nil {
+	err = f.write(api.Frame{})
+	mu.Unlock()
+	if err != nil {
 		return err
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-msgs:
-			if job == "" && !s.owners.readable(ctx, who, telemetry.JobOfSubject(m.Subject)) {
-				continue
-			}
-			if err := f.write(api.Frame{Subject: m.Subject, Data: string(m.Data)}); err != nil {
-				return err
-			}
-		}
+	<-ctx.Done()
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
 	}
+	return nil
 }
 
 // nodeSubjects are the node-sample subjects of node (every node when

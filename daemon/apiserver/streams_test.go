@@ -1,9 +1,13 @@
 package apiserver
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -286,5 +290,73 @@ func TestStepsInRange(t *testing.T) {
 	}
 	if code, _ := f.do(t, &alice, http.MethodGet, api.PathStream+"?what=steps&job=alice-1&last=-2", nil); code != http.StatusBadRequest {
 		t.Errorf("last -2: %d, want a bad request", code)
+	}
+}
+
+// TestLiveStreamNobodyReadsIsBounded: a live stream whose reader reads
+// nothing holds at most its bound while the jobs publish far more (issue
+// 20's flood: 32 such streams held 1.9 GB of step messages), and a reader
+// that reads again gets the records published after.
+func TestLiveStreamNobodyReadsIsBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	c, err := net.Dial("unix", f.sock(t, &root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if code, _, err := send(t, c, followNodes); err != nil || code != http.StatusOK {
+		t.Fatalf("open a live stream: %d %v", code, err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	line := stepLine("alice-1", 3)
+	msg := bytes.Repeat(line, 256<<10/len(line)) // 256 KiB of records
+	for range 400 {                              // 100 MiB in all
+		if err := f.nc.Publish(telemetry.StepSubject("alice-1"), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the subscription's goroutine takes what it is given
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 32<<20 {
+		t.Errorf("the heap grew %d MiB while 100 MiB were published to a stream nobody read; want it bounded (%d KiB a stream)", grown>>20, livePendingBytes>>10)
+	}
+	// Read what is there, then a record published now arrives.
+	done := make(chan error, 1)
+	go func() {
+		r := bufio.NewReaderSize(c, 1<<20)
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, err := r.ReadBytes('\n')
+			if err != nil {
+				done <- err
+				return
+			}
+			if bytes.Contains(b, []byte(`\"step\":99`)) {
+				done <- nil
+				return
+			}
+		}
+	}()
+	for i := 0; ; i++ {
+		if err := f.nc.Publish(telemetry.StepSubject("alice-1"), stepLine("alice-1", 99)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the stream after the reader read again: %v", err)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if i > 100 {
+			t.Fatal("a record published after the reader read again did not arrive")
+		}
 	}
 }

@@ -224,6 +224,31 @@ func TestConnectionsPerJobBounded(t *testing.T) {
 	}
 }
 
+// TestRefusedConnectionThatWritesOnIsEnded: a worker refused at the job's
+// bound that ignores the EOF and writes on is not read any more: its lines
+// are counted without being decoded and its connection ends (issue 20:
+// 3,000 such connections flooding records cost scavd a third of its CPU).
+func TestRefusedConnectionThatWritesOnIsEnded(t *testing.T) {
+	in, key := limitsServer(t, &fullStore{}, Limits{ConnsPerJob: 1}, always, 0)
+	dialLines(t, in, hello(key, 0, ""))
+	w := dialLines(t, in, hello(key, 1, ""))
+	if n, err := w.c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the refused connection read %d bytes, %v; want EOF", n, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	for sent := 0; err == nil; sent++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records written on a refused connection, and it was not ended", sent)
+		}
+		_, err = w.c.Write([]byte(record(1, int64(sent+1)) + "\n"))
+		time.Sleep(time.Millisecond)
+	}
+	if s := in.Stats(); s.Dropped[DropUnbound] == 0 || in.Connected("a-000001") != 1 {
+		t.Errorf("dropped %v, %d bound; want its lines dropped as unbound, 1 bound", s.Dropped, in.Connected("a-000001"))
+	}
+}
+
 // TestWrongTokensLimited: past the burst of wrong tokens, a user's
 // connections are cut off (this test runs its workers as one user).
 func TestWrongTokensLimited(t *testing.T) {

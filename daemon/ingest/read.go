@@ -36,6 +36,8 @@ type peer struct {
 	since     time.Time   // when it was accepted
 	polled    bool        // the poller reads it (and ends it)
 	throttled bool        // the poller held it back for its user's step bytes
+	refused   bool        // its hello was refused (endWriting): what it writes next ends it
+	ignored   int64       // lines it wrote after that (the reader's)
 }
 
 // fail ends a connection whose records the store refused: its worker sends
@@ -72,6 +74,14 @@ func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
 			return // ended (its user past a bound, its records refused): the rest is not read
 		}
 		p.lines++
+		if p.refused {
+			// A worker whose hello was refused reads EOF and connects
+			// again later. One that writes on is not read: its lines are
+			// counted, not decoded, and the connection ends.
+			p.ignored++
+			in.dropped[DropUnbound].Add(1)
+			return
+		}
 		in.handle(b, line, p)
 		if b.n >= batchRecords || len(b.buf) >= batchBytes {
 			in.hand(p, b)
@@ -81,6 +91,10 @@ func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
 		in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
 	})
 	in.hand(p, b)
+	if p.ignored > 0 {
+		in.warn(DropUnbound, fmt.Sprintf("lines on a connection whose hello was refused (uid %d pid %d): it is ended", p.uid, p.pid))
+		p.fail()
+	}
 }
 
 // finish handles the last line of a connection that ended without its
@@ -311,6 +325,7 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 // endWriting ends the daemon's side of p, so that its worker reads EOF and
 // connects again later; the lines it still writes are read and counted.
 func (in *Server) endWriting(p *peer) {
+	p.refused = true
 	if w, ok := p.conn.(interface{ CloseWrite() error }); ok {
 		p.wmu.Lock()
 		_ = w.CloseWrite()
