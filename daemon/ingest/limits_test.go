@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/internal/testdir"
+	"github.com/scavenger-ml/scavenger/internal/testuser"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -246,6 +248,54 @@ func TestRefusedConnectionThatWritesOnIsEnded(t *testing.T) {
 	}
 	if s := in.Stats(); s.Dropped[DropUnbound] == 0 || in.Connected("a-000001") != 1 {
 		t.Errorf("dropped %v, %d bound; want its lines dropped as unbound, 1 bound", s.Dropped, in.Connected("a-000001"))
+	}
+}
+
+// TestClosedConnectionIsEndedOnceRead: a worker that writes as fast as
+// its user's step bytes allow and then closes has its connection ended as
+// soon as its last records are read, not at the idle timeout (issue 20's
+// flood: the hangup's one event came with data, the poller read the data
+// and not the EOF behind it, and left 512 closed connections, with their
+// buffers, open for minutes).
+func TestClosedConnectionIsEndedOnceRead(t *testing.T) {
+	u := testuser.Add(t, "s")
+	in, key := limitsServer(t, &fullStore{}, Limits{StepBytesPerSecond: 200 << 10, StepBurst: 200 << 10}, always, 0)
+	if err := os.Chmod(filepath.Dir(in.Path()), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(in.Path(), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	var err error
+	u.Do(t, func() { c, err = net.Dial("unix", in.Path()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(hello(key, 0, "") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	var recs []byte
+	for i := range 500 {
+		recs = append(append(recs, recordAt(0, int64(i+1), now())...), '\n')
+	}
+	written := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		n, _ := c.Write(recs) // one cut by its deadline leaves a broken line, dropped
+		written += n
+	}
+	c.Close()
+	closed := time.Now()
+	for in.Connected("a-000001") > 0 {
+		if time.Since(closed) > 10*time.Second {
+			t.Fatalf("%d KiB written in 2 s at a bound of 200 KiB/s: the connection was still not ended 10 s after it closed", written>>10)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := in.Stats(); s.Refused[RefusedStepBytes] == 0 {
+		t.Errorf("refused %v: the user never waited for step bytes", s.Refused)
 	}
 }
 

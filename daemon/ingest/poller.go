@@ -28,6 +28,7 @@ type pconn struct {
 	fd    int
 	id    int32
 	ready bool // the kernel said it has data the poller has not read yet
+	hup   bool // the kernel said its worker closed (or shut its side): read to the EOF
 	ls    lineSplitter
 	b     batch
 	last  time.Time // when it last brought bytes
@@ -169,6 +170,7 @@ func (pl *poller) collect() int {
 		for _, ev := range pl.events[:n] {
 			if pc := pl.conns[ev.Fd]; pc != nil {
 				pc.ready = true
+				pc.hup = pc.hup || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0
 			}
 		}
 		pl.mu.Unlock()
@@ -251,8 +253,11 @@ func (pl *poller) read(pc *pconn) bool {
 		if pc.p.failed.Load() {
 			return false
 		}
-		if n < len(pl.buf) {
-			return true // the kernel had no more than this
+		if n < len(pl.buf) && !pc.hup {
+			// The kernel had no more than this: more data is a new event.
+			// A hangup is not: its one event may have come with data
+			// this read took, and the EOF behind it is read on now.
+			return true
 		}
 	}
 }

@@ -406,7 +406,7 @@ func (b *bench) refusals() map[string]string {
 		return out
 	}
 	for _, line := range strings.Split(resp, "\n") {
-		for _, m := range []string{"scavenger_api_refused_total", "scavenger_ingest_dropped_records_total"} {
+		for _, m := range []string{"scavenger_api_refused_total", "scavenger_ingest_refused_total", "scavenger_ingest_dropped_records_total"} {
 			if strings.HasPrefix(line, m+"{") && !strings.HasSuffix(line, " 0") {
 				out[line[:strings.LastIndexByte(line, ' ')]] = line[strings.LastIndexByte(line, ' ')+1:]
 			}
