@@ -323,7 +323,8 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 }
 
 // endWriting ends the daemon's side of p, so that its worker reads EOF and
-// connects again later; the lines it still writes are read and counted.
+// connects again later; if it writes on, its lines are counted and the
+// connection ended (feed).
 func (in *Server) endWriting(p *peer) {
 	p.refused = true
 	if w, ok := p.conn.(interface{ CloseWrite() error }); ok {
