@@ -229,7 +229,8 @@ func TestConnectionsPerJobBounded(t *testing.T) {
 // TestRefusedConnectionThatWritesOnIsEnded: a worker refused at the job's
 // bound that ignores the EOF and writes on is not read any more: its lines
 // are counted without being decoded and its connection ends (issue 20:
-// 3,000 such connections flooding records cost scavd a third of its CPU).
+// in its flood scavd decoded a million lines of such connections only to
+// drop them).
 func TestRefusedConnectionThatWritesOnIsEnded(t *testing.T) {
 	in, key := limitsServer(t, &fullStore{}, Limits{ConnsPerJob: 1}, always, 0)
 	dialLines(t, in, hello(key, 0, ""))
