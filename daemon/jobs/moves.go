@@ -57,6 +57,10 @@ func pinNote(j api.Job, reason string) string {
 	return fmt.Sprintf("unpinned (%s): the policy may move it again", reason)
 }
 
+// errAlreadyThere answers a controller whose verdict names the
+// configuration the job already runs at.
+var errAlreadyThere = errors.New("the job already runs at that configuration")
+
 // errPinned answers a controller whose verdict would move a pinned job.
 var errPinned = errors.New("the job is pinned at its configuration (scavctl move --unpin releases it)")
 
@@ -82,6 +86,14 @@ func (w *watch) verdict(v control.Verdict) {
 	w.r.save(w.kill)
 	w.r.decided(w.n, dec)
 	if dec.To == j.Config {
+		// Already there: a user's move may have taken the job where a
+		// controller with an older view wanted it. A controller that
+		// asked for a move waits for its reply; it hears that none was
+		// needed (one that did not ask, takes none).
+		select {
+		case v.Reply <- errAlreadyThere:
+		default:
+		}
 		return
 	}
 	if j.Pinned { // decided before the controller heard of the pin

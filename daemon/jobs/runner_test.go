@@ -340,3 +340,39 @@ func TestCloseIsBounded(t *testing.T) {
 func me() api.Owner {
 	return api.Owner{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), User: "me"}
 }
+
+// TestVerdictToWhereTheJobRunsIsAnswered: a controller that asked to move
+// the job where a user's move has just taken it hears that none was needed
+// (it waited for ever: TestOneWriterUnderConcurrentRequests hung so under
+// -race, and a live controller would have decided no more).
+func TestVerdictToWhereTheJobRunsIsAnswered(t *testing.T) {
+	g, _, _ := registry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	from := plugins.Config{Workers: 1, GlobalBatch: 4, LRScale: 1}
+	j, err := g.Submit(ctx, api.RunRequest{Command: []string{"/bin/sh", "-c", checkpointingWorker}, Dir: t.TempDir(),
+		Config: from, CheckpointSignal: "SIGUSR1", Grace: api.Duration(10 * time.Second)}, me())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.running(j.ID)
+	to := plugins.Config{Workers: 2, GlobalBatch: 4, LRScale: 1}
+	if _, err := g.Move(ctx, j.ID, to, "user move"); err != nil {
+		t.Fatal(err)
+	}
+	v := control.Verdict{Decision: api.Decision{Time: time.Now().UTC(), Step: 1, From: from, To: to, Reason: "the controller's older view",
+		Phase: api.PhaseOptimised}, Reply: make(chan error, 1)}
+	r.verdicts <- v
+	select {
+	case err := <-v.Reply:
+		if !errors.Is(err, errAlreadyThere) {
+			t.Errorf("the verdict's reply: %v, want %v", err, errAlreadyThere)
+		}
+	case <-ctx.Done():
+		t.Fatal("a verdict to where the job runs was never answered")
+	}
+	if _, err := g.Stop(j.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+}
