@@ -50,6 +50,9 @@ func Start(ctx context.Context, width, height int) (_ context.Context, stop func
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.Flag("hide-scrollbars", true), chromedp.Flag("mute-audio", true),
+		// Its singleton socket's directory goes in TMPDIR: in the profile,
+		// it goes with it (in /tmp, one was left per browser started).
+		chromedp.Env("TMPDIR=" + profile),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
