@@ -248,31 +248,30 @@ func (s *Server) live(ctx context.Context, job string, who api.Owner, f *frames)
 		subj = telemetry.StepSubject(job)
 	}
 	ctx, end := context.WithCancelCause(ctx)
-	defer end(nil)
-	// mu orders the callback's frames after the first one, and none after
-	// this returns (the callback runs on the subscription's goroutine).
+	// mu orders the callback's frames after the first one, and none once
+	// ctx has ended (the callback runs on the subscription's goroutine;
+	// the handler's writer is not to be used after it returns).
 	var mu sync.Mutex
-	closed := false
 	mu.Lock()
 	sub, err := s.o.NC.Subscribe(subj, func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
-		if closed || job == "" && !s.owners.readable(ctx, who, telemetry.JobOfSubject(m.Subject)) {
+		if ctx.Err() != nil || job == "" && !s.owners.readable(ctx, who, telemetry.JobOfSubject(m.Subject)) {
 			return
 		}
 		if err := f.write(api.Frame{Subject: m.Subject, Data: string(m.Data)}); err != nil {
-			closed = true
 			end(err)
 		}
 	})
 	if err != nil {
 		mu.Unlock()
+		end(nil)
 		return fmt.Errorf("follow %s: %w", subj, err)
 	}
 	defer func() {
 		_ = sub.Unsubscribe()
-		mu.Lock()
-		closed = true
+		mu.Lock() // a frame under way is written first, and none after
+		end(nil)
 		mu.Unlock()
 	}()
 	err = sub.SetPendingLimits(livePendingMsgs, livePendingBytes)

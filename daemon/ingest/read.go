@@ -37,7 +37,6 @@ type peer struct {
 	polled    bool        // the poller reads it (and ends it)
 	throttled bool        // the poller held it back for its user's step bytes
 	refused   bool        // its hello was refused (endWriting): what it writes next ends it
-	ignored   int64       // lines it wrote after that (the reader's)
 }
 
 // fail ends a connection whose records the store refused: its worker sends
@@ -76,10 +75,10 @@ func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
 		p.lines++
 		if p.refused {
 			// A worker whose hello was refused reads EOF and connects
-			// again later. One that writes on is not read: its lines are
-			// counted, not decoded, and the connection ends.
-			p.ignored++
-			in.dropped[DropUnbound].Add(1)
+			// again later. One that writes on is not read: the line is
+			// dropped undecoded, and the connection ends.
+			in.drop(DropUnbound, fmt.Sprintf("a line on a connection whose hello was refused (uid %d pid %d): it is ended", p.uid, p.pid))
+			p.fail()
 			return
 		}
 		in.handle(b, line, p)
@@ -91,10 +90,6 @@ func (in *Server) feed(ls *lineSplitter, data []byte, b *batch, p *peer) {
 		in.drop(telemetry.DropOversized, fmt.Sprintf("line longer than %d bytes", readBufBytes))
 	})
 	in.hand(p, b)
-	if p.ignored > 0 {
-		in.warn(DropUnbound, fmt.Sprintf("lines on a connection whose hello was refused (uid %d pid %d): it is ended", p.uid, p.pid))
-		p.fail()
-	}
 }
 
 // finish handles the last line of a connection that ended without its
