@@ -1,11 +1,11 @@
 // Package aggregates keeps each job's step digest: what its step records
 // add up to (a stepstats.Aggregate), as of a sequence of the step stream, in
 // a key-value bucket keyed by job id. While a job runs, the daemon of its
-// node folds its records in as the stream stores them (Follow) and saves
-// the digest every SaveEvery and when the job ends. A reader gets the saved
-// digest with the records stored after it folded in (Current): what it
-// reads is up to date, and costs the records of the last few seconds, not
-// the job's history. `scavctl steps --summary`, `report` and `top` read
+// node brings it up to date with the stream and saves it every SaveEvery
+// and when the job ends (Follow). A reader gets the saved digest with the
+// records stored after it folded in (Current): what it reads is up to
+// date, and costs the records of the last few seconds, not the job's
+// history. `scavctl steps --summary`, `report` and `top` read
 // it; `steps --last N` finds where the last N records start with its marks.
 //
 // A digest is a left fold of the job's step messages in the stream's order:
@@ -148,23 +148,20 @@ func (s *Store) save(ctx context.Context, id string, d *Digest, rev uint64) (uin
 	return rev, nil
 }
 
-// tail folds the job's messages stored after d.Seq into d, up to the newest
-// (follow: on, until ctx ends or each returns an error); each is called after each
-// message with how many it folded.
-func (s *Store) tail(ctx context.Context, id string, d *Digest, follow bool, each func(n int) error) error {
+// tail folds the job's messages stored after d.Seq into d, up to the
+// newest, and returns how many it folded.
+func (s *Store) tail(ctx context.Context, id string, d *Digest) (int, error) {
 	n := 0
-	return history.ReplayAfter(ctx, s.JS, telemetry.StepStream, []string{telemetry.StepSubject(id)}, d.Seq, follow, func(m jetstream.Msg) error {
+	err := history.ReplayAfter(ctx, s.JS, telemetry.StepStream, []string{telemetry.StepSubject(id)}, d.Seq, false, func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("read metadata of a step message of %s: %w", id, err)
 		}
 		d.fold(md.Sequence.Stream, m.Data())
 		n++
-		if each != nil {
-			return each(n)
-		}
 		return nil
 	})
+	return n, err
 }
 
 // Read is job j's digest, up to date: the saved one with the records
@@ -175,8 +172,8 @@ func (s *Store) Read(ctx context.Context, j api.Job) (Digest, error) {
 	if err != nil {
 		return Digest{}, err
 	}
-	n := 0
-	if err := s.tail(ctx, j.ID, &d, false, func(k int) error { n = k; return nil }); err != nil {
+	n, err := s.tail(ctx, j.ID, &d)
+	if err != nil {
 		return Digest{}, fmt.Errorf("read the step records of %s: %w", j.ID, err)
 	}
 	if n >= writeBackAfter && j.State.Done() {
@@ -221,9 +218,15 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Follow folds job j's step records into its digest as the stream stores
-// them, saving it every SaveEvery, until stop is called (or ctx ends):
-// then it folds what is left and saves. stop waits for that.
+// Follow brings job j's digest up to date with the stream every SaveEvery
+// and saves it, until stop is called (or ctx ends): then it folds what is
+// left and saves. stop waits for that.
+//
+// It catches up in one read, not by following every message as it is
+// stored: a delivery per step message cost the daemon a good part of its
+// CPU per record (a consumer's wake-ups, for each message of each running
+// job), and a reader gets the digest up to date anyway (Read folds what
+// was stored after the save).
 func (s *Store) Follow(ctx context.Context, j api.Job) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -252,39 +255,45 @@ func (s *Store) follow(ctx context.Context, j api.Job) {
 	if every <= 0 {
 		every = DefaultSaveEvery
 	}
-	saved, last := d.Seq, time.Now()
-	flush := func(c context.Context) {
-		if d.Seq == saved {
-			return
-		}
-		r, err := s.save(c, j.ID, &d, rev)
-		if history.KVConflict(err) { // a reader saved it meanwhile
-			var theirs Digest
-			if theirs, r, err = s.load(c, j); err == nil && theirs.Seq < d.Seq {
-				r, err = s.save(c, j.ID, &d, r)
+	saved, failing := d.Seq, ""
+	// catchUp folds the messages stored since d.Seq and saves; a failure
+	// that lasts is logged once.
+	catchUp := func(c context.Context) {
+		_, err := s.tail(c, j.ID, &d)
+		if err == nil && d.Seq != saved {
+			var r uint64
+			r, err = s.save(c, j.ID, &d, rev)
+			if history.KVConflict(err) { // a reader saved it meanwhile
+				var theirs Digest
+				if theirs, r, err = s.load(c, j); err == nil && theirs.Seq < d.Seq {
+					r, err = s.save(c, j.ID, &d, r)
+				}
+			}
+			if err == nil {
+				rev, saved = r, d.Seq
 			}
 		}
-		if err != nil {
-			log.Warn("save the step digest", zap.Error(err))
+		switch msg := fmt.Sprint(err); {
+		case err != nil && c.Err() != nil:
+		case err != nil && msg != failing:
+			log.Warn("bring the step digest up to date", zap.Error(err))
+			failing = msg
+		case err == nil:
+			failing = ""
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			catchUp(ctx)
+		case <-ctx.Done():
+			// The job has ended (or the daemon stops): what is left, then save.
+			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), ioTimeout)
+			defer cancel()
+			catchUp(end)
 			return
 		}
-		rev, saved, last = r, d.Seq, time.Now()
 	}
-	err = s.tail(ctx, j.ID, &d, true, func(int) error {
-		if time.Since(last) >= every {
-			flush(ctx)
-		}
-		return nil
-	})
-	if err != nil && ctx.Err() == nil {
-		log.Warn("follow the step records", zap.Error(err))
-	}
-	// The job has ended (or the daemon stops): what is left, then save.
-	end := context.WithoutCancel(ctx)
-	end, cancel := context.WithTimeout(end, ioTimeout)
-	defer cancel()
-	if err := s.tail(end, j.ID, &d, false, nil); err != nil {
-		log.Warn("fold the last step records", zap.Error(err))
-	}
-	flush(end)
 }

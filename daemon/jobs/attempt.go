@@ -120,8 +120,9 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		cancelWait()
 	}()
 	killed, closing := kill.Done(), shutdown.Done()
-	flush := time.NewTicker(outputFlushEvery)
-	defer flush.Stop()
+	flush := time.NewTimer(outputFlushEvery)
+	flush.Stop()
+	var flushed <-chan time.Time // armed while output waits for its rate
 	health := time.NewTicker(healthEvery)
 	defer health.Stop()
 	for {
@@ -134,8 +135,17 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 			w.lateAck()
 			w.ended(res)
 			return w.out
-		case <-flush.C:
-			r.out.flush(false)
+		case <-r.out.waiting:
+			if flushed == nil {
+				flush.Reset(outputFlushEvery)
+				flushed = flush.C
+			}
+		case <-flushed:
+			flushed = nil
+			if r.out.flush(false) {
+				flush.Reset(outputFlushEvery)
+				flushed = flush.C
+			}
 		case <-closing:
 			closing = nil // acted on once
 			if w.out.moved == nil && !w.out.stopped && r.leave(h) {

@@ -144,7 +144,8 @@ func (c *outputCap) flush(now time.Time, force bool) []outLine {
 }
 
 // outputFlushEvery is how often lines waiting for the rate are looked at
-// while an attempt runs.
+// while an attempt runs and some wait (a job whose output is within the
+// rate costs no wake-up).
 const outputFlushEvery = 250 * time.Millisecond
 
 // jobOutput publishes one job's output lines as its outputCap decides. The
@@ -161,6 +162,11 @@ type jobOutput struct {
 	limit int64
 	// wait holds the reader back while the owner's jobs print too fast.
 	wait func(n int)
+	// waiting is signalled when lines are left waiting for the rate and
+	// nobody was told yet (armed): the runner then flushes them every
+	// outputFlushEvery until none waits.
+	waiting chan struct{}
+	armed   bool
 }
 
 // newJobOutput continues job's output from the counts in its record,
@@ -171,7 +177,7 @@ func newJobOutput(j api.Job, publish func(subject string, l telemetry.LogLine), 
 		st = *j.Output
 		st.Purged = false
 	}
-	o := &jobOutput{cap: newOutputCap(defaultOutputPolicy, st), publish: publish, job: j.ID}
+	o := &jobOutput{cap: newOutputCap(defaultOutputPolicy, st), publish: publish, job: j.ID, waiting: make(chan struct{}, 1)}
 	if q != nil {
 		owner := j.Owner
 		o.quota = func(n int64) bool { return q.take(owner, j.ID, n) }
@@ -190,13 +196,24 @@ func (o *jobOutput) take(l telemetry.LogLine) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.line(time.Now(), l))
+	if len(o.cap.pending) > 0 && !o.armed {
+		o.armed = true
+		select {
+		case o.waiting <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// flush publishes the waiting lines the rate allows now, or all of them.
-func (o *jobOutput) flush(force bool) {
+// flush publishes the waiting lines the rate allows now, or all of them,
+// and reports whether lines still wait (if not, the next line left waiting
+// signals waiting again).
+func (o *jobOutput) flush(force bool) (more bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.flush(time.Now(), force))
+	o.armed = len(o.cap.pending) > 0
+	return o.armed
 }
 
 // send publishes lines in order, each charged to the owner's quota, which

@@ -69,3 +69,42 @@ func TestOutputCap(t *testing.T) {
 		}
 	})
 }
+
+// TestJobOutputSaysWhenLinesWait: the runner flushes a job's output on a
+// timer only while lines wait for the rate. The first line left waiting
+// signals it, once; a flush says whether lines still wait; once none does,
+// the next line left waiting signals again.
+func TestJobOutputSaysWhenLinesWait(t *testing.T) {
+	var published int
+	o := newJobOutput(api.Job{ID: "out-000001"}, func(string, telemetry.LogLine) { published++ }, nil)
+	o.cap = newOutputCap(outputPolicy{HeadLines: 0, HeadBytes: 0, TailLineBytes: 50, Rate: 200, Burst: 200, PendingBytes: 1e6}, api.OutputStats{Tail: true})
+	signalled := func() bool {
+		select {
+		case <-o.waiting:
+			return true
+		default:
+			return false
+		}
+	}
+	line := telemetry.LogLine{Attempt: 1, Stream: "stdout", Line: "0123456789"} // 110 bytes with the overhead
+	o.take(line)
+	if s := signalled(); published != 1 || s {
+		t.Fatalf("a line within the burst: %d published, signalled %v; want 1, no signal", published, s)
+	}
+	for range 3 {
+		o.take(line) // past the burst: they wait
+	}
+	if !signalled() || signalled() {
+		t.Fatal("lines left waiting: want one signal")
+	}
+	if !o.flush(false) {
+		t.Fatal("flush at once, lines still waiting: want more")
+	}
+	if o.flush(true) || published != 4 {
+		t.Fatalf("forced flush: %d published, want 4 and nothing waiting", published)
+	}
+	o.take(line)
+	if !signalled() {
+		t.Fatal("a line left waiting after a flush that emptied the queue: want a signal")
+	}
+}

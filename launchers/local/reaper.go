@@ -13,8 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reapInterval is how often the reaper scans when no SIGCHLD arrives.
-const reapInterval = time.Second
+// reapInterval is how often the reaper scans when no SIGCHLD arrives. The
+// kernel sends a subreaper SIGCHLD for every child that dies, an orphan
+// re-parented to it included (one that was a zombie already too), and a
+// signal that arrives during a scan is kept for one more: the scan on a
+// timer is a safety net. Each scan reads every process's stat, which on a
+// node with hundreds of processes costs milliseconds.
+const reapInterval = 10 * time.Second
 
 // Reaper collects the orphaned descendants of the launcher's attempts.
 //
@@ -49,7 +54,7 @@ type Reaper struct {
 
 // StartReaper makes this process a child subreaper (prctl
 // PR_SET_CHILD_SUBREAPER) and starts a goroutine that reaps orphaned zombies
-// of registered attempts on every SIGCHLD and every second. The goroutine
+// of registered attempts on every SIGCHLD and every reapInterval. The goroutine
 // ends when ctx is done or Stop is called; Stop must be called in any case to
 // join it and to clear the subreaper flag.
 func StartReaper(ctx context.Context, logger *zap.Logger) (*Reaper, error) {

@@ -115,11 +115,13 @@ func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, 
 	return h, owners, errors.Join(errs...)
 }
 
-// proc is what the process table holds of one process.
+// proc is what the process table holds of one process: its stat, and a
+// handle for reading its environment and owner, the few times they are
+// read.
 type proc struct {
-	p    *process.Process
-	key  procKey
-	ppid int32
+	procStat
+	p   *process.Process
+	key procKey
 }
 
 // jobs builds the process tree, finds each job's processes and reads them.
@@ -128,23 +130,18 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		c.prevProc = map[procKey]float64{}
 		return map[int]string{}, nil, nil
 	}
-	ps, err := process.ProcessesWithContext(ctx)
+	ps, err := listProcs()
 	if err != nil {
-		return nil, nil, fmt.Errorf("list processes: %w", err)
+		return nil, nil, err
 	}
 	table := make(map[int32]*proc, len(ps))
 	children := make(map[int32][]int32, len(ps))
-	for _, p := range ps {
-		ppid, err := p.PpidWithContext(ctx)
-		if err != nil {
-			continue // gone
-		}
-		created, _ := p.CreateTimeWithContext(ctx)
-		table[p.Pid] = &proc{p: p, key: procKey{p.Pid, created}, ppid: ppid}
-		children[ppid] = append(children[ppid], p.Pid)
+	for _, st := range ps {
+		table[st.pid] = &proc{procStat: st, p: &process.Process{Pid: st.pid}, key: procKey{st.pid, int64(st.start)}}
+		children[st.ppid] = append(children[st.ppid], st.pid)
 	}
 	owner := c.owners(ctx, jobs, table, children)
-	out, byJob := c.read(ctx, owner, table, now)
+	out, byJob := c.usage(owner, table, now)
 	return out, totals(byJob), nil
 }
 
@@ -210,25 +207,16 @@ func (c *Collector) owners(ctx context.Context, jobs Jobs, table map[int32]*proc
 	return owner
 }
 
-// read reads the CPU time and memory of every owned process, by job, and
-// returns the job of each process it read; a process that exited meanwhile
-// is left out.
-func (c *Collector) read(ctx context.Context, owner map[int32]string, table map[int32]*proc, now time.Time) (map[int]string, map[string]*telemetry.JobUsage) {
+// usage is the CPU time and memory of every owned process, by job, from
+// the table's stats, and the job of each process.
+func (c *Collector) usage(owner map[int32]string, table map[int32]*proc, now time.Time) (map[int]string, map[string]*telemetry.JobUsage) {
 	byJob := map[string]*telemetry.JobUsage{}
 	out := make(map[int]string, len(owner))
 	nextPrev := make(map[procKey]float64, len(owner))
 	dt := now.Sub(c.prevAt).Seconds()
 	for pid, job := range owner {
 		pr := table[pid]
-		t, err := pr.p.TimesWithContext(ctx)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		u := telemetry.ProcessUsage{PID: int(pid), PPID: int(pr.ppid), CPUSeconds: t.User + t.System}
-		u.Name, _ = pr.p.NameWithContext(ctx)
-		if m, err := pr.p.MemoryInfoWithContext(ctx); err == nil {
-			u.RSSBytes = m.RSS
-		}
+		u := telemetry.ProcessUsage{PID: int(pid), PPID: int(pr.ppid), CPUSeconds: pr.cpu, Name: pr.name, RSSBytes: pr.rss}
 		if prev, ok := c.prevProc[pr.key]; ok && dt > 0 {
 			u.CPUCores = ptr(max(u.CPUSeconds-prev, 0) / dt)
 		}

@@ -49,6 +49,7 @@ func run() error {
 	ranks := flag.Int("ranks", 8, "per step: ranks of each job, one connection each")
 	rate := flag.Float64("rate", 10, "per step: steps a second of each rank")
 	stepDuration := flag.Duration("step-duration", 20*time.Second, "per step: how long the ranks step")
+	idleWindow := flag.Duration("idle", 10*time.Second, "how long scavd's idle CPU (jobs running, no telemetry) is measured (/proc counts it in 10 ms ticks)")
 	flag.Parse()
 
 	state, err := os.MkdirTemp("", "benchingest-")
@@ -92,7 +93,7 @@ func run() error {
 	}
 	time.Sleep(2 * time.Second)
 	idle, _ := rss(d.pid, "VmRSS")
-	idleCPU, err := d.idleCPU(3 * time.Second)
+	idleCPU, err := d.idleCPU(*idleWindow)
 	if err != nil {
 		return err
 	}
@@ -153,11 +154,16 @@ const reading = `
   follows the write rate, and the Go collector's headroom adds to it. A
   node's real load, one record a step, writes a small fraction of those
   bytes (the per-step row).
-- The per-step CPU is mostly wakes: each batch window with records costs the
-  daemon its wake-ups, one JetStream message per job and that message's
-  delivery to the daemon's two in-process readers (the job's runner and the
-  step digest), whatever the records. The window (ingest.DefaultWindow)
-  trades the confirmation's delay for fewer of them.
+- The per-step CPU has three parts. The idle share: what scavd spends
+  with these jobs running and no telemetry (its timers, the node sampler,
+  the reaper's safety scan), spread over the records. A share per record:
+  reading it (a syscall per record when each rank writes its own), decoding
+  it, writing its confirmation (another syscall). A share per JetStream
+  message, one per job and batch window: the store, its acknowledgement
+  and the message's delivery to the job's runner. The step digest does
+  not take each message: it catches up with the stream every 10 s. The
+  window (ingest.DefaultWindow) trades the confirmation's delay for fewer
+  messages; a job with more ranks per message costs less per record.
 `
 
 // ms formats a duration in milliseconds.
