@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/internal/procstat"
 )
 
 // Proc is a process seen in /proc.
@@ -70,22 +72,11 @@ func ProcsInNet(ino uint64) []Proc {
 
 // readProc reads pid's stat line.
 func readProc(pid int) (Proc, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return Proc{}, false
 	}
-	s := string(b)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open {
-		return Proc{}, false
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 2 {
-		return Proc{}, false
-	}
-	p := Proc{PID: pid, Comm: s[open+1 : end], State: f[0]}
-	p.PPID, _ = strconv.Atoi(f[1])
-	return p, true
+	return Proc{PID: pid, PPID: st.PPID, Comm: st.Name, State: string(st.State)}, true
 }
 
 // ProcState reads the state letter and the parent of pid; ok is false when
@@ -98,21 +89,8 @@ func ProcState(pid int) (state string, ppid int, ok bool) {
 // startTime is pid's start time in clock ticks since boot (field 22 of its
 // stat line), which tells a reused PID apart; 0 when it is gone.
 func startTime(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	st, _ := procstat.Read(pid)
+	return st.Start
 }
 
 // reap reaps pid when it is a zombie child of this process; it reports

@@ -8,12 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/internal/procstat"
 )
 
 // Become makes this process a child subreaper: orphaned descendants are
@@ -66,20 +65,12 @@ func Settle(d time.Duration) []string {
 // Children lists the children of this process, zombies included, as
 // "pid (comm) state", so that a test can check that nothing is left.
 func Children() []string {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	me := strconv.Itoa(os.Getpid())
+	me := os.Getpid()
 	var kids []string
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // gone meanwhile
+	_ = procstat.Each(func(st procstat.Stat) {
+		if st.PPID == me {
+			kids = append(kids, fmt.Sprintf("%d (%s) %c", st.PID, st.Name, st.State))
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if f := strings.Fields(s[i+1:]); i >= 0 && len(f) > 1 && f[1] == me {
-			kids = append(kids, s[:i+1]+" "+f[0])
-		}
-	}
+	})
 	return kids
 }

@@ -334,8 +334,8 @@ func (a *attempt) awaitGroup(zombiesOK bool) {
 		}
 		left = left[:0]
 		for _, m := range members {
-			if !zombiesOK || m.state != 'Z' {
-				left = append(left, m.pid)
+			if !zombiesOK || m.State != 'Z' {
+				left = append(left, m.PID)
 			}
 		}
 		switch {

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/scavenger-ml/scavenger/internal/procstat"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/plugins/conformance"
 )
@@ -89,14 +90,14 @@ func waitResult(t *testing.T, h plugins.Handle, timeout time.Duration) plugins.R
 // procState returns the state letter of pid, or 0 when it does not exist.
 func procState(t *testing.T, pid int) byte {
 	t.Helper()
-	st, err := readProcStat(pid)
+	st, err := procstat.Read(pid)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0
 	}
 	if err != nil {
 		t.Fatalf("read /proc/%d/stat: %v", pid, err)
 	}
-	return st.state
+	return st.State
 }
 
 // assertGone fails unless pid no longer exists or, when zombieOK, is a zombie.

@@ -38,14 +38,14 @@ func (l *Launcher) StopOrphaned(_ context.Context, spec plugins.RecoverSpec) (in
 	n, killed := 0, map[int]bool{}
 	var failed error
 	for _, m := range members {
-		if m.state == 'Z' || !environHas(m.pid, want) {
+		if m.State == 'Z' || !environHas(m.PID, want) {
 			continue
 		}
-		switch err := syscall.Kill(m.pid, syscall.SIGKILL); {
+		switch err := syscall.Kill(m.PID, syscall.SIGKILL); {
 		case err == nil:
-			n, killed[m.pid] = n+1, true
+			n, killed[m.PID] = n+1, true
 		case !errors.Is(err, syscall.ESRCH):
-			failed = fmt.Errorf("stop orphans of job %s attempt %d: kill %d: %w", spec.JobID, spec.Attempt, m.pid, err)
+			failed = fmt.Errorf("stop orphans of job %s attempt %d: kill %d: %w", spec.JobID, spec.Attempt, m.PID, err)
 		}
 	}
 	// What left the group is in the attempt's cgroup, when it had one.

@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/scavenger-ml/scavenger/internal/procstat"
 )
 
 // reapInterval is how often the reaper scans when no SIGCHLD arrives. The
@@ -150,12 +152,12 @@ func (r *Reaper) reap(want func(pgid int) bool) int {
 		return 0
 	}
 	var zombies []int
-	err := scanProcs(func(st procStat) {
-		if st.state != 'Z' || st.ppid != r.self {
+	err := procstat.Each(func(st procstat.Stat) {
+		if st.State != 'Z' || st.PPID != r.self {
 			return
 		}
-		if pgid, ok := r.attemptOf(st); ok && want(pgid) && !r.groups[pgid].ranks[st.pid] {
-			zombies = append(zombies, st.pid)
+		if pgid, ok := r.attemptOf(st); ok && want(pgid) && !r.groups[pgid].ranks[st.PID] {
+			zombies = append(zombies, st.PID)
 		}
 	})
 	if err != nil {
@@ -178,12 +180,12 @@ func (r *Reaper) reap(want func(pgid int) bool) int {
 
 // attemptOf is the registered attempt (by its pgid) a process belongs to:
 // by its process group, else by its cgroup.
-func (r *Reaper) attemptOf(st procStat) (int, bool) {
-	if _, ok := r.groups[st.pgrp]; ok {
-		return st.pgrp, true
+func (r *Reaper) attemptOf(st procstat.Stat) (int, bool) {
+	if _, ok := r.groups[st.PGRP]; ok {
+		return st.PGRP, true
 	}
 	for pgid, g := range r.groups {
-		if g.cg != nil && g.cg.holds(st.pid) {
+		if g.cg != nil && g.cg.holds(st.PID) {
 			return pgid, true
 		}
 	}
@@ -197,9 +199,9 @@ func (r *Reaper) zombiesIn(cg *attemptCgroup) []int {
 		return nil
 	}
 	var out []int
-	_ = scanProcs(func(st procStat) {
-		if st.state == 'Z' && st.ppid == r.self && cg.holds(st.pid) {
-			out = append(out, st.pid)
+	_ = procstat.Each(func(st procstat.Stat) {
+		if st.State == 'Z' && st.PPID == r.self && cg.holds(st.PID) {
+			out = append(out, st.PID)
 		}
 	})
 	return out

@@ -23,6 +23,7 @@ import (
 	"github.com/shirou/gopsutil/v4/net"
 	"github.com/shirou/gopsutil/v4/process"
 
+	"github.com/scavenger-ml/scavenger/internal/procstat"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -119,7 +120,7 @@ func (c *Collector) Sample(ctx context.Context, jobs Jobs) (telemetry.HostStat, 
 // handle for reading its environment and owner, the few times they are
 // read.
 type proc struct {
-	procStat
+	procstat.Stat
 	p   *process.Process
 	key procKey
 }
@@ -130,15 +131,15 @@ func (c *Collector) jobs(ctx context.Context, jobs Jobs, now time.Time) (map[int
 		c.prevProc = map[procKey]float64{}
 		return map[int]string{}, nil, nil
 	}
-	ps, err := listProcs()
+	table := map[int32]*proc{}
+	children := map[int32][]int32{}
+	err := procstat.Each(func(st procstat.Stat) {
+		pid := int32(st.PID)
+		table[pid] = &proc{Stat: st, p: &process.Process{Pid: pid}, key: procKey{pid, int64(st.Start)}}
+		children[int32(st.PPID)] = append(children[int32(st.PPID)], pid)
+	})
 	if err != nil {
 		return nil, nil, err
-	}
-	table := make(map[int32]*proc, len(ps))
-	children := make(map[int32][]int32, len(ps))
-	for _, st := range ps {
-		table[st.pid] = &proc{procStat: st, p: &process.Process{Pid: st.pid}, key: procKey{st.pid, int64(st.start)}}
-		children[st.ppid] = append(children[st.ppid], st.pid)
 	}
 	owner := c.owners(ctx, jobs, table, children)
 	out, byJob := c.usage(owner, table, now)
@@ -216,7 +217,7 @@ func (c *Collector) usage(owner map[int32]string, table map[int32]*proc, now tim
 	dt := now.Sub(c.prevAt).Seconds()
 	for pid, job := range owner {
 		pr := table[pid]
-		u := telemetry.ProcessUsage{PID: int(pid), PPID: int(pr.ppid), CPUSeconds: pr.cpu, Name: pr.name, RSSBytes: pr.rss}
+		u := telemetry.ProcessUsage{PID: int(pid), PPID: pr.PPID, CPUSeconds: pr.CPUSeconds, Name: pr.Name, RSSBytes: pr.RSSBytes}
 		if prev, ok := c.prevProc[pr.key]; ok && dt > 0 {
 			u.CPUCores = ptr(max(u.CPUSeconds-prev, 0) / dt)
 		}
