@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/daemon/apiserver"
+	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/daemon/models"
 	"github.com/scavenger-ml/scavenger/internal/secret"
 	"github.com/scavenger-ml/scavenger/telemetry/history"
@@ -334,7 +335,7 @@ func (d *Daemon) startNATS(ctx context.Context) error {
 	if d.nc, err = connect(cfg.NATSURL, d.ns, "scavd "+cfg.Node, key, cfg.NATSTLSCA, log.Named("nats")); err != nil {
 		return err
 	}
-	js, err := jetstream.New(d.nc)
+	js, err := jetstream.New(d.nc, jetstream.WithPublishAsyncTimeout(ingest.PublishTimeout))
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}

@@ -65,7 +65,7 @@ type Job interface {
 type Controller struct {
 	job      Job
 	verdicts chan<- Verdict
-	recs     chan telemetry.StepRecord
+	recs     chan []telemetry.StepRecord // a step message's records at a time
 	log      *zap.Logger
 
 	// mu guards the policy and what it saw: the runner re-chooses through
@@ -142,7 +142,7 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	ocfg := observe.Config{M0: spec.M0, PriceUSDPerHour: price}
 	c := &Controller{
 		job: job, cloud: cloud, store: store, start: j.Config,
-		verdicts: verdicts, recs: make(chan telemetry.StepRecord, 4096),
+		verdicts: verdicts, recs: make(chan []telemetry.StepRecord, 1024),
 		log: log.With(zap.String("policy", pol.Name())), opt: j.Optimize, created: j.Created,
 		candidateOf: func(cfg plugins.Config) predict.Candidate {
 			return predict.Candidate{Type: typ, Nodes: 1, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
@@ -167,72 +167,94 @@ func (c *Controller) Leaving(attempt int) {
 	c.movedFrom = attempt
 }
 
-// Step hands the controller a step record without ever blocking ingest.
-func (c *Controller) Step(rec telemetry.StepRecord) {
+// Steps hands the controller the records of a step message without ever
+// blocking ingest (a message at a time: one wake-up of its goroutine, not
+// one a record).
+func (c *Controller) Steps(recs []telemetry.StepRecord) {
+	if len(recs) == 0 {
+		return
+	}
 	select {
-	case c.recs <- rec:
+	case c.recs <- recs:
 	default:
 	}
 }
 
 // Run decides until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
-	attempt := 0
-	var last api.Decision
+	r := run{c: c}
 	defer c.save(ctx) // what the job learnt, for the next job of its signature
 	for {
-		var rec telemetry.StepRecord
 		select {
 		case <-ctx.Done():
 			return
-		case rec = <-c.recs:
-		}
-		now, cfg := c.job.Current()
-		if c.left(now) {
-			c.note(rec) // the attempt being left: its last steps do not count
-			continue
-		}
-		var rechosen api.Decision
-		if now != attempt {
-			attempt = now
-			rechosen = c.attemptStarted(attempt, cfg, last.To)
-		}
-		if why := c.limit(); why != "" {
-			select {
-			case c.verdicts <- Verdict{Stop: why}:
-			case <-ctx.Done():
-				return
+		case recs := <-c.recs:
+			for _, rec := range recs {
+				if !r.step(ctx, rec) {
+					return
+				}
 			}
-			continue
 		}
-		dec, ok := c.observe(rec, cfg)
-		if rechosen.Reason != "" {
-			dec, ok = rechosen, true // the first step of an attempt is no report's
-		}
-		if !ok || dec.To == last.To && dec.Phase == last.Phase && dec.To == cfg {
-			continue // no report due, or the same verdict again
-		}
-		if dec.To != cfg && c.pinned.Load() {
-			continue // pinned where it runs: no move
-		}
-		last = dec
-		v := Verdict{Decision: dec, Reply: make(chan error, 1)}
+	}
+}
+
+// run is what Run keeps from one record to the next.
+type run struct {
+	c       *Controller
+	attempt int
+	last    api.Decision
+}
+
+// step observes one record and hands on the verdict it leads to, if new;
+// false when ctx ended meanwhile.
+func (r *run) step(ctx context.Context, rec telemetry.StepRecord) bool {
+	c := r.c
+	now, cfg := c.job.Current()
+	if c.left(now) {
+		c.note(rec) // the attempt being left: its last steps do not count
+		return true
+	}
+	var rechosen api.Decision
+	if now != r.attempt {
+		r.attempt = now
+		rechosen = c.attemptStarted(r.attempt, cfg, r.last.To)
+	}
+	if why := c.limit(); why != "" {
 		select {
-		case c.verdicts <- v:
+		case c.verdicts <- Verdict{Stop: why}:
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		}
-		if dec.To == cfg {
-			continue
+	}
+	dec, ok := c.observe(rec, cfg)
+	if rechosen.Reason != "" {
+		dec, ok = rechosen, true // the first step of an attempt is no report's
+	}
+	if !ok || dec.To == r.last.To && dec.Phase == r.last.Phase && dec.To == cfg {
+		return true // no report due, or the same verdict again
+	}
+	if dec.To != cfg && c.pinned.Load() {
+		return true // pinned where it runs: no move
+	}
+	r.last = dec
+	v := Verdict{Decision: dec, Reply: make(chan error, 1)}
+	select {
+	case c.verdicts <- v:
+	case <-ctx.Done():
+		return false
+	}
+	if dec.To == cfg {
+		return true
+	}
+	select {
+	case err := <-v.Reply:
+		if err == nil {
+			c.Leaving(r.attempt)
 		}
-		select {
-		case err := <-v.Reply:
-			if err == nil {
-				c.Leaving(attempt)
-			}
-		case <-ctx.Done():
-			return
-		}
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -60,7 +60,7 @@ func TestBudgetStopsTheJob(t *testing.T) {
 	go c.Run(ctx)
 	start := time.Now().Add(-time.Second) // $0.001 a second: $0.001 so far
 	c.SetCharges([]plugins.Charge{{Instance: "i-1", Type: "a", Market: plugins.MarketOnDemand, USDPerHour: 3.6, Start: start}})
-	c.Step(telemetry.StepRecord{Attempt: 3, Step: 1})
+	c.Steps([]telemetry.StepRecord{{Attempt: 3, Step: 1}})
 	select {
 	case v := <-verdicts:
 		if v.Stop != "" {
@@ -70,7 +70,7 @@ func TestBudgetStopsTheJob(t *testing.T) {
 	}
 	c.SetCharges([]plugins.Charge{{Instance: "i-1", Type: "a", Market: plugins.MarketOnDemand, USDPerHour: 3.6, Start: start.Add(-2 * time.Second)}})
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		c.Step(telemetry.StepRecord{Attempt: 3, Step: 2})
+		c.Steps([]telemetry.StepRecord{{Attempt: 3, Step: 2}})
 		select {
 		case v := <-verdicts:
 			if v.Stop == "" {
@@ -79,7 +79,7 @@ func TestBudgetStopsTheJob(t *testing.T) {
 			if !strings.Contains(v.Stop, "budget of $0.002") || !strings.Contains(v.Stop, "spent ($0.003") {
 				t.Fatalf("stop verdict %q: want the budget and the spend", v.Stop)
 			}
-			c.Step(telemetry.StepRecord{Attempt: 3, Step: 3})
+			c.Steps([]telemetry.StepRecord{{Attempt: 3, Step: 3}})
 			select {
 			case again := <-verdicts:
 				if again.Stop != "" {

@@ -50,8 +50,8 @@ func TestPinnedJobIsNotMoved(t *testing.T) {
 	feed := func(n int) {
 		for range n {
 			step++
-			c.Step(telemetry.StepRecord{Job: j.ID, Attempt: 1, Rank: 0, World: 1, Step: step, Time: float64(step) * 0.05,
-				Seconds: 0.05, Samples: 32, LocalBatch: 32, GlobalBatch: 32})
+			c.Steps([]telemetry.StepRecord{{Job: j.ID, Attempt: 1, Rank: 0, World: 1, Step: step, Time: float64(step) * 0.05,
+				Seconds: 0.05, Samples: 32, LocalBatch: 32, GlobalBatch: 32}})
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -121,19 +121,38 @@ func (bt *batcher) flush() {
 	clear(bt.open)
 	bt.mu.Unlock()
 	in := bt.in
-	for _, m := range msgs {
-		err := in.flushStep(m.subject, m.data, m.n, m.id)
-		if err == nil {
-			continue
-		}
-		in.dropped[dropPublish].Add(int64(m.n))
-		in.warn(dropPublish, fmt.Sprintf("publish %d records on %s: %v", m.n, m.subject, err))
-		in.marks.untake(m.refs)
-		for _, p := range m.peers {
-			p.fail()
+	for _, round := range rounds(msgs) {
+		for i, err := range in.flushRound(round) {
+			if err == nil {
+				continue
+			}
+			m := round[i]
+			in.dropped[dropPublish].Add(int64(m.n))
+			in.warn(dropPublish, fmt.Sprintf("publish %d records on %s: %v", m.n, m.subject, err))
+			in.marks.untake(m.refs)
+			for _, p := range m.peers {
+				p.fail()
+			}
 		}
 	}
 	for _, c := range confirms {
 		in.confirm(c.p, c.lines)
 	}
+}
+
+// rounds splits msgs into rounds that hold at most one message of a
+// subject: a job's n-th message is in the n-th round, so that its messages
+// are published one round after the other, in the order of its records.
+func rounds(msgs []*pending) [][]*pending {
+	var out [][]*pending
+	nth := map[string]int{}
+	for _, m := range msgs {
+		r := nth[m.subject]
+		nth[m.subject] = r + 1
+		if r == len(out) {
+			out = append(out, nil)
+		}
+		out[r] = append(out[r], m)
+	}
+	return out
 }

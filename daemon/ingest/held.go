@@ -97,6 +97,48 @@ func (in *Server) publishStep(subject string, data []byte, id string) error {
 	return in.steps.Publish(subject, data)
 }
 
+// Message is one step message of a round (EachPublisher).
+type Message struct {
+	Subject, ID string
+	Data        []byte
+}
+
+// EachPublisher is an IDPublisher that also sends a round of messages
+// together, trying each once, and says which the store took: a window's
+// messages of many jobs then cost the connection to the store one round,
+// not one round each (a wake-up of every goroutine on the way, per
+// message). errs[i] is msgs[i]'s.
+type EachPublisher interface {
+	IDPublisher
+	PublishEach(msgs []Message) (errs []error)
+}
+
+// flushRound publishes a round of step batches, each of its own subject:
+// together when the publisher can (EachPublisher) and nothing is held, then
+// those the store did not take one by one, as flushStep does. errs[i] is
+// round[i]'s error.
+func (in *Server) flushRound(round []*pending) []error {
+	errs := make([]error, len(round))
+	ep, ok := in.steps.(EachPublisher)
+	h, _ := in.steps.(holder)
+	var first []error
+	if ok && len(round) > 1 && !in.held.pending() && (h == nil || !h.Holding()) {
+		msgs := make([]Message, len(round))
+		for i, m := range round {
+			msgs[i] = Message{Subject: m.subject, ID: m.id, Data: m.data}
+		}
+		first = ep.PublishEach(msgs)
+	}
+	for i, m := range round {
+		if first != nil && first[i] == nil {
+			in.accepted.Add(int64(m.n))
+			continue
+		}
+		errs[i] = in.flushStep(m.subject, m.data, m.n, m.id) // with its id: a message stored in the first try is stored once
+	}
+	return errs
+}
+
 // flushStep publishes a step batch, or holds it when the store cannot write
 // (known beforehand, or from the publish's error) or earlier batches are
 // still held; it returns the error of a publish that failed otherwise.

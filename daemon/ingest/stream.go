@@ -76,6 +76,53 @@ func (p StreamPublisher) PublishID(subject string, data []byte, id string) error
 	return fmt.Errorf("publish to %s, unacknowledged for %s: %w", subject, p.Patience, err)
 }
 
+// PublishEach implements EachPublisher: the messages go out together, each
+// once, with its id, and are waited for together, PublishTimeout at most
+// (p.JS must be made with jetstream.WithPublishAsyncTimeout, so that a
+// message the store never answers does not stay pending in it).
+func (p StreamPublisher) PublishEach(msgs []Message) []error {
+	errs := make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		var opts []jetstream.PublishOpt
+		if m.ID != "" {
+			opts = append(opts, jetstream.WithMsgID(m.ID))
+		}
+		futures[i], errs[i] = p.JS.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, opts...)
+	}
+	timeout := time.NewTimer(PublishTimeout)
+	defer timeout.Stop()
+	var over error // once set, the futures not answered yet fail with it
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		var err error
+		if over == nil {
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			case <-timeout.C:
+				over = context.DeadlineExceeded
+			case <-p.Ctx.Done():
+				over = p.Ctx.Err()
+			}
+		}
+		if over != nil && err == nil {
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			default:
+				err = over
+			}
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("publish to %s: %w", msgs[i].Subject, err)
+		}
+	}
+	return errs
+}
+
 // ErrUnacknowledged is a publish the store never answered within the
 // publisher's patience: the message may have been stored or not. The
 // server holds the batch and sends it again with its id, which the store

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,62 @@ func TestStreamStoresAMessageSentAgainOnce(t *testing.T) {
 	}
 	if info, err := s.Info(t.Context()); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("the stream holds %+v (%v), want the message once", info.State, err)
+	}
+}
+
+// TestPublishEach: a round goes out together and says, message by message,
+// what the store took. A message sent again with its id is stored once; a
+// subject no stream takes fails alone.
+func TestPublishEach(t *testing.T) {
+	nc, js0 := testnats.JetStream(t)
+	st, err := history.OpenStore(t.Context(), js0, history.Retention{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := StreamPublisher{Ctx: t.Context(), JS: js, Patience: time.Second}
+	line := []byte(stepLines(1, 1)[0] + "\n")
+	msgs := []Message{
+		{Subject: telemetry.StepSubject("a-000001"), ID: "n-1", Data: line},
+		{Subject: "nowhere.x", ID: "n-2", Data: line},
+		{Subject: telemetry.StepSubject("b-000002"), ID: "n-3", Data: line},
+		{Subject: telemetry.StepSubject("c-000003"), ID: "n-1", Data: line}, // n-1 again: a duplicate
+	}
+	errs := p.PublishEach(msgs)
+	if len(errs) != len(msgs) || errs[0] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("errors %v: want only the second to fail", errs)
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "nowhere.x") {
+		t.Fatalf("a subject no stream takes: %v, want an error that names it", errs[1])
+	}
+	s, err := st.JS.Stream(t.Context(), telemetry.StepStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(t.Context()); err != nil || info.State.Msgs != 2 {
+		t.Fatalf("the stream holds %+v (%v), want 2 messages (n-1 once, n-3)", info.State, err)
+	}
+}
+
+// TestRounds: a round holds at most one message of a subject, and a
+// subject's messages come in their order, one round after the other.
+func TestRounds(t *testing.T) {
+	m := func(subject string, n int) *pending { return &pending{subject: subject, n: n} }
+	a1, a2, a3, b1, c1, c2 := m("a", 1), m("a", 2), m("a", 3), m("b", 1), m("c", 1), m("c", 2)
+	for _, tc := range []struct {
+		in   []*pending
+		want [][]*pending
+	}{
+		{nil, nil},
+		{[]*pending{a1}, [][]*pending{{a1}}},
+		{[]*pending{a1, b1, c1}, [][]*pending{{a1, b1, c1}}},
+		{[]*pending{a1, a2, b1, c1, a3, c2}, [][]*pending{{a1, b1, c1}, {a2, c2}, {a3}}},
+	} {
+		if got := rounds(tc.in); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("rounds(%v) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }

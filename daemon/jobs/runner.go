@@ -187,9 +187,9 @@ func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 		recs, _ := telemetry.DecodeBatch(m.Data)
 		for _, rec := range recs {
 			r.prog.saw(rec)
-			if ctl != nil {
-				ctl.Step(rec)
-			}
+		}
+		if ctl != nil {
+			ctl.Steps(recs)
 		}
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -137,6 +138,16 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Unlock()
 }
 
+// merge adds o's latencies to l's.
+func (l *latencies) merge(o *latencies) {
+	o.mu.Lock()
+	v := slices.Clone(o.v)
+	o.mu.Unlock()
+	l.mu.Lock()
+	l.v = append(l.v, v...)
+	l.mu.Unlock()
+}
+
 // quantile is the q-quantile (0 when empty).
 func (l *latencies) quantile(q float64) time.Duration {
 	l.mu.Lock()
@@ -253,9 +264,9 @@ func (d *daemon) blocks(ctx context.Context, a attempt, dur time.Duration) (load
 }
 
 // perStep runs one connection per rank of each attempt; each job's ranks
-// write one record each per step, rate steps a second, together (each job
-// at its own phase), for dur.
-func (d *daemon) perStep(ctx context.Context, atts []attempt, rate float64, dur time.Duration) (load, error) {
+// write one record each per step from step first, rate steps a second,
+// together (each job at its own phase), for dur.
+func (d *daemon) perStep(ctx context.Context, atts []attempt, rate float64, dur time.Duration, first int64) (load, error) {
 	l := load{name: "per step", lat: &latencies{}}
 	if err := d.start(ctx, &l); err != nil {
 		return l, err
@@ -292,7 +303,7 @@ func (d *daemon) perStep(ctx context.Context, atts []attempt, rate float64, dur 
 			}
 			tick := time.NewTicker(period)
 			defer tick.Stop()
-			for step := int64(1); ; step++ {
+			for step := first; ; step++ {
 				t := now()
 				for rank, w := range ranks {
 					if w.write([]byte(record(a, rank, step, t)), 1) == nil {
