@@ -23,7 +23,7 @@ const notes = `## Where the figures come from
   and the streams; retention (job_retention, 90 days; job_history, 10,000 jobs) bounds it, and a job's empty
   checkpoint directory goes when it ends.
 - **Step history.** ` + "`steps --summary`" + `, ` + "`report`" + ` (text) and ` + "`top`" + ` read the job's step digest
-  (daemon/aggregates: a stepstats.Aggregate of its records, kept as they are stored, saved every 10 s and at the end):
+  (daemon/aggregates: a stepstats.Aggregate of its records, brought up to date and saved every 10 s and at the end):
   what they read is the digest and the records stored since it was saved. The "first read" row is a digest made from
   the whole stream, as for records written behind the daemon's back (the bench's); a job that ran under the daemon
   has one already. ` + "`steps --last N`" + ` starts where the digest's marks say the last N records are.
