@@ -185,7 +185,7 @@ func (b *bench) sideBySide(streams, bodies int, hold time.Duration) error {
 	mem.start()
 	defer mem.stop()
 	time.Sleep(2 * time.Second)
-	before := mem.now()
+	before := mem.read()
 	unloaded, err := b.probe(300)
 	if err != nil {
 		return err
@@ -237,7 +237,7 @@ func (b *bench) sideBySide(streams, bodies int, hold time.Duration) error {
 	if err != nil {
 		return err
 	}
-	rssAfter := mem.now()
+	rssAfter := mem.read()
 	checks = append(checks, b.stepsWhole(job))
 	refused := b.refusals()
 	b.print(unloaded, during, after, fl, checks, refused, before, peak, rssAfter, streams, bodies)
@@ -416,7 +416,7 @@ func (b *bench) refusals() map[string]string {
 }
 
 // print writes the tables.
-func (b *bench) print(unloaded, during, after latency, fl flooded, checks []check, refused map[string]string, before, peak, rssAfter int64, streams, bodies int) {
+func (b *bench) print(unloaded, during, after latency, fl flooded, checks []check, refused map[string]string, before rss, peak int64, rssAfter rss, streams, bodies int) {
 	ratio := during.P99 / unloaded.P99
 	verdict := func(ok bool) string {
 		if ok {
@@ -471,10 +471,12 @@ func (b *bench) print(unloaded, during, after latency, fl flooded, checks []chec
 	fmt.Println()
 	fmt.Println("### scavd's resident memory")
 	fmt.Println()
-	fmt.Println("| before the flood | peak | 30 s after | after / before |")
-	fmt.Println("|---|---|---|---|")
-	r := float64(rssAfter) / float64(before)
-	fmt.Printf("| %.1f MiB | %.1f MiB | %.1f MiB | %.2f (goal ≤ 1.20: %s) |\n", mib(before), mib(peak), mib(rssAfter), r, verdict(r <= 1.2))
+	fmt.Println("| | before the flood | peak | 30 s after | after / before |")
+	fmt.Println("|---|---|---|---|---|")
+	r := float64(rssAfter.total) / float64(before.total)
+	fmt.Printf("| VmRSS | %.1f MiB | %.1f MiB | %.1f MiB | %.2f (goal ≤ 1.20: %s) |\n", mib(before.total), mib(peak), mib(rssAfter.total), r, verdict(r <= 1.2))
+	fmt.Printf("| of which anonymous (heap, stacks: RssAnon) | %.1f MiB | | %.1f MiB | %.2f |\n", mib(before.anon), mib(rssAfter.anon), float64(rssAfter.anon)/float64(max(before.anon, 1)))
+	fmt.Printf("| of which file-backed (the binary's pages: RssFile) | %.1f MiB | | %.1f MiB | %.2f |\n", mib(before.file), mib(rssAfter.file), float64(rssAfter.file)/float64(max(before.file, 1)))
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
@@ -520,19 +522,37 @@ func (w *rssWatch) peak() int64 {
 	return w.max
 }
 
+// rss is a process's resident memory, KiB: in all (VmRSS), and its
+// anonymous (RssAnon) and file-backed (RssFile) parts.
+type rss struct{ total, anon, file int64 }
+
 // now is the process's VmRSS, KiB.
-func (w *rssWatch) now() int64 {
+func (w *rssWatch) now() int64 { return w.read().total }
+
+// read is the process's resident memory from /proc/PID/status (zero when
+// it cannot be read).
+func (w *rssWatch) read() rss {
+	var r rss
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
 	if err != nil {
-		return 0
+		return r
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
+		key, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		switch key {
+		case "VmRSS":
+			r.total = n
+		case "RssAnon":
+			r.anon = n
+		case "RssFile":
+			r.file = n
 		}
 	}
-	return 0
+	return r
 }
 
 // addUser makes a system user named after tag.
