@@ -140,3 +140,67 @@ func TestUnacknowledgedStepsAreStoredOnce(t *testing.T) {
 		t.Fatalf("stored %d, accepted %d, dropped %v, connection failed %v; want %d, %d, none, no", store.taken(), s.Accepted, s.Dropped, p.failed.Load(), n, n)
 	}
 }
+
+// roundStore is an EachPublisher that takes a round's messages except the
+// ones whose subject it is told to fail in a round, which it then takes
+// one by one (PublishID); it counts what it stored by id.
+type roundStore struct {
+	mu     sync.Mutex
+	failIn map[string]bool
+	rounds int
+	byID   map[string]int
+	order  []string // subjects, in the order stored
+}
+
+func (s *roundStore) Publish(subject string, data []byte) error {
+	return s.PublishID(subject, data, "")
+}
+
+func (s *roundStore) PublishID(subject string, _ []byte, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byID[id]++
+	s.order = append(s.order, subject)
+	return nil
+}
+
+func (s *roundStore) PublishEach(msgs []Message) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rounds++
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if s.failIn[m.Subject] {
+			errs[i] = fmt.Errorf("publish to %s: no answer", m.Subject)
+			continue
+		}
+		s.byID[m.ID]++
+		s.order = append(s.order, m.Subject)
+	}
+	return errs
+}
+
+// TestFlushRoundTriesWhatFailedAlone: the messages of a round that the
+// store did not take together go the one-by-one way, with their ids; every
+// message is stored once and counted, and a lone message is sent alone.
+func TestFlushRoundTriesWhatFailedAlone(t *testing.T) {
+	store := &roundStore{failIn: map[string]bool{"b": true}, byID: map[string]int{}}
+	in := newServer(&collector{msgs: map[string][][]byte{}}, zap.NewNop())
+	in.steps = store
+	round := []*pending{{subject: "a", id: "1", n: 2}, {subject: "b", id: "2", n: 3}, {subject: "c", id: "3", n: 4}}
+	for i, err := range in.flushRound(round) {
+		if err != nil {
+			t.Errorf("message %d: %v", i, err)
+		}
+	}
+	if store.rounds != 1 || store.byID["1"] != 1 || store.byID["2"] != 1 || store.byID["3"] != 1 || in.accepted.Load() != 9 {
+		t.Fatalf("%d rounds, stored %v, accepted %d; want 1 round, each once, 9 records", store.rounds, store.byID, in.accepted.Load())
+	}
+	if got := strings.Join(store.order, ""); got != "acb" {
+		t.Errorf("stored in the order %q, want a and c in the round, then b alone", got)
+	}
+	in.flushRound([]*pending{{subject: "d", id: "4", n: 1}})
+	if store.rounds != 1 || store.byID["4"] != 1 {
+		t.Errorf("a lone message: %d rounds, stored %v; want it sent alone", store.rounds, store.byID)
+	}
+}
