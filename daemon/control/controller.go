@@ -66,6 +66,7 @@ type Controller struct {
 	job      Job
 	verdicts chan<- Verdict
 	recs     chan []telemetry.StepRecord // a step message's records at a time
+	queued   atomic.Int64                // records in recs, at most maxQueued
 	log      *zap.Logger
 
 	// mu guards the policy and what it saw: the runner re-chooses through
@@ -142,7 +143,7 @@ func New(j api.Job, offers []plugins.Offer, job Job, verdicts chan<- Verdict, lo
 	ocfg := observe.Config{M0: spec.M0, PriceUSDPerHour: price}
 	c := &Controller{
 		job: job, cloud: cloud, store: store, start: j.Config,
-		verdicts: verdicts, recs: make(chan []telemetry.StepRecord, 1024),
+		verdicts: verdicts, recs: make(chan []telemetry.StepRecord, maxQueued),
 		log: log.With(zap.String("policy", pol.Name())), opt: j.Optimize, created: j.Created,
 		candidateOf: func(cfg plugins.Config) predict.Candidate {
 			return predict.Candidate{Type: typ, Nodes: 1, Workers: cfg.Workers, Batch: cfg.GlobalBatch}
@@ -167,16 +168,24 @@ func (c *Controller) Leaving(attempt int) {
 	c.movedFrom = attempt
 }
 
+// maxQueued bounds the records waiting for the controller: past it (a burst
+// of blocks of records), a message's records are not observed, and the
+// controller's work stays bounded whatever the ingest takes.
+const maxQueued = 4096
+
 // Steps hands the controller the records of a step message without ever
 // blocking ingest (a message at a time: one wake-up of its goroutine, not
 // one a record).
 func (c *Controller) Steps(recs []telemetry.StepRecord) {
-	if len(recs) == 0 {
+	n := int64(len(recs))
+	if n == 0 || c.queued.Add(n) > maxQueued {
+		c.queued.Add(-n)
 		return
 	}
 	select {
 	case c.recs <- recs:
 	default:
+		c.queued.Add(-n)
 	}
 }
 
@@ -189,6 +198,7 @@ func (c *Controller) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case recs := <-c.recs:
+			c.queued.Add(-int64(len(recs)))
 			for _, rec := range recs {
 				if !r.step(ctx, rec) {
 					return

@@ -95,3 +95,26 @@ func TestBudgetStopsTheJob(t *testing.T) {
 		}
 	}
 }
+
+// TestStepsAreBounded: the records waiting for the controller are bounded
+// (maxQueued): past it a message's records are left out, not queued, and
+// once the controller took what waited, the next are queued again.
+func TestStepsAreBounded(t *testing.T) {
+	c := &Controller{recs: make(chan []telemetry.StepRecord, maxQueued)}
+	block := make([]telemetry.StepRecord, 1000)
+	for range 4 {
+		c.Steps(block)
+	}
+	c.Steps(block) // 5,000 > maxQueued: left out
+	c.Steps(nil)
+	if len(c.recs) != 4 || c.queued.Load() != 4000 {
+		t.Fatalf("%d messages, %d records queued; want 4 and 4000", len(c.recs), c.queued.Load())
+	}
+	for range 4 { // the controller takes them (Run's receive)
+		c.queued.Add(-int64(len(<-c.recs)))
+	}
+	c.Steps(block)
+	if len(c.recs) != 1 || c.queued.Load() != 1000 {
+		t.Fatalf("after the controller took them: %d messages, %d records queued; want 1 and 1000", len(c.recs), c.queued.Load())
+	}
+}

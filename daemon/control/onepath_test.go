@@ -135,6 +135,7 @@ func TestOneDecisionPath(t *testing.T) {
 			for _, r := range recs {
 				cfg := plugins.Config{Workers: r.rec.World, GlobalBatch: r.rec.GlobalBatch, LRScale: 1}
 				job.push(r.rec.Attempt, cfg)
+				c.queued.Add(1) // as Steps counts it, but never dropped: the replay must be whole
 				c.recs <- []telemetry.StepRecord{r.rec}
 				if r.d == nil {
 					continue
