@@ -66,7 +66,7 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 	if info := c.CachedInfo(); done != nil && info != nil && info.NumPending == 0 {
 		return nil // nothing to deliver, and no following
 	}
-	it, err := c.Messages()
+	it, err := c.Messages(jetstream.PullMaxBytes(replayBufferBytes))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", what, err)
 	}
@@ -95,6 +95,14 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 		}
 	}
 }
+
+// replayBufferBytes bounds what a replay holds of messages it has not
+// delivered yet. nats.go's default is 500 messages: up to 128 MiB of step
+// batches (256 KiB each) taken at once by a read of a long history, and
+// by the step digest catching up with a job that writes blocks, which
+// the collector then had to sweep while the ingest waited. It must be
+// at least the largest message (the server's max_payload, 1 MiB by default).
+const replayBufferBytes = 8 << 20
 
 // deleteConsumer deletes the ordered consumer c of s from the server. The
 // server keeps an ordered consumer until it has been inactive for 5
