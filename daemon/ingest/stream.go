@@ -90,37 +90,37 @@ func (p StreamPublisher) PublishEach(msgs []Message) []error {
 		}
 		futures[i], errs[i] = p.JS.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, opts...)
 	}
-	timeout := time.NewTimer(PublishTimeout)
-	defer timeout.Stop()
-	var over error // once set, the futures not answered yet fail with it
+	ctx, cancel := context.WithTimeout(p.Ctx, PublishTimeout)
+	defer cancel()
 	for i, f := range futures {
 		if f == nil {
 			continue
 		}
-		var err error
-		if over == nil {
-			select {
-			case <-f.Ok():
-			case err = <-f.Err():
-			case <-timeout.C:
-				over = context.DeadlineExceeded
-			case <-p.Ctx.Done():
-				over = p.Ctx.Err()
-			}
-		}
-		if over != nil && err == nil {
-			select {
-			case <-f.Ok():
-			case err = <-f.Err():
-			default:
-				err = over
-			}
-		}
-		if err != nil {
+		if err := awaitAck(ctx, f); err != nil {
 			errs[i] = fmt.Errorf("publish to %s: %w", msgs[i].Subject, err)
 		}
 	}
 	return errs
+}
+
+// awaitAck waits for f's answer until ctx ends; an answer that came by
+// then counts, whichever select saw first.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
 }
 
 // ErrUnacknowledged is a publish the store never answered within the

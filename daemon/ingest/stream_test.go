@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/scavenger-ml/scavenger/internal/testnats"
@@ -99,35 +100,48 @@ func TestStreamStoresAMessageSentAgainOnce(t *testing.T) {
 	if worst := DefaultPatience + PublishTimeout + time.Second; worst >= history.StepDuplicates {
 		t.Fatalf("a message may be tried for %s, past the duplicate window of %s", worst, history.StepDuplicates)
 	}
-	_, js := testnats.JetStream(t)
-	st, err := history.OpenStore(t.Context(), js, history.Retention{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := stepStore(t)
 	p := StreamPublisher{Ctx: t.Context(), JS: st.JS, Patience: time.Second}
 	for range 3 {
 		if err := p.PublishID(telemetry.StepSubject("a-000001"), []byte(stepLines(1, 1)[0]+"\n"), "node-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if n := storedSteps(t, st); n != 1 {
+		t.Fatalf("the stream holds %d messages, want the message once", n)
+	}
+}
+
+// stepStore opens the daemon's streams on a test server.
+func stepStore(t *testing.T) (*nats.Conn, *history.Store) {
+	t.Helper()
+	nc, js := testnats.JetStream(t)
+	st, err := history.OpenStore(t.Context(), js, history.Retention{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, st
+}
+
+// storedSteps is how many messages the step stream of st holds.
+func storedSteps(t *testing.T, st *history.Store) uint64 {
+	t.Helper()
 	s, err := st.JS.Stream(t.Context(), telemetry.StepStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.Info(t.Context()); err != nil || info.State.Msgs != 1 {
-		t.Fatalf("the stream holds %+v (%v), want the message once", info.State, err)
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
+	return info.State.Msgs
 }
 
 // TestPublishEach: a round goes out together and says, message by message,
 // what the store took. A message sent again with its id is stored once; a
 // subject no stream takes fails alone.
 func TestPublishEach(t *testing.T) {
-	nc, js0 := testnats.JetStream(t)
-	st, err := history.OpenStore(t.Context(), js0, history.Retention{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, st := stepStore(t)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +161,8 @@ func TestPublishEach(t *testing.T) {
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "nowhere.x") {
 		t.Fatalf("a subject no stream takes: %v, want an error that names it", errs[1])
 	}
-	s, err := st.JS.Stream(t.Context(), telemetry.StepStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := s.Info(t.Context()); err != nil || info.State.Msgs != 2 {
-		t.Fatalf("the stream holds %+v (%v), want 2 messages (n-1 once, n-3)", info.State, err)
+	if n := storedSteps(t, st); n != 2 {
+		t.Fatalf("the stream holds %d messages, want 2 (n-1 once, n-3)", n)
 	}
 }
 

@@ -120,9 +120,7 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		cancelWait()
 	}()
 	killed, closing := kill.Done(), shutdown.Done()
-	flush := time.NewTimer(outputFlushEvery)
-	flush.Stop()
-	var flushed <-chan time.Time // armed while output waits for its rate
+	var flushed <-chan time.Time // set while output waits for its rate
 	health := time.NewTicker(healthEvery)
 	defer health.Stop()
 	for {
@@ -137,14 +135,12 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 			return w.out
 		case <-r.out.waiting:
 			if flushed == nil {
-				flush.Reset(outputFlushEvery)
-				flushed = flush.C
+				flushed = time.After(outputFlushEvery)
 			}
 		case <-flushed:
 			flushed = nil
 			if r.out.flush(false) {
-				flush.Reset(outputFlushEvery)
-				flushed = flush.C
+				flushed = time.After(outputFlushEvery)
 			}
 		case <-closing:
 			closing = nil // acted on once

@@ -162,11 +162,10 @@ type jobOutput struct {
 	limit int64
 	// wait holds the reader back while the owner's jobs print too fast.
 	wait func(n int)
-	// waiting is signalled when lines are left waiting for the rate and
-	// nobody was told yet (armed): the runner then flushes them every
+	// waiting is signalled (once however often: it holds one) when lines
+	// are left waiting for the rate: the runner then flushes them every
 	// outputFlushEvery until none waits.
 	waiting chan struct{}
-	armed   bool
 }
 
 // newJobOutput continues job's output from the counts in its record,
@@ -196,8 +195,7 @@ func (o *jobOutput) take(l telemetry.LogLine) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.line(time.Now(), l))
-	if len(o.cap.pending) > 0 && !o.armed {
-		o.armed = true
+	if len(o.cap.pending) > 0 {
 		select {
 		case o.waiting <- struct{}{}:
 		default:
@@ -212,8 +210,7 @@ func (o *jobOutput) flush(force bool) (more bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.send(o.cap.flush(time.Now(), force))
-	o.armed = len(o.cap.pending) > 0
-	return o.armed
+	return len(o.cap.pending) > 0
 }
 
 // send publishes lines in order, each charged to the owner's quota, which

@@ -23,6 +23,7 @@ import (
 
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/tools/internal/dashtool"
 )
 
 // victim is alice's job: a step every 50 ms, each printed; it checkpoints
@@ -527,30 +528,20 @@ func (w *rssWatch) peak() int64 {
 type rss struct{ total, anon, file int64 }
 
 // now is the process's VmRSS, KiB.
-func (w *rssWatch) now() int64 { return w.read().total }
+func (w *rssWatch) now() int64 {
+	b, _ := dashtool.RSS(w.pid, "VmRSS")
+	return b >> 10
+}
 
-// read is the process's resident memory from /proc/PID/status (zero when
-// it cannot be read).
+// read is the process's resident memory, KiB (zero where it cannot be read).
 func (w *rssWatch) read() rss {
 	var r rss
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
-	if err != nil {
-		return r
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		key, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		switch key {
-		case "VmRSS":
-			r.total = n
-		case "RssAnon":
-			r.anon = n
-		case "RssFile":
-			r.file = n
-		}
+	for _, f := range []struct {
+		field string
+		v     *int64
+	}{{"VmRSS", &r.total}, {"RssAnon", &r.anon}, {"RssFile", &r.file}} {
+		b, _ := dashtool.RSS(w.pid, f.field)
+		*f.v = b >> 10
 	}
 	return r
 }
