@@ -2,11 +2,11 @@ package ingest
 
 import (
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
@@ -34,29 +34,17 @@ func (in *Server) confirm(p *peer, lines int64) {
 // tryWrite writes a line to p's worker if its socket takes it now, without
 // waiting (a confirmation: the next one makes good one not taken).
 func (in *Server) tryWrite(p *peer, line []byte) {
-	sc, ok := p.conn.(syscall.Conn)
-	if !ok {
-		in.write(p, line, confirmPatience)
-		return
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	var n int
-	var werr error
-	if err := raw.Write(func(fd uintptr) bool {
-		n, werr = rawWrite(int(fd), line)
-		return true // one try: never wait for room
-	}); err != nil {
+	var err error
+	if !p.conn.use(func(fd int) { n, err = rawWrite(fd, line) }) {
 		return
 	}
-	if werr == nil && n < len(line) || werr != nil && n > 0 {
+	if err == nil && n < len(line) || err != nil && n > 0 {
 		// Part of a line went out: what follows would not parse. The
 		// worker reconnects and sends again what was not confirmed.
-		p.conn.Close()
+		p.conn.shutdown(unix.SHUT_RDWR)
 	}
 }
 
@@ -73,14 +61,13 @@ const (
 func (in *Server) write(p *peer, line []byte, patience time.Duration) bool {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	_ = p.conn.SetWriteDeadline(time.Now().Add(patience))
-	n, err := p.conn.Write(line)
+	n, err := p.conn.write(line, patience)
 	if err != nil {
 		in.log.Debug("write to a worker", zap.String("job", p.job), zap.Error(err))
 		if n > 0 {
 			// Part of a line went out: what follows would not parse. The
 			// worker reconnects and sends again what was not confirmed.
-			p.conn.Close()
+			p.conn.shutdown(unix.SHUT_RDWR)
 		}
 		return false
 	}

@@ -24,7 +24,6 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -115,6 +114,8 @@ type Server struct {
 	attempts Attempts
 	limits   Limits
 	ln       net.Listener
+	lnFile   *os.File        // a copy of ln's descriptor, accepted from raw (sock.go)
+	lnRaw    syscall.RawConn // lnFile's
 	path     string
 	batch    *batcher
 	poll     *poller
@@ -126,7 +127,7 @@ type Server struct {
 	refused  map[string]*atomic.Int64
 
 	mu       sync.Mutex
-	open     map[net.Conn]struct{}
+	open     map[*sock]struct{}
 	peers    map[string]map[*peer]struct{} // connections by the job their worker announced
 	users    map[uint32]*user
 	closed   bool
@@ -155,8 +156,21 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 	if o.Steps != nil {
 		in.steps = o.Steps
 	}
-	if in.poll, err = newPoller(in); err != nil {
+	// A listener's own raw descriptor cannot wait (its Read says EINVAL);
+	// a copy as a file can.
+	if in.lnFile, err = ln.(*net.UnixListener).File(); err == nil {
+		in.lnRaw, err = in.lnFile.SyscallConn()
+	}
+	if err != nil {
+		err = fmt.Errorf("telemetry socket %s: %w", path, err)
+	} else {
+		in.poll, err = newPoller(in)
+	}
+	if err != nil {
 		ln.Close()
+		if in.lnFile != nil {
+			in.lnFile.Close()
+		}
 		return nil, err
 	}
 	in.ln, in.path = ln, path
@@ -173,7 +187,7 @@ func newServer(pub Publisher, log *zap.Logger) *Server {
 		log: log, pub: pub, steps: pub,
 		dropped:  make(map[string]*atomic.Int64, len(DropReasons)),
 		refused:  make(map[string]*atomic.Int64, len(RefusedReasons)),
-		open:     make(map[net.Conn]struct{}),
+		open:     make(map[*sock]struct{}),
 		peers:    make(map[string]map[*peer]struct{}),
 		users:    make(map[uint32]*user),
 		lastWarn: make(map[string]time.Time),
@@ -224,13 +238,11 @@ func (in *Server) Close() {
 	in.closed = true
 	in.stopClosing()
 	in.ln.Close()
+	in.lnFile.Close()
 	for c := range in.open {
-		if r, ok := c.(interface{ CloseRead() error }); ok {
-			_ = r.CloseRead()
-		} else {
-			c.Close()
-		}
+		c.shutdown(unix.SHUT_RD) // the poller reads its EOF and ends it
 	}
+	in.poll.wake()
 	in.mu.Unlock()
 	in.stopHeld() // first: a connection may wait for room among the held batches
 	in.wg.Wait()
@@ -242,17 +254,17 @@ func (in *Server) Close() {
 func (in *Server) accept() {
 	defer in.wg.Done()
 	for {
-		c, err := in.ln.Accept()
+		c, err := acceptSock(in.lnRaw)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
+			if in.closing.Err() != nil {
+				return // Close closed the listener
 			}
 			in.log.Warn("accept on telemetry socket", zap.Error(err))
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		p := &peer{conn: c, since: time.Now()}
-		p.uid, p.pid, p.cred = peerCred(c)
+		p.uid, p.pid, p.cred = c.cred()
 		in.mu.Lock()
 		reason, ok := in.admit(p)
 		if in.closed {
@@ -263,7 +275,7 @@ func (in *Server) accept() {
 		}
 		in.mu.Unlock()
 		if !ok {
-			c.Close()
+			c.release()
 			switch reason {
 			case dropTooMany:
 				in.drop(dropTooMany, fmt.Sprintf("connection refused: %d connections open", in.limits.Conns))
@@ -298,26 +310,5 @@ func (in *Server) forgetLocked(p *peer) {
 	in.unregister(p)
 	in.release(p)
 	in.conns.Add(-1)
-	p.conn.Close()
-}
-
-// peerCred is the uid and pid of the process at the other end of c, from
-// the kernel (SO_PEERCRED); ok is false when c is not a unix socket.
-func peerCred(c net.Conn) (uid uint32, pid int32, ok bool) {
-	sc, isSys := c.(syscall.Conn)
-	if !isSys {
-		return 0, 0, false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return 0, 0, false
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || credErr != nil {
-		return 0, 0, false
-	}
-	return cred.Uid, cred.Pid, true
+	p.conn.release()
 }

@@ -3,9 +3,7 @@ package ingest
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,17 +13,24 @@ import (
 // A goroutine per connection costs a wake of the runtime for every record a
 // per-step writer sends, and those wakes, not the records, were most of
 // what a node's telemetry cost the daemon (issue 25). The poller reads every
-// connection from one goroutine: it waits (in the runtime's netpoller, on an
-// epoll descriptor of its own) until some connection has data, reads what
-// has come, lets the batcher's window pass so that the others' records come
+// connection from one goroutine: it waits (in epoll_wait, on an epoll
+// descriptor of its own) until some connection has data, reads what has
+// come, lets the batcher's window pass so that the others' records come
 // too, reads again every connection that has data, and publishes the
 // batches: a few wakes per window, whatever the connections.
+//
+// Neither the connections nor the epoll descriptor are in the runtime's
+// netpoller: a descriptor there wakes the runtime whenever it becomes
+// ready, and a nested epoll becomes ready again with every connection that
+// gets data, so the runtime woke for each record even while the poller
+// slept through its window (640 wakes a second for 640 records). The
+// poller's wait is a blocking system call instead, and nothing waits on
+// the epoll descriptor while the poller does not.
 
 // pconn is one connection the poller reads.
 type pconn struct {
 	p     *peer
-	raw   syscall.RawConn
-	fd    int
+	fd    int // p.conn's, which the epoll names until end
 	id    int32
 	ready bool // the kernel said it has data the poller has not read yet
 	hup   bool // the kernel said its worker closed (or shut its side): read to the EOF
@@ -37,9 +42,8 @@ type pconn struct {
 // poller reads the socket's connections (see above).
 type poller struct {
 	in     *Server
-	ep     int      // the epoll descriptor
-	epf    *os.File // ep, in the runtime's netpoller
-	epRaw  syscall.RawConn
+	ep     int // the epoll descriptor
+	wakeFD int // an eventfd in ep (id 0): wake ends a wait at once
 	buf    []byte
 	events []unix.EpollEvent
 
@@ -54,40 +58,40 @@ func newPoller(in *Server) (*poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
 	}
-	if err := unix.SetNonblock(ep, true); err != nil { // so that the runtime's netpoller waits for it
-		unix.Close(ep)
-		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
+	wfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err == nil {
+		err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: 0})
+		if err != nil {
+			unix.Close(wfd)
+		}
 	}
-	f := os.NewFile(uintptr(ep), "telemetry-epoll")
-	raw, err := f.SyscallConn()
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("telemetry socket: epoll: %w", err)
+		unix.Close(ep)
+		return nil, fmt.Errorf("telemetry socket: eventfd: %w", err)
 	}
-	return &poller{in: in, ep: ep, epf: f, epRaw: raw, buf: make([]byte, readBufBytes), events: make([]unix.EpollEvent, 256),
+	return &poller{in: in, ep: ep, wakeFD: wfd, buf: make([]byte, readBufBytes), events: make([]unix.EpollEvent, 256),
 		conns: map[int32]*pconn{}, done: make(chan struct{})}, nil
+}
+
+// wake ends the poller's wait (the server closes).
+func (pl *poller) wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(pl.wakeFD, one[:])
 }
 
 // add registers a connection the server admitted.
 func (pl *poller) add(p *peer) error {
-	sc, ok := p.conn.(syscall.Conn)
-	if !ok {
-		return errors.New("not a socket")
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var fd int
-	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
-		return err
+	fd := -1
+	p.conn.use(func(f int) { fd = f })
+	if fd < 0 {
+		return errors.New("closed")
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for pl.conns[pl.next] != nil || pl.next == 0 {
 		pl.next++ // wraps after 2^31 connections: skip the ids in use
 	}
-	pc := &pconn{p: p, raw: raw, fd: fd, id: pl.next, last: time.Now()}
+	pc := &pconn{p: p, fd: fd, id: pl.next, last: time.Now()}
 	pl.next++
 	p.polled = true
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: pc.id}
@@ -149,16 +153,19 @@ func (pl *poller) wait(closing bool) bool {
 	if pl.pending() {
 		tick = pollTick
 	}
-	got := 0
-	_ = pl.epf.SetReadDeadline(time.Now().Add(tick))
-	_ = pl.epRaw.Read(func(uintptr) bool {
-		got = pl.collect()
-		return got > 0 || pl.in.closing.Err() != nil
-	})
+	n, err := unix.EpollWait(pl.ep, pl.events, int(tick.Milliseconds()))
+	if err != nil || n <= 0 {
+		return false
+	}
+	got := pl.mark(pl.events[:n])
+	if n == len(pl.events) {
+		got += pl.collect()
+	}
 	return got > 0
 }
 
-// collect takes the kernel's ready connections; it returns how many.
+// collect takes the kernel's ready connections without waiting; it
+// returns how many.
 func (pl *poller) collect() int {
 	total := 0
 	for {
@@ -166,19 +173,31 @@ func (pl *poller) collect() int {
 		if err != nil || n <= 0 {
 			return total
 		}
-		pl.mu.Lock()
-		for _, ev := range pl.events[:n] {
-			if pc := pl.conns[ev.Fd]; pc != nil {
-				pc.ready = true
-				pc.hup = pc.hup || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0
-			}
-		}
-		pl.mu.Unlock()
-		total += n
+		total += pl.mark(pl.events[:n])
 		if n < len(pl.events) {
 			return total
 		}
 	}
+}
+
+// mark notes the connections evs say are ready; it returns how many.
+func (pl *poller) mark(evs []unix.EpollEvent) int {
+	got := 0
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, ev := range evs {
+		if ev.Fd == 0 { // wake: take its count, so that it is not ready again
+			var b [8]byte
+			_, _ = unix.Read(pl.wakeFD, b[:])
+			continue
+		}
+		if pc := pl.conns[ev.Fd]; pc != nil {
+			pc.ready = true
+			pc.hup = pc.hup || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0
+			got++
+		}
+	}
+	return got
 }
 
 // pending says whether a connection is ready but was not read (its user
@@ -235,10 +254,7 @@ func (pl *poller) read(pc *pconn) bool {
 	for {
 		var n int
 		var err error
-		if cerr := pc.raw.Read(func(fd uintptr) bool {
-			n, err = rawRead(int(fd), pl.buf)
-			return true // one try: never wait
-		}); cerr != nil {
+		if !pc.p.conn.use(func(fd int) { n, err = rawRead(fd, pl.buf) }) {
 			return false
 		}
 		switch {
@@ -321,5 +337,9 @@ func (pl *poller) end(pc *pconn) {
 	pl.in.forget(pc.p)
 }
 
-// close releases the epoll descriptor, once run has returned.
-func (pl *poller) close() { pl.epf.Close() }
+// close releases the epoll descriptor and the eventfd, once run has
+// returned.
+func (pl *poller) close() {
+	unix.Close(pl.wakeFD)
+	unix.Close(pl.ep)
+}

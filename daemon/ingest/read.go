@@ -5,19 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
 // peer is one worker connection; job is what its worker announced.
 type peer struct {
-	conn      net.Conn
+	conn      *sock  // nil: a plain reader's (the fuzzer's and the tests')
 	cred      bool   // uid and pid are the kernel's word for the connecting process
 	uid       uint32 // (the fuzzer and the tests read plain readers: no cred)
 	pid       int32
@@ -40,13 +40,9 @@ type peer struct {
 }
 
 // fail ends a connection whose records the store refused: its worker sends
-// what was not confirmed again on its next connection. The poller ends a
-// connection it reads itself (it must take it off its epoll first).
-func (p *peer) fail() {
-	if !p.failed.Swap(true) && p.conn != nil && !p.polled {
-		p.conn.Close()
-	}
-}
+// what was not confirmed again on its next connection. The poller ends it
+// (it takes it off its epoll before it closes it).
+func (p *peer) fail() { p.failed.Store(true) }
 
 // serve reads r, the lines of one worker (a plain reader: the fuzzer's and
 // the tests'; the socket's connections are read by the poller), until EOF.
@@ -322,9 +318,9 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 // connection ended (feed).
 func (in *Server) endWriting(p *peer) {
 	p.refused = true
-	if w, ok := p.conn.(interface{ CloseWrite() error }); ok {
+	if p.conn != nil {
 		p.wmu.Lock()
-		_ = w.CloseWrite()
+		p.conn.shutdown(unix.SHUT_WR)
 		p.wmu.Unlock()
 	}
 }

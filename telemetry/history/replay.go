@@ -66,7 +66,7 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 	if info := c.CachedInfo(); done != nil && info != nil && info.NumPending == 0 {
 		return nil // nothing to deliver, and no following
 	}
-	it, err := c.Messages(jetstream.PullMaxBytes(replayBufferBytes))
+	it, err := c.Messages(jetstream.PullMaxMessagesWithBytesLimit(replayBufferMessages, replayBufferBytes))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", what, err)
 	}
@@ -96,13 +96,20 @@ func consume(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsu
 	}
 }
 
-// replayBufferBytes bounds what a replay holds of messages it has not
-// delivered yet. nats.go's default is 500 messages: up to 128 MiB of step
-// batches (256 KiB each) taken at once by a read of a long history, and
-// by the step digest catching up with a job that writes blocks, which
-// the collector then had to sweep while the ingest waited. It must be
-// at least the largest message (the server's max_payload, 1 MiB by default).
-const replayBufferBytes = 8 << 20
+// A replay asks the server for at most replayBufferMessages messages and
+// replayBufferBytes at a time. nats.go's default, 500 messages and no
+// byte bound, took up to 128 MiB of step batches (256 KiB each) at once
+// for a read of a long history, and for the step digest catching up with
+// a job that writes blocks, which the collector then had to sweep while
+// the ingest waited. A byte bound alone (PullMaxBytes) makes nats.go
+// allocate a buffer for a million messages, 8 MiB zeroed for every
+// replay, however short: the digest's catch-up of 8 per-step jobs spent
+// more on that than on their records (issue 25). The byte bound must be
+// at least the largest message (the daemon's max_payload, 4 MiB).
+const (
+	replayBufferMessages = 500
+	replayBufferBytes    = 8 << 20
+)
 
 // deleteConsumer deletes the ordered consumer c of s from the server. The
 // server keeps an ordered consumer until it has been inactive for 5

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -76,14 +77,13 @@ func TestReplayLast(t *testing.T) {
 	}
 }
 
-// TestReplayLeavesNoConsumer reads a stream more times than the server
-// takes consumers on it (1000 by default), in every way a read ends: each
-// read deletes its consumer as it returns, so none is refused and none is
-// left.
-func TestReplayLeavesNoConsumer(t *testing.T) {
+// twoHostSamples is a store with two host samples of node a, and a
+// context that ends with the test (or after a minute).
+func twoHostSamples(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
 	_, js := testnats.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	if _, err := OpenStore(ctx, js, Retention{}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +92,15 @@ func TestReplayLeavesNoConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return ctx, js
+}
+
+// TestReplayLeavesNoConsumer reads a stream more times than the server
+// takes consumers on it (1000 by default), in every way a read ends: each
+// read deletes its consumer as it returns, so none is refused and none is
+// left.
+func TestReplayLeavesNoConsumer(t *testing.T) {
+	ctx, js := twoHostSamples(t)
 	subjects := []string{telemetry.AllNodeHost}
 	errFirst := errors.New("first")
 	reads := []struct {
@@ -130,5 +139,28 @@ func TestReplayLeavesNoConsumer(t *testing.T) {
 	}
 	if n := info.State.Consumers; n != 0 {
 		t.Errorf("%d consumers left on %s after the reads, want 0", n, telemetry.NodeStream)
+	}
+}
+
+// TestShortReplayAllocatesLittle: a replay of two messages allocates far
+// less than its byte bound. A byte bound alone made nats.go allocate a
+// buffer for a million messages (8 MiB) for every replay, and the step
+// digest replays each job's new records every few seconds (issue 25).
+func TestShortReplayAllocatesLittle(t *testing.T) {
+	ctx, js := twoHostSamples(t)
+	const reads = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range reads {
+		n := 0
+		if err := Replay(ctx, js, telemetry.NodeStream, []string{telemetry.AllNodeHost}, false, func(jetstream.Msg) error { n++; return nil }); err != nil || n != 2 {
+			t.Fatalf("replayed %d messages, %v: want 2", n, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// The process's allocations: the embedded server's count too, so the
+	// bound is loose; the million-message buffer alone was 8 MiB a read.
+	if per := (after.TotalAlloc - before.TotalAlloc) / reads; per > 1<<20 {
+		t.Errorf("a replay of 2 messages allocated %d KiB, want under 1 MiB", per>>10)
 	}
 }
