@@ -48,12 +48,10 @@ func (in *Server) tryWrite(p *peer, line []byte) {
 	}
 }
 
-// Patience with a worker that does not read: a control message waits a
-// second for room on its connection, a confirmation hardly at all.
-const (
-	controlPatience = time.Second
-	confirmPatience = 10 * time.Millisecond
-)
+// controlPatience is how long a control message waits for room on the
+// connection of a worker that does not read (a confirmation does not
+// wait: tryWrite).
+const controlPatience = time.Second
 
 // write writes a line to p's worker, giving up after patience (a worker
 // that does not read is skipped: the daemon never stalls on one); it
