@@ -103,6 +103,16 @@ func TestDuplicatesAfterAStallStoredOnce(t *testing.T) {
 	}
 }
 
+// bound waits (up to 10 s) until n connections of job a-000001 are bound.
+func bound(t *testing.T, in *Server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); in.Connected("a-000001") != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections of a-000001 bound after 10 s, want %d", in.Connected("a-000001"), n)
+		}
+	}
+}
+
 // dialLines connects a worker and writes its hello; lines counts the lines
 // it wrote.
 func dialLines(t *testing.T, in *Server, hello string) *confirmConn {
@@ -234,7 +244,9 @@ func TestConnectionsPerJobBounded(t *testing.T) {
 func TestRefusedConnectionThatWritesOnIsEnded(t *testing.T) {
 	in, key := limitsServer(t, &fullStore{}, Limits{ConnsPerJob: 1}, always, 0)
 	dialLines(t, in, hello(key, 0, ""))
+	bound(t, in, 1) // so that the second is the one refused (the poller may read two hellos in any order)
 	w := dialLines(t, in, hello(key, 1, ""))
+	_ = w.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := w.c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Fatalf("the refused connection read %d bytes, %v; want EOF", n, err)
 	}

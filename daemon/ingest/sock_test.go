@@ -88,13 +88,7 @@ func TestOnlyThePollerWatchesConnections(t *testing.T) {
 func TestControlGivesUpOnAWorkerThatDoesNotRead(t *testing.T) {
 	in, key := listenConfirm(t, &fullStore{})
 	deaf := dialConfirm(t, in, key, false)
-	deadline := time.Now().Add(10 * time.Second)
-	for in.Connected("a-000001") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker's hello was not bound")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	bound(t, in, 1)
 	c := telemetry.Control{Kind: telemetry.ControlCheckpoint, ID: "c1", Job: "a-000001", Attempt: 1, Dir: strings.Repeat("d", 4000)}
 	sent := 0
 	for in.Send(c) == 1 {
