@@ -34,6 +34,7 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/daemon/ingest"
 	"github.com/scavenger-ml/scavenger/plugins"
+	"github.com/scavenger-ml/scavenger/tools/internal/dashtool"
 )
 
 func main() {
@@ -95,7 +96,7 @@ func run() error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	idle, _ := rss(d.pid, "VmRSS")
+	idle, _ := kib(d.pid, "VmRSS")
 	idleCPU, err := d.idleCPU(*idleWindow)
 	if err != nil {
 		return err
@@ -116,7 +117,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	hwm, _ := rss(d.pid, "VmHWM")
+	hwm, _ := kib(d.pid, "VmHWM")
 
 	fmt.Printf("## Blocks: %d writers on one attempt, 1,000-record blocks as fast as the socket takes them, confirmations read\n\n", *writers)
 	fmt.Printf("| measure | value |\n|---|---|\n")
@@ -326,19 +327,8 @@ func (d *daemon) idleCPU(over time.Duration) (float64, error) {
 	return (c1 - c0).Seconds() / time.Since(start).Seconds(), err
 }
 
-// rss reads a memory field (kB) of /proc/<pid>/status.
-func rss(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field+":") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				return strconv.ParseInt(f[1], 10, 64)
-			}
-		}
-	}
-	return 0, errors.New("no " + field)
+// kib is a /proc/PID/status memory field of pid, KiB.
+func kib(pid int, field string) (int64, error) {
+	b, err := dashtool.RSS(pid, field)
+	return b >> 10, err
 }
