@@ -29,7 +29,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -113,9 +112,7 @@ type Server struct {
 	verify   Verifier
 	attempts Attempts
 	limits   Limits
-	ln       net.Listener
-	lnFile   *os.File        // a copy of ln's descriptor, accepted from raw (sock.go)
-	lnRaw    syscall.RawConn // lnFile's
+	ln       *os.File // the listening socket, accepted from raw (sock.go)
 	path     string
 	batch    *batcher
 	poll     *poller
@@ -157,23 +154,22 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 		in.steps = o.Steps
 	}
 	// A listener's own raw descriptor cannot wait (its Read says EINVAL);
-	// a copy as a file can.
-	if in.lnFile, err = ln.(*net.UnixListener).File(); err == nil {
-		in.lnRaw, err = in.lnFile.SyscallConn()
-	}
+	// a copy as a file can. The listener goes at once; Close removes the
+	// socket's file.
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	in.ln, err = ul.File()
+	ln.Close()
 	if err != nil {
-		err = fmt.Errorf("telemetry socket %s: %w", path, err)
-	} else {
-		in.poll, err = newPoller(in)
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("telemetry socket %s: %w", path, err)
 	}
-	if err != nil {
-		ln.Close()
-		if in.lnFile != nil {
-			in.lnFile.Close()
-		}
+	if in.poll, err = newPoller(in); err != nil {
+		in.ln.Close()
+		_ = os.Remove(path)
 		return nil, err
 	}
-	in.ln, in.path = ln, path
+	in.path = path
 	in.wg.Add(1)
 	go in.accept()
 	go in.poll.run()    // joined by Close (poll.done)
@@ -238,7 +234,6 @@ func (in *Server) Close() {
 	in.closed = true
 	in.stopClosing()
 	in.ln.Close()
-	in.lnFile.Close()
 	for c := range in.open {
 		c.shutdown(unix.SHUT_RD) // the poller reads its EOF and ends it
 	}
@@ -254,7 +249,7 @@ func (in *Server) Close() {
 func (in *Server) accept() {
 	defer in.wg.Done()
 	for {
-		c, err := acceptSock(in.lnRaw)
+		c, err := acceptSock(in.ln)
 		if err != nil {
 			if in.closing.Err() != nil {
 				return // Close closed the listener

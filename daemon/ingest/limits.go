@@ -282,7 +282,7 @@ func (in *Server) throttle(p *peer, n int) bool {
 	if !p.cred || p.uid == 0 {
 		return true
 	}
-	if p.polled {
+	if p.conn != nil { // the poller reads it
 		in.mu.Lock()
 		in.userOf(p.uid).steps.n -= float64(n)
 		in.mu.Unlock()

@@ -93,7 +93,6 @@ func (pl *poller) add(p *peer) error {
 	}
 	pc := &pconn{p: p, fd: fd, id: pl.next, last: time.Now()}
 	pl.next++
-	p.polled = true
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: pc.id}
 	if err := unix.EpollCtl(pl.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return fmt.Errorf("epoll add: %w", err)

@@ -34,7 +34,6 @@ type peer struct {
 	failed    atomic.Bool // a message of its records was not stored: it is ended
 	wmu       sync.Mutex  // serialises control writes
 	since     time.Time   // when it was accepted
-	polled    bool        // the poller reads it (and ends it)
 	throttled bool        // the poller held it back for its user's step bytes
 	refused   bool        // its hello was refused (endWriting): what it writes next ends it
 }

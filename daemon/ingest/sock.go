@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,10 +26,14 @@ type sock struct {
 	fd int // -1 once released
 }
 
-// acceptSock accepts one connection on raw, the listener's descriptor,
-// waiting in the runtime's netpoller for the listener alone; the new
-// descriptor is non-blocking and close-on-exec.
-func acceptSock(raw syscall.RawConn) (*sock, error) {
+// acceptSock accepts one connection on ln, the listening socket, waiting
+// in the runtime's netpoller for the listener alone; the new descriptor is
+// non-blocking and close-on-exec.
+func acceptSock(ln *os.File) (*sock, error) {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
 	var nfd int
 	var aerr error
 	if err := raw.Read(func(fd uintptr) bool {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -114,5 +115,20 @@ func TestControlGivesUpOnAWorkerThatDoesNotRead(t *testing.T) {
 		if err := json.Unmarshal(line, &m); err != nil || m.ID != "c1" {
 			t.Fatalf("line %d of %d the worker was sent: %.80q (%v)", i+1, sent, line, err)
 		}
+	}
+}
+
+// TestCloseRemovesTheSocket: once Close returns, the socket's file is gone
+// and nothing is accepted on it (the listener is a copy of the socket's
+// descriptor, not a net.Listener that unlinks it).
+func TestCloseRemovesTheSocket(t *testing.T) {
+	in, _ := listenConfirm(t, &fullStore{})
+	in.Close()
+	if _, err := os.Stat(in.Path()); !os.IsNotExist(err) {
+		t.Errorf("after Close, %s: %v; want it gone", in.Path(), err)
+	}
+	if c, err := net.Dial("unix", in.Path()); err == nil {
+		c.Close()
+		t.Error("a connection was accepted after Close")
 	}
 }
