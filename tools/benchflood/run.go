@@ -528,22 +528,12 @@ func (w *rssWatch) peak() int64 {
 type rss struct{ total, anon, file int64 }
 
 // now is the process's VmRSS, KiB.
-func (w *rssWatch) now() int64 {
-	b, _ := dashtool.RSS(w.pid, "VmRSS")
-	return b >> 10
-}
+func (w *rssWatch) now() int64 { return w.read().total }
 
 // read is the process's resident memory, KiB (zero where it cannot be read).
 func (w *rssWatch) read() rss {
-	var r rss
-	for _, f := range []struct {
-		field string
-		v     *int64
-	}{{"VmRSS", &r.total}, {"RssAnon", &r.anon}, {"RssFile", &r.file}} {
-		b, _ := dashtool.RSS(w.pid, f.field)
-		*f.v = b >> 10
-	}
-	return r
+	m, _ := dashtool.Status(w.pid)
+	return rss{total: m["VmRSS"], anon: m["RssAnon"], file: m["RssFile"]}
 }
 
 // addUser makes a system user named after tag.

@@ -96,7 +96,7 @@ func run() error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	idle, _ := kib(d.pid, "VmRSS")
+	idle := kib(d.pid)["VmRSS"]
 	idleCPU, err := d.idleCPU(*idleWindow)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	hwm, _ := kib(d.pid, "VmHWM")
+	hwm := kib(d.pid)["VmHWM"]
 
 	fmt.Printf("## Blocks: %d writers on one attempt, 1,000-record blocks as fast as the socket takes them, confirmations read\n\n", *writers)
 	fmt.Printf("| measure | value |\n|---|---|\n")
@@ -327,8 +327,8 @@ func (d *daemon) idleCPU(over time.Duration) (float64, error) {
 	return (c1 - c0).Seconds() / time.Since(start).Seconds(), err
 }
 
-// kib is a /proc/PID/status memory field of pid, KiB.
-func kib(pid int, field string) (int64, error) {
-	b, err := dashtool.RSS(pid, field)
-	return b >> 10, err
+// kib is pid's memory fields, KiB (none when /proc cannot be read).
+func kib(pid int) map[string]int64 {
+	m, _ := dashtool.Status(pid)
+	return m
 }

@@ -80,18 +80,37 @@ func (s *Scavd) Link(scavctl string) (string, error) {
 	return link, nil
 }
 
-// RSS is a process's resident memory (field VmRSS, or VmHWM for its
-// peak), in bytes.
-func RSS(pid int, field string) (int64, error) {
+// Status is a process's memory fields from one read of /proc/PID/status
+// (VmRSS, VmHWM for its peak, RssAnon, RssFile, ...), in KiB.
+func Status(pid int) (map[string]int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, "kB")), 10, 64); err == nil {
+			out[k] = kb
+		}
+	}
+	return out, nil
+}
+
+// RSS is one memory field of a process (VmRSS, or VmHWM for its peak), in
+// bytes.
+func RSS(pid int, field string) (int64, error) {
+	m, err := Status(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
+	kb, ok := m[field]
+	if !ok {
+		return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	return kb << 10, nil
 }
