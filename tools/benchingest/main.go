@@ -61,7 +61,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	cmd := exec.Command(*scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--log-level", "warn", "--local-slots", strconv.Itoa(max(*writers, *ranks)))
+	cmd := exec.Command(*scavd, "--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn", "--local-slots", strconv.Itoa(max(*writers, *ranks)))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", *scavd, err)
