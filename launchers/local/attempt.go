@@ -236,8 +236,8 @@ func (a *attempt) Deliver(ctx context.Context, sig syscall.Signal) error {
 	return unix.Kill(-a.pgid, sig)
 }
 
-// Escalate sends a stop's sig to the process group and to every process
-// of the attempt's cgroup (those that left the group too).
+// Escalate sends a stop's sig to the process group and to the processes
+// of the attempt's cgroup that left the group: each process gets it once.
 func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
 	a.signalGroup(sig)
 	switch {
@@ -245,7 +245,7 @@ func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
 	case sig == syscall.SIGKILL:
 		a.cg.kill()
 	default:
-		a.cg.signal(sig)
+		a.cg.signalOutside(a.pgid, sig)
 	}
 }
 

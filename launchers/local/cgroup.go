@@ -176,6 +176,19 @@ func (c *attemptCgroup) signal(sig unix.Signal) {
 	}
 }
 
+// signalOutside sends sig to every process in the cgroup that is not in
+// process group pgid, which the caller signalled already: a second copy of
+// a stop's SIGTERM would run a worker's handler twice (a trainer that
+// checkpoints on the first may abort on the second).
+func (c *attemptCgroup) signalOutside(pgid int, sig unix.Signal) {
+	for _, pid := range c.pids() {
+		if g, err := unix.Getpgid(pid); err == nil && g == pgid {
+			continue
+		}
+		_ = unix.Kill(pid, sig)
+	}
+}
+
 // kill SIGKILLs every process in the cgroup, and those forked meanwhile
 // (cgroup.kill; without it, each process found).
 func (c *attemptCgroup) kill() {

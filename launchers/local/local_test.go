@@ -495,3 +495,74 @@ while [ ! -e go ]; do sleep 0.01; done`, nil)
 		t.Errorf("the attempt's cgroup %s is left: %v", a.cg.dir, err)
 	}
 }
+
+// countSignals is a rank (argv[1] "rank") or its setsid child ("child"):
+// it blocks signal argv[2], marks itself ready, and once the file "go"
+// exists, writes how many copies of the signal were queued for it. A
+// real-time signal queues every copy, where a second SIGTERM merges with a
+// pending one only by luck.
+const countSignals = `import os, signal, subprocess, sys, time
+role, sig = sys.argv[1], int(sys.argv[2])
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+child = None
+if role == "rank":
+    child = subprocess.Popen([sys.executable, sys.argv[0], "child", str(sig)], start_new_session=True)
+    while not os.path.exists("child.ready"):
+        time.sleep(0.01)
+open(role + ".ready", "w").close()
+while not os.path.exists("go"):
+    time.sleep(0.01)
+n = 0
+while signal.sigtimedwait([sig], 0.3) is not None:
+    n += 1
+with open(role + ".count.tmp", "w") as f:
+    f.write(str(n))
+os.rename(role + ".count.tmp", role + ".count")
+if child:
+    child.wait()
+`
+
+// TestEscalateSignalsEachProcessOnce: a stop's signal reaches each process
+// of the attempt once, whether it is in the attempt's process group (which
+// is signalled, and is in the cgroup too) or left it (setsid: signalled
+// through the cgroup). A worker whose TERM handler ran twice printed its
+// goodbye twice in CI.
+func TestEscalateSignalsEachProcessOnce(t *testing.T) {
+	if base, _ := cgroupBase(); base == "" {
+		t.Skip("no writable cgroup-v2 hierarchy (not root?)")
+	}
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("no " + python)
+	}
+	sig := syscall.Signal(40) // real-time (SIGRTMIN is 34 or 35)
+	spec := shSpec(t, 1, "", nil)
+	if err := os.WriteFile(filepath.Join(spec.Dir, "count.py"), []byte(countSignals), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec.Command = []string{python, "count.py", "rank", strconv.Itoa(int(sig))}
+	h, err := newLauncher(t, Options{}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "rank and child ready", func() bool {
+		_, err := os.Stat(filepath.Join(spec.Dir, "rank.ready"))
+		return err == nil
+	})
+	h.(*attempt).Escalate(context.Background(), sig)
+	if err := os.WriteFile(filepath.Join(spec.Dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitResult(t, h, 20*time.Second); res.ExitCode != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, role := range []string{"rank", "child"} {
+		b, err := os.ReadFile(filepath.Join(spec.Dir, role+".count"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != "1" {
+			t.Errorf("the %s got the signal %s times, want once", role, b)
+		}
+	}
+}
