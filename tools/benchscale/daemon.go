@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/scavenger-ml/scavenger/api"
+	"github.com/scavenger-ml/scavenger/tools/internal/dashtool"
 )
 
 // scavd is a scavd process of the bench on its state directory.
@@ -112,28 +113,10 @@ type memory struct {
 	RSS, Anon, File, HWM int64
 }
 
-// mem reads the resident memory of pid.
+// mem reads the resident memory of pid (zero when it cannot).
 func mem(pid int) memory {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	var m memory
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.RSS = v
-		case "RssAnon:":
-			m.Anon = v
-		case "RssFile:":
-			m.File = v
-		case "VmHWM:":
-			m.HWM = v
-		}
-	}
-	return m
+	s, _ := dashtool.Status(pid)
+	return memory{RSS: s["VmRSS"], Anon: s["RssAnon"], File: s["RssFile"], HWM: s["VmHWM"]}
 }
 
 // dirKiB is the disk use of dir, KiB (du -sk).
