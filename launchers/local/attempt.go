@@ -245,7 +245,7 @@ func (a *attempt) Escalate(ctx context.Context, sig syscall.Signal) {
 	case sig == syscall.SIGKILL:
 		a.cg.kill()
 	default:
-		a.cg.signalOutside(a.pgid, sig)
+		a.cg.signal(sig, a.pgid)
 	}
 }
 

@@ -169,21 +169,16 @@ func (c *attemptCgroup) pids() []int {
 	return out
 }
 
-// signal sends sig to every process in the cgroup.
-func (c *attemptCgroup) signal(sig unix.Signal) {
-	for _, pid := range c.pids() {
-		_ = unix.Kill(pid, sig)
-	}
-}
-
-// signalOutside sends sig to every process in the cgroup that is not in
-// process group pgid, which the caller signalled already: a second copy of
-// a stop's SIGTERM would run a worker's handler twice (a trainer that
+// signal sends sig to every process in the cgroup but those of process
+// group except (0: none), which the caller signalled already: a second copy
+// of a stop's SIGTERM would run a worker's handler twice (a trainer that
 // checkpoints on the first may abort on the second).
-func (c *attemptCgroup) signalOutside(pgid int, sig unix.Signal) {
+func (c *attemptCgroup) signal(sig unix.Signal, except int) {
 	for _, pid := range c.pids() {
-		if g, err := unix.Getpgid(pid); err == nil && g == pgid {
-			continue
+		if except != 0 {
+			if g, err := unix.Getpgid(pid); err == nil && g == except {
+				continue
+			}
 		}
 		_ = unix.Kill(pid, sig)
 	}
@@ -193,7 +188,7 @@ func (c *attemptCgroup) signalOutside(pgid int, sig unix.Signal) {
 // (cgroup.kill; without it, each process found).
 func (c *attemptCgroup) kill() {
 	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0); err != nil {
-		c.signal(unix.SIGKILL)
+		c.signal(unix.SIGKILL, 0)
 	}
 }
 
