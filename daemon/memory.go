@@ -39,19 +39,22 @@ type heapState struct {
 	live uint64
 }
 
-// heapSamples are the runtime/metrics names of heapState's fields.
-var heapSamples = []string{"/memory/classes/heap/free:bytes", "/memory/classes/heap/objects:bytes", "/gc/heap/live:bytes"}
+// heapSamples are the runtime/metrics samples of heapState's fields, for readHeap.
+func heapSamples() []metrics.Sample {
+	return []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
+}
 
-// readHeap reads the heap's state; a field the runtime does not have is 0.
+// readHeap reads the heap's state into samples (heapSamples); a field the
+// runtime does not have is 0.
 func readHeap(samples []metrics.Sample) heapState {
 	metrics.Read(samples)
-	v := make([]uint64, len(samples))
-	for i, s := range samples {
-		if s.Value.Kind() == metrics.KindUint64 {
-			v[i] = s.Value.Uint64()
+	v := func(i int) uint64 {
+		if samples[i].Value.Kind() == metrics.KindUint64 {
+			return samples[i].Value.Uint64()
 		}
+		return 0
 	}
-	return heapState{free: v[0], objects: v[1], live: v[2]}
+	return heapState{free: v(0), objects: v(1), live: v(2)}
 }
 
 // release says whether a collection and a release pay: more than over is
@@ -67,10 +70,7 @@ func startMemoryRelease(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		samples := make([]metrics.Sample, len(heapSamples))
-		for i, name := range heapSamples {
-			samples[i].Name = name
-		}
+		samples := heapSamples()
 		t := time.NewTicker(releaseEvery)
 		defer t.Stop()
 		for {

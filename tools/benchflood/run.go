@@ -233,17 +233,17 @@ func (b *bench) sideBySide(streams, bodies int, hold time.Duration) error {
 		_ = b.ctl(b.mallory, "stop", "--grace", "1s", id)
 	}
 	peak := mem.peak()
+	ended := time.Now()
 	time.Sleep(30 * time.Second) // for the daemon to let go of what the flood took
 	after, err := b.probe(100)
 	if err != nil {
 		return err
 	}
-	flooded := time.Now().Add(-30 * time.Second)
 	rssAfter := []rss{mem.read()}
 	// Later, once the store's block caches have gone unused and the
 	// collections that free them have come; before reading alice's whole
 	// step history, which loads the blocks that hold it.
-	time.Sleep(time.Until(flooded.Add(90 * time.Second)))
+	time.Sleep(time.Until(ended.Add(90 * time.Second)))
 	rssAfter = append(rssAfter, mem.read())
 	checks = append(checks, b.stepsWhole(job))
 	refused := b.refusals()
