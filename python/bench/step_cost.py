@@ -13,6 +13,7 @@ the queue drains; the table gives the median and the worst round.
 """
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -59,6 +60,21 @@ def discard_server(path: str) -> socket.socket:
 
     threading.Thread(target=accept, daemon=True).start()
     return listener
+
+
+@contextlib.contextmanager
+def discard_socket():
+    """A discard_server on a socket in a new temporary directory: its path,
+    closed and removed at the end of the with block."""
+    tmp = tempfile.mkdtemp(prefix="scav-bench-")
+    path = os.path.join(tmp, "sink.sock")
+    listener = discard_server(path)
+    try:
+        yield path
+    finally:
+        listener.close()
+        os.unlink(path)
+        os.rmdir(tmp)
 
 
 def rounds(call, n_rounds: int, n_calls: int, pause: float) -> list:

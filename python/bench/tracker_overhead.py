@@ -22,11 +22,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from step_cost import discard_server  # noqa: E402
+from step_cost import discard_socket  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -102,9 +101,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--interleaved-steps", type=int, default=300)
     args = p.parse_args()
-    tmp = tempfile.mkdtemp(prefix="scav-bench-")
-    sock = os.path.join(tmp, "sink.sock")
-    listener = discard_server(sock)
+    with discard_socket() as sock:
+        measure(args, sock)
+
+
+def measure(args: argparse.Namespace, sock: str) -> None:
+    """Both measurements, their table and their JSON line, with steps sent to sock."""
     plain, instrumented = [], []
     print(f"{'run':<12} {'plain ms':>9} {'instr ms':>9} {'ratio':>6}")
     for i in range(args.pairs):
@@ -126,9 +128,6 @@ def main() -> None:
         "interleaved": {"steps": args.interleaved_steps, **both,
                         "ratio": round(both["instrumented_s"] / both["plain_s"], 4)},
         "goal": 1.005}))
-    listener.close()
-    os.unlink(sock)
-    os.rmdir(tmp)
 
 
 if __name__ == "__main__":
