@@ -101,17 +101,21 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--calls", type=int, default=1000)
     args = p.parse_args()
-    tmp = tempfile.mkdtemp(prefix="scav-bench-")
-    path, listener = args.socket, None
-    if not path:
-        path = os.path.join(tmp, "sink.sock")
-        listener = discard_server(path)
+    with contextlib.ExitStack() as stack:
+        path = args.socket or stack.enter_context(discard_socket())
+        absent = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="scav-bench-")),
+                              "absent.sock")
+        measure(args, path, absent)
+
+
+def measure(args: argparse.Namespace, path: str, absent: str) -> None:
+    """Each case's rounds and the table, with steps sent to path (absent: a socket nobody serves)."""
     os.environ.pop("SCAV_SOCKET", None)
     pause = 1.2 * Client.FLUSH_INTERVAL  # a flush interval: the queue drains
     rows = [("noop", rounds(lambda: scavenger.step(samples=32, loss=2.3), args.rounds,
                             args.calls, 0), None)]
     for name, target, fields in (("minimal", path, {}), ("tracker", path, TRACKER_FIELDS),
-                                 ("absent", os.path.join(tmp, "absent.sock"), TRACKER_FIELDS)):
+                                 ("absent", absent, TRACKER_FIELDS)):
         client = client_for(target)
         per_call = rounds(lambda: client.step(**fields), args.rounds, args.calls, pause)
         client.close(timeout=2.0)
@@ -121,10 +125,6 @@ def main() -> None:
         sent, dropped = (stats["sent"], stats["dropped"]) if stats else ("-", "-")
         print(f"{name:<9} {len(per_call) * args.calls:>7} {statistics.median(per_call):>10.2f} "
               f"{max(per_call):>9.2f} {sent:>7} {dropped:>8}")
-    if listener is not None:
-        listener.close()
-        os.unlink(path)
-    os.rmdir(tmp)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from step_cost import discard_socket  # noqa: E402
-from tracker_overhead import EXAMPLES, run  # noqa: E402
+from tracker_overhead import EXAMPLES, cnn_copy, run, train_step  # noqa: E402
 
 COPIES = ["plain", "plain again", "python hook", "tracker, norms skipped", "tracker", "instrumented"]
 
@@ -53,7 +53,6 @@ def worker() -> None:
     import torch
     import torch.nn.functional as F
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel
 
     import scavenger.torch
 
@@ -63,8 +62,7 @@ def worker() -> None:
     real_sqr = scavenger.torch._sqr
     copies = []
     for name in COPIES:
-        model = DistributedDataParallel(common.make_model("cnn", args.seed))
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        model, opt = cnn_copy(args)
         tracker = scavenger.torch.NoopTracker()
         if name == "python hook":
             model.register_comm_hook(model.process_group, default_hooks.allreduce_hook)
@@ -81,11 +79,7 @@ def worker() -> None:
         for _, model, opt, tracker, sqr, walls, cpus in copies:
             scavenger.torch._sqr = sqr
             wall, cpu = time.perf_counter(), time.thread_time()
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            tracker.loss(loss)
-            opt.step()
+            train_step(model, opt, tracker, F.cross_entropy, x, y)
             cpus.append(time.thread_time() - cpu)
             walls.append(time.perf_counter() - wall)
     scavenger.torch._sqr = real_sqr

@@ -58,13 +58,32 @@ def run(script: str, workers: int, steps: int, batch: int, sock: str) -> dict:
     return json.loads(outs[0].strip().splitlines()[-1])
 
 
+def cnn_copy(args) -> tuple:
+    """A copy of the examples' CNN under DDP and its optimizer, as the examples make them
+    (in a rank whose sys.path has EXAMPLES and whose process group is up)."""
+    import common
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(common.make_model("cnn", args.seed))
+    return model, torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+
+def train_step(model, opt, tracker, loss_fn, x, y) -> None:
+    """One optimizer step of a copy on the batch (x, y), its loss given to tracker."""
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    tracker.loss(loss)
+    opt.step()
+
+
 def interleaved_worker() -> None:
     """One rank of measurement 2 (run by run() with this file as the script)."""
     sys.path.insert(0, EXAMPLES)
     import common
     import torch
     import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
 
     import scavenger.torch
 
@@ -73,8 +92,7 @@ def interleaved_worker() -> None:
     local_batch = args.batch_size // world
     pairs = []
     for instrumented in (False, True):
-        model = DistributedDataParallel(common.make_model("cnn", args.seed))
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        model, opt = cnn_copy(args)
         tracker = (scavenger.torch.instrument(model, opt) if instrumented
                    else scavenger.torch.NoopTracker())
         pairs.append((model, opt, tracker, common.StepTimer()))
@@ -82,11 +100,7 @@ def interleaved_worker() -> None:
     for i, (x, y) in zip(range(args.steps), data):
         for model, opt, tracker, timer in (pairs if i % 2 else pairs[::-1]):
             with timer:
-                opt.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                tracker.loss(loss)
-                opt.step()
+                train_step(model, opt, tracker, F.cross_entropy, x, y)
     if rank == 0:
         plain, instr = (t.median(args.warmup) for *_, t in pairs)
         print(json.dumps({"plain_s": plain, "instrumented_s": instr}), flush=True)
