@@ -16,11 +16,14 @@ that all see the same machine:
                    listener that confirms, as under scavctl
 
 For each copy it prints the median wall time of a step and the median CPU time
-of the training thread (time.thread_time) in that step, each against plain;
-the table's last row is the median over rounds. The CPU column is the
+of the training thread (time.thread_time) in that step, each against the mean
+of the two plain copies (a copy's place in memory alone moves its figures by
+up to a percent or so, so one plain copy is a biased reference); the last rows
+are the medians over rounds. The CPU column is the
 steadier: it leaves out the time a step waits for the other rank and the
-machine, but also the client's sender thread (a separate thread). A ratio
-within the A/A row's distance of 1 is not resolved by this machine.
+machine, but also the client's sender thread (a separate thread). The two
+plain rows' distance from each other is the noise floor: a difference smaller
+than that is not resolved by this machine.
 """
 
 import argparse
@@ -107,7 +110,7 @@ def measure(args: argparse.Namespace, sock: str) -> None:
     print(f"{'round':<6} {'copy':<24} {'wall ms':>8} {'ratio':>7} {'cpu ms':>8} {'ratio':>7}")
     for i in range(args.rounds):
         got = run(os.path.abspath(__file__), args.workers, args.steps, args.batch_size, sock)
-        wall0, cpu0 = got["plain"]
+        wall0, cpu0 = ((a + b) / 2 for a, b in zip(got["plain"], got["plain again"]))
         for name in COPIES:
             wall, cpu = got[name]
             ratios[name][0].append(wall / wall0)
