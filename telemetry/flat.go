@@ -17,16 +17,44 @@ import (
 // that what it decodes is exactly what encoding/json would
 // (FuzzDecodeFlat).
 
-// flatField decodes one field's value at the start of b into r and
-// returns the bytes it took; ok is false for a form it leaves to
+// flatField decodes one field's value at the start of b into d's record
+// and returns the bytes it took; ok is false for a form it leaves to
 // encoding/json.
-type flatField func(r *StepRecord, b []byte) (n int, ok bool)
+type flatField func(d *flatDecoder, b []byte) (n int, ok bool)
+
+// flatDecoder is what decoding a record needs beyond the record: where its
+// pointer fields' values are kept (one allocation for all of them, not one
+// each), and the job id of the last record (a message's records share it,
+// so it is allocated once).
+type flatDecoder struct {
+	r     *StepRecord
+	slots []float64
+	job   string
+}
+
+// floatSlots is how many pointer fields to floats a record has.
+const floatSlots = 5
+
+// float is a pointer to v, kept in the record's slots.
+func (d *flatDecoder) float(v float64) *float64 {
+	if len(d.slots) == 0 {
+		d.slots = make([]float64, floatSlots)
+	}
+	p := &d.slots[0]
+	*p, d.slots = v, d.slots[1:]
+	return p
+}
+
+// record starts decoding into r.
+func (d *flatDecoder) record(r *StepRecord) {
+	d.r, d.slots = r, nil
+}
 
 // flatFields are the record's fields by their JSON names.
 var flatFields = map[string]flatField{
 	"v":            intField(func(r *StepRecord) *int { return &r.V }),
 	"kind":         stringField(func(r *StepRecord) *string { return &r.Kind }),
-	"job":          stringField(func(r *StepRecord) *string { return &r.Job }),
+	"job":          jobField,
 	"attempt":      intField(func(r *StepRecord) *int { return &r.Attempt }),
 	"rank":         intField(func(r *StepRecord) *int { return &r.Rank }),
 	"world":        intField(func(r *StepRecord) *int { return &r.World }),
@@ -55,9 +83,44 @@ var flatFields = map[string]flatField{
 	"code":         intPtrField(func(r *StepRecord) **int { return &r.ExitCode }),
 }
 
+// flatByLen is flatFields by the length of their names, for lookup: a map
+// lookup hashes the key, which cost a fifth of a record's decoding.
+var flatByLen = func() (t [16][]flatEntry) {
+	for name, f := range flatFields {
+		t[len(name)] = append(t[len(name)], flatEntry{name, f})
+	}
+	return t
+}()
+
+// flatEntry is one of flatFields.
+type flatEntry struct {
+	name string
+	f    flatField
+}
+
+// lookupFlat is key's decoder in flatFields, or nil.
+func lookupFlat(key []byte) flatField {
+	if len(key) >= len(flatByLen) {
+		return nil
+	}
+	for _, e := range flatByLen[len(key)] {
+		if string(key) == e.name {
+			return e.f
+		}
+	}
+	return nil
+}
+
 // decodeFlat decodes line into r, or says false (r then holds whatever it
 // had read: the caller starts again with encoding/json).
 func decodeFlat(line []byte, r *StepRecord) bool {
+	var d flatDecoder
+	return d.decode(line, r)
+}
+
+// decode is decodeFlat with d's state.
+func (d *flatDecoder) decode(line []byte, r *StepRecord) bool {
+	d.record(r)
 	b := skipSpace(line)
 	if len(b) == 0 || b[0] != '{' {
 		return false
@@ -76,8 +139,8 @@ func decodeFlat(line []byte, r *StepRecord) bool {
 			return false
 		}
 		b = skipSpace(b[1:])
-		if f := flatFields[string(key)]; f != nil {
-			n, ok = f(r, b)
+		if f := lookupFlat(key); f != nil {
+			n, ok = f(d, b)
 		} else {
 			n, ok = skipScalar(key, b)
 		}
@@ -210,66 +273,111 @@ func parseFloat(b []byte) (v float64, n int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
+	if v, ok := exactDecimal(lit); ok {
+		return v, len(lit), true
+	}
 	// The literal is only read for the call: no copy of it is needed.
 	v, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
 	return v, len(lit), err == nil
 }
 
+// pow10 are the powers of ten a float64 holds exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+	1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+// exactDecimal reads a number literal without an exponent whose digits,
+// the point left out, make an integer m <= 2^53, with at most 22 of them
+// after the point: m and the power of ten are then exact float64s, and
+// their quotient is the correctly rounded value, as strconv gives it
+// (Clinger's fast path), at a fraction of strconv's cost. Any other
+// literal says false.
+func exactDecimal(lit []byte) (float64, bool) {
+	neg := lit[0] == '-'
+	if neg {
+		lit = lit[1:]
+	}
+	var m uint64
+	frac, point := 0, false
+	for _, c := range lit {
+		switch {
+		case c == '.':
+			point = true
+			continue
+		case c < '0' || c > '9':
+			return 0, false // an exponent
+		}
+		if m = m*10 + uint64(c-'0'); m > 1<<53 {
+			return 0, false
+		}
+		if point {
+			frac++
+		}
+	}
+	if frac >= len(pow10) {
+		return 0, false
+	}
+	v := float64(m) / pow10[frac]
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
 func intField(field func(*StepRecord) *int) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		v, n, ok := parseInt(b, strconv.IntSize)
 		if ok {
-			*field(r) = int(v)
+			*field(d.r) = int(v)
 		}
 		return n, ok
 	}
 }
 
 func intPtrField(field func(*StepRecord) **int) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		v, n, ok := parseInt(b, strconv.IntSize)
 		if ok {
 			i := int(v)
-			*field(r) = &i
+			*field(d.r) = &i
 		}
 		return n, ok
 	}
 }
 
 func int64Field(field func(*StepRecord) *int64) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		v, n, ok := parseInt(b, 64)
 		if ok {
-			*field(r) = v
+			*field(d.r) = v
 		}
 		return n, ok
 	}
 }
 
 func floatField(field func(*StepRecord) *float64) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		v, n, ok := parseFloat(b)
 		if ok {
-			*field(r) = v
+			*field(d.r) = v
 		}
 		return n, ok
 	}
 }
 
 func floatPtrField(field func(*StepRecord) **float64) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		v, n, ok := parseFloat(b)
 		if ok {
-			*field(r) = &v
+			*field(d.r) = d.float(v)
 		}
 		return n, ok
 	}
 }
 
 // lossField reads a loss: a number, or the string of a non-finite one.
-func lossField(r *StepRecord, b []byte) (int, bool) {
+func lossField(d *flatDecoder, b []byte) (int, bool) {
 	if len(b) == 0 || b[0] != '"' {
-		return floatPtrField(func(r *StepRecord) **float64 { return &r.Loss })(r, b)
+		return numericLoss(d, b)
 	}
 	_, n, ok := plainString(b)
 	if !ok {
@@ -279,29 +387,43 @@ func lossField(r *StepRecord, b []byte) (int, bool) {
 	if l.UnmarshalJSON(b[:n]) != nil {
 		return 0, false
 	}
-	v := float64(l)
-	r.Loss = &v
+	d.r.Loss = d.float(float64(l))
 	return n, true
 }
 
+// numericLoss reads a loss written as a number.
+var numericLoss = floatPtrField(func(r *StepRecord) **float64 { return &r.Loss })
+
 func stringField(field func(*StepRecord) *string) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		s, n, ok := plainString(b)
 		if ok {
-			*field(r) = string(s)
+			*field(d.r) = string(s)
 		}
 		return n, ok
 	}
 }
 
+// jobField reads the job id, allocated once for a run of records of one job.
+func jobField(d *flatDecoder, b []byte) (int, bool) {
+	s, n, ok := plainString(b)
+	if ok {
+		if string(s) != d.job {
+			d.job = string(s)
+		}
+		d.r.Job = d.job
+	}
+	return n, ok
+}
+
 func boolField(field func(*StepRecord) *bool) flatField {
-	return func(r *StepRecord, b []byte) (int, bool) {
+	return func(d *flatDecoder, b []byte) (int, bool) {
 		switch {
 		case bytes.HasPrefix(b, []byte("true")):
-			*field(r) = true
+			*field(d.r) = true
 			return 4, true
 		case bytes.HasPrefix(b, []byte("false")):
-			*field(r) = false
+			*field(d.r) = false
 			return 5, true
 		}
 		return 0, false

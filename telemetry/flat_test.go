@@ -2,7 +2,10 @@ package telemetry
 
 import (
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -87,5 +90,51 @@ func TestFlatFieldsCoverTheRecord(t *testing.T) {
 		if flatFields[name] == nil {
 			t.Errorf("StepRecord.%s (%q) has no decoder in flatFields", rt.Field(i).Name, name)
 		}
+	}
+}
+
+// TestExactDecimalIsStrconvs: the fast path gives strconv's value, bit for
+// bit, for every literal it takes, and takes the literals clients write.
+func TestExactDecimalIsStrconvs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	lits := []string{"0", "-0", "0.0251", "1795938441.712345", "9007199254740992", "9007199254740993", "0.1", "-2.5",
+		"0.0000000000000000000001", "0.00000000000000000000001", "123456789012345678901234", "1e3", "1.5E-3", "00", "5."}
+	for range 200000 {
+		m := rng.Uint64N(1<<53 + 2)
+		s := strconv.FormatUint(m, 10)
+		if frac := rng.IntN(len(s) + 24); frac > 0 && frac < len(s) {
+			s = s[:len(s)-frac] + "." + s[len(s)-frac:]
+		} else if frac >= len(s) {
+			s = "0." + strings.Repeat("0", frac-len(s)) + s
+		}
+		if rng.IntN(2) == 0 {
+			s = "-" + s
+		}
+		lits = append(lits, s)
+	}
+	took := 0
+	for _, s := range lits {
+		v, ok := exactDecimal([]byte(s))
+		if !ok {
+			continue
+		}
+		took++
+		want, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.Float64bits(v) != math.Float64bits(want) {
+			t.Fatalf("exactDecimal(%q) = %v, strconv %v (%v)", s, v, want, err)
+		}
+	}
+	for _, s := range []string{"0.0251", "1795938441.712345", "-0"} {
+		if _, ok := exactDecimal([]byte(s)); !ok {
+			t.Errorf("exactDecimal(%q) left to strconv", s)
+		}
+	}
+	for _, s := range []string{"9007199254740993", "1e3", "0.00000000000000000000001"} {
+		if _, ok := exactDecimal([]byte(s)); ok {
+			t.Errorf("exactDecimal(%q) taken: it is not exact", s)
+		}
+	}
+	if took < len(lits)/2 {
+		t.Errorf("exactDecimal took %d of %d literals", took, len(lits))
 	}
 }

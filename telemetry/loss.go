@@ -31,8 +31,14 @@ var stringLoss = []byte(`"loss":"`)
 // included: a flat record in one pass of its own (flat.go), anything else
 // with encoding/json.
 func unmarshalStep(line []byte, r *StepRecord) error {
+	var d flatDecoder
+	return d.unmarshal(line, r)
+}
+
+// unmarshal is unmarshalStep with d's state.
+func (d *flatDecoder) unmarshal(line []byte, r *StepRecord) error {
 	orig := *r
-	if decodeFlat(line, r) {
+	if d.decode(line, r) {
 		return nil
 	}
 	*r = orig

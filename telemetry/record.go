@@ -166,12 +166,18 @@ const (
 // DecodeStep parses and validates one step-record line (without its newline).
 // It never panics; every rejection is a *DecodeError.
 func DecodeStep(line []byte) (StepRecord, error) {
+	var d flatDecoder
+	return d.step(line)
+}
+
+// step is DecodeStep with d's state.
+func (d *flatDecoder) step(line []byte) (StepRecord, error) {
 	var r StepRecord
 	if len(line) > MaxRecordBytes {
 		return r, &DecodeError{DropOversized, fmt.Sprintf("record of %d bytes exceeds %d", len(line), MaxRecordBytes)}
 	}
 	line = bytes.TrimSpace(line)
-	if err := unmarshalStep(line, &r); err != nil {
+	if err := d.unmarshal(line, &r); err != nil {
 		return StepRecord{}, &DecodeError{DropMalformed, err.Error()}
 	}
 	if r.V != SchemaVersion {
@@ -260,6 +266,7 @@ func ValidJobID(s string) bool {
 // as the daemon publishes them) and decodes each record. Lines that do not
 // decode are skipped and counted in bad.
 func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
+	var d flatDecoder
 	for len(payload) > 0 {
 		line := payload
 		if i := bytes.IndexByte(payload, '\n'); i >= 0 {
@@ -270,7 +277,7 @@ func DecodeBatch(payload []byte) (recs []StepRecord, bad int) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		r, err := DecodeStep(line)
+		r, err := d.step(line)
 		if err != nil {
 			bad++
 			continue

@@ -41,6 +41,13 @@ func APISubject(verb string) string { return APIPrefix + verb }
 // StepSubject is where the step records of job id are published.
 func StepSubject(job string) string { return "scav.job." + job + ".step" }
 
+// StoredStepSubject is where the step stream republishes each message of
+// job id's steps once it is stored, with its stream sequence and the
+// sequence of the job's message before it in its headers (the stream's
+// RePublish): what the job's runner reads, so that it sees what the store
+// holds, in its order, and can tell when it missed a message.
+func StoredStepSubject(job string) string { return "scav.stored." + job + ".step" }
+
 // LogSubject is where the output lines of job id's workers are published:
 // the first of them (its head; see daemon/jobs/outputcap.go).
 func LogSubject(job string) string { return "scav.job." + job + ".log" }
@@ -88,6 +95,9 @@ const (
 	AllEvents  = "scav.job.*.event"
 	AllControl = "scav.job.*.control"
 	AllRecords = "scav.job.*.record"
+	// AllStoredSteps is StoredStepSubject of every job, as the step
+	// stream's RePublish destination writes it.
+	AllStoredSteps = "scav.stored.{{wildcard(1)}}.step"
 )
 
 // NodeSubject is where node samples of one kind ("gpu", "host") are published.

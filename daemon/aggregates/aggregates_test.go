@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
@@ -19,14 +21,47 @@ import (
 )
 
 // store opens the streams and buckets on an embedded JetStream.
-func store(t *testing.T) (*Store, jetstream.JetStream) {
+func store(t *testing.T) (*Store, jetstream.JetStream, *nats.Conn) {
 	t.Helper()
-	_, js := testnats.JetStream(t)
+	nc, js := testnats.JetStream(t)
 	st, err := history.OpenStore(t.Context(), js, history.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Store{JS: js, KV: st.StepDigests, Log: zaptest.NewLogger(t), SaveEvery: 20 * time.Millisecond}, js
+	return &Store{JS: js, KV: st.StepDigests, Log: zaptest.NewLogger(t), SaveEvery: 20 * time.Millisecond}, js, nc
+}
+
+// hand subscribes to what the step stream republishes of job j and hands
+// each message to stored as a job's runner does, but for those skip says
+// to leave out (the n-th message, from 0); it returns how many it handed.
+func hand(t *testing.T, nc *nats.Conn, j string, stored func(seq, last uint64, recs []telemetry.StepRecord, bad int), skip func(n int) bool) (handed func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	n, took := 0, 0
+	sub, err := nc.Subscribe(telemetry.StoredStepSubject(j), func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		seq, last, ok := history.StoredAt(m)
+		if !ok {
+			t.Errorf("a republished message without its sequences: %v", m.Header)
+		}
+		if n++; skip(n - 1) {
+			return
+		}
+		recs, bad := telemetry.DecodeBatch(m.Data)
+		stored(seq, last, recs, bad)
+		took++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() int {
+		_ = nc.Flush()
+		mu.Lock()
+		defer mu.Unlock()
+		return took
+	}
 }
 
 // publish stores step messages of job j of records from step from to to,
@@ -83,17 +118,54 @@ func replayed(t *testing.T, js jetstream.JetStream, j string) (stepstats.Aggrega
 // the same summary, attempts' step times and live figures. Another job's
 // records are not in it.
 func TestDigestIsTheReplay(t *testing.T) {
-	s, js := store(t)
+	for _, c := range []struct {
+		name string
+		skip func(n int) bool
+		// current: the saved digest keeps up while the job runs (else it
+		// is brought up to date only at the end: nothing reads the stream
+		// for it while no message is handed).
+		current bool
+	}{
+		{"every message handed", func(int) bool { return false }, true},
+		{"every seventh missed", func(n int) bool { return n%7 == 3 }, true},
+		{"none handed", func(int) bool { return true }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) { digestIsTheReplay(t, c.skip, c.current) })
+	}
+}
+
+func digestIsTheReplay(t *testing.T, skip func(n int) bool, current bool) {
+	s, js, nc := store(t)
 	j := api.Job{ID: "digest-000001", Config: api.Job{}.Config, State: api.StateRunning}
 	j.Config.GlobalBatch = 32
-	stop := s.Follow(t.Context(), j)
+	publish(t, js, j.ID, 1, 10, 4) // before the daemon followed it (a restarted one's job)
+	stored, stop := s.Follow(t.Context(), j)
+	handed := hand(t, nc, j.ID, stored, skip)
 	for i := int64(0); i < 6; i++ {
-		publish(t, js, j.ID, 1+i*30, 30+i*30, 1+int(i)*3)
+		publish(t, js, j.ID, 11+i*30, 40+i*30, 1+int(i)*3)
 		publish(t, js, "other-000002", 1, 5, 2)
 		time.Sleep(30 * time.Millisecond) // past SaveEvery: saved in between
 	}
+	handed()
+	stream, err := js.Stream(t.Context(), telemetry.StepStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, err := stream.GetLastMsgForSubject(t.Context(), telemetry.StepSubject(j.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved Digest
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if saved, _, err = s.load(t.Context(), j); err != nil || saved.Seq == newest.Sequence {
+			break
+		}
+	}
+	if kept := saved.Seq == newest.Sequence; kept != current {
+		t.Errorf("while the job runs, the saved digest is at %d, the job's newest message at %d: want it kept up to date %v", saved.Seq, newest.Sequence, current)
+	}
 	stop()
-	publish(t, js, j.ID, 181, 260, 2) // after the job ended (a worker's spool, say): more than a reader saves after
+	publish(t, js, j.ID, 191, 260, 2) // after the job ended (a worker's spool, say): more than a reader saves after
 	publish(t, js, j.ID, 150, 155, 3) // repeated steps
 	j.State = api.StateSucceeded
 	d, err := s.Read(t.Context(), j)
@@ -107,6 +179,9 @@ func TestDigestIsTheReplay(t *testing.T) {
 	}
 	if sum := d.Agg.Summary(); sum.Records != len(recs) || sum.Records != 532 || sum.Duplicates != 12 || sum.LastStep != 260 {
 		t.Errorf("summary %+v: want 532 records, 12 duplicated, steps to 260", sum)
+	}
+	if d.Total != int64(len(recs)) {
+		t.Errorf("the digest counts %d records, the stream holds %d", d.Total, len(recs))
 	}
 	if !reflect.DeepEqual(stepstats.Summarize(recs), want.Summary()) {
 		t.Error("Summarize of the replayed records is not their aggregate's summary")
@@ -122,7 +197,7 @@ func TestDigestIsTheReplay(t *testing.T) {
 	}
 	// The read that took the records after the end saved them: the next
 	// reads nothing more.
-	saved, _, err := s.load(t.Context(), j)
+	saved, _, err = s.load(t.Context(), j)
 	if err != nil || saved.Seq != d.Seq {
 		t.Errorf("saved at %d, read at %d (%v): the reader did not save", saved.Seq, d.Seq, err)
 	}
@@ -137,7 +212,7 @@ func TestDigestIsTheReplay(t *testing.T) {
 // TestStart: a replay from where the digest says the last n records start,
 // less the records it says to skip there, is exactly the last n records.
 func TestStart(t *testing.T) {
-	s, js := store(t)
+	s, js, _ := store(t)
 	j := api.Job{ID: "tail-000001", State: api.StateSucceeded}
 	publish(t, js, j.ID, 1, 2000, 3) // 4000 records in messages of 3
 	d, err := s.Read(context.Background(), j)

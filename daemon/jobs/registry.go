@@ -46,10 +46,10 @@ type Index interface {
 }
 
 // Digests is what the registry needs of the jobs' step digests
-// (aggregates.Store): one follows a running job's step records; retention
-// deletes a job's.
+// (aggregates.Store): one follows a running job's step records, which its
+// runner hands it as it reads them (stored); retention deletes a job's.
 type Digests interface {
-	Follow(ctx context.Context, j api.Job) (stop func())
+	Follow(ctx context.Context, j api.Job) (stored func(seq, last uint64, recs []telemetry.StepRecord, bad int), stop func())
 	Delete(ctx context.Context, id string) error
 }
 
@@ -290,7 +290,7 @@ func (g *Registry) launch(ctx context.Context, rec record, env []string, from re
 	r.event(telemetry.EventSubmitted, from.attempt, msg)
 	stopDigest := func() {}
 	if g.o.Digests != nil {
-		stopDigest = g.o.Digests.Follow(g.kill, rec.job)
+		r.digest, stopDigest = g.o.Digests.Follow(g.kill, rec.job)
 	}
 	go func() {
 		defer g.wg.Done()

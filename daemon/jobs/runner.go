@@ -16,6 +16,7 @@ import (
 	"github.com/scavenger-ml/scavenger/internal/words"
 	"github.com/scavenger-ml/scavenger/plugins"
 	"github.com/scavenger-ml/scavenger/telemetry"
+	"github.com/scavenger-ml/scavenger/telemetry/history"
 )
 
 // runner drives one job from its first (or resumed, or reattached) attempt
@@ -46,6 +47,9 @@ type runner struct {
 	preempts chan telemetry.StepRecord
 	done     chan struct{}
 	ctl      *control.Controller // the job's controller, when it has one
+	// digest takes each step message the runner reads, for the job's step
+	// digest (Digests.Follow; nil: none kept).
+	digest func(seq, last uint64, recs []telemetry.StepRecord, bad int)
 	// lostHosts is set once an attempt lost a host (run's alone): the
 	// workers there may spool records after the job's end (drainLate).
 	lostHosts bool
@@ -179,17 +183,21 @@ func (r *runner) run(kill, shutdown context.Context) {
 	r.finish(kill, end)
 }
 
-// follow subscribes to the job's step records (for its progress and its
-// controller, when it has one) and its pre-emption notices.
+// follow subscribes to the job's step records as the store took them (for
+// its progress, its controller when it has one, and its step digest) and
+// its pre-emption notices.
 func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 	id := r.rec.job.ID
-	steps, err := r.g.o.NC.Subscribe(telemetry.StepSubject(id), func(m *nats.Msg) {
-		recs, _ := telemetry.DecodeBatch(m.Data)
+	steps, err := r.g.o.NC.Subscribe(telemetry.StoredStepSubject(id), func(m *nats.Msg) {
+		recs, bad := telemetry.DecodeBatch(m.Data)
 		for _, rec := range recs {
 			r.prog.saw(rec)
 		}
 		if ctl != nil {
 			ctl.Steps(recs)
+		}
+		if seq, last, ok := history.StoredAt(m); ok && r.digest != nil {
+			r.digest(seq, last, recs, bad)
 		}
 	})
 	if err != nil {

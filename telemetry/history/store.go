@@ -102,7 +102,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream, ret Retention) (*Sto
 	streams := []jetstream.StreamConfig{
 		{Name: telemetry.StepStream, Description: "Scavenger step records", Subjects: []string{telemetry.AllSteps},
 			MaxAge: ret.StepMaxAge, MaxBytes: ret.StepMaxBytes, Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas,
-			Duplicates: StepDuplicates},
+			Duplicates: StepDuplicates, RePublish: &jetstream.RePublish{Source: telemetry.AllSteps, Destination: telemetry.AllStoredSteps}},
 		{Name: telemetry.OutputStream, Description: "Scavenger worker output and job events", Subjects: []string{telemetry.AllLogs, telemetry.AllTails, telemetry.AllEvents},
 			MaxAge: ret.LogMaxAge, MaxBytes: ret.LogMaxBytes, MaxMsgsPerSubject: OutputKeepPerSubject,
 			Discard: jetstream.DiscardOld, Storage: jetstream.FileStorage, Replicas: ret.Replicas},

@@ -171,10 +171,11 @@ const reading = `
   reading it (a syscall per record when each rank writes its own), decoding
   it, writing its confirmation (another syscall). A share per JetStream
   message, one per job and batch window: the store, its acknowledgement
-  and the message's delivery to the job's runner (a window's messages of
-  all jobs go to the store together, and a message's records to the job's
-  controller at once). The step digest does not take each message: it
-  catches up with the stream every 10 s. The window
+  and the message's delivery to the job's runner once stored (a window's
+  messages of all jobs go to the store together, and a message's records
+  to the job's controller at once). A record is decoded twice: by the
+  socket, and by the runner, which hands it on to the job's step digest.
+  The window
   (ingest.DefaultWindow) trades the confirmation's delay for fewer
   messages; a job with more ranks per message costs less per record.
 `
