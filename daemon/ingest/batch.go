@@ -39,6 +39,7 @@ type pending struct {
 	subject, id string
 	data        []byte
 	n           int
+	recs        []telemetry.StepRecord // data's lines, decoded
 	peers       []*peer   // the connections whose records it holds
 	refs        []markRef // its records' marks
 }
@@ -94,6 +95,7 @@ func (bt *batcher) hand(p *peer, b *batch) {
 		}
 		m.data = append(m.data, b.buf...)
 		m.n += b.n
+		m.recs = append(m.recs, b.recs...)
 		m.refs = append(m.refs, b.refs...)
 		if k := len(m.peers); k == 0 || m.peers[k-1] != p {
 			m.peers = append(m.peers, p)
@@ -104,7 +106,7 @@ func (bt *batcher) hand(p *peer, b *batch) {
 		bt.confirms = append(bt.confirms, confirmation{p: p, lines: p.lines})
 	}
 	bt.mu.Unlock()
-	b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
+	b.buf, b.n, b.recs, b.refs = b.buf[:0], 0, b.recs[:0], b.refs[:0]
 }
 
 // flush publishes every message waiting (holding it when the store cannot

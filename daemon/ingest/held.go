@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
@@ -118,6 +119,10 @@ type EachPublisher interface {
 // those the store did not take one by one, as flushStep does. errs[i] is
 // round[i]'s error.
 func (in *Server) flushRound(round []*pending) []error {
+	now := time.Now()
+	for _, m := range round {
+		in.decoded.put(m.id, m.recs, now) // before: the runner may read the stored message before its acknowledgement comes
+	}
 	errs := make([]error, len(round))
 	ep, ok := in.steps.(EachPublisher)
 	h, _ := in.steps.(holder)

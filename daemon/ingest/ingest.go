@@ -117,6 +117,7 @@ type Server struct {
 	batch    *batcher
 	poll     *poller
 	marks    marks
+	decoded  decoded // the records of the step messages published lately
 
 	accepted atomic.Int64
 	conns    atomic.Int64

@@ -148,7 +148,7 @@ func (in *Server) hand(p *peer, b *batch) {
 	}
 	if b.n > 0 && !in.throttle(p, len(b.buf)) {
 		in.marks.untake(b.refs)
-		b.buf, b.n, b.refs = b.buf[:0], 0, b.refs[:0]
+		b.buf, b.n, b.recs, b.refs = b.buf[:0], 0, b.recs[:0], b.refs[:0]
 		p.fail()
 		return
 	}
@@ -220,6 +220,7 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 	}
 	b.buf = append(b.buf, line...)
 	b.buf = append(b.buf, '\n')
+	b.recs = append(b.recs, rec)
 	b.n++
 	if ref.m != nil {
 		b.refs = append(b.refs, ref)
@@ -338,6 +339,7 @@ type batch struct {
 	job  string
 	buf  []byte
 	n    int
+	recs []telemetry.StepRecord // buf's lines, decoded
 	refs []markRef
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	// acknowledgement and pre-emption subjects; KV is the job bucket.
 	NC *nats.Conn
 	KV jetstream.KeyValue
+	// Decoded, when set, has the records of a step message the telemetry
+	// socket published, by the message's id (ingest.Server.Decoded): the
+	// runner takes them instead of decoding the stored message again.
+	Decoded func(id string) ([]telemetry.StepRecord, bool)
 	// Index is the job index; Digests, when set, keeps the jobs' step digests.
 	Index   Index
 	Digests Digests

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/scavenger-ml/scavenger/api"
@@ -189,7 +190,7 @@ func (r *runner) run(kill, shutdown context.Context) {
 func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 	id := r.rec.job.ID
 	steps, err := r.g.o.NC.Subscribe(telemetry.StoredStepSubject(id), func(m *nats.Msg) {
-		recs, bad := telemetry.DecodeBatch(m.Data)
+		recs, bad := r.decode(m)
 		for _, rec := range recs {
 			r.prog.saw(rec)
 		}
@@ -219,6 +220,20 @@ func (r *runner) follow(ctl *control.Controller) (unfollow func(), err error) {
 		_ = steps.Unsubscribe()
 		_ = preempts.Unsubscribe()
 	}, nil
+}
+
+// decode is a stored step message's records and the number of its lines
+// that do not decode: the telemetry socket's, when it published it and
+// still has them, else decoded here.
+func (r *runner) decode(m *nats.Msg) ([]telemetry.StepRecord, int) {
+	if r.g.o.Decoded != nil {
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+			if recs, ok := r.g.o.Decoded(id); ok {
+				return recs, 0
+			}
+		}
+	}
+	return telemetry.DecodeBatch(m.Data)
 }
 
 // attempts runs the job's attempts, one after the other, until one ends it.
