@@ -44,6 +44,12 @@ type pending struct {
 	refs        []markRef // its records' marks
 }
 
+// msgSize is a message's bytes and records.
+type msgSize struct{ bytes, recs int }
+
+// maxSizes bounds batcher.sizes (jobs that ended leave theirs behind).
+const maxSizes = 4096
+
 // confirmation is a connection's count of lines to confirm once what it
 // handed before is stored.
 type confirmation struct {
@@ -63,6 +69,9 @@ type batcher struct {
 	confirms []confirmation
 	bytes    int
 	seq      uint64
+	// sizes is the size of each subject's last message published: the
+	// next one is made that large at once, not grown record by record.
+	sizes map[string]msgSize
 
 	flushMu sync.Mutex // one flush at a time, so that messages keep their order
 }
@@ -89,7 +98,10 @@ func (bt *batcher) hand(p *peer, b *batch) {
 		m := bt.open[b.job]
 		if m == nil || len(m.data)+len(b.buf) > batchBytes {
 			bt.seq++
-			m = &pending{subject: telemetry.StepSubject(b.job), id: bt.nonce + "-" + strconv.FormatUint(bt.seq, 36)}
+			subject := telemetry.StepSubject(b.job)
+			sz := bt.sizes[subject]
+			m = &pending{subject: subject, id: bt.nonce + "-" + strconv.FormatUint(bt.seq, 36),
+				data: make([]byte, 0, max(sz.bytes, len(b.buf))), recs: make([]telemetry.StepRecord, 0, max(sz.recs, len(b.recs)))}
 			bt.open[b.job] = m
 			bt.msgs = append(bt.msgs, m)
 		}
@@ -121,6 +133,12 @@ func (bt *batcher) flush() {
 	msgs, confirms := bt.msgs, bt.confirms
 	bt.msgs, bt.confirms, bt.bytes = nil, nil, 0
 	clear(bt.open)
+	if bt.sizes == nil || len(bt.sizes) > maxSizes {
+		bt.sizes = map[string]msgSize{}
+	}
+	for _, m := range msgs {
+		bt.sizes[m.subject] = msgSize{len(m.data), len(m.recs)}
+	}
 	bt.mu.Unlock()
 	in := bt.in
 	for _, round := range rounds(msgs) {

@@ -47,6 +47,8 @@ type poller struct {
 	buf    []byte
 	events []unix.EpollEvent
 
+	snap []*pconn // run's: snapshot's slice, used again
+
 	mu    sync.Mutex
 	conns map[int32]*pconn // by id, the epoll events' data
 	next  int32
@@ -218,22 +220,29 @@ func (pl *poller) empty() bool {
 	return len(pl.conns) == 0
 }
 
-// snapshot lists the connections.
-func (pl *poller) snapshot() []*pconn {
+// snapshot lists the connections, in buf's array when it has room.
+func (pl *poller) snapshot(buf []*pconn) []*pconn {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	out := make([]*pconn, 0, len(pl.conns))
+	out := buf[:0]
 	for _, pc := range pl.conns {
 		out = append(out, pc)
 	}
 	return out
 }
 
+// list lists the connections for run's loops (in its own slice, used
+// again: a round allocates nothing for it).
+func (pl *poller) list() []*pconn {
+	pl.snap = pl.snapshot(pl.snap)
+	return pl.snap
+}
+
 // readAll reads every ready connection whose user may hand more step bytes,
 // until the kernel has nothing more for it; a connection that ended is
 // ended here.
 func (pl *poller) readAll(closing bool) {
-	for _, pc := range pl.snapshot() {
+	for _, pc := range pl.list() {
 		if !pc.ready || pc.p.failed.Load() {
 			continue
 		}
@@ -289,7 +298,7 @@ func (pl *poller) read(pc *pconn) bool {
 
 // endFailed ends the connections whose records the store refused.
 func (pl *poller) endFailed() {
-	for _, pc := range pl.snapshot() {
+	for _, pc := range pl.list() {
 		if pc.p.failed.Load() {
 			pl.end(pc)
 		}
@@ -300,7 +309,7 @@ func (pl *poller) endFailed() {
 // idle timeout (all of them when closing).
 func (pl *poller) timeouts(now time.Time, closing bool) {
 	l := pl.in.limits
-	for _, pc := range pl.snapshot() {
+	for _, pc := range pl.list() {
 		p := pc.p
 		reason := ""
 		switch {

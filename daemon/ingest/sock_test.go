@@ -58,7 +58,7 @@ func TestOnlyThePollerWatchesConnections(t *testing.T) {
 		t.Fatalf("confirmed %d lines, want 2", got)
 	}
 	conns := map[int]bool{}
-	for _, pc := range in.poll.snapshot() {
+	for _, pc := range in.poll.snapshot(nil) {
 		conns[pc.fd] = true
 	}
 	if len(conns) != 1 {
