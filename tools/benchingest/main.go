@@ -173,9 +173,9 @@ const reading = `
   message, one per job and batch window: the store, its acknowledgement
   and the message's delivery to the job's runner once stored (a window's
   messages of all jobs go to the store together, and a message's records
-  to the job's controller at once). A record is decoded twice: by the
-  socket, and by the runner, which hands it on to the job's step digest.
-  The window
+  to the job's controller at once). A record is decoded once, by the
+  socket: the runner takes the socket's records of each stored message
+  and hands them on to the job's step digest. The window
   (ingest.DefaultWindow) trades the confirmation's delay for fewer
   messages; a job with more ranks per message costs less per record.
 `
