@@ -21,13 +21,9 @@ import (
 //     buffers go only after two collections.
 //
 // Every releaseEvery, when more than releaseOver of the heap is free and
-// still held, or has been allocated since the last collection, and the
-// runtime has not collected since the last look, the daemon collects and
-// hands the free pages back at once (debug.FreeOSMemory; a small heap takes
-// milliseconds). A daemon under steady load (a node's telemetry) collects
-// on its own, more often than that: its free pages are the ones its next
-// allocations take, and handing them back only made it fault them in
-// again (a fifteenth of its CPU per step record, issue 25).
+// still held, or has been allocated since the last collection, the daemon
+// collects and hands the free pages back at once (debug.FreeOSMemory; a
+// small heap takes milliseconds).
 const (
 	releaseEvery = 10 * time.Second
 	releaseOver  = 8 << 20
@@ -41,14 +37,11 @@ type heapState struct {
 	objects uint64
 	// live was marked live by the last collection.
 	live uint64
-	// cycles counts the collections so far.
-	cycles uint64
 }
 
 // heapSamples are the runtime/metrics samples of heapState's fields, for readHeap.
 func heapSamples() []metrics.Sample {
-	return []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"},
-		{Name: "/gc/cycles/total:gc-cycles"}}
+	return []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
 }
 
 // readHeap reads the heap's state into samples (heapSamples); a field the
@@ -61,15 +54,13 @@ func readHeap(samples []metrics.Sample) heapState {
 		}
 		return 0
 	}
-	return heapState{free: v(0), objects: v(1), live: v(2), cycles: v(3)}
+	return heapState{free: v(0), objects: v(1), live: v(2)}
 }
 
-// release says whether a collection and a release pay: the runtime has
-// made no collection since the one counted in cycles (the heap is at
-// rest), and more than over is free, or has been allocated since the last
-// collection.
-func (h heapState) release(over, cycles uint64) bool {
-	return h.cycles == cycles && (h.free > over || h.objects > h.live+over)
+// release says whether a collection and a release pay: more than over is
+// free, or has been allocated since the last collection.
+func (h heapState) release(over uint64) bool {
+	return h.free > over || h.objects > h.live+over
 }
 
 // startMemoryRelease releases free heap memory every releaseEvery until
@@ -80,7 +71,6 @@ func startMemoryRelease(ctx context.Context) (stop func()) {
 	go func() {
 		defer close(done)
 		samples := heapSamples()
-		seen := readHeap(samples).cycles
 		t := time.NewTicker(releaseEvery)
 		defer t.Stop()
 		for {
@@ -89,12 +79,9 @@ func startMemoryRelease(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			h := readHeap(samples)
-			if h.release(releaseOver, seen) {
+			if readHeap(samples).release(releaseOver) {
 				debug.FreeOSMemory()
-				h = readHeap(samples)
 			}
-			seen = h.cycles
 		}
 	}()
 	return func() {
