@@ -40,8 +40,8 @@ type pending struct {
 	data        []byte
 	n           int
 	recs        []telemetry.StepRecord // data's lines, decoded
-	peers       []*peer   // the connections whose records it holds
-	refs        []markRef // its records' marks
+	peers       []*peer                // the connections whose records it holds
+	refs        []markRef              // its records' marks
 }
 
 // msgSize is a message's bytes and records.

@@ -15,9 +15,11 @@ import (
 // stored message carries, and the runner takes them instead of decoding
 // (Server.Decoded). What nobody takes (a message held while the store was
 // full, one a runner missed) ages out, and the records kept are bounded,
-// so that a burst of blocks leaves no more than decodedMax of them.
+// so that a burst of blocks leaves no more than decodedMax of them (2.4 MB:
+// more than a node's per-step writers have on their way at once; a block
+// writer's records past it are decoded by the runner).
 const (
-	decodedMax = 1 << 16
+	decodedMax = 1 << 13
 	decodedAge = 10 * time.Second
 )
 
