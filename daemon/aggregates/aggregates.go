@@ -141,11 +141,20 @@ func (s *Store) load(ctx context.Context, j api.Job) (Digest, uint64, error) {
 // save writes job id's digest at revision rev (0: a new one) and returns
 // the new revision.
 func (s *Store) save(ctx context.Context, id string, d *Digest, rev uint64) (uint64, error) {
-	b, err := json.Marshal(d)
+	b, err := d.encode(id)
 	if err != nil {
-		return rev, fmt.Errorf("encode the step digest of %s: %w", id, err)
+		return rev, err
 	}
 	return s.write(ctx, id, b, rev)
+}
+
+// encode is job id's digest d as the bucket holds it.
+func (d *Digest) encode(id string) ([]byte, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode the step digest of %s: %w", id, err)
+	}
+	return b, nil
 }
 
 // write writes job id's encoded digest b at revision rev (0: a new one) and
@@ -327,12 +336,9 @@ func (f *follower) run(ctx context.Context) {
 		var seq uint64
 		if err == nil {
 			f.mu.Lock()
-			b, err = json.Marshal(&f.d)
+			b, err = f.d.encode(j.ID)
 			seq = f.d.Seq
 			f.mu.Unlock()
-			if err != nil {
-				err = fmt.Errorf("encode the step digest of %s: %w", j.ID, err)
-			}
 		}
 		if err == nil && seq != saved {
 			var r uint64

@@ -49,9 +49,14 @@ type Index interface {
 // (aggregates.Store): one follows a running job's step records, which its
 // runner hands it as it reads them (stored); retention deletes a job's.
 type Digests interface {
-	Follow(ctx context.Context, j api.Job) (stored func(seq, last uint64, recs []telemetry.StepRecord, bad int), stop func())
+	Follow(ctx context.Context, j api.Job) (stored digestFeed, stop func())
 	Delete(ctx context.Context, id string) error
 }
+
+// digestFeed takes a job's step message the runner read, stored at stream
+// sequence seq after the job's message at last: its records and the number
+// of its lines that did not decode.
+type digestFeed = func(seq, last uint64, recs []telemetry.StepRecord, bad int)
 
 // Options configure a Registry.
 type Options struct {

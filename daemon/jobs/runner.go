@@ -50,7 +50,7 @@ type runner struct {
 	ctl      *control.Controller // the job's controller, when it has one
 	// digest takes each step message the runner reads, for the job's step
 	// digest (Digests.Follow; nil: none kept).
-	digest func(seq, last uint64, recs []telemetry.StepRecord, bad int)
+	digest digestFeed
 	// lostHosts is set once an attempt lost a host (run's alone): the
 	// workers there may spool records after the job's end (drainLate).
 	lostHosts bool
