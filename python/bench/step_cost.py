@@ -7,9 +7,12 @@ the daemon does) is started. Cases:
   noop      outside Scavenger (no SCAV_SOCKET): the module-level no-op
   minimal   step() with nothing but the automatic fields
   tracker   step() with the fields scavenger.torch sends
+  spaced    tracker, with the calls DIRECT_MOST apart (a step that long or
+            longer): each call writes its record to the socket itself
   absent    the daemon's socket does not exist: records are dropped
-Each round makes --calls calls back to back, then sleeps a flush interval so
-the queue drains; the table gives the median and the worst round.
+Each round makes --calls calls back to back (spaced: a tenth as many, each
+timed alone), then sleeps a flush interval so the queue drains; the table
+gives the median and the worst round.
 """
 
 import argparse
@@ -89,6 +92,24 @@ def rounds(call, n_rounds: int, n_calls: int, pause: float) -> list:
     return out
 
 
+def spaced_rounds(call, n_rounds: int, n_calls: int, gap: float) -> list:
+    """Microseconds per call of each round, the calls gap seconds of busy
+    work apart, as a step's compute (a sleep would time the wake-up after
+    it too); only the calls are timed."""
+    out = []
+    for _ in range(n_rounds):
+        spent = 0.0
+        for _ in range(n_calls):
+            until = time.perf_counter() + gap
+            while time.perf_counter() < until:
+                pass
+            start = time.perf_counter()
+            call()
+            spent += time.perf_counter() - start
+        out.append(spent / n_calls * 1e6)
+    return out
+
+
 def client_for(path: str) -> Client:
     """A client as rank 0 of 1 in job bench, writing to path."""
     return Client(_env.Config(socket=path, job="bench", attempt=1, rank=0, world=1, start_step=0,
@@ -113,17 +134,22 @@ def measure(args: argparse.Namespace, path: str, absent: str) -> None:
     os.environ.pop("SCAV_SOCKET", None)
     pause = 1.2 * Client.FLUSH_INTERVAL  # a flush interval: the queue drains
     rows = [("noop", rounds(lambda: scavenger.step(samples=32, loss=2.3), args.rounds,
-                            args.calls, 0), None)]
+                            args.calls, 0), None, args.calls)]
     for name, target, fields in (("minimal", path, {}), ("tracker", path, TRACKER_FIELDS),
                                  ("absent", absent, TRACKER_FIELDS)):
         client = client_for(target)
         per_call = rounds(lambda: client.step(**fields), args.rounds, args.calls, pause)
         client.close(timeout=2.0)
-        rows.append((name, per_call, client.stats()))
+        rows.append((name, per_call, client.stats(), args.calls))
+    client = client_for(path)
+    n_spaced = max(1, args.calls // 10)
+    per_call = spaced_rounds(lambda: client.step(**TRACKER_FIELDS), args.rounds, n_spaced, Client.DIRECT_MOST)
+    client.close(timeout=2.0)
+    rows.append(("spaced", per_call, client.stats(), n_spaced))
     print(f"{'case':<9} {'calls':>7} {'median us':>10} {'worst us':>9} {'sent':>7} {'dropped':>8}")
-    for name, per_call, stats in rows:
+    for name, per_call, stats, calls in rows:
         sent, dropped = (stats["sent"], stats["dropped"]) if stats else ("-", "-")
-        print(f"{name:<9} {len(per_call) * args.calls:>7} {statistics.median(per_call):>10.2f} "
+        print(f"{name:<9} {len(per_call) * calls:>7} {statistics.median(per_call):>10.2f} "
               f"{max(per_call):>9.2f} {sent:>7} {dropped:>8}")
 
 

@@ -1,11 +1,14 @@
 """The telemetry client: step records to the node daemon, never blocking training.
 
-step() appends a tuple to a bounded deque and, at most every DIRECT_EVERY
-seconds, writes what is queued (a few records; more, from a loop of short
-steps, are the sender thread's) to the unix socket SCAV_SOCKET itself, as
-newline-delimited JSON (the wire format of telemetry/record.go, written by
-_wire.py): one non-blocking write from the training thread, so that a record
-is on its way milliseconds after its step. Everything that may wait (a
+step() appends a tuple to a bounded deque and writes what is queued (a few
+records; more, from a loop of short steps, are the sender thread's) to the
+unix socket SCAV_SOCKET itself, as newline-delimited JSON (the wire format of
+telemetry/record.go, written by _wire.py): one non-blocking write from the
+training thread, spaced so that writing costs it about DIRECT_SHARE of its
+time, and at least every DIRECT_MOST seconds. A step that takes that long or
+longer has its record in the kernel's socket buffer when step() returns,
+where the daemon reads it even if the worker is killed next; the daemon, not
+the client, gathers records into batches (daemon/ingest). Everything that may wait (a
 connection, a reconnection with exponential backoff, a full socket, a
 backlog, the daemon's confirmations and requests) is one daemon thread's,
 which wakes every flush interval (a tenth of a second; at once when half
@@ -100,7 +103,14 @@ class Client:
     CONFIRM_WAIT = 0.5  # seconds close() waits, at most, for the daemon to confirm the last records
     EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
     KEEPALIVE = 30.0  # seconds of silence after which an empty line tells the daemon the worker lives
-    DIRECT_EVERY = 0.02  # seconds between the training thread's own writes of its records
+    # The training thread's own writes are spaced by what they cost it (the
+    # encoding and the write: 20-80 us on a 2-core VM, a few us on a fast
+    # machine): DIRECT_SHARE of its time, the spacing within [DIRECT_LEAST,
+    # DIRECT_MOST] seconds. Shorter steps share a write: a record of the
+    # last spacing before a kill may be lost with its worker.
+    DIRECT_SHARE = 0.01
+    DIRECT_LEAST = 0.001
+    DIRECT_MOST = 0.005
     DIRECT_MAX = 8  # records it writes itself at most; more (a loop of short steps) wake the sender
     FLUSH_INTERVAL = 0.1  # seconds between the sender thread's wakes, by default
 
@@ -129,6 +139,8 @@ class Client:
         self._wlock = threading.RLock()
         self._partial = b""
         self._sent_at = 0.0  # when step() last wrote (perf_counter)
+        self._write_cost = self.DIRECT_LEAST * self.DIRECT_SHARE  # seconds a write took step(), averaged
+        self._direct_every = self.DIRECT_LEAST  # seconds between step()'s writes
         self._backoff = self.BACKOFF_MIN
         self._retry_at = 0.0
         self._last_write = 0.0  # when the connection last carried a line (monotonic)
@@ -161,6 +173,7 @@ class Client:
         self._preempt_restore = None  # (signal, handler before ours) to put back at close
         self._install_preempt(config.preempt_signal)
         self._thread = threading.Thread(target=self._run, name="scavenger-telemetry", daemon=True)
+        self._wake.set()  # connect at once: the first steps' records are written by step() too
         self._thread.start()
 
     def _install_preempt(self, name: str) -> None:
@@ -198,7 +211,7 @@ class Client:
             self._dropped_full += 1
             return
         self._queue.append((self._step, time.time(), samples, loss, fields))
-        if now - self._sent_at >= self.DIRECT_EVERY and self._sock is not None:
+        if now - self._sent_at >= self._direct_every and self._sock is not None:
             if len(self._queue) <= self.DIRECT_MAX:
                 self._send_direct(now)
             else:
@@ -210,11 +223,12 @@ class Client:
     def _send_direct(self, now: float) -> None:
         """Write the queued records now, from the training thread, when nothing
         waits to be written before them and the socket takes them at once: a
-        record is on its way a few milliseconds after its step (a worker
+        record is in the socket's buffer when its step() returns (a worker
         killed then loses nothing), and the sender thread need not wake for
         it. It never waits: while the sender writes, or the socket is full,
         the records stay queued for the sender."""
         if not self._wlock.acquire(blocking=False):
+            self._wake.set()  # the sender writes: it goes round once more, for these
             return
         try:
             self._sent_at = now
@@ -237,6 +251,8 @@ class Client:
             self._track(lines, 0)
             self._sent += len(lines)
             self._last_write = time.monotonic()
+            self._write_cost += 0.1 * (time.perf_counter() - now - self._write_cost)
+            self._direct_every = min(self.DIRECT_MOST, max(self.DIRECT_LEAST, self._write_cost / self.DIRECT_SHARE))
         finally:
             self._wlock.release()
 

@@ -432,6 +432,22 @@ class WireTest(unittest.TestCase):
                           for r in recs}, {("job_7", 2, 32, 64, 1.25)})
 
 
+    def test_a_killed_worker_loses_no_step_that_returned(self):
+        """SIGKILL right after step() returns: the record is in the socket
+        already (steps of Client.DIRECT_MOST or longer), so the daemon has it."""
+        code = ("import os, signal, time, scavenger\n"
+                "scavenger.init()\n"
+                "for i in range(30):\n"
+                "    scavenger.step(samples=1)\n"
+                "    time.sleep(%r)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n") % Client.DIRECT_MOST
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, "SCAV_SOCKET": self.sink.path,
+               "SCAV_JOB_ID": "job_7", "SCAV_ATTEMPT": "1", "RANK": "0", "WORLD_SIZE": "1"}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, -signal.SIGKILL, done.stderr)
+        recs = self.sink.wait_for(30)
+        self.assertEqual([r["step"] for r in recs], list(range(1, 31)))
+
     def test_preempt_signal_becomes_a_notice(self):
         """SCAV_PREEMPT_SIGNAL=USR1: the signal no longer kills the worker; a preempt line goes out."""
         code = ("import os, signal, time, scavenger\n"
