@@ -282,7 +282,7 @@ func (d *Daemon) startJobs(ctx context.Context) error {
 	o := jobs.Options{
 		Log: log.Named("jobs"), Launcher: launcher, NC: d.nc, KV: d.store.Jobs, Index: d.index, Digests: d.digests, Node: cfg.Node,
 		Socket: d.ingest.Path(), CheckpointRoot: filepath.Join(cfg.StateDir, "checkpoints"), PythonPath: pyPath,
-		Allocations: d.allocs, Token: key.Token, Connected: d.ingest.Connected, Decoded: d.ingest.Decoded, Models: d.models, OutputPerUser: cfg.OutputPerUser,
+		Allocations: d.allocs, Token: key.Token, Progress: d.ingest.Progress, Decoded: d.ingest.Decoded, Models: d.models, OutputPerUser: cfg.OutputPerUser,
 		OutputReadPerUser: d.outputReadPerUser(),
 	}
 	if !cfg.Standalone {

@@ -82,11 +82,16 @@ func (in *Server) unregister(p *peer) {
 	}
 }
 
-// Connected returns how many connections a hello bound to job.
-func (in *Server) Connected(job string) int {
+// Progress returns how many connections a hello bound to job, and the
+// highest step any of their workers announced in its hello (the step it
+// was at when it connected) or sent since.
+func (in *Server) Progress(job string) (conns int, step int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return len(in.peers[job])
+	for p := range in.peers[job] {
+		step = max(step, p.step.Load())
+	}
+	return len(in.peers[job]), step
 }
 
 // Send writes a control message to every connected worker of its job and

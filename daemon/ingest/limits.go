@@ -129,7 +129,7 @@ func (a Attempt) check(r *telemetry.StepRecord, now time.Time) error {
 	age := now.Sub(a.Started) + Skew
 	earliest := float64(a.Started.Add(-Skew).UnixNano()) / 1e9
 	latest := float64(now.Add(Skew).UnixNano()) / 1e9
-	maxStep := a.StartStep + min(int64(age/time.Microsecond), math.MaxInt64-a.StartStep)
+	maxStep := a.maxStep(now)
 	switch {
 	case r.Step > maxStep:
 		return fmt.Errorf("step %d: the attempt started at step %d %s ago, so it is at most at step %d", r.Step, a.StartStep, now.Sub(a.Started).Round(time.Millisecond), maxStep)
@@ -139,6 +139,13 @@ func (a Attempt) check(r *telemetry.StepRecord, now time.Time) error {
 		return fmt.Errorf("dt %g s: the attempt is %s old", r.Seconds, now.Sub(a.Started).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// maxStep is the highest step the attempt can have reached by now: one a
+// microsecond since it started (less Skew).
+func (a Attempt) maxStep(now time.Time) int64 {
+	age := now.Sub(a.Started) + Skew
+	return a.StartStep + min(int64(age/time.Microsecond), math.MaxInt64-a.StartStep)
 }
 
 // bucket is a token bucket: n tokens, refilled at rate a second up to burst.

@@ -106,9 +106,9 @@ func TestDuplicatesAfterAStallStoredOnce(t *testing.T) {
 // bound waits (up to 10 s) until n connections of job a-000001 are bound.
 func bound(t *testing.T, in *Server, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); in.Connected("a-000001") != n; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); connected(in, "a-000001") != n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections of a-000001 bound after 10 s, want %d", in.Connected("a-000001"), n)
+			t.Fatalf("%d connections of a-000001 bound after 10 s, want %d", connected(in, "a-000001"), n)
 		}
 	}
 }
@@ -148,6 +148,38 @@ func TestRecordsOutsideTheirAttemptRefused(t *testing.T) {
 	if store.taken() != 2 || s.Dropped[DropOutOfRange] != int64(len(bad)) {
 		t.Errorf("stored %d, refused %d as out of range; want 2 and %d (%v)", store.taken(), s.Dropped[DropOutOfRange], len(bad), s.Dropped)
 	}
+}
+
+// TestProgressIsTheFurthestStep: after a restart the daemon asks a lost
+// job's workers to checkpoint past the furthest step any of them reached,
+// which their hellos (where each was when it connected) and records since
+// say; a hello's step past what the attempt can have reached does not
+// count.
+func TestProgressIsTheFurthestStep(t *testing.T) {
+	in, key := limitsServer(t, &fullStore{}, Limits{}, always, 0)
+	at := func(rank int, step int64) string {
+		return strings.Replace(hello(key, rank, ""), `"step":0`, fmt.Sprintf(`"step":%d`, step), 1)
+	}
+	ahead := dialLines(t, in, at(0, 300))
+	behind := dialLines(t, in, at(1, 120))
+	bound(t, in, 2)
+	if n, step := in.Progress("a-000001"); n != 2 || step != 300 {
+		t.Errorf("progress %d connections at step %d, want 2 at 300 (rank 0's hello)", n, step)
+	}
+	behind.write(record(1, 121), record(1, 350))
+	behind.stored(behind.lines, 30*time.Second)
+	if _, step := in.Progress("a-000001"); step != 350 {
+		t.Errorf("progress at step %d, want 350 (rank 1's newest record)", step)
+	}
+	ahead.c.Close()
+	behind.c.Close()
+	bound(t, in, 0)
+	far := dialLines(t, in, at(0, 1<<45))
+	bound(t, in, 1)
+	if _, step := in.Progress("a-000001"); step >= 1<<45 {
+		t.Errorf("progress at step %d: a hello's step the attempt cannot have reached counts", step)
+	}
+	far.c.Close()
 }
 
 // TestHelloOfAnEndedAttemptRefused: once an attempt has ended its token
@@ -231,8 +263,8 @@ func TestConnectionsPerJobBounded(t *testing.T) {
 			endedN++
 		}
 	}
-	if s := in.Stats(); endedN != 2 || s.Refused[RefusedJobConns] != 2 || in.Connected("a-000001") != 3 {
-		t.Errorf("%d connections ended, refused %v, %d bound; want 2, 2, 3", endedN, s.Refused, in.Connected("a-000001"))
+	if s := in.Stats(); endedN != 2 || s.Refused[RefusedJobConns] != 2 || connected(in, "a-000001") != 3 {
+		t.Errorf("%d connections ended, refused %v, %d bound; want 2, 2, 3", endedN, s.Refused, connected(in, "a-000001"))
 	}
 }
 
@@ -259,8 +291,8 @@ func TestRefusedConnectionThatWritesOnIsEnded(t *testing.T) {
 		_, err = w.c.Write([]byte(record(1, int64(sent+1)) + "\n"))
 		time.Sleep(time.Millisecond)
 	}
-	if s := in.Stats(); s.Dropped[DropUnbound] == 0 || in.Connected("a-000001") != 1 {
-		t.Errorf("dropped %v, %d bound; want its lines dropped as unbound, 1 bound", s.Dropped, in.Connected("a-000001"))
+	if s := in.Stats(); s.Dropped[DropUnbound] == 0 || connected(in, "a-000001") != 1 {
+		t.Errorf("dropped %v, %d bound; want its lines dropped as unbound, 1 bound", s.Dropped, connected(in, "a-000001"))
 	}
 }
 
@@ -301,7 +333,7 @@ func TestClosedConnectionIsEndedOnceRead(t *testing.T) {
 	}
 	c.Close()
 	closed := time.Now()
-	for in.Connected("a-000001") > 0 {
+	for connected(in, "a-000001") > 0 {
 		if time.Since(closed) > 10*time.Second {
 			t.Fatalf("%d KiB written in 2 s at a bound of 200 KiB/s: the connection was still not ended 10 s after it closed", written>>10)
 		}
@@ -373,4 +405,10 @@ func TestAttemptBoundSaturates(t *testing.T) {
 	if err := a.check(&r, time.Now()); err != nil {
 		t.Errorf("a step below the saturated bound refused: %v", err)
 	}
+}
+
+// connected is how many connections a hello bound to job.
+func connected(in *Server, job string) int {
+	n, _ := in.Progress(job)
+	return n
 }

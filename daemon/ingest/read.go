@@ -23,19 +23,20 @@ type peer struct {
 	pid       int32
 	job       string // the job and attempt a valid hello bound it to ("": none)
 	attempt   int
-	session   string      // the client's session, when its hello named one
-	confirm   bool        // its hello asked for ControlStored messages
-	limits    *Attempt    // what its attempt's records may say (nil: not checked)
-	checked   time.Time   // when the attempt was last found running
-	gone      time.Time   // when it was first found ended (zero: running)
-	lines     int64       // lines read so far (the reader's: the poller's)
-	handed    int64       // lines handed to the batcher (the reader's)
-	told      int64       // lines confirmed so far (the batcher's flush's)
-	failed    atomic.Bool // a message of its records was not stored: it is ended
-	wmu       sync.Mutex  // serialises control writes
-	since     time.Time   // when it was accepted
-	throttled bool        // the poller held it back for its user's step bytes
-	refused   bool        // its hello was refused (endWriting): what it writes next ends it
+	session   string       // the client's session, when its hello named one
+	confirm   bool         // its hello asked for ControlStored messages
+	limits    *Attempt     // what its attempt's records may say (nil: not checked)
+	checked   time.Time    // when the attempt was last found running
+	gone      time.Time    // when it was first found ended (zero: running)
+	lines     int64        // lines read so far (the reader's: the poller's)
+	handed    int64        // lines handed to the batcher (the reader's)
+	told      int64        // lines confirmed so far (the batcher's flush's)
+	failed    atomic.Bool  // a message of its records was not stored: it is ended
+	step      atomic.Int64 // the highest step its worker announced (hello) or sent (the poller's; read by Progress)
+	wmu       sync.Mutex   // serialises control writes
+	since     time.Time    // when it was accepted
+	throttled bool         // the poller held it back for its user's step bytes
+	refused   bool         // its hello was refused (endWriting): what it writes next ends it
 }
 
 // fail ends a connection whose records the store refused: its worker sends
@@ -214,6 +215,9 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 			return
 		}
 	}
+	if rec.Step > p.step.Load() {
+		p.step.Store(rec.Step) // only the poller writes it
+	}
 	if b.job != rec.Job {
 		in.hand(p, b)
 		b.job = rec.Job
@@ -300,6 +304,11 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 	if !full {
 		p.job, p.attempt, p.confirm, p.session, p.limits = hello.Job, hello.Attempt, hello.Confirm, hello.Session, limits
 		p.checked, p.gone = time.Now(), time.Time{}
+		step := hello.Step // where its worker is (Progress), within what the attempt can have done
+		if limits != nil {
+			step = min(step, limits.maxStep(p.checked))
+		}
+		p.step.Store(step)
 		if in.peers[p.job] == nil {
 			in.peers[p.job] = map[*peer]struct{}{}
 		}

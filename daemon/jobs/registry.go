@@ -99,10 +99,11 @@ type Options struct {
 	// Token, when set, is the token of a job's attempt that binds its
 	// workers' telemetry to it (AttemptSpec.Token).
 	Token func(job string, attempt int) string
-	// Connected, when set, counts the workers of a job connected to this
-	// node's telemetry socket (ingest.Server.Connected): after a restart,
-	// the leftover workers of a lost job are asked to checkpoint first.
-	Connected func(job string) int
+	// Progress, when set, counts the workers of a job connected to this
+	// node's telemetry socket and says the furthest step they reached
+	// (ingest.Server.Progress): after a restart, the leftover workers of a
+	// lost job are asked to checkpoint first, all at one step past it.
+	Progress func(job string) (workers int, step int64)
 	// Models, when set, is the model store the jobs' controllers start from
 	// and save to (daemon/models).
 	Models control.Models
