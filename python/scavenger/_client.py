@@ -8,8 +8,8 @@ training thread, spaced so that writing costs it about DIRECT_SHARE of its
 time, and at least every DIRECT_MOST seconds. A step that takes that long or
 longer has its record in the kernel's socket buffer when step() returns,
 where the daemon reads it even if the worker is killed next; the daemon, not
-the client, gathers records into batches (daemon/ingest). Everything that may wait (a
-connection, a reconnection with exponential backoff, a full socket, a
+the client, gathers records into batches (daemon/ingest). Everything that
+may wait (a connection, a reconnection with exponential backoff, a full socket, a
 backlog, the daemon's confirmations and requests) is one daemon thread's,
 which wakes every flush interval (a tenth of a second; at once when half
 the queue is full or an acknowledgement waits). A wake of that thread takes
@@ -104,8 +104,8 @@ class Client:
     EOF_WAIT = 0.2  # seconds a broken connection is read for the daemon's last confirmations
     KEEPALIVE = 30.0  # seconds of silence after which an empty line tells the daemon the worker lives
     # The training thread's own writes are spaced by what they cost it (the
-    # encoding and the write: 20-80 us on a 2-core VM, a few us on a fast
-    # machine): DIRECT_SHARE of its time, the spacing within [DIRECT_LEAST,
+    # encoding and the write: about 100 us on a 2-core VM, step_cost.py's
+    # "spaced"; far less on a fast machine): DIRECT_SHARE of its time, the spacing within [DIRECT_LEAST,
     # DIRECT_MOST] seconds. Shorter steps share a write: a record of the
     # last spacing before a kill may be lost with its worker.
     DIRECT_SHARE = 0.01
