@@ -27,11 +27,12 @@ def config(socket_path: str, start_step: int = 0) -> _env.Config:
                        start_step=start_step, local_batch=16, global_batch=32)
 
 
-def run_python(code: str, env: dict) -> subprocess.CompletedProcess:
-    """Run code in a fresh interpreter with only env (plus PYTHONPATH) set."""
+def run_python(code: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter with only env (plus PYTHONPATH) set;
+    with check, a failed run raises."""
     full = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, **env}
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                          text=True, timeout=30, check=True)
+                          text=True, timeout=30, check=check)
 
 
 class NoopTest(unittest.TestCase):
@@ -441,9 +442,8 @@ class WireTest(unittest.TestCase):
                 "    scavenger.step(samples=1)\n"
                 "    time.sleep(%r)\n"
                 "os.kill(os.getpid(), signal.SIGKILL)\n") % Client.DIRECT_MOST
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PYTHON_DIR, "SCAV_SOCKET": self.sink.path,
-               "SCAV_JOB_ID": "job_7", "SCAV_ATTEMPT": "1", "RANK": "0", "WORLD_SIZE": "1"}
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+        done = run_python(code, {"SCAV_SOCKET": self.sink.path, "SCAV_JOB_ID": "job_7", "SCAV_ATTEMPT": "1",
+                                 "RANK": "0", "WORLD_SIZE": "1"}, check=False)
         self.assertEqual(done.returncode, -signal.SIGKILL, done.stderr)
         recs = self.sink.wait_for(30)
         self.assertEqual([r["step"] for r in recs], list(range(1, 31)))
