@@ -117,10 +117,7 @@ open(count + ".stats", "w").write(repr((st, scavenger.stats())))
 // daemon: the ends are recorded, every step record is there once, and a
 // new job runs and is followed to its end.
 func TestStateDiskFullThenFreed(t *testing.T) {
-	python := os.Getenv("SCAV_TEST_PYTHON")
-	if python == "" {
-		python = "/usr/bin/python3"
-	}
+	python := testPython()
 	disk, side := smallDisk(t, 64<<20), t.TempDir()
 	ctx := context.Background()
 	state := filepath.Join(disk, "state")

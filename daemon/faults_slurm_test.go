@@ -180,10 +180,7 @@ func reapSlurmOrphans() int {
 // the daemon on one 3-node Slurm cluster: moves of 2 nodes -> 1 -> 2, and a
 // requeue across nodes.
 func TestSlurmMultiNode(t *testing.T) {
-	python := os.Getenv("SCAV_TEST_PYTHON")
-	if python == "" {
-		python = "/usr/bin/python3"
-	}
+	python := testPython()
 	cl, c := slurmCluster(t)
 	t.Run("Moves", func(t *testing.T) { testSlurmMoves(t, cl, c, python) })
 	t.Run("RequeueAcrossNodes", func(t *testing.T) { testSlurmRequeue(t, cl, c, python) })

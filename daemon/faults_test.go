@@ -181,10 +181,7 @@ var faultTrials = []faultTrial{
 }
 
 func TestFaults(t *testing.T) {
-	python := os.Getenv("SCAV_TEST_PYTHON")
-	if python == "" {
-		python = "/usr/bin/python3"
-	}
+	python := testPython()
 	out, n := os.Getenv("SCAV_BENCH_FAULTS"), 1
 	if out != "" {
 		n = 10

@@ -216,3 +216,66 @@ func TestMoveRefusedWithoutAWayToCheckpoint(t *testing.T) {
 		t.Fatalf("a refused move disturbed the job: %+v", j)
 	}
 }
+
+// selfNamedCheckpoint is a worker that names its own checkpoint (no
+// manifest) and, asked to checkpoint, writes it and exits 0 without
+// acknowledging: what the daemon sees when the acknowledgement is late (a
+// flood of another user's telemetry delayed one past the workers' exit). It
+// counts its steps on from start_step() and stops at step 300.
+const selfNamedCheckpoint = `import os, sys, time, scavenger
+step = scavenger.start_step()
+print("attempt %s starts at step %d" % (os.environ["SCAV_ATTEMPT"], step), flush=True)
+while step < 300:
+    time.sleep(0.01)
+    step += 1
+    scavenger.step(samples=1)
+    if scavenger.should_checkpoint():
+        with open(os.path.join(scavenger.checkpoint_dir(), "ck"), "w") as f:
+            f.write(str(step))
+        break
+scavenger.close()
+`
+
+// TestMoveGoesOnFromTheStepOfAnUnacknowledgedCheckpoint moves a job whose
+// workers exit 0 on the checkpoint request without acknowledging it: the
+// next attempt restores the directory they wrote their checkpoint in and
+// counts on from their last step, not from step 0 (all of it done again).
+func TestMoveGoesOnFromTheStepOfAnUnacknowledgedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	d, cl := startDaemonWith(t, "scavd-unacked-", Config{Listen: "127.0.0.1:0",
+		Launcher: local.New(local.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), MaxWorkers: 2})})
+	var moveErr error
+	j, lines, final := runAndWatch(t, cl, api.RunRequest{
+		Command: []string{testPython(), "-c", selfNamedCheckpoint}, Dir: d.cfg.StateDir,
+		Config: plugins.Config{Workers: 1}, Grace: api.Duration(20 * time.Second),
+	}, func(j api.Job) {
+		waitFor(t, 30*time.Second, "the job's step 20", func() bool {
+			rec, ok, err := cl.LastStep(ctx, j.ID)
+			return err == nil && ok && rec.Step >= 20
+		})
+		_, moveErr = cl.Move(ctx, j.ID, plugins.Config{Workers: 2}, "test")
+	})
+	if moveErr != nil {
+		t.Fatalf("move: %v", moveErr)
+	}
+	if j.State != api.StateSucceeded || *final.ExitCode != 0 || len(j.Attempts) != 2 {
+		t.Fatalf("job %s: state %s, exit %d, %d attempts; want succeeded after 2 (%s)", j.ID, j.State, *final.ExitCode, len(j.Attempts), final.Message)
+	}
+	b, err := os.ReadFile(filepath.Join(j.CheckpointDir, "ck"))
+	if err != nil {
+		t.Fatalf("the first attempt did not checkpoint: %v", err)
+	}
+	want := fmt.Sprintf("attempt 2 starts at step %s", b)
+	var starts []string
+	for _, l := range lines {
+		if strings.HasPrefix(l.Line, "attempt 2 starts") {
+			starts = append(starts, l.Line)
+		}
+	}
+	if len(starts) != 2 || starts[0] != want || starts[1] != want {
+		t.Fatalf("the second attempt's ranks said %q; want %q from each (its checkpoint's step)", starts, want)
+	}
+	if a := j.Attempts[1]; a.Restore != j.CheckpointDir {
+		t.Errorf("attempt 2 restored %q, want the checkpoint directory %s", a.Restore, j.CheckpointDir)
+	}
+}

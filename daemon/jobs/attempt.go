@@ -130,7 +130,7 @@ func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) 
 		case res := <-wc:
 			w.stops.Wait()
 			r.out.flush(true) // the attempt's output is all in: its last lines are kept
-			w.lateAck()
+			w.lateAck(res)
 			w.ended(res)
 			return w.out
 		case <-r.out.waiting:
@@ -248,16 +248,27 @@ func (w *watch) ack(a telemetry.StepRecord) {
 // ackAfterExit is how long a move waits, once the workers have exited, for
 // the acknowledgement they sent before: it comes through the telemetry
 // socket and NATS, their exit through the launcher, and the exit can be
-// seen first.
-const ackAfterExit = time.Second
+// seen first. Workers that all exited 0 did as they were asked, and their
+// acknowledgement is on its way however busy the socket is (a flood of
+// another user's telemetry delayed one by more than a second: the move
+// went on from an older checkpoint): it is waited for ackAfterCleanExit.
+const (
+	ackAfterExit      = time.Second
+	ackAfterCleanExit = 5 * time.Second
+)
 
 // lateAck takes the acknowledgement of a move's checkpoint that reaches the
-// daemon after the workers' exit, waiting up to ackAfterExit for it.
-func (w *watch) lateAck() {
+// daemon after the workers' exit, waiting up to ackAfterExit for it
+// (ackAfterCleanExit when they exited 0).
+func (w *watch) lateAck(res waited) {
 	if w.out.moved == nil || w.out.restore != "" || w.acks == nil || w.out.viaSignal || w.out.timing.Fallback {
 		return
 	}
-	t := time.NewTimer(ackAfterExit)
+	wait := ackAfterExit
+	if res.err == nil && res.res.ExitCode == 0 {
+		wait = ackAfterCleanExit
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for w.out.restore == "" {
 		select {
@@ -291,6 +302,9 @@ func (w *watch) ended(res waited) {
 	out.res, out.err = res.res, res.err
 	if out.stopped && out.restore == "" && (out.viaSignal || w.ackSub != nil) {
 		out.restore, out.lastStep = w.r.latestCheckpoint()
+		if !out.killed {
+			out.lastStep = w.stepOf(out.restore, out.lastStep)
+		}
 	}
 	if out.moved == nil {
 		return
@@ -298,20 +312,22 @@ func (w *watch) ended(res waited) {
 	switch {
 	case out.viaSignal || out.timing.Fallback:
 		// The script checkpointed by convention, or was stopped: resume from
-		// the newest complete checkpoint there is. One the script named
-		// itself (no manifest) is at the last step its output showed.
+		// the newest complete checkpoint there is.
 		out.restore, out.lastStep = w.r.latestCheckpoint()
-		if out.restore != "" && out.lastStep == 0 {
-			out.lastStep = w.r.prog.now().LastStep
-		}
+		out.lastStep = w.stepOf(out.restore, out.lastStep)
 		out.timing.Checkpoint = time.Since(out.movedAt).Seconds()
 	case out.restore == "":
 		// The workers exited without acknowledging a checkpoint (one died
-		// writing it?): go on from the last complete one, if any.
+		// writing it? its acknowledgement is late?): go on from the last
+		// complete one, if any; one the script named itself was written
+		// on the request when they all exited 0.
 		if out.restore, out.lastStep = w.r.latestCheckpoint(); out.restore == "" {
 			out.moved.fail(fmt.Errorf("the workers exited before checkpointing (exit %d) and left no checkpoint", res.res.ExitCode))
 			out.moved = nil
 			return
+		}
+		if res.err == nil && res.res.ExitCode == 0 {
+			out.lastStep = w.stepOf(out.restore, out.lastStep)
 		}
 		w.r.log.Warn("the workers exited without acknowledging the checkpoint; going on from the last complete one",
 			zap.String("checkpoint", out.restore), zap.Int64("step", out.lastStep), zap.Int("exit_code", res.res.ExitCode))
@@ -385,6 +401,18 @@ func (g *Registry) followAcks(job string, attempt int) (chan telemetry.StepRecor
 		return nil, nil, fmt.Errorf("follow acks of %s: %w", job, err)
 	}
 	return ch, sub, nil
+}
+
+// stepOf is the step of checkpoint restore, which latestCheckpoint found at
+// step, when the workers wrote it on a request to checkpoint and exit: a
+// checkpoint the script named itself (no manifest, step 0: unknown) is at
+// the last step they reported or printed. Without it the next attempt
+// would count the job's steps from 0 again.
+func (w *watch) stepOf(restore string, step int64) int64 {
+	if restore != "" && step == 0 {
+		return w.r.prog.now().LastStep
+	}
+	return step
 }
 
 // latestCheckpoint is the newest complete checkpoint in the job's directory
