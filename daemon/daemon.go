@@ -257,7 +257,7 @@ func (d *Daemon) startJobs(ctx context.Context) error {
 	steps := ingest.StreamPublisher{Ctx: d.root, JS: d.store.JS, Patience: ingest.DefaultPatience, Hold: d.disk.holding}
 	var registry atomic.Pointer[jobs.Registry] // made below: workers reconnecting meanwhile wait
 	if d.ingest, err = ingest.Listen(cfg.Socket, d.nc, ingest.Options{Log: log.Named("ingest"), Verify: key.Verify, Shared: d.shared(),
-		Steps: steps, Attempts: liveAttempts(&registry), Limits: cfg.Telemetry}); err != nil {
+		Steps: steps, Attempts: liveAttempts(&registry), Stored: lastStoredSteps(d.store.JS), Limits: cfg.Telemetry}); err != nil {
 		return err
 	}
 	if _, err := d.ingest.Relay(d.nc); err != nil {

@@ -193,6 +193,48 @@ func TestIngestDropsGarbageAndKeepsServing(t *testing.T) {
 	}
 }
 
+// TestLastStoredSteps reads what the telemetry socket's marks are seeded
+// with after a restart: the steps of an attempt's last stored records, by
+// rank, from the real stream; none for another attempt or a job with no
+// records.
+func TestLastStoredSteps(t *testing.T) {
+	d, c := startDaemon(t)
+	job := liveJob(t, d, c, 1)
+	w, err := net.Dial("unix", d.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	lines := []string{helloLine(t, d, job)}
+	for s := int64(1); s <= 30; s++ {
+		lines = append(lines, stepLine(job, 0, 1, s))
+	}
+	if _, err := w.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "30 accepted records", 10*time.Second, func() bool { return d.IngestStats().Accepted == 30 })
+	js, err := jetstream.New(natsConn(t, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := lastStoredSteps(js)
+	ctx := context.Background()
+	eventually(t, "the 30 records in the stream", 10*time.Second, func() bool {
+		got, err := read(ctx, job, 1)
+		return err == nil && len(got[0]) == 30
+	})
+	got, err := read(ctx, job, 1)
+	if err != nil || len(got) != 1 || got[0][0] != 1 || got[0][29] != 30 {
+		t.Fatalf("stored steps of attempt 1: %v, %v; want rank 0's 1-30", got, err)
+	}
+	if got, err := read(ctx, job, 2); err != nil || len(got) != 0 {
+		t.Errorf("stored steps of attempt 2: %v, %v; want none", got, err)
+	}
+	if got, err := read(ctx, "nobody-000001", 1); err != nil || got != nil {
+		t.Errorf("stored steps of a job with no records: %v, %v; want none", got, err)
+	}
+}
+
 func TestIngestManyWritersLoseNothing(t *testing.T) {
 	const writers, per = 8, 500
 	d, c := startDaemonSlots(t, writers)

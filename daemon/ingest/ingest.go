@@ -99,7 +99,22 @@ type Options struct {
 	// Window is how long records wait to be published together (0:
 	// DefaultWindow).
 	Window time.Duration
+	// Stored, when set with Attempts, reads what the store holds of an
+	// attempt that ran before this server started: its records that a
+	// previous daemon may have stored without confirming them (dedupe.go).
+	Stored Stored
 }
+
+// Stored returns the steps of the last records the store holds of job's
+// attempt, by rank: those stored in the last seconds before its newest
+// (StoredSpan), which is as far back as a record can have been stored and
+// not confirmed when the daemon that stored it died.
+type Stored func(ctx context.Context, job string, attempt int) (map[int][]int64, error)
+
+// StoredSpan is how far before the newest stored record of a job Stored
+// reads: a record is confirmed within a batch window and a store's
+// acknowledgement of its storing, far less than this.
+const StoredSpan = 10 * time.Second
 
 // Server serves the node's telemetry socket: workers write newline-delimited
 // JSON step records; valid ones are published on their job's step subject,
@@ -111,6 +126,8 @@ type Server struct {
 	steps    Publisher // step batches
 	verify   Verifier
 	attempts Attempts
+	stored   Stored
+	started  time.Time // when the server started: attempts that ran before are seeded
 	limits   Limits
 	ln       *os.File // the listening socket, accepted from raw (sock.go)
 	path     string
@@ -149,7 +166,8 @@ func Listen(path string, pub Publisher, o Options) (*Server, error) {
 		return nil, err
 	}
 	in := newServer(pub, o.Log)
-	in.verify, in.attempts, in.limits = o.Verify, o.Attempts, o.Limits.withDefaults()
+	in.verify, in.attempts, in.stored, in.limits = o.Verify, o.Attempts, o.Stored, o.Limits.withDefaults()
+	in.started = time.Now()
 	in.batch = newBatcher(in, o.Window)
 	if o.Steps != nil {
 		in.steps = o.Steps

@@ -23,8 +23,9 @@ import (
 )
 
 // limitsServer is a socket with limits whose attempts are those of live
-// (job a-000001 attempt 1 runs, with workers and a start a second ago).
-func limitsServer(t *testing.T, store Publisher, l Limits, live func() bool, window time.Duration) (*Server, Key) {
+// (job a-000001 attempt 1 runs, with workers and a start a second ago);
+// more sets further options.
+func limitsServer(t *testing.T, store Publisher, l Limits, live func() bool, window time.Duration, more ...func(*Options)) (*Server, Key) {
 	t.Helper()
 	dir := testdir.Short(t, "ingest")
 	key, err := LoadKey(filepath.Join(dir, "key"))
@@ -38,8 +39,11 @@ func limitsServer(t *testing.T, store Publisher, l Limits, live func() bool, win
 		}
 		return Attempt{Workers: 2, StartStep: 0, Started: started}, true
 	}
-	in, err := Listen(filepath.Join(dir, "s.sock"), &collector{msgs: map[string][][]byte{}},
-		Options{Log: zap.NewNop(), Verify: key.Verify, Steps: store, Attempts: attempts, Limits: l, Window: window})
+	o := Options{Log: zap.NewNop(), Verify: key.Verify, Steps: store, Attempts: attempts, Limits: l, Window: window}
+	for _, f := range more {
+		f(&o)
+	}
+	in, err := Listen(filepath.Join(dir, "s.sock"), &collector{msgs: map[string][][]byte{}}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +104,52 @@ func TestDuplicatesAfterAStallStoredOnce(t *testing.T) {
 	}
 	if d := in.Stats().Dropped[DropDuplicate]; d != 50 {
 		t.Errorf("%d copies dropped, want 50", d)
+	}
+}
+
+// TestCopiesOfAPreviousDaemonsRecordsDropped: workers whose daemon died
+// after storing their last records and before confirming them send them
+// again to the next daemon, whose marks are new: it reads what the store
+// holds of the attempt (once), drops the copies of what it holds and stores
+// the rest.
+func TestCopiesOfAPreviousDaemonsRecordsDropped(t *testing.T) {
+	store := &fullStore{}
+	var reads atomic.Int32
+	stored := func(_ context.Context, job string, attempt int) (map[int][]int64, error) {
+		reads.Add(1)
+		if job != "a-000001" || attempt != 1 {
+			return nil, fmt.Errorf("read job %s attempt %d, want a-000001 attempt 1", job, attempt)
+		}
+		var zero []int64 // rank 0: 1-20 but 15 (a batch the store refused)
+		for s := int64(1); s <= 20; s++ {
+			if s != 15 {
+				zero = append(zero, s)
+			}
+		}
+		return map[int][]int64{0: zero, 1: {16, 17, 18}}, nil
+	}
+	in, key := limitsServer(t, store, Limits{}, always, 0, func(o *Options) { o.Stored = stored })
+	zero := dialLines(t, in, hello(key, 0, "s1"))
+	for s := int64(11); s <= 25; s++ {
+		zero.write(record(0, s))
+	}
+	one := dialLines(t, in, hello(key, 1, "s2"))
+	for s := int64(17); s <= 20; s++ {
+		one.write(record(1, s))
+	}
+	for _, w := range []*confirmConn{zero, one} {
+		if n := w.stored(w.lines, 30*time.Second); n != w.lines {
+			t.Fatalf("confirmed %d of %d lines", n, w.lines)
+		}
+	}
+	if got := store.taken(); got != 8 {
+		t.Errorf("stored %d records, want 8 (rank 0: 15 and 21-25; rank 1: 19 and 20)", got)
+	}
+	if d := in.Stats().Dropped[DropDuplicate]; d != 11 {
+		t.Errorf("%d copies dropped, want 11 (rank 0: 11-14 and 16-20; rank 1: 17 and 18)", d)
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the store was read %d times for the attempt, want once", n)
 	}
 }
 

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -211,7 +212,7 @@ func (in *Server) handle(b *batch, line []byte, p *peer) {
 		var isNew bool
 		ref, isNew = in.marks.take(markKey{job: rec.Job, attempt: rec.Attempt, rank: rec.Rank, session: p.session}, rec.Step, time.Now())
 		if !isNew {
-			in.drop(DropDuplicate, fmt.Sprintf("step %d of rank %d of job %s attempt %d again (sent again after a stall)", rec.Step, rec.Rank, rec.Job, rec.Attempt))
+			in.drop(DropDuplicate, fmt.Sprintf("step %d of rank %d of job %s attempt %d again (sent again after a stall or a restart)", rec.Step, rec.Rank, rec.Job, rec.Attempt))
 			return
 		}
 	}
@@ -298,6 +299,9 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 			in.drop(DropOutOfRange, fmt.Sprintf("hello of job %s attempt %d rank %d: %v", hello.Job, hello.Attempt, hello.Rank, err))
 			return
 		}
+		if hello.Session != "" && a.Started.Before(in.started) {
+			in.seed(hello.Job, hello.Attempt)
+		}
 	}
 	in.mu.Lock()
 	full := len(in.peers[hello.Job]) >= in.limits.ConnsPerJob
@@ -320,6 +324,27 @@ func (in *Server) bind(b *batch, p *peer, hello telemetry.StepRecord) {
 		in.warn(RefusedJobConns, fmt.Sprintf("job %s has %d connections bound: a hello more is refused", hello.Job, in.limits.ConnsPerJob))
 		in.endWriting(p)
 	}
+}
+
+// storedTimeout bounds the read of an attempt's stored records for its
+// seeds (the poller waits for it, once per attempt of a previous daemon).
+const storedTimeout = 5 * time.Second
+
+// seed seeds the marks of job's attempt, which ran before the server
+// started, from the store, once: a worker's first records on its new
+// connection may be those the previous daemon stored but did not confirm.
+func (in *Server) seed(job string, attempt int) {
+	if in.stored == nil || !in.marks.toSeed(job, attempt, time.Now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(in.closing, storedTimeout)
+	defer cancel()
+	stored, err := in.stored(ctx, job, attempt)
+	if err != nil {
+		in.log.Warn("read the records a previous daemon stored, to drop their copies; copies of its last ones may be stored again",
+			zap.String("job", job), zap.Int("attempt", attempt), zap.Error(err))
+	}
+	in.marks.seed(job, attempt, stored, time.Now())
 }
 
 // endWriting ends the daemon's side of p, so that its worker reads EOF and
