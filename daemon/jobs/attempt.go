@@ -97,6 +97,9 @@ type waited struct {
 	err error
 }
 
+// clean says whether every worker exited 0.
+func (r waited) clean() bool { return r.err == nil && r.res.ExitCode == 0 }
+
 // watch waits for attempt n, whose handle is h, to end, handling stop and
 // move requests, the controller's verdicts and pre-emption notices.
 func (r *runner) watch(kill, shutdown context.Context, h plugins.Handle, n int) outcome {
@@ -265,7 +268,7 @@ func (w *watch) lateAck(res waited) {
 		return
 	}
 	wait := ackAfterExit
-	if res.err == nil && res.res.ExitCode == 0 {
+	if res.clean() {
 		wait = ackAfterCleanExit
 	}
 	t := time.NewTimer(wait)
@@ -326,7 +329,7 @@ func (w *watch) ended(res waited) {
 			out.moved = nil
 			return
 		}
-		if res.err == nil && res.res.ExitCode == 0 {
+		if res.clean() {
 			out.lastStep = w.stepOf(out.restore, out.lastStep)
 		}
 		w.r.log.Warn("the workers exited without acknowledging the checkpoint; going on from the last complete one",
