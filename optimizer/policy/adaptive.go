@@ -12,8 +12,13 @@ import (
 const (
 	// dwellFactor: after a move, stay at least this many relaunches' worth
 	// of time before the next move, so that noisy telemetry cannot make the
-	// job oscillate.
-	dwellFactor = 10.0
+	// job oscillate. Each move back to a configuration a move left doubles
+	// it (up to maxReversals times): a job whose estimates swing between two
+	// configurations stays ever longer in each, instead of paying a
+	// relaunch at every swing (a live job went 128 → 64 → 128 → 32 → 128 →
+	// 64 → 128 in batch on one machine, a relaunch every 30 s).
+	dwellFactor  = 10.0
+	maxReversals = 6
 	// commitReports and commitTol: the plan is committed once the noise
 	// forecast is mature and the whole-job prediction of the chosen
 	// configuration has stayed within commitTol over commitReports reports.
@@ -32,6 +37,10 @@ type adaptive struct {
 	// must dwell).
 	arrived float64
 	moved   bool
+	// left holds the configurations a move left; reversals counts the
+	// moves back to one of them (see dwellFactor).
+	left      map[predict.Candidate]bool
+	reversals int
 	models  typeModels
 	fitted  int // measured configurations behind models
 	// committed says whether the plan has been confirmed once the noise
@@ -155,14 +164,26 @@ func (p *adaptive) move(o Observation, d Decision) Decision {
 		s.Predictions, s.Chosen, s.FittedTypes, s.Provisional = d.Predictions, cur, d.FittedTypes, d.Provisional
 		return s
 	}
-	if dwell := o.ElapsedS - p.arrived; dwell < dwellFactor*t.relaunchS() && p.moved {
-		return stay(fmt.Sprintf("stay: %.0f s in %s, less than %.0f relaunches' worth since the last move", dwell, o.Config, dwellFactor))
+	need := dwellFactor * float64(int(1)<<p.reversals)
+	if dwell := o.ElapsedS - p.arrived; dwell < need*t.relaunchS() && p.moved {
+		why := fmt.Sprintf("stay: %.0f s in %s, less than %.0f relaunches' worth since the last move", dwell, o.Config, need)
+		if p.reversals > 0 {
+			why += fmt.Sprintf(" (%d moves went back to a configuration a move left)", p.reversals)
+		}
+		return stay(why)
 	}
 	if !t.worthMoving(d.Predictions[cur], best) {
 		return stay(fmt.Sprintf("stay: %s does not beat %s by %.0f%% after the relaunch", best.Candidate, o.Config, 100*t.spec.Margin))
 	}
 	d.Reason = "move: " + d.Reason
 	d.WaitSteps = t.spec.ProbeSteps
+	if p.left[d.Config] && p.reversals < maxReversals {
+		p.reversals++
+	}
+	if p.left == nil {
+		p.left = map[predict.Candidate]bool{}
+	}
+	p.left[o.Config] = true
 	// Only a move to a measured configuration must dwell: one to a
 	// configuration never run is measured by the move, like a probe, and
 	// may be left at once if it disappoints.

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/scavenger-ml/scavenger/optimizer/gns"
@@ -68,6 +69,15 @@ func run(t *testing.T, p Policy, spec Spec, gain func(float64) float64, grads fu
 // runFrom is run from the configuration cur.
 func runFrom(t *testing.T, p Policy, spec Spec, cur predict.Candidate, gain func(float64) float64, grads func(float64) bool) ([]predict.Candidate, []Decision) {
 	t.Helper()
+	return runStats(t, p, spec, cur, gain, func(prog float64, c predict.Candidate) (gns.Sample, bool) {
+		return gns.Expected(1, 4, spec.M0, c.Local(), c.Workers), grads(prog)
+	})
+}
+
+// runStats is runFrom whose reports carry the gradient statistics stats
+// gives at the progress and configuration of each (none when it says so).
+func runStats(t *testing.T, p Policy, spec Spec, cur predict.Candidate, gain func(float64) float64, stats func(float64, predict.Candidate) (gns.Sample, bool)) ([]predict.Candidate, []Decision) {
+	t.Helper()
 	ran := []predict.Candidate{cur}
 	var now, spent, prog, wait float64
 	var ds []Decision
@@ -92,8 +102,8 @@ func runFrom(t *testing.T, p Policy, spec Spec, cur predict.Candidate, gain func
 			ElapsedS: now, SpentUSD: spent, Config: cur, Steps: n, StepTime: st,
 			SyncTime: math.Min(truth[cur.Type].Sync(cur.Nodes, cur.Workers), st), Progress: prog,
 		}
-		if grads(prog) {
-			o.Grad = gns.Expected(1, 4, spec.M0, cur.Local(), cur.Workers)
+		if g, ok := stats(prog, cur); ok {
+			o.Grad = g
 		}
 		d, err := p.Observe(o)
 		if err != nil {
@@ -375,5 +385,48 @@ func TestPhases(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAdaptiveBacksOffReversals: gradient statistics whose noise scale
+// swings between two regimes (the small batches best, then the large)
+// faster than the job can follow make adaptive move back and forth; each
+// move back to a configuration a move left doubles the time it must stay
+// before the next move, so that the swings cost a few relaunches, not one
+// every dwell (without the back-off: 207 moves, 203 of them back, in this
+// job of about 90,000 s; the dwell grows to 2^maxReversals × 300 s, so a
+// dozen at most).
+func TestAdaptiveBacksOffReversals(t *testing.T) {
+	spec := synthSpec(objective.Time, 4e6)
+	p, err := New("adaptive", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tr Σ of 0.5 (φ = 16) and 64 (φ = 2048), swapped every 0.5 % of the work.
+	swing := func(prog float64, c predict.Candidate) (gns.Sample, bool) {
+		vari := 0.5
+		if int(200*prog/spec.Target)%2 == 1 {
+			vari = 64
+		}
+		return gns.Expected(1, vari, spec.M0, c.Local(), c.Workers), true
+	}
+	_, ds := runStats(t, p, spec, spec.Candidates[0], noiseGain, swing)
+	var moves, back int
+	left := map[predict.Candidate]bool{}
+	cur := spec.Candidates[0]
+	for _, d := range ds {
+		if d.Config == cur || !strings.HasPrefix(d.Reason, "move:") {
+			cur = d.Config
+			continue
+		}
+		moves++
+		if left[d.Config] {
+			back++
+		}
+		left[cur], cur = true, d.Config
+	}
+	t.Logf("%d moves, %d back to a configuration a move left, %d decisions", moves, back, len(ds))
+	if back > 12 {
+		t.Errorf("%d moves back to a configuration a move left (of %d moves): the dwell did not back off", back, moves)
 	}
 }
