@@ -104,7 +104,7 @@ func (b *bench) loop(ctx context.Context) error {
 		fixed, live []outcome
 	}
 	var cmps []comparison
-	for _, obj := range []string{"time", "cost"} {
+	for _, obj := range b.objectives {
 		best := slices.MinFunc(fixed, func(x, y outcome) int { return cmp.Compare(x.val(obj), y.val(obj)) })
 		c := comparison{obj: obj, best: best, target: int(math.Ceil(float64(b.target) * max(b.longS, 180) / best.timeS))}
 		for range b.repeats {

@@ -7,6 +7,10 @@
 // cost predicted at the committed decision. It prints Markdown tables.
 //
 //	go run ./tools/benchcloud --scavd bin/scavd --scavctl bin/scavctl [--target 8000]
+//
+// --only-loop --objectives time runs the live loop's ranking and its time
+// comparison alone (after a policy change, say); --target sets the ranking's
+// short job, from which the comparison's job is sized (--long-s).
 package main
 
 import (
@@ -45,6 +49,8 @@ type bench struct {
 	types                   []string
 	workers, batches        []int
 	skipLoop, skipProviders bool
+	onlyLoop                bool
+	objectives              []string
 	longS                   float64
 	repeats                 int
 }
@@ -62,7 +68,15 @@ func run(ctx context.Context) error {
 	flag.BoolVar(&b.skipProviders, "skip-providers", false, "leave out the providers' table")
 	flag.Float64Var(&b.longS, "long-s", 200, "the live loop's comparison job takes this long at the best fixed configuration, seconds (at least 180)")
 	flag.IntVar(&b.repeats, "repeats", 3, "runs of the best fixed and of the live loop, interleaved, for each objective")
+	flag.BoolVar(&b.onlyLoop, "only-loop", false, "run the live loop's part alone (no instance, notice or provider tables)")
+	objectives := flag.String("objectives", "time,cost", "the objectives the live loop is compared on")
 	flag.Parse()
+	b.objectives = strings.Split(*objectives, ",")
+	for _, o := range b.objectives {
+		if o != "time" && o != "cost" {
+			return fmt.Errorf("--objectives %q: each must be time or cost", *objectives)
+		}
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("the local cloud needs root (network namespaces, veths, cgroups)")
 	}
@@ -89,16 +103,18 @@ func run(ctx context.Context) error {
 	defer os.RemoveAll(b.state)
 	fmt.Printf("Catalog: %s (%s; billed per %g s, %g s at least).\n\n", filepath.Base(b.catalog), strings.Join(kinds, "; "),
 		cat.BillingOf(localcloud.Provider).GranularityS, cat.BillingOf(localcloud.Provider).MinimumS)
-	if err := b.terminations(ctx); err != nil {
-		return fmt.Errorf("terminations: %w", err)
-	}
-	if err := b.localParts(ctx); err != nil {
-		return err
-	}
-	if b.skipProviders {
-		fmt.Println("(providers left out: --skip-providers)")
-	} else if err := b.providers(ctx); err != nil {
-		return fmt.Errorf("providers: %w", err)
+	if !b.onlyLoop {
+		if err := b.terminations(ctx); err != nil {
+			return fmt.Errorf("terminations: %w", err)
+		}
+		if err := b.localParts(ctx); err != nil {
+			return err
+		}
+		if b.skipProviders {
+			fmt.Println("(providers left out: --skip-providers)")
+		} else if err := b.providers(ctx); err != nil {
+			return fmt.Errorf("providers: %w", err)
+		}
 	}
 	if b.skipLoop {
 		return nil
