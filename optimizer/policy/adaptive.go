@@ -41,8 +41,8 @@ type adaptive struct {
 	// moves back to one of them (see dwellFactor).
 	left      map[predict.Candidate]bool
 	reversals int
-	models  typeModels
-	fitted  int // measured configurations behind models
+	models    typeModels
+	fitted    int // measured configurations behind models
 	// committed says whether the plan has been confirmed once the noise
 	// forecast matured (see Observe).
 	committed bool
