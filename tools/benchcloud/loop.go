@@ -73,7 +73,7 @@ func (b *bench) liveArgs(obj string) []string {
 }
 
 // loop ranks every fixed candidate on a short job (b.target), then, for
-// the time and the cost objective, compares the live loop with the best
+// each objective of b.objectives (time and cost), compares the live loop with the best
 // fixed candidate on a job that takes b.longS at that candidate — at least
 // 3 minutes — running the two alternately, b.repeats times each, and
 // reporting the medians.
