@@ -84,6 +84,11 @@ type Decision struct {
 	// PredictedS and PredictedUSD are the predicted time and cost to finish in To.
 	PredictedS   float64 `json:"predicted_s,omitempty"`
 	PredictedUSD float64 `json:"predicted_usd,omitempty"`
+	// SpentUSD is what the job's machines had cost when it was made, as
+	// their charges said then (a cloud job's; 0: not known): with the
+	// minimum of a machine that had ended, which its attempt's bill takes
+	// in whole.
+	SpentUSD float64 `json:"spent_usd,omitempty"`
 	// PredictedSteps are the steps to finish in To; PredictedLoS..HiS and
 	// PredictedUSDLo..Hi the 90 % intervals of the time and cost (see Left).
 	PredictedSteps float64 `json:"predicted_steps,omitempty"`

@@ -61,7 +61,10 @@ func BilledOf(j api.Job) *Billed {
 		if d.PredictedUSD <= 0 {
 			continue
 		}
-		spent := SpentAt(j, d.Time)
+		spent := d.SpentUSD
+		if spent <= 0 { // a record made before decisions kept it
+			spent = SpentAt(j, d.Time)
+		}
 		c := CostCheck{Time: d.Time, Step: d.Step, To: configName(d.To), SpentUSD: spent, PredictedUSD: spent + d.PredictedUSD, ActualUSD: j.Cost.USD}
 		c.ErrorPct = pct(c.PredictedUSD, c.ActualUSD)
 		b.Checks = append(b.Checks, c)

@@ -36,6 +36,14 @@ func TestBilledOf(t *testing.T) {
 	if got := SpentAt(j, *at(50)); math.Abs(got-0.015) > 1e-12 {
 		t.Errorf("SpentAt(50 s) = %g, want half of the first attempt's 0.03", got)
 	}
+	// A decision that kept what had been spent (the charges' word, with
+	// the minimum of the first attempt's machine, billed in whole when
+	// it ended) is held to that, not to the attempt's bill spread over
+	// its time.
+	j.Decisions[0].SpentUSD = 0.065
+	if c := BilledOf(j).Checks[0]; math.Abs(c.SpentUSD-0.065) > 1e-12 || math.Abs(c.PredictedUSD-0.11) > 1e-12 {
+		t.Errorf("check %+v: want spent 0.065 (the decision's), predicted 0.11", c)
+	}
 	var out bytes.Buffer
 	if err := b.Print(&out); err != nil || !strings.Contains(out.String(), "+25.0%") || !strings.Contains(out.String(), "on-demand") {
 		t.Errorf("Print: %v\n%s", err, out.String())

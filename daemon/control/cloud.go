@@ -73,6 +73,16 @@ func (cs *cloudSpace) spent(float64) (float64, bool) {
 	return usd, true
 }
 
+// spentUSD is spent now, 0 when the charges are not known (nil: not a
+// cloud job).
+func (cs *cloudSpace) spentUSD() float64 {
+	if cs == nil {
+		return 0
+	}
+	usd, _ := cs.spent(0)
+	return usd
+}
+
 // SetOffers hands the controller the machine types the launcher offers now
 // (a cloud job's runner does at each attempt and at a pre-emption notice).
 func (c *Controller) SetOffers(offers []plugins.Offer) {
@@ -155,7 +165,7 @@ func (c *Controller) Rechoose(why string, forced bool) (api.Decision, bool) {
 	c.loop.Obs.Wait(d.WaitSteps)
 	_, cfg := c.job.Current()
 	dec := decision(cfg, c.job.LastStep(), time.Now().UTC(), d)
-	dec.To = c.cloud.cur.Config(d.Config, cfg.LRScale)
+	dec.To, dec.SpentUSD = c.cloud.cur.Config(d.Config, cfg.LRScale), c.cloud.spentUSD()
 	dec.Reason = why + "; " + dec.Reason
 	c.log.Info("re-chose", zap.String("why", why), zap.String("to", fmt.Sprintf("%+v", dec.To)))
 	return dec, true

@@ -1,7 +1,9 @@
 package control
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -50,6 +52,14 @@ func TestRechooseAfterTheMarketChanges(t *testing.T) {
 	if _, ok := c.Rechoose("nothing changed", true); ok {
 		t.Error("re-chose with the same offers")
 	}
+	// What the job had spent goes with the decision: a's machine, ended
+	// after 10 s, billed its 60 s minimum, whatever the attempt's bill
+	// says of when.
+	now := time.Unix(5000, 0)
+	c.cloud.now = func() time.Time { return now }
+	ended := now.Add(-5 * time.Second)
+	c.SetCharges([]plugins.Charge{{Instance: "i-a", Type: "a", Market: plugins.MarketSpot, USDPerHour: 0.36,
+		Start: ended.Add(-10 * time.Second), End: &ended, Granularity: time.Second, Minimum: time.Minute}})
 	c.SetOffers([]plugins.Offer{{Type: "a", Slots: 1, OnDemandUSD: 0.10}, {Type: "b", Slots: 1, OnDemandUSD: 0.2, SpotUSD: 0.04}})
 	dec, ok := c.Rechoose("pre-empted", true)
 	if !ok {
@@ -61,5 +71,8 @@ func TestRechooseAfterTheMarketChanges(t *testing.T) {
 	}
 	if dec.PredictedUSD <= 0 || len(dec.Candidates) != 2 {
 		t.Errorf("decision without its predictions: %+v", dec)
+	}
+	if math.Abs(dec.SpentUSD-0.006) > 1e-12 {
+		t.Errorf("decision's spent $%g, want $0.006 (60 s billed at $0.36/h)", dec.SpentUSD)
 	}
 }

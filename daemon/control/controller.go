@@ -337,7 +337,7 @@ func (c *Controller) observe(rec telemetry.StepRecord, cfg plugins.Config) (api.
 	c.log.Debug("decision", zap.Int64("step", rec.Step), zap.String("reason", d.Reason), zap.Float64("steps", o.Steps))
 	dec := decision(cfg, rec.Step, time.Now().UTC(), d)
 	if c.cloud != nil {
-		dec.To = c.cloud.toConfig(d.Config, cfg)
+		dec.To, dec.SpentUSD = c.cloud.toConfig(d.Config, cfg), c.cloud.spentUSD()
 	}
 	return dec, true
 }

@@ -117,7 +117,7 @@ func (c *Controller) Start() (api.Decision, bool) {
 	}
 	dec := decision(c.start, 0, time.Now().UTC(), d)
 	if c.cloud != nil {
-		dec.To = c.cloud.cur.Config(d.Config, c.start.LRScale)
+		dec.To, dec.SpentUSD = c.cloud.cur.Config(d.Config, c.start.LRScale), c.cloud.spentUSD()
 	}
 	return dec, true
 }
