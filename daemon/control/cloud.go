@@ -73,12 +73,9 @@ func (cs *cloudSpace) spent(float64) (float64, bool) {
 	return usd, true
 }
 
-// spentUSD is spent now, 0 when the charges are not known (nil: not a
-// cloud job).
+// spentUSD is spent now, 0 when the charges are not known: what a
+// decision records of the job's spend.
 func (cs *cloudSpace) spentUSD() float64 {
-	if cs == nil {
-		return 0
-	}
 	usd, _ := cs.spent(0)
 	return usd
 }
