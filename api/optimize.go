@@ -21,9 +21,15 @@ type Optimize struct {
 	MaxWorkers int `json:"max_workers,omitempty"`
 	MinBatch   int `json:"min_batch,omitempty"`
 	MaxBatch   int `json:"max_batch,omitempty"`
-	// TargetSamples is the work of the whole job in samples (at the start's
-	// statistical efficiency); the script is told it as SCAV_TARGET_SAMPLES.
+	// TargetSamples is the work of the whole job in samples at the
+	// statistical efficiency of batch BaseBatch: its scale-invariant
+	// progress times BaseBatch, what the optimizer plans. The script is
+	// told it as SCAV_TARGET_SAMPLES, and the base as SCAV_BASE_BATCH.
 	TargetSamples int64 `json:"target_samples,omitempty"`
+	// BaseBatch is the global batch the work is counted at (the paper's
+	// M0; 0: the starting batch). Jobs that start at different batches do
+	// the same work only with the same base.
+	BaseBatch int `json:"base_batch,omitempty"`
 	// MachineType and PriceUSDPerHour describe this node for cost objectives.
 	MachineType     string  `json:"machine_type,omitempty"`
 	PriceUSDPerHour float64 `json:"price_usd_per_hour,omitempty"`
@@ -40,6 +46,25 @@ type Optimize struct {
 	ModelKey string `json:"model_key,omitempty"`
 }
 
+// Base is the batch the work is counted at when the job starts at a
+// global batch of start: BaseBatch, or start.
+func (o Optimize) Base(start int) int {
+	if o.BaseBatch > 0 {
+		return o.BaseBatch
+	}
+	return start
+}
+
+// Fixed is o as a job that starts at a global batch of start keeps it: a
+// target's base batch set once (Base), so that the work does not move with
+// the batch a later attempt runs at.
+func (o Optimize) Fixed(start int) Optimize {
+	if o.TargetSamples > 0 {
+		o.BaseBatch = o.Base(start)
+	}
+	return o
+}
+
 // Active reports whether the job runs under a moving policy.
 func (o Optimize) Active() bool { return o.Policy != "" && o.Policy != "fixed" }
 
@@ -54,6 +79,7 @@ func (o Optimize) signs() []error {
 		{"--deadline", o.Deadline < 0, o.Deadline.D()},
 		{"--budget", o.BudgetUSD < 0, o.BudgetUSD},
 		{"--target-samples", o.TargetSamples < 0, o.TargetSamples},
+		{"--base-batch", o.BaseBatch < 0, o.BaseBatch},
 		{"--price", o.PriceUSDPerHour < 0, o.PriceUSDPerHour},
 		{"--max-price", o.MaxPriceUSD < 0, o.MaxPriceUSD},
 	} {

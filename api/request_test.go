@@ -110,3 +110,28 @@ func TestValidateRefusesWhatNoJobCanHave(t *testing.T) {
 		t.Errorf("Validate of a good request = %v", err)
 	}
 }
+
+// TestWorkIsCountedAtAFixedBase: a target's base batch is the starting
+// batch unless given, fixed when the job is made; without a target there
+// is no work to count.
+func TestWorkIsCountedAtAFixedBase(t *testing.T) {
+	for _, c := range []struct {
+		o     Optimize
+		start int
+		want  int
+	}{
+		{Optimize{TargetSamples: 1000}, 32, 32},
+		{Optimize{TargetSamples: 1000, BaseBatch: 16}, 32, 16},
+		{Optimize{}, 32, 0},
+		{Optimize{TargetSamples: 1000}, 0, 0}, // the script's own batch: nothing to count at
+	} {
+		if got := c.o.Fixed(c.start).BaseBatch; got != c.want {
+			t.Errorf("%+v.Fixed(%d).BaseBatch = %d, want %d", c.o, c.start, got, c.want)
+		}
+	}
+	req := RunRequest{Command: []string{"/bin/true"}, Config: plugins.Config{Workers: 1}, Optimize: Optimize{BaseBatch: -2}}
+	if err := req.Validate(); err == nil ||
+		!strings.Contains(err.Error(), "--base-batch -2: must not be negative") {
+		t.Errorf("Validate = %v, want the negative base batch named", err)
+	}
+}

@@ -4,7 +4,9 @@ Each attempt joins the process group for its own world size, restores from
 SCAV_RESTORE (model, optimizer, data position, RNG, gradient statistics),
 scales the learning rate for its global batch, trains a map-style synthetic
 dataset with the resumable sampler until global step --steps (or, under
-scavctl run --target-*, until the job's samples are done), and checkpoints to
+scavctl run --target-*, until the job's work is done: its samples counted at
+the statistical efficiency of SCAV_BASE_BATCH, as Scavenger counts them), and
+checkpoints to
 SCAV_CHECKPOINT_DIR at the end or when Scavenger asks — then it acknowledges
 and exits, and Scavenger relaunches it at the new configuration. The lines
 that adopt Scavenger are marked `# scavenger`.
@@ -114,19 +116,27 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def checkpoint_requested() -> bool:
-    """Whether Scavenger asks for a checkpoint now, agreed by every rank (one
-    tiny all-reduce a step, so that a rank that heard the request late still
-    stops at the same step as the others)."""
-    return any_rank(scavenger.should_checkpoint())  # scavenger
+def stop_now(args: argparse.Namespace, rank: int, step: int, done: float) -> bool:
+    """Whether to stop before the next step: rank 0 counts the work done, or Scavenger
+    asks for a checkpoint. Agreed by every rank (one tiny all-reduce a step), so that a
+    rank that heard the request late still stops at the same step as the others. Only
+    rank 0's count decides, as only its checkpoint keeps it: each rank's statistics
+    see its own gradient, and so count the work a little differently."""
+    return any_rank(rank == 0 and not more_work(args, step, done) or scavenger.should_checkpoint())  # scavenger
 
 
-def more_work(args: argparse.Namespace, step: int, seen: int) -> bool:
-    """Whether the job has work left: --steps, else Scavenger's target, else 100 steps."""
+def more_work(args: argparse.Namespace, step: int, done: float) -> bool:
+    """Whether the job has work left: --steps, else Scavenger's target (done is the work done), else 100 steps."""
     if args.steps is not None:
         return step < args.steps
     target = scavenger.target_samples()  # scavenger
-    return seen < target if target else step < 100
+    return done < target if target else step < 100
+
+
+def step_work(args: argparse.Namespace, stats: scaling.GradientStats, batch: int) -> float:
+    """The work of one step of global batch batch: in samples at Scavenger's base batch, or its samples."""
+    base = scavenger.base_batch()  # scavenger
+    return stats.work(batch, base, args.base_batch) if base else float(batch)  # scavenger
 
 
 def main() -> None:
@@ -138,7 +148,7 @@ def main() -> None:
     sampler = ResumableDistributedSampler(dataset, local_batch, seed=args.seed)  # scavenger
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     stats = scaling.GradientStats()
-    step, seen = resume(model, optimizer, sampler, stats, rank, world)
+    step, seen, done = resume(model, optimizer, sampler, stats, rank, world)
     factor = scaling.lr_factor(args.lr_rule, sampler.global_batch, args.base_batch,
                                sqr=stats.sqr, var=stats.var)  # scavenger
     scaling.apply_lr_factor(optimizer, factor)  # scavenger
@@ -149,7 +159,7 @@ def main() -> None:
     log = IndexLog(args.log_indices, rank)
     losses = []
     batches = endless(DataLoader(dataset, batch_sampler=sampler))
-    while more_work(args, step, seen) and not checkpoint_requested():
+    while not stop_now(args, rank, step, done):
         x, y, indices = next(batches)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
@@ -159,37 +169,38 @@ def main() -> None:
         log.write(step + 1, sampler.epoch, indices)
         sampler.advance()  # scavenger
         step, seen = step + 1, seen + sampler.global_batch
+        done += step_work(args, stats, sampler.global_batch)
         losses.append(loss.detach())
         if args.checkpoint_every and step % args.checkpoint_every == 0 and scavenger.checkpoint_dir():
             checkpoint(scavenger.checkpoint_dir(), model=model, optimizer=optimizer, step=step,
-                       samples_seen=seen, sampler=sampler, extra={"grad_stats": stats.state_dict()})
+                       samples_seen=seen, sampler=sampler, extra={"grad_stats": stats.state_dict(), "work": done})
     log.close()
     summary["eval_loss_end"] = evaluate(model, probe)
     saved = None
     if scavenger.checkpoint_dir():  # scavenger
         saved = checkpoint(scavenger.checkpoint_dir(), model=model, optimizer=optimizer,
                            step=step, samples_seen=seen, sampler=sampler,
-                           extra={"grad_stats": stats.state_dict()})  # scavenger
+                           extra={"grad_stats": stats.state_dict(), "work": done})  # scavenger
         scavenger.acknowledge(saved)  # scavenger: a no-op unless Scavenger asked
     summary["first_loss"], summary["last_loss"] = mean_over_ranks(losses, world)
     say(rank, {"event": "summary", **summary, "step": step, "world": world,
                "local_batch": local_batch, "global_batch": sampler.global_batch,
                "lr": optimizer.param_groups[0]["lr"], "lr_factor": factor,
                "epoch": sampler.epoch, "position": sampler.position, "samples_seen": seen,
-               "checkpoint": saved})
+               "work": done, "checkpoint": saved})
     finish()  # scavenger: leave the group and exit without torch's teardown
 
 
 def resume(model, optimizer, sampler, stats, rank: int, world: int) -> tuple:
-    """Restore from SCAV_RESTORE when set; return (step, samples seen), (0, 0) on a fresh start."""
+    """Restore from SCAV_RESTORE when set; return (step, samples seen, work done), zeros on a fresh start."""
     if not scavenger.restore_path():  # scavenger
-        return 0, 0
+        return 0, 0, 0.0
     state = restore(scavenger.restore_path(), model=model, optimizer=optimizer,
                     sampler=sampler)  # scavenger
     stats.load_state_dict(state.extra["grad_stats"])
     say(rank, {"event": "resumed", "from_step": state.step, "saved_world": state.world_size,
                "world": world, "epoch": sampler.epoch, "position": sampler.position})
-    return state.step, state.samples_seen
+    return state.step, state.samples_seen, float(state.extra.get("work", state.samples_seen))
 
 
 def endless(loader: DataLoader):

@@ -44,6 +44,7 @@ type runFlags struct {
 	targetSamples int64
 	targetEpochs  float64
 	datasetSize   int64
+	baseBatch     int
 	price         float64
 	machineType   string
 
@@ -137,6 +138,7 @@ on only from a job that finished:
 	fl.Int64Var(&f.targetSamples, "target-samples", 0, "the job's work in samples")
 	fl.Float64Var(&f.targetEpochs, "target-epochs", 0, "the job's work in epochs of --dataset-size samples")
 	fl.Int64Var(&f.datasetSize, "dataset-size", 0, "samples in one epoch (for --target-epochs)")
+	fl.IntVar(&f.baseBatch, "base-batch", 0, "the global batch the work (--target-*) is counted at: a larger batch's sample does less, by the gradient noise scale (SCAV_BASE_BATCH; default: the starting batch; give two jobs that start at different batches the same base to make them do the same work)")
 	fl.Float64Var(&f.price, "price", 0, "$/hour of this machine, for costs and cost objectives (default: the catalog's for --machine-type; none: no costs shown)")
 	fl.StringVar(&f.machineType, "machine-type", "", "this machine's type in the price catalog (scavctl prices), which gives its price")
 	fl.StringVar(&f.stepRegex, "step-regex", "", "for scripts without the python client: a regex that finds progress in their output, with named groups step, rate (it/s) or total (default: tqdm bars and \"step N\" lines)")
@@ -339,7 +341,7 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 		flag string
 		val  float64
 	}{{"--target-steps", float64(f.targetSteps)}, {"--target-samples", float64(f.targetSamples)}, {"--target-epochs", f.targetEpochs},
-		{"--dataset-size", float64(f.datasetSize)}, {"--price", f.price}, {"--budget", f.budget}, {"--deadline", f.deadline.Seconds()}} {
+		{"--dataset-size", float64(f.datasetSize)}, {"--base-batch", float64(f.baseBatch)}, {"--price", f.price}, {"--budget", f.budget}, {"--deadline", f.deadline.Seconds()}} {
 		if v.val < 0 {
 			neg = append(neg, fmt.Errorf("%s: must not be negative", v.flag))
 		}
@@ -353,9 +355,12 @@ func (f runFlags) optimize(minW, maxW, minB, maxB int) (api.Optimize, error) {
 			targets++
 		}
 	}
+	o.BaseBatch = f.baseBatch
 	switch {
 	case targets > 1:
 		return o, errors.New("give one of --target-steps, --target-samples, --target-epochs")
+	case targets == 0 && f.baseBatch > 0:
+		return o, errors.New("--base-batch counts the work of a target: give --target-steps, --target-samples or --target-epochs with it")
 	case f.targetSteps > 0:
 		o.TargetSamples = f.targetSteps * int64(max(minB, 1))
 	case f.targetSamples > 0:

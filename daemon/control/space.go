@@ -89,7 +89,7 @@ func Spec(opt api.Optimize, start plugins.Config) (policy.Spec, float64, error) 
 	if len(keep) == 0 {
 		return policy.Spec{}, 0, fmt.Errorf("no configuration in workers %d:%d, batch %d:%d divides evenly", minW, maxW, minB, maxB)
 	}
-	m0 := float64(start.GlobalBatch)
+	m0 := float64(opt.Base(start.GlobalBatch))
 	target := float64(opt.TargetSamples) / m0
 	if target <= 0 {
 		return policy.Spec{}, 0, fmt.Errorf("an optimized job needs a target: --target-steps, --target-samples or --target-epochs")

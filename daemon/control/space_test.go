@@ -67,3 +67,22 @@ func TestCheckFindsWhatNeedsTheOptimizerInItsPlace(t *testing.T) {
 		t.Errorf("Check of a good request = %v", err)
 	}
 }
+
+// TestSpecCountsTheWorkAtTheBaseBatch: the policy's M0 is the job's base
+// batch, not the batch it starts at, and its target the work in M0 steps.
+func TestSpecCountsTheWorkAtTheBaseBatch(t *testing.T) {
+	o := api.Optimize{Policy: "adaptive", MinBatch: 32, MaxBatch: 128, TargetSamples: 32 * 1000}
+	for _, c := range []struct {
+		base, start int
+		m0          float64
+	}{{0, 32, 32}, {0, 128, 128}, {32, 128, 32}} {
+		o.BaseBatch = c.base
+		spec, _, err := Spec(o, plugins.Config{Workers: 1, GlobalBatch: c.start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.M0 != c.m0 || spec.Target != 32*1000/c.m0 {
+			t.Errorf("base %d, start %d: M0 %g, target %g; want M0 %g, target %g", c.base, c.start, spec.M0, spec.Target, c.m0, 32*1000/c.m0)
+		}
+	}
+}

@@ -11,11 +11,15 @@ import (
 // workerEnv is the environment the workers of a job get on top of the
 // launcher's: the user's, the python client this binary carries first on
 // PYTHONPATH, unbuffered python output (so that lines, and progress, arrive
-// as they are written) and the job's target.
+// as they are written) and the job's target with the batch it is counted
+// at.
 func workerEnv(env []string, pyPath string, o api.Optimize) []string {
 	env = withDefault(withPythonPath(env, pyPath), "PYTHONUNBUFFERED", "1")
 	if o.TargetSamples > 0 {
 		env = append(env[:len(env):len(env)], fmt.Sprintf("SCAV_TARGET_SAMPLES=%d", o.TargetSamples))
+		if o.BaseBatch > 0 {
+			env = append(env, fmt.Sprintf("SCAV_BASE_BATCH=%d", o.BaseBatch))
+		}
 	}
 	return env
 }

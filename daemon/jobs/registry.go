@@ -215,7 +215,7 @@ func (g *Registry) newJob(req api.RunRequest) api.Job {
 	return api.Job{
 		ID: id, Name: name, Command: req.Command, Dir: req.Dir, Config: cfg, Mode: mode, MaxRestarts: restarts,
 		CheckpointDir: ckpt, Grace: grace, CheckpointSignal: req.CheckpointSignal, StepRegex: req.StepRegex,
-		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize, Allocation: req.Allocation, Faults: req.Faults,
+		Node: g.o.Node, Launcher: g.o.Launcher.Name(), Optimize: req.Optimize.Fixed(cfg.GlobalBatch), Allocation: req.Allocation, Faults: req.Faults,
 		State: api.StateStarting, Created: time.Now().UTC(),
 	}
 }

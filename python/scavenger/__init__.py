@@ -32,7 +32,7 @@ __all__ = [
     "init", "step", "close", "stats", "enabled",
     "world_size", "rank", "local_rank", "global_batch_size", "local_batch_size",
     "lr_scale", "checkpoint_dir", "restore_path", "start_step",
-    "should_checkpoint", "checkpoint_request", "acknowledge", "target_samples",
+    "should_checkpoint", "checkpoint_request", "acknowledge", "target_samples", "base_batch",
     "run", "jobs", "job", "stop", "wait", "DaemonError",
 ]
 
@@ -198,8 +198,19 @@ def start_step() -> int:
 
 
 def target_samples() -> Optional[int]:
-    """The job's work in samples (SCAV_TARGET_SAMPLES), when the user gave a target."""
+    """The job's work in samples (SCAV_TARGET_SAMPLES), when the user gave a target.
+
+    The samples are counted at the statistical efficiency of base_batch():
+    a step of a larger global batch does less work than its samples, by the
+    gradient noise scale (scavenger.scaling.work()), as Scavenger counts
+    the job's progress when it plans.
+    """
     return _env.env_int("SCAV_TARGET_SAMPLES", None)
+
+
+def base_batch() -> Optional[int]:
+    """The global batch the job's work is counted at (SCAV_BASE_BATCH), when the user gave a target."""
+    return _env.env_int("SCAV_BASE_BATCH", None)
 
 
 def should_checkpoint() -> bool:

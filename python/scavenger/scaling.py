@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 from . import _env
 
-__all__ = ["RULES", "gain", "grad_stats", "scale_factor", "lr_factor", "apply_lr_factor",
+__all__ = ["RULES", "gain", "work", "grad_stats", "scale_factor", "lr_factor", "apply_lr_factor",
            "GradientStats"]
 
 RULES = ("linear", "sqrt", "adascale", "none", "env")
@@ -44,6 +44,25 @@ def gain(scale: float, sqr: float, var: float) -> float:
     _check_scale(scale)
     sqr, var = max(sqr, 0.0), max(var, _MIN_VAR)
     return (var + sqr) / (var / scale + sqr)
+
+
+def work(batch: int, base: int, sqr: Optional[float], var: Optional[float],
+         stats_base: Optional[int] = None) -> float:
+    """The work one step of global batch batch does, in samples at batch base.
+
+    That is base * gain(batch / base): a step's scale-invariant progress
+    (research/paper.md section 10) in samples of the base batch, how
+    Scavenger counts a job's progress against SCAV_TARGET_SAMPLES (with
+    SCAV_BASE_BATCH as base). sqr and var are the gradient statistics, var
+    the variance at batch stats_base (default: base). Without statistics
+    (None) every sample counts, as Scavenger counts them: batch.
+    """
+    if batch <= 0 or base <= 0:
+        raise ValueError(f"batch and base must be positive, got {batch} and {base}")
+    if sqr is None or var is None:
+        return float(batch)
+    v = var * (stats_base or base) / base  # the variance of a base-batch gradient
+    return base * gain(batch / base, sqr, v)
 
 
 def grad_stats(local_sqr: float, avg_sqr: float, count: int, scale: float) -> Tuple[float, float]:
@@ -167,6 +186,10 @@ class GradientStats:
     def gain(self, scale: float) -> float:
         """AdaScale's gain at scale from the smoothed statistics (1 before any update)."""
         return scale_factor("adascale", scale, self.sqr, self.var)
+
+    def work(self, batch: int, base: int, stats_base: int) -> float:
+        """work() of one step of batch at base, from these statistics gathered at scale = B / stats_base."""
+        return work(batch, base, self.sqr, self.var, stats_base)
 
     def state_dict(self) -> dict:
         """The running averages, as plain floats."""

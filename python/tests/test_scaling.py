@@ -47,6 +47,22 @@ class RulesTest(unittest.TestCase):
                 self.assertLessEqual(min(1.0, scale), g)
                 self.assertLessEqual(g, max(1.0, scale))
 
+    def test_work_in_base_batch_samples(self):
+        # (batch, base, sqr, var, stats_base, work)
+        table = [
+            (128, 32, None, None, None, 128.0),     # no statistics: every sample counts
+            (32, 32, 1.0, 1.0, None, 32.0),         # the base batch: its samples
+            (128, 32, 1.0, 1.0, None, 32 * 1.6),    # gain(4) with var = sqr
+            (128, 32, 1.0, 0.5, 64, 32 * 1.6),      # the same variance, gathered at 64
+            (128, 32, 0.0, 3.0, None, 128.0),       # pure noise: every sample counts
+            (16, 32, 1.0, 1.0, None, 32 * 2 / 3),   # a smaller batch does more a sample
+        ]
+        for batch, base, sqr, var, stats_base, want in table:
+            with self.subTest(batch=batch, base=base, sqr=sqr, var=var, stats_base=stats_base):
+                self.assertAlmostEqual(scaling.work(batch, base, sqr, var, stats_base), want, places=5)
+        with self.assertRaises(ValueError):
+            scaling.work(0, 32, None, None)
+
     def test_negative_sqr_is_floored(self):
         self.assertAlmostEqual(scaling.gain(4.0, -1.0, 2.0), 4.0)
 

@@ -45,7 +45,9 @@ func unit(obj string, v float64) string {
 // time, bill and the cost check of its last decision that predicted one.
 func (b *bench) loopJob(ctx context.Context, name string, target int, args ...string) (outcome, error) {
 	work := strconv.Itoa(target * 32)
-	all := append([]string{"--spot", "--target-samples", work, "--grace", "30s"}, args...)
+	// Every run counts its work at the smallest batch: a fixed run at a
+	// larger one does the same work as the live loop, not fewer samples'.
+	all := append([]string{"--spot", "--target-samples", work, "--base-batch", strconv.Itoa(b.batches[0]), "--grace", "30s"}, args...)
 	all = append(all, "--", b.python, "examples/resumable_cnn.py")
 	id, err := b.runJob(ctx, all...)
 	if err != nil {
