@@ -110,3 +110,24 @@ func TestInterval(t *testing.T) {
 		t.Errorf("multi-node, unmeasured: [%g, %g, %g], want the lower bound at most perfect scaling %g", lo, pt, hi, want)
 	}
 }
+
+// TestIntervalOfAFitCutToABound is a live job's loc.half fit (two
+// configurations, bench-cloud): the multi-node point's small compute made
+// the fitted compute fall with the local batch, so at 1 × 128 the point
+// was at the lower bound (1 × 32's step), and the interval had no width:
+// the policy moved there as if it had been measured. It ran 3.6 times
+// slower. The interval must leave room above the point: twice it, within
+// the upper bound the 1 × 32 measurement gives (no more time per sample).
+func TestIntervalOfAFitCutToABound(t *testing.T) {
+	f, err := Fit([]Point{{1, 1, 32, 0.0353, 0.0102}, {2, 2, 64, 0.0673, 0.0448}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, pt, hi := f.Interval(1, 1, 128)
+	if lo > 0.0353*1.0001 || hi < 2*pt*0.9999 || hi > 4*0.0353*1.0001 || !(lo <= pt && pt <= hi) {
+		t.Errorf("interval at 1 × 128 [%g, %g, %g], want from 1 × 32's step (0.0353) to twice the point, within four times the step", lo, pt, hi)
+	}
+	if _, pt, hi := f.Interval(1, 1, 512); hi > 16*0.0353*1.0001 || hi < 2*pt*0.9999 {
+		t.Errorf("interval at 1 × 512 up to %g (point %g)", hi, pt)
+	}
+}

@@ -157,7 +157,11 @@ func (f *Fitted) Interval(nodes, replicas int, local float64) (lo, pt, hi float6
 // error to scale by) it is pt times exp(±Z90·CV), cut to the Bounds.
 // Elsewhere nothing validates the model, so the interval runs from the
 // physical lower bound (perfect scaling of the measured compute) to as far
-// above the point in log terms. For several replicas in a placement regime
+// above the point in log terms, and at least twice the point (within the
+// bounds): a point near the lower bound (a fit that extrapolates a compute
+// time flat in the local batch, or one that falls with it, cut to the
+// bound) would otherwise leave no room above it, as if measured. For
+// several replicas in a placement regime
 // never measured (several on one node, or several nodes) the scaling
 // efficiency e = T_perfect/T is unknown between no scaling (1/K: the
 // workers taking turns) and perfect scaling (1): taking it uniform there,
@@ -182,7 +186,7 @@ func (f *Fitted) Around(nodes, replicas int, local, pt float64) (lo, mid, hi flo
 	if !(lo > 0) {
 		lo = pt / 2 // nothing bounds it: at least a factor of two
 	}
-	hi = pt * pt / lo
+	hi = math.Max(pt*pt/lo, 2*pt)
 	measured := replicas == 1 || (nodes == 1 && f.Range.SingleNodeMulti) || (nodes > 1 && f.Range.MultiNode)
 	if !measured {
 		k := float64(replicas)

@@ -430,3 +430,27 @@ func TestAdaptiveBacksOffReversals(t *testing.T) {
 		t.Errorf("%d moves back to a configuration a move left (of %d moves): the dwell did not back off", back, moves)
 	}
 }
+
+// TestAdaptiveLeavesAProbeAtOnce: a move must dwell before the next one, a
+// probe need not: after a move and then a probe, the job leaves the probed
+// configuration at the next report when something beats it by the margin.
+func TestAdaptiveLeavesAProbeAtOnce(t *testing.T) {
+	spec := synthSpec(objective.Time, 1e6)
+	pol, err := New("adaptive", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pol.(*adaptive)
+	here, there := spec.Candidates[0], spec.Candidates[1]
+	preds := []predict.Prediction{{Candidate: here, StepTime: 1, TotalS: 1000}, {Candidate: there, StepTime: 0.1, TotalS: 100}}
+	o := Observation{Config: here, ElapsedS: 10}
+	d := Decision{Config: there, Chosen: 1, Predictions: preds}
+	p.moved, p.arrived = true, 9 // a move 1 s ago
+	if got := p.move(o, d); got.Config == there {
+		t.Fatalf("1 s after a move: %s (%s), want a stay (the dwell)", got.Config, got.Reason)
+	}
+	p.probing(Decision{Config: here})
+	if got := p.move(o, d); got.Config != there {
+		t.Errorf("1 s after a probe: %s (%s), want the move to %s", got.Config, got.Reason, there)
+	}
+}

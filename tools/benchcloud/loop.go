@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -69,6 +70,50 @@ func (b *bench) loopJob(ctx context.Context, name string, target int, args ...st
 	return r, nil
 }
 
+// rank runs every fixed candidate on a short job (b.target).
+func (b *bench) rank(ctx context.Context) ([]outcome, error) {
+	var fixed []outcome
+	for _, typ := range b.types {
+		for _, k := range b.workers {
+			for _, bs := range b.batches {
+				r, err := b.loopJob(ctx, fixedName(typ, k, bs), b.target, fixedArgs(typ, k, bs)...)
+				if err != nil {
+					return nil, err
+				}
+				fixed = append(fixed, r)
+			}
+		}
+	}
+	return fixed, nil
+}
+
+// fixedName and fixedArgs name a fixed candidate and give its flags.
+func fixedName(typ string, k, bs int) string { return fmt.Sprintf("%d × %s, batch %d", k, typ, bs) }
+
+func fixedArgs(typ string, k, bs int) []string {
+	return []string{"--types", typ, "--workers", strconv.Itoa(k), "--batch-size", strconv.Itoa(bs)}
+}
+
+// parseRanked reads --ranked: TYPE:K:B:SECONDS:USD rows, comma-separated.
+func parseRanked(s string) ([]outcome, error) {
+	var out []outcome
+	for _, row := range strings.Split(s, ",") {
+		f := strings.Split(row, ":")
+		if len(f) != 5 {
+			return nil, fmt.Errorf("--ranked %q: want TYPE:K:B:SECONDS:USD", row)
+		}
+		k, err1 := strconv.Atoi(f[1])
+		bs, err2 := strconv.Atoi(f[2])
+		sec, err3 := strconv.ParseFloat(f[3], 64)
+		usd, err4 := strconv.ParseFloat(f[4], 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil || k < 1 || bs < 1 || !(sec > 0) || !(usd > 0) {
+			return nil, fmt.Errorf("--ranked %q: want TYPE:K:B:SECONDS:USD with positive numbers", row)
+		}
+		out = append(out, outcome{name: fixedName(f[0], k, bs), args: fixedArgs(f[0], k, bs), timeS: sec, usd: usd})
+	}
+	return out, nil
+}
+
 // liveArgs are the live loop's flags for objective obj.
 func (b *bench) liveArgs(obj string) []string {
 	return []string{"--types", strings.Join(b.types, ","), "--workers", "1:2", "--batch-size", "32:128", "--policy", "adaptive", "--objective", obj}
@@ -80,20 +125,15 @@ func (b *bench) liveArgs(obj string) []string {
 // 3 minutes — running the two alternately, b.repeats times each, and
 // reporting the medians.
 func (b *bench) loop(ctx context.Context) error {
-	var fixed []outcome
-	for _, typ := range b.types {
-		for _, k := range b.workers {
-			for _, bs := range b.batches {
-				name := fmt.Sprintf("%d × %s, batch %d", k, typ, bs)
-				r, err := b.loopJob(ctx, name, b.target, "--types", typ, "--workers", strconv.Itoa(k), "--batch-size", strconv.Itoa(bs))
-				if err != nil {
-					return err
-				}
-				fixed = append(fixed, r)
-			}
+	fixed, from := b.ranked, ", taken from an earlier run (--ranked)"
+	if fixed == nil {
+		var err error
+		if fixed, err = b.rank(ctx); err != nil {
+			return err
 		}
+		from = ""
 	}
-	fmt.Printf("## Every fixed candidate on a short job (%d steps' work at batch 32, spot): the ranking\n\n", b.target)
+	fmt.Printf("## Every fixed candidate on a short job (%d steps' work at batch 32, spot): the ranking%s\n\n", b.target, from)
 	fmt.Println("| configuration | time to finish s | billed $ |\n|---|---|---|")
 	for _, r := range fixed {
 		fmt.Printf("| %s | %.1f | %.5f |\n", r.name, r.timeS, r.usd)

@@ -53,6 +53,9 @@ type bench struct {
 	objectives              []string
 	longS                   float64
 	repeats                 int
+	// ranked, when given, replaces the ranking with an earlier run's
+	// (its table's rows, --ranked): the comparison alone runs.
+	ranked []outcome
 }
 
 func run(ctx context.Context) error {
@@ -70,7 +73,14 @@ func run(ctx context.Context) error {
 	flag.IntVar(&b.repeats, "repeats", 3, "runs of the best fixed and of the live loop, interleaved, for each objective")
 	flag.BoolVar(&b.onlyLoop, "only-loop", false, "run the live loop's part alone (no instance, notice or provider tables)")
 	objectives := flag.String("objectives", "time,cost", "the objectives the live loop is compared on")
+	ranked := flag.String("ranked", "", "skip the ranking and take an earlier run's: its rows as TYPE:K:B:SECONDS:USD, comma-separated (the fixed runs do not depend on the policy)")
 	flag.Parse()
+	if *ranked != "" {
+		var err error
+		if b.ranked, err = parseRanked(*ranked); err != nil {
+			return err
+		}
+	}
 	b.objectives = strings.Split(*objectives, ",")
 	for _, o := range b.objectives {
 		if o != "time" && o != "cost" {
