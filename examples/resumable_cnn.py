@@ -116,27 +116,33 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def stop_now(args: argparse.Namespace, rank: int, step: int, done: float) -> bool:
+def stop_now(work: "Work", rank: int, step: int) -> bool:
     """Whether to stop before the next step: rank 0 counts the work done, or Scavenger
     asks for a checkpoint. Agreed by every rank (one tiny all-reduce a step), so that a
     rank that heard the request late still stops at the same step as the others. Only
     rank 0's count decides, as only its checkpoint keeps it: each rank's statistics
     see its own gradient, and so count the work a little differently."""
-    return any_rank(rank == 0 and not more_work(args, step, done) or scavenger.should_checkpoint())  # scavenger
+    return any_rank(rank == 0 and not work.left(step) or scavenger.should_checkpoint())  # scavenger
 
 
-def more_work(args: argparse.Namespace, step: int, done: float) -> bool:
-    """Whether the job has work left: --steps, else Scavenger's target (done is the work done), else 100 steps."""
-    if args.steps is not None:
-        return step < args.steps
-    target = scavenger.target_samples()  # scavenger
-    return done < target if target else step < 100
+class Work:
+    """The job's work and how much of it is done: --steps, else Scavenger's target in
+    samples at its base batch (read once), else 100 steps."""
 
+    def __init__(self, args: argparse.Namespace, stats: scaling.GradientStats, done: float) -> None:
+        self.steps, self.stats, self.stats_base, self.done = args.steps, stats, args.base_batch, done
+        self.target = scavenger.target_samples()  # scavenger
+        self.base = scavenger.base_batch()  # scavenger
 
-def step_work(args: argparse.Namespace, stats: scaling.GradientStats, batch: int) -> float:
-    """The work of one step of global batch batch: in samples at Scavenger's base batch, or its samples."""
-    base = scavenger.base_batch()  # scavenger
-    return stats.work(batch, base, args.base_batch) if base else float(batch)  # scavenger
+    def left(self, step: int) -> bool:
+        """Whether work is left after step steps."""
+        if self.steps is not None:
+            return step < self.steps
+        return self.done < self.target if self.target else step < 100
+
+    def add(self, batch: int) -> None:
+        """Count one step of global batch batch: in samples at the base batch, or its samples."""
+        self.done += self.stats.work(batch, self.base, self.stats_base) if self.base else float(batch)  # scavenger
 
 
 def main() -> None:
@@ -149,6 +155,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     stats = scaling.GradientStats()
     step, seen, done = resume(model, optimizer, sampler, stats, rank, world)
+    work = Work(args, stats, done)
     factor = scaling.lr_factor(args.lr_rule, sampler.global_batch, args.base_batch,
                                sqr=stats.sqr, var=stats.var)  # scavenger
     scaling.apply_lr_factor(optimizer, factor)  # scavenger
@@ -159,7 +166,7 @@ def main() -> None:
     log = IndexLog(args.log_indices, rank)
     losses = []
     batches = endless(DataLoader(dataset, batch_sampler=sampler))
-    while not stop_now(args, rank, step, done):
+    while not stop_now(work, rank, step):
         x, y, indices = next(batches)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
@@ -169,25 +176,25 @@ def main() -> None:
         log.write(step + 1, sampler.epoch, indices)
         sampler.advance()  # scavenger
         step, seen = step + 1, seen + sampler.global_batch
-        done += step_work(args, stats, sampler.global_batch)
+        work.add(sampler.global_batch)
         losses.append(loss.detach())
         if args.checkpoint_every and step % args.checkpoint_every == 0 and scavenger.checkpoint_dir():
             checkpoint(scavenger.checkpoint_dir(), model=model, optimizer=optimizer, step=step,
-                       samples_seen=seen, sampler=sampler, extra={"grad_stats": stats.state_dict(), "work": done})
+                       samples_seen=seen, sampler=sampler, extra={"grad_stats": stats.state_dict(), "work": work.done})
     log.close()
     summary["eval_loss_end"] = evaluate(model, probe)
     saved = None
     if scavenger.checkpoint_dir():  # scavenger
         saved = checkpoint(scavenger.checkpoint_dir(), model=model, optimizer=optimizer,
                            step=step, samples_seen=seen, sampler=sampler,
-                           extra={"grad_stats": stats.state_dict(), "work": done})  # scavenger
+                           extra={"grad_stats": stats.state_dict(), "work": work.done})  # scavenger
         scavenger.acknowledge(saved)  # scavenger: a no-op unless Scavenger asked
     summary["first_loss"], summary["last_loss"] = mean_over_ranks(losses, world)
     say(rank, {"event": "summary", **summary, "step": step, "world": world,
                "local_batch": local_batch, "global_batch": sampler.global_batch,
                "lr": optimizer.param_groups[0]["lr"], "lr_factor": factor,
                "epoch": sampler.epoch, "position": sampler.position, "samples_seen": seen,
-               "work": done, "checkpoint": saved})
+               "work": work.done, "checkpoint": saved})
     finish()  # scavenger: leave the group and exit without torch's teardown
 
 

@@ -111,14 +111,14 @@ func TestInterval(t *testing.T) {
 	}
 }
 
-// TestIntervalOfAFitCutToABound is a live job's loc.half fit (two
+// TestIntervalOfAFitAtItsLowerBound is a live job's loc.half fit (two
 // configurations, bench-cloud): the multi-node point's small compute made
 // the fitted compute fall with the local batch, so at 1 × 128 the point
 // was at the lower bound (1 × 32's step), and the interval had no width:
 // the policy moved there as if it had been measured. It ran 3.6 times
 // slower. The interval must leave room above the point: twice it, within
 // the upper bound the 1 × 32 measurement gives (no more time per sample).
-func TestIntervalOfAFitCutToABound(t *testing.T) {
+func TestIntervalOfAFitAtItsLowerBound(t *testing.T) {
 	f, err := Fit([]Point{{1, 1, 32, 0.0353, 0.0102}, {2, 2, 64, 0.0673, 0.0448}})
 	if err != nil {
 		t.Fatal(err)

@@ -125,13 +125,14 @@ func (b *bench) liveArgs(obj string) []string {
 // 3 minutes — running the two alternately, b.repeats times each, and
 // reporting the medians.
 func (b *bench) loop(ctx context.Context) error {
-	fixed, from := b.ranked, ", taken from an earlier run (--ranked)"
-	if fixed == nil {
+	fixed, from := b.ranked, ""
+	if fixed != nil {
+		from = ", taken from an earlier run (--ranked)"
+	} else {
 		var err error
 		if fixed, err = b.rank(ctx); err != nil {
 			return err
 		}
-		from = ""
 	}
 	fmt.Printf("## Every fixed candidate on a short job (%d steps' work at batch 32, spot): the ranking%s\n\n", b.target, from)
 	fmt.Println("| configuration | time to finish s | billed $ |\n|---|---|---|")

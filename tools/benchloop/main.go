@@ -150,7 +150,7 @@ var jobRe = regexp.MustCompile(`scavctl: job ([A-Za-z0-9_-]+):`)
 // job runs one job with the given flags and reads its report.
 func (f flags) job(state string, extra []string) (result, error) {
 	work := strconv.Itoa(f.target * f.batches[0]) // the same samples for every run
-	// counted at the smallest batch, so that every run does the same work
+	// counted at the first batch, so that every run does the same work
 	args := append([]string{"--state-dir", state, "run", "--target-samples", work, "--base-batch", strconv.Itoa(f.batches[0])}, extra...)
 	args = append(args, "--", f.python, "examples/resumable_cnn.py")
 	var errOut bytes.Buffer
