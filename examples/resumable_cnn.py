@@ -62,13 +62,12 @@ class SyntheticImages(Dataset):
 class GradientReporter:
     """Takes the tracker's step records: feeds AdaScale's statistics, forwards to Scavenger."""
 
-    def __init__(self, stats: scaling.GradientStats, world: int, scale: float) -> None:
-        self.stats, self.world, self.scale = stats, world, scale
+    def __init__(self, stats: scaling.GradientStats, world: int, local_batch: int, base: int) -> None:
+        self.stats, self.world, self.local_batch, self.base = stats, world, local_batch, base
 
     def step(self, **fields) -> None:
-        """One optimizer step's record (local_sqr, avg_sqr, loss, ...)."""
-        if "local_sqr" in fields:
-            self.stats.update(fields["local_sqr"], fields["avg_sqr"], self.world, self.scale)
+        """One optimizer step's record (local_sqr, avg_sqr, count, loss, ...)."""
+        self.stats.observe(fields, self.world, self.local_batch, self.base)
         if scavenger.enabled():
             scavenger.step(**fields)
 
@@ -159,7 +158,7 @@ def main() -> None:
     factor = scaling.lr_factor(args.lr_rule, sampler.global_batch, args.base_batch,
                                sqr=stats.sqr, var=stats.var)  # scavenger
     scaling.apply_lr_factor(optimizer, factor)  # scavenger
-    reporter = GradientReporter(stats, world, sampler.global_batch / args.base_batch)
+    reporter = GradientReporter(stats, world, local_batch, args.base_batch)
     tracker = scavenger.torch.instrument(model, optimizer, client=reporter)  # scavenger
     probe = held_out(args.dataset_size, args.seed)
     summary = {"start_step": step, "eval_loss_start": evaluate(model, probe)}
@@ -194,7 +193,8 @@ def main() -> None:
                "local_batch": local_batch, "global_batch": sampler.global_batch,
                "lr": optimizer.param_groups[0]["lr"], "lr_factor": factor,
                "epoch": sampler.epoch, "position": sampler.position, "samples_seen": seen,
-               "work": work.done, "checkpoint": saved})
+               "work": work.done, "grad_sqr": stats.sqr, "grad_var": stats.var,
+               "grad_var_batch": args.base_batch, "checkpoint": saved})
     finish()  # scavenger: leave the group and exit without torch's teardown
 
 

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,7 +24,9 @@ import (
 	"github.com/scavenger-ml/scavenger/api"
 	"github.com/scavenger-ml/scavenger/internal/testdir"
 	"github.com/scavenger-ml/scavenger/internal/testproc"
+	"github.com/scavenger-ml/scavenger/optimizer/gns"
 	"github.com/scavenger-ml/scavenger/report"
+	"github.com/scavenger-ml/scavenger/stepstats"
 	"github.com/scavenger-ml/scavenger/telemetry"
 )
 
@@ -619,6 +623,59 @@ func TestClosedLoopMovesWithoutLosingOrRepeatingSteps(t *testing.T) {
 		}
 	}
 	t.Logf("%d attempts, last step %d; report:\n%s", len(rep.Timeline), last, rout)
+}
+
+// A worker alone has no second gradient: its tracker sends the difference
+// estimator's norms (count 2). The example keeps its gradient statistics
+// and counts its work from them as scavd does: both are the daemon's,
+// replayed over the same records.
+func TestALoneWorkerCountsItsWorkAsScavengerDoes(t *testing.T) {
+	needTorch(t)
+	const base, batch, target = 32, 128, 32 * 400
+	state := stateDir(t)
+	out, errOut, code := scavctl(t, state, "run", "--workers", "1", "--batch-size", strconv.Itoa(batch),
+		"--base-batch", strconv.Itoa(base), "--target-samples", strconv.Itoa(target), "--", pythonBin, "examples/resumable_cnn.py")
+	if code != 0 {
+		t.Fatalf("scavctl run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	id := jobID(t, errOut)
+	recs := steps(t, state, id)
+	slices.SortFunc(recs, func(a, b telemetry.StepRecord) int { return cmp.Compare(a.Step, b.Step) })
+	var est gns.Estimator
+	var replayed float64
+	var samples int
+	for _, r := range recs {
+		if s, ok := stepstats.Sample(r, base); ok {
+			var err error
+			if est, err = est.Update(s); err != nil {
+				t.Fatalf("step %d: %v", r.Step, err)
+			}
+		}
+		gain := float64(batch) / base
+		if est.Steps() > 0 {
+			gain = est.Gain(gain)
+		}
+		replayed += base * gain
+		samples += r.GlobalBatch
+	}
+	sums := events(logLines(t, state, id), "summary")
+	if sums[1] == nil {
+		t.Fatal("the job printed no summary")
+	}
+	work, _ := sums[1]["work"].(float64)
+	sqr, okSqr := sums[1]["grad_sqr"].(float64)
+	vari, okVar := sums[1]["grad_var"].(float64)
+	varBatch, _ := sums[1]["grad_var_batch"].(float64)
+	vari *= varBatch / base // the variance of a gradient over the base batch
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.02*math.Abs(b) }
+	if !okSqr || !okVar || est.Steps() == 0 || !near(sqr, est.Sqr()) || !near(vari, est.Var()) {
+		t.Errorf("the worker's gradient statistics |G|² %v, variance at the base batch %g; scavd's over the same %d records: %g, %g: want them within 2 %%",
+			sums[1]["grad_sqr"], vari, len(recs), est.Sqr(), est.Var())
+	}
+	if work < target || !near(work, replayed) || work > float64(samples) {
+		t.Errorf("the worker counted %.0f of work in %d samples (%d steps); replayed as scavd counts it: %.0f; want at least the target %d, within 2 %% of the replay and no more than the samples",
+			work, samples, len(recs), replayed, target)
+	}
 }
 
 func TestKilledWhileCheckpointingGoesOnFromTheLastCompleteCheckpoint(t *testing.T) {

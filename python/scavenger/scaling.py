@@ -151,27 +151,49 @@ class GradientStats:
     Feed update() each step's norms (see grad_stats()); read sqr, var, or
     gain(scale). Exponential averages with decay 0.999 ** scale per step (per B0
     worth of samples) and Adam-style bias correction; before the first update
-    sqr and var are None and the gain is 1. state_dict() is plain floats for a
+    sqr and var are None and the gain is 1. state_dict() is plain numbers for a
     checkpoint's extra state.
     """
 
     def __init__(self, decay: float = 0.999) -> None:
         self.decay = decay
         self._sqr = self._var = self._weight = 0.0
+        self._biased = False
 
-    def update(self, local_sqr: float, avg_sqr: float, count: int, scale: float) -> None:
+    def update(self, local_sqr: float, avg_sqr: float, count: int, scale: float,
+               biased: bool = False) -> None:
         """Add one step's norms measured over count gradients at scale = B / B0.
 
         With count < 2 (one worker, no accumulation) the step carries no
-        estimate and is skipped.
+        estimate and is skipped. biased marks the difference estimator's
+        norms (two consecutive steps of one worker): replicas' norms after
+        them start the averages afresh, as AdaptDL and Scavenger do.
         """
         if count < 2 or not all(map(math.isfinite, (local_sqr, avg_sqr))):
             return
         sqr, var = grad_stats(local_sqr, avg_sqr, count, scale)
+        if self._biased and not biased:
+            self._sqr = self._var = self._weight = 0.0
+        self._biased = bool(biased)
         theta = self.decay ** scale
         self._sqr = theta * self._sqr + (1 - theta) * sqr
         self._var = theta * self._var + (1 - theta) * var
         self._weight = theta * self._weight + (1 - theta)
+
+    def observe(self, record: Mapping[str, Any], world: int, local_batch: int, base: int) -> None:
+        """Add one step record of scavenger.torch's tracker, as Scavenger reads it.
+
+        Its norms were taken over record["count"] gradients when it names a
+        count (a world of one sends 2: the difference estimator over two
+        consecutive steps), else over world, one a worker; each gradient over
+        local_batch samples, so scale = count * local_batch / base. A record
+        without both norms is skipped.
+        """
+        if "local_sqr" not in record or "avg_sqr" not in record:
+            return
+        count = int(record.get("count") or world)
+        self.update(record["local_sqr"], record["avg_sqr"], count, count * local_batch / base,
+                    biased=bool(record.get("biased")))
 
     @property
     def sqr(self) -> Optional[float]:
@@ -192,13 +214,15 @@ class GradientStats:
         return work(batch, base, self.sqr, self.var, stats_base)
 
     def state_dict(self) -> dict:
-        """The running averages, as plain floats."""
-        return {"decay": self.decay, "sqr": self._sqr, "var": self._var, "weight": self._weight}
+        """The running averages, as plain numbers."""
+        return {"decay": self.decay, "sqr": self._sqr, "var": self._var, "weight": self._weight,
+                "biased": self._biased}
 
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore what state_dict() returned."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what state_dict() returned (one without "biased" too)."""
         self.decay = float(state["decay"])
         self._sqr, self._var, self._weight = (float(state[k]) for k in ("sqr", "var", "weight"))
+        self._biased = bool(state.get("biased", False))
 
 
 def _check_scale(scale: float) -> None:

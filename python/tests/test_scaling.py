@@ -128,6 +128,26 @@ class StatsTest(unittest.TestCase):
         copy.load_state_dict(stats.state_dict())
         self.assertEqual((copy.sqr, copy.var), (stats.sqr, stats.var))
 
+    def test_observe_reads_records_as_scavenger_does(self):
+        # One worker's tracker sends the difference estimator's norms with count 2:
+        # two gradients of local batch 32 each, at base 16, so scale 4.
+        stats = scaling.GradientStats()
+        local, avg = self.expected_norms(1.0, 8.0, 2, 4.0)
+        stats.observe({"loss": 0.5}, world=1, local_batch=32, base=16)  # no norms: nothing
+        self.assertIsNone(stats.sqr)
+        stats.observe({"local_sqr": local, "avg_sqr": avg, "count": 2, "biased": True},
+                      world=1, local_batch=32, base=16)
+        self.assertAlmostEqual(stats.sqr, 1.0)
+        self.assertAlmostEqual(stats.var, 8.0)
+        # Two replicas' norms (no count: one gradient a worker) start afresh after the
+        # difference estimator's, and a checkpoint keeps which kind came last.
+        copy = scaling.GradientStats()
+        copy.load_state_dict(stats.state_dict())
+        local, avg = self.expected_norms(3.0, 2.0, 2, 2.0)
+        copy.observe({"local_sqr": local, "avg_sqr": avg}, world=2, local_batch=16, base=16)
+        self.assertAlmostEqual(copy.sqr, 3.0)
+        self.assertAlmostEqual(copy.var, 2.0)
+
 
 class ApplyTest(unittest.TestCase):
     """apply_lr_factor() on param groups."""
