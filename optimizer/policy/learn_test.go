@@ -98,6 +98,49 @@ func TestStoredPointsScaled(t *testing.T) {
 	}
 }
 
+// TestStoredMeasurementsPredictTheirConfigurations: a configuration an
+// earlier run measured predicts that measurement (the mean of the runs'),
+// not the fit through every point, and this job's own measurement of it
+// replaces the stored one.
+func TestStoredMeasurementsPredictTheirConfigurations(t *testing.T) {
+	spec := synthSpec(objective.Cost, 1e6)
+	spec.Prior = truthPrior(spec)
+	pts := spec.Prior.Points["fast"]
+	i := len(pts) / 2
+	odd := pts[i]
+	odd.StepS *= 0.8 // a configuration faster than the fit through the others says
+	pts[i] = odd
+	twice := odd
+	twice.StepS *= 1.21 // a second run measured it 21 % slower: the geometric mean is 1.1 times the first
+	spec.Prior.Points["fast"] = append(pts, twice)
+	p, err := New("adaptive", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.(*adaptive).t
+	ms, err := tr.fit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ms.models["fast"].(predict.Ranged)
+	lo, pt, hi := r.Interval(odd.Nodes, odd.Replicas, odd.LocalBatch)
+	if want := odd.StepS * 1.1; math.Abs(pt/want-1) > 1e-9 || lo != pt || hi != pt {
+		t.Errorf("stored measurement %.4g s and %.4g s: predicted [%.4g, %.4g, %.4g], want their geometric mean %.4g s, measured (no width)",
+			odd.StepS, twice.StepS, lo, pt, hi, want)
+	}
+	c := predict.Candidate{Type: "fast", Nodes: odd.Nodes, Workers: odd.Replicas, Batch: int(math.Round(odd.LocalBatch)) * odd.Replicas}
+	own := 0.9 * odd.StepS
+	if err := tr.observe(Observation{ElapsedS: 30, Config: c, Steps: 30, StepTime: own, Progress: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err = tr.fit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ms.models["fast"].StepTime(odd.Nodes, odd.Replicas, odd.LocalBatch); math.Abs(got/own-1) > 1e-9 {
+		t.Errorf("after measuring %.4g s itself, the job predicted %.4g s there: want its own measurement", own, got)
+	}
+}
+
 // TestStart: a job starts elsewhere only with a prior that has models.
 func TestStart(t *testing.T) {
 	spec := synthSpec(objective.Time, 1e6)

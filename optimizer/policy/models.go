@@ -130,7 +130,8 @@ func (p priored) Interval(nodes, replicas int, local float64) (lo, pt, hi float6
 }
 
 // measuredOver wraps a model so that measured configurations predict their
-// measured step time (an interval of zero width).
+// measured step time (an interval of zero width): this job's measurements,
+// and where it has none, earlier runs' (stored, at this job's level).
 type measuredOver struct {
 	base predict.StepTimer
 	at   map[[2]int]map[float64]float64
@@ -156,17 +157,41 @@ func (m measuredOver) Interval(nodes, replicas int, local float64) (lo, pt, hi f
 	return v, v, v
 }
 
+// overlay is base under typ's measured step times (see measuredOver). A
+// configuration measured by earlier runs predicts the geometric mean of
+// their times, scaled to this job's level as the fit's stored points are: a
+// measurement of the same command on the same type is nearer the truth
+// than a model fitted through every configuration (a live cost job started
+// at batch 32 because the fit put batch 128 13 % above what a run had
+// measured there).
 func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer {
 	at := map[[2]int]map[float64]float64{}
-	for c, m := range t.meas {
-		if c.Type != typ {
-			continue
-		}
-		k := [2]int{c.Nodes, c.Workers}
+	set := func(nodes, replicas int, local, step float64) {
+		k := [2]int{nodes, replicas}
 		if at[k] == nil {
 			at[k] = map[float64]float64{}
 		}
-		at[k][c.Local()] = m.step
+		at[k][local] = step
+	}
+	type key struct {
+		nodes, replicas int
+		local           float64
+	}
+	logSum, n := map[key]float64{}, map[key]int{}
+	for _, p := range t.storedPoints(typ, t.points(typ)) {
+		if p.StepTime > 0 && !math.IsInf(p.StepTime, 0) {
+			k := key{p.Nodes, p.Replicas, p.LocalBatch}
+			logSum[k] += math.Log(p.StepTime)
+			n[k]++
+		}
+	}
+	for k, s := range logSum {
+		set(k.nodes, k.replicas, k.local, math.Exp(s/float64(n[k])))
+	}
+	for c, m := range t.meas {
+		if c.Type == typ {
+			set(c.Nodes, c.Workers, c.Local(), m.step)
+		}
 	}
 	return measuredOver{base: base, at: at}
 }
