@@ -128,8 +128,9 @@ class Work:
     """The job's work and how much of it is done: --steps, else Scavenger's target in
     samples at its base batch (read once), else 100 steps."""
 
-    def __init__(self, args: argparse.Namespace, stats: scaling.GradientStats, done: float) -> None:
-        self.steps, self.stats, self.stats_base, self.done = args.steps, stats, args.base_batch, done
+    def __init__(self, args: argparse.Namespace, stats: scaling.GradientStats, stats_base: int,
+                 done: float) -> None:
+        self.steps, self.stats, self.stats_base, self.done = args.steps, stats, stats_base, done
         self.target = scavenger.target_samples()  # scavenger
         self.base = scavenger.base_batch()  # scavenger
 
@@ -152,13 +153,16 @@ def main() -> None:
     dataset = SyntheticImages(args.dataset_size, args.seed)
     sampler = ResumableDistributedSampler(dataset, local_batch, seed=args.seed)  # scavenger
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    stats = scaling.GradientStats()
+    # The gradient statistics are kept at the batch Scavenger counts the work at, so that
+    # they smooth as its own do; the LR's rule reads their variance at --base-batch.
+    stats, stats_base = scaling.GradientStats(), scavenger.base_batch() or args.base_batch  # scavenger
     step, seen, done = resume(model, optimizer, sampler, stats, rank, world)
-    work = Work(args, stats, done)
+    work = Work(args, stats, stats_base, done)
+    var = None if stats.var is None else stats.var * stats_base / args.base_batch
     factor = scaling.lr_factor(args.lr_rule, sampler.global_batch, args.base_batch,
-                               sqr=stats.sqr, var=stats.var)  # scavenger
+                               sqr=stats.sqr, var=var)  # scavenger
     scaling.apply_lr_factor(optimizer, factor)  # scavenger
-    reporter = GradientReporter(stats, world, local_batch, args.base_batch)
+    reporter = GradientReporter(stats, world, local_batch, stats_base)
     tracker = scavenger.torch.instrument(model, optimizer, client=reporter)  # scavenger
     probe = held_out(args.dataset_size, args.seed)
     summary = {"start_step": step, "eval_loss_start": evaluate(model, probe)}
@@ -194,7 +198,7 @@ def main() -> None:
                "lr": optimizer.param_groups[0]["lr"], "lr_factor": factor,
                "epoch": sampler.epoch, "position": sampler.position, "samples_seen": seen,
                "work": work.done, "grad_sqr": stats.sqr, "grad_var": stats.var,
-               "grad_var_batch": args.base_batch, "checkpoint": saved})
+               "grad_var_batch": stats_base, "checkpoint": saved})
     finish()  # scavenger: leave the group and exit without torch's teardown
 
 

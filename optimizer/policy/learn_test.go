@@ -99,45 +99,55 @@ func TestStoredPointsScaled(t *testing.T) {
 }
 
 // TestStoredMeasurementsPredictTheirConfigurations: a configuration an
-// earlier run measured predicts that measurement (the mean of the runs'),
-// not the fit through every point, and this job's own measurement of it
-// replaces the stored one.
+// earlier run measured predicts that measurement, not the fit through every
+// point, at this job's level once it has measured another configuration of
+// the type; and its own measurement there replaces the stored one.
 func TestStoredMeasurementsPredictTheirConfigurations(t *testing.T) {
 	spec := synthSpec(objective.Cost, 1e6)
 	spec.Prior = truthPrior(spec)
 	pts := spec.Prior.Points["fast"]
-	i := len(pts) / 2
-	odd := pts[i]
-	odd.StepS *= 0.8 // a configuration faster than the fit through the others says
-	pts[i] = odd
-	twice := odd
-	twice.StepS *= 1.21 // a second run measured it 21 % slower: the geometric mean is 1.1 times the first
-	spec.Prior.Points["fast"] = append(pts, twice)
+	odd := &pts[len(pts)/2]
+	odd.StepS *= 0.8 // faster than the fit through the others says
 	p, err := New("adaptive", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := p.(*adaptive).t
-	ms, err := tr.fit()
-	if err != nil {
+	interval := func() (lo, pt, hi float64) {
+		t.Helper()
+		ms, err := tr.fit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms.models["fast"].(predict.Ranged).Interval(odd.Nodes, odd.Replicas, odd.LocalBatch)
+	}
+	if lo, pt, hi := interval(); math.Abs(pt/odd.StepS-1) > 1e-9 || lo != pt || hi != pt {
+		t.Errorf("stored measurement %.4g s: predicted [%.4g, %.4g, %.4g], want the measurement, with no width", odd.StepS, lo, pt, hi)
+	}
+	// This job measures another configuration twice as slow as the truth the stored runs measured.
+	var other predict.Candidate
+	for _, c := range spec.Candidates {
+		if c.Type == "fast" && (c.Nodes != odd.Nodes || c.Workers != odd.Replicas || c.Local() != odd.LocalBatch) {
+			other = c
+			break
+		}
+	}
+	st := 2 * truth["fast"].StepTime(other.Nodes, other.Workers, other.Local())
+	if err := tr.observe(Observation{ElapsedS: 30, Config: other, Steps: 30, StepTime: st, Progress: 30}); err != nil {
 		t.Fatal(err)
 	}
-	r := ms.models["fast"].(predict.Ranged)
-	lo, pt, hi := r.Interval(odd.Nodes, odd.Replicas, odd.LocalBatch)
-	if want := odd.StepS * 1.1; math.Abs(pt/want-1) > 1e-9 || lo != pt || hi != pt {
-		t.Errorf("stored measurement %.4g s and %.4g s: predicted [%.4g, %.4g, %.4g], want their geometric mean %.4g s, measured (no width)",
-			odd.StepS, twice.StepS, lo, pt, hi, want)
+	// Its level is its measurement over the stored runs' fit there (storedPoints).
+	level := st / tr.stored.fits["fast"].StepTime(other.Nodes, other.Workers, other.Local())
+	if _, pt, _ := interval(); math.Abs(pt/(level*odd.StepS)-1) > 1e-9 {
+		t.Errorf("at this job's level (%.3g times the stored runs'), predicted %.4g s where they measured %.4g s: want %.4g s", level, pt, odd.StepS, level*odd.StepS)
 	}
 	c := predict.Candidate{Type: "fast", Nodes: odd.Nodes, Workers: odd.Replicas, Batch: int(math.Round(odd.LocalBatch)) * odd.Replicas}
 	own := 0.9 * odd.StepS
-	if err := tr.observe(Observation{ElapsedS: 30, Config: c, Steps: 30, StepTime: own, Progress: 30}); err != nil {
+	if err := tr.observe(Observation{ElapsedS: 60, Config: c, Steps: 30, StepTime: own, Progress: 60}); err != nil {
 		t.Fatal(err)
 	}
-	if ms, err = tr.fit(); err != nil {
-		t.Fatal(err)
-	}
-	if got := ms.models["fast"].StepTime(odd.Nodes, odd.Replicas, odd.LocalBatch); math.Abs(got/own-1) > 1e-9 {
-		t.Errorf("after measuring %.4g s itself, the job predicted %.4g s there: want its own measurement", own, got)
+	if _, pt, _ := interval(); math.Abs(pt/own-1) > 1e-9 {
+		t.Errorf("after measuring %.4g s itself, the job predicted %.4g s there: want its own measurement", own, pt)
 	}
 }
 

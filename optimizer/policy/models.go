@@ -158,12 +158,12 @@ func (m measuredOver) Interval(nodes, replicas int, local float64) (lo, pt, hi f
 }
 
 // overlay is base under typ's measured step times (see measuredOver). A
-// configuration measured by earlier runs predicts the geometric mean of
-// their times, scaled to this job's level as the fit's stored points are: a
-// measurement of the same command on the same type is nearer the truth
-// than a model fitted through every configuration (a live cost job started
-// at batch 32 because the fit put batch 128 13 % above what a run had
-// measured there).
+// configuration earlier runs measured (the store keeps one point for it,
+// their mean) predicts that, scaled to this job's level as the fit's stored
+// points are: a measurement of the same command on the same type is nearer
+// the truth than a model fitted through every configuration (a live cost
+// job started at batch 32 because the fit put batch 128 13 % above what a
+// run had measured there).
 func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer {
 	at := map[[2]int]map[float64]float64{}
 	set := func(nodes, replicas int, local, step float64) {
@@ -173,20 +173,10 @@ func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer 
 		}
 		at[k][local] = step
 	}
-	type key struct {
-		nodes, replicas int
-		local           float64
-	}
-	logSum, n := map[key]float64{}, map[key]int{}
 	for _, p := range t.storedPoints(typ, t.points(typ)) {
 		if p.StepTime > 0 && !math.IsInf(p.StepTime, 0) {
-			k := key{p.Nodes, p.Replicas, p.LocalBatch}
-			logSum[k] += math.Log(p.StepTime)
-			n[k]++
+			set(p.Nodes, p.Replicas, p.LocalBatch, p.StepTime)
 		}
-	}
-	for k, s := range logSum {
-		set(k.nodes, k.replicas, k.local, math.Exp(s/float64(n[k])))
 	}
 	for c, m := range t.meas {
 		if c.Type == typ {

@@ -187,12 +187,14 @@ class GradientStats:
         count (a world of one sends 2: the difference estimator over two
         consecutive steps), else over world, one a worker; each gradient over
         local_batch samples, so scale = count * local_batch / base. A record
-        without both norms is skipped.
+        without both norms, with a negative one (float32 rounding), or a
+        batch that is not positive is skipped, as Scavenger skips it.
         """
-        if "local_sqr" not in record or "avg_sqr" not in record:
+        local, avg = record.get("local_sqr"), record.get("avg_sqr")
+        if local is None or avg is None or local < 0 or avg < 0 or local_batch <= 0 or base <= 0:
             return
         count = int(record.get("count") or world)
-        self.update(record["local_sqr"], record["avg_sqr"], count, count * local_batch / base,
+        self.update(local, avg, count, count * local_batch / base,
                     biased=bool(record.get("biased")))
 
     @property

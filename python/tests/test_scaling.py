@@ -147,6 +147,21 @@ class StatsTest(unittest.TestCase):
         copy.observe({"local_sqr": local, "avg_sqr": avg}, world=2, local_batch=16, base=16)
         self.assertAlmostEqual(copy.sqr, 3.0)
         self.assertAlmostEqual(copy.var, 2.0)
+        # A second record weighs in by decay ** scale (0.999 ** 2 here): the smoothing
+        # depends on the base, as Scavenger's does.
+        first = copy.sqr
+        local, avg = self.expected_norms(5.0, 2.0, 2, 2.0)
+        copy.observe({"local_sqr": local, "avg_sqr": avg}, world=2, local_batch=16, base=16)
+        theta = 0.999 ** 2
+        self.assertAlmostEqual(copy.sqr, (theta * (1 - 0.999 ** 2) * first + (1 - theta) * 5.0)
+                               / (theta * (1 - 0.999 ** 2) + (1 - theta)))
+        # What Scavenger skips is skipped: a negative norm, a batch that is not positive.
+        state = copy.state_dict()
+        for record, local_batch, base in (({"local_sqr": -1e-9, "avg_sqr": 1.0}, 16, 16),
+                                          ({"local_sqr": 1.0, "avg_sqr": 0.5}, 0, 16),
+                                          ({"local_sqr": 1.0, "avg_sqr": 0.5}, 16, 0)):
+            copy.observe(record, world=2, local_batch=local_batch, base=base)
+        self.assertEqual(copy.state_dict(), state)
 
 
 class ApplyTest(unittest.TestCase):
