@@ -180,7 +180,8 @@ func (t *tracker) overlay(typ string, base predict.StepTimer) predict.StepTimer 
 	}
 	for c, m := range t.meas {
 		if c.Type == typ {
-			set(c.Nodes, c.Workers, c.Local(), m.step)
+			step, _ := t.stepNow(m)
+			set(c.Nodes, c.Workers, c.Local(), step)
 		}
 	}
 	return measuredOver{base: base, at: at}

@@ -306,11 +306,13 @@ func New(name string, spec Spec) (Policy, error) {
 }
 
 // measurement is the step-weighted mean telemetry of one configuration,
-// with the progress it made and its mean normalised noise γ/K.
+// with the progress it made, its mean normalised noise γ/K, and its
+// reports' sums for the drift (drift.go).
 type measurement struct {
 	steps, step, sync  float64
 	progress           float64
 	gammaSteps, gammaW float64
+	drift              driftSums
 }
 
 // tracker is the state every policy shares: the noise estimate and its
@@ -396,6 +398,7 @@ func (t *tracker) observe(o Observation) error {
 	m.sync = (m.sync*m.steps + math.Min(o.SyncTime, o.StepTime)*o.Steps) / n
 	m.steps = n
 	m.progress += math.Max(o.Progress-t.last.Progress, 0)
+	m.drift.add((t.last.Progress+o.Progress)/2, math.Log(o.StepTime))
 	t.last = o
 	t.reports++
 	t.steps += o.Steps
@@ -495,7 +498,8 @@ func (t *tracker) points(typ string) []perf.Point {
 	var pts []perf.Point
 	for c, m := range t.meas {
 		if c.Type == typ {
-			pts = append(pts, perf.Point{Nodes: c.Nodes, Replicas: c.Workers, LocalBatch: c.Local(), StepTime: m.step, SyncTime: m.sync})
+			step, sync := t.stepNow(m)
+			pts = append(pts, perf.Point{Nodes: c.Nodes, Replicas: c.Workers, LocalBatch: c.Local(), StepTime: step, SyncTime: sync})
 		}
 	}
 	sort.Slice(pts, func(i, j int) bool {
