@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/scavenger-ml/scavenger/api"
-
 	"github.com/scavenger-ml/scavenger/internal/testnet"
+	"github.com/scavenger-ml/scavenger/launchers/ssh"
 )
 
 // TestRunOverSSHHosts runs a job with `scavctl run` through a scavd whose
@@ -73,8 +73,8 @@ func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 // TestLostHostRelaunchesOnTheOther cuts the link of the second of two hosts
 // under a running 2-worker job: the attempt fails fast, the daemon relaunches
 // the job at 1 worker on the first host from its last checkpoint, and it
-// finishes with every step once. When the host is back, the next job uses
-// both hosts again, and nothing of the cut-off attempt is left on it.
+// finishes with every step once. When the host is back, the next job after
+// the launcher's probe interval uses both hosts again, and nothing of the cut-off attempt is left on it.
 func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	needTorch(t)
 	tn := testnet.New(t, 2)
@@ -116,8 +116,11 @@ func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	if err := tn.LinkUp(1); err != nil {
 		t.Fatal(err)
 	}
-	// The next start probes the host again, kills what the cut-off attempt
-	// left there, and places a rank on it.
+	// The next start after the probe interval (counted from the loss, which
+	// came before the first attempt ended) probes the host again, kills what
+	// the cut-off attempt left there, and places a rank on it. Before it,
+	// the host counts as still lost: the second attempt may end sooner.
+	time.Sleep(time.Until(a[0].Ended.Add(ssh.DefaultProbeInterval)))
 	out, e, code := scavctl(t, state, "run", "--workers", "2", "--", "/bin/sh", "-c", `echo "on $(hostname)"`)
 	if code != 0 || !strings.Contains(out, "on "+tn.Hosts[1].Name) {
 		t.Fatalf("a job after the host came back: exit %d\n%s%s", code, out, e)
