@@ -29,7 +29,10 @@ loses at most the records of its last SPILL_AFTER and flush interval: the client
 sends them first when a daemon answers again, and what is still there when
 the worker ends is the daemon's to publish (daemon/jobs/spool.go). Each file
 is claimed by a rename before it is read, by the client or the daemon, so a
-record goes one way only. Without a spool directory, or when the deque is
+record goes one way only. close() takes at most its timeout: a write still blocked
+on a daemon that does not read (its store holds) three quarters of the way
+through has the connection ended under it, and the records the socket did not
+take whole go to the spool directory too, not down with the interpreter. Without a spool directory, or when the deque is
 full between two flushes, new records are dropped and counted. Each new
 connection starts with a hello line naming the client's session (a random
 id): a record sent again after a stall carries the same session and step,
@@ -161,6 +164,11 @@ class Client:
         self.control = ControlState(config.attempt)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set to flush before the interval is over
+        # Set by close() when the sender is still writing to a daemon that
+        # does not read (its store holds) as close's time runs out: the
+        # connection is ended under the write, and what it did not take goes
+        # to the spool directory, not lost with the interpreter.
+        self._abort = threading.Event()
         self.preempted = 0  # pre-emption signals received
         self.spooled = 0  # records left in the spool directory at close
         # Files this worker spilled and has not sent yet, oldest first, with
@@ -306,7 +314,16 @@ class Client:
         self._close_wait = min(self.CONFIRM_WAIT, timeout / 2)
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        self._thread.join(timeout * 3 / 4)
+        if self._thread.is_alive():
+            self._abort.set()
+            sock = self._sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # the write blocked on it fails at once
+                except OSError:
+                    pass
+            self._thread.join(timeout / 4)
 
     def _run(self) -> None:
         """The sender thread: every interval, write what step() left and read
@@ -320,9 +337,10 @@ class Client:
                 self._flush()
                 self._poll()
         with self._wlock:
-            self._retry_at = 0.0
-            self._flush()
-            self._await_confirmations(self._close_wait)
+            if not self._abort.is_set():
+                self._retry_at = 0.0
+                self._flush()
+                self._await_confirmations(self._close_wait)
             self._leave()
             self._leave_end()
             # A daemon that took the last records and has not confirmed them
@@ -483,11 +501,17 @@ class Client:
             while self._spool:
                 lines.append(self._spool.popleft())
         if lines:
-            try:
-                self._sock.sendall(b"".join(lines))
-            except OSError:
-                self._acks.extendleft(reversed(control))  # sent again on the next connection
-                self._keep(lines[len(control):])
+            data = b"".join(lines)
+            took = self._write(data)
+            if took < len(data):
+                # The lines the socket took whole are the daemon's (it reads
+                # what a closed connection holds, and drops a cut line); the
+                # rest are sent again on the next connection.
+                whole = data.count(b"\n", 0, took)
+                self._acks.extendleft(reversed(control[whole:]))
+                self._track(lines[:whole], len(control))
+                self._sent += whole
+                self._keep(lines[max(whole, len(control)):])
                 self._disconnect()
                 return
             self._track(lines, len(control))
@@ -497,6 +521,17 @@ class Client:
             self._keepalive()
         if not room:
             self._hold_back()
+
+    def _write(self, data: bytes) -> int:
+        """Write data on the connection; the bytes it took: all of them,
+        unless it broke, timed out or was ended under the write (close)."""
+        view, took = memoryview(data), 0
+        try:
+            while took < len(data):
+                took += self._sock.send(view[took:])
+        except OSError:
+            pass
+        return took
 
     def _keepalive(self) -> None:
         """Write an empty line: the daemon ends connections silent for long."""
@@ -596,7 +631,9 @@ class Client:
         """Close the socket, if any, after reading (for wait seconds at most,
         EOF_WAIT by default) the daemon's last confirmations; with resend,
         the records it did not confirm go back to the front of the spool,
-        for the next connection. The next flush reconnects."""
+        for the next connection (not when close ended the connection under a
+        write: the daemon read them, and holds them). The next flush
+        reconnects."""
         if self._sock is None:
             return
         if wait != 0:
@@ -608,7 +645,7 @@ class Client:
         # (one that does not know this attempt yet) is not asked in a loop.
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, self.BACKOFF_MAX)
-        if resend:  # written again (and counted as sent again) on the next connection
+        if resend and not self._abort.is_set():  # written again (and counted as sent again) on the next connection
             lines = [line for _, line in self._unconfirmed]
             # They are older than any file still to send (those were made
             # while they waited, or come after them): they go first, so
