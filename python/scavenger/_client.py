@@ -317,6 +317,7 @@ class Client:
         self._thread.join(timeout * 3 / 4)
         if self._thread.is_alive():
             self._abort.set()
+            self._wake.set()  # a sender between two flushes goes on to its end at once
             sock = self._sock
             if sock is not None:
                 try:
