@@ -74,7 +74,8 @@ func startSSHScavd(t *testing.T, tn *testnet.Net) string {
 // under a running 2-worker job: the attempt fails fast, the daemon relaunches
 // the job at 1 worker on the first host from its last checkpoint, and it
 // finishes with every step once. When the host is back, the next job after
-// the launcher's probe interval uses both hosts again, and nothing of the cut-off attempt is left on it.
+// the launcher's probe interval uses both hosts again, and nothing of the
+// cut-off attempt is left on it.
 func TestLostHostRelaunchesOnTheOther(t *testing.T) {
 	needTorch(t)
 	tn := testnet.New(t, 2)

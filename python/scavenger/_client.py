@@ -29,11 +29,12 @@ loses at most the records of its last SPILL_AFTER and flush interval: the client
 sends them first when a daemon answers again, and what is still there when
 the worker ends is the daemon's to publish (daemon/jobs/spool.go). Each file
 is claimed by a rename before it is read, by the client or the daemon, so a
-record goes one way only. close() takes at most its timeout: a write still blocked
-on a daemon that does not read (its store holds) three quarters of the way
-through has the connection ended under it, and the records the socket did not
-take whole go to the spool directory too, not down with the interpreter. Without a spool directory, or when the deque is
-full between two flushes, new records are dropped and counted. Each new
+record goes one way only. close() takes at most its timeout: a write still
+blocked on a daemon that does not read (its store holds) three quarters of the
+way through has the connection ended under it, and the records the socket did
+not take whole go to the spool directory too, not down with the interpreter.
+Without a spool directory, or when the deque is full between two flushes, new
+records are dropped and counted. Each new
 connection starts with a hello line naming the client's session (a random
 id): a record sent again after a stall carries the same session and step,
 and the daemon stores it once. A daemon that ends a connection at once (it
@@ -646,7 +647,7 @@ class Client:
         # (one that does not know this attempt yet) is not asked in a loop.
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, self.BACKOFF_MAX)
-        if resend and not self._abort.is_set():  # written again (and counted as sent again) on the next connection
+        if resend and not self._abort.is_set():  # written again (and counted as sent again) next time
             lines = [line for _, line in self._unconfirmed]
             # They are older than any file still to send (those were made
             # while they waited, or come after them): they go first, so
